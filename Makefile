@@ -1,0 +1,49 @@
+# Horizon: everything a fresh machine needs is done by these targets.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+PROTO_SRC := $(shell find proto -name '*.proto' 2>/dev/null)
+PROTO_STAMP := broker/_proto/.generated
+export SPARK_LOCAL_IP ?= 127.0.0.1
+export PYSPARK_PYTHON ?= $(abspath $(BIN)/python)
+export PYTHONHASHSEED ?= 0
+
+.PHONY: all install system-deps proto lint test demo bench clean
+
+all: test
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+install: $(STAMP) system-deps proto
+
+system-deps:
+	@bash scripts/ensure-system-deps.sh
+
+$(PROTO_STAMP): $(PROTO_SRC) scripts/gen-proto.sh $(STAMP)
+	@bash scripts/gen-proto.sh $(BIN)/python
+	@touch $(PROTO_STAMP)
+
+proto: $(PROTO_STAMP)
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+test: install
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest -q
+
+demo: install
+	$(BIN)/horizon demo
+
+bench: install
+	$(BIN)/python -m bench
+
+clean:
+	rm -rf $(VENV) broker/_proto .pytest_cache .ruff_cache .hypothesis

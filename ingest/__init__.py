@@ -1,0 +1,1 @@
+"""Upsert ingestion on PySpark: changelog in, versioned segments and watermarks out."""

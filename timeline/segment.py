@@ -1,0 +1,188 @@
+"""The segment: one immutable Parquet file set of one table, and its identity.
+
+A segment's shard fields follow Druid's NumberedShardSpec (first generation: minor version 0, root
+range ``[p, p+1)``) and NumberedOverwriteShardSpec (overwrite segments: partition 32768..65535, a root
+range covering the first-generation partitions they replace, minor version >= 1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from timeline.errors import InvalidArgument
+from timeline.interval import Interval
+
+ROOT_PARTITION_LIMIT = 32_768
+"""First-generation partition numbers and root ranges live in ``[0, 32768)``."""
+OVERWRITE_PARTITION_LIMIT = 65_536
+"""Overwrite segments use partition numbers in ``[32768, 65536)``."""
+UNKNOWN_GROUP_SIZE = -1
+"""An atomic update group of unknown size is never full."""
+
+
+class SegmentId(NamedTuple):
+    """What identifies a segment: (table, interval, version, partition)."""
+
+    table: str
+    interval: Interval
+    version: str
+    partition: int
+
+    def __str__(self) -> str:
+        return f"{self.table}_{self.interval}_{self.version}_{self.partition}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Segment:
+    """An immutable segment description, as announced by a server and kept by the timeline.
+
+    ``root_start``/``root_end`` default to ``[partition, partition + 1)``, ``minor_version`` to 0,
+    which describes a first-generation segment; overwrite segments must give all of them.
+    """
+
+    table: str
+    interval: Interval
+    version: str
+    partition: int
+    core_partitions: int = 0
+    root_start: int | None = None
+    root_end: int | None = None
+    minor_version: int = 0
+    atomic_update_group_size: int = 1
+    location: tuple[str, ...] = ()
+    row_count: int = 0
+    size_bytes: int = 0
+    server: str = ""
+
+    def __post_init__(self) -> None:
+        if self.root_start is None:
+            object.__setattr__(self, "root_start", self.partition)
+        if self.root_end is None:
+            object.__setattr__(self, "root_end", self.partition + 1)
+        if isinstance(self.location, str):
+            object.__setattr__(self, "location", (self.location,))
+        elif not isinstance(self.location, tuple):
+            object.__setattr__(self, "location", tuple(self.location))
+        _validate(self)
+
+    @property
+    def id(self) -> SegmentId:
+        return SegmentId(self.table, self.interval, self.version, self.partition)
+
+    @property
+    def root_range(self) -> tuple[int, int]:
+        return (self.root_start, self.root_end)  # type: ignore[return-value]
+
+    @property
+    def is_overwrite(self) -> bool:
+        """True for segments written by an update or minor compaction (minor version >= 1)."""
+        return self.minor_version > 0
+
+    def same_shard(self, other: Segment) -> bool:
+        """True when ``other`` describes the same chunk: identical id and shard fields.
+
+        Payload fields (location, sizes, server) are ignored, like Druid's chunk equality.
+        """
+        return self.shard_key() == other.shard_key()
+
+    def shard_key(self) -> tuple[Any, ...]:
+        return (
+            self.id,
+            self.core_partitions,
+            self.root_start,
+            self.root_end,
+            self.minor_version,
+            self.atomic_update_group_size,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict that :meth:`from_dict` turns back into an equal segment."""
+        return {
+            "table": self.table,
+            "interval": [self.interval.start_ms, self.interval.end_ms],
+            "version": self.version,
+            "partition": self.partition,
+            "core_partitions": self.core_partitions,
+            "root_start": self.root_start,
+            "root_end": self.root_end,
+            "minor_version": self.minor_version,
+            "atomic_update_group_size": self.atomic_update_group_size,
+            "location": list(self.location),
+            "row_count": self.row_count,
+            "size_bytes": self.size_bytes,
+            "server": self.server,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Segment:
+        try:
+            start, end = data["interval"]
+            return cls(
+                table=data["table"],
+                interval=Interval(int(start), int(end)),
+                version=data["version"],
+                partition=int(data["partition"]),
+                core_partitions=int(data.get("core_partitions", 0)),
+                root_start=int(data["root_start"]),
+                root_end=int(data["root_end"]),
+                minor_version=int(data.get("minor_version", 0)),
+                atomic_update_group_size=int(data.get("atomic_update_group_size", 1)),
+                location=tuple(data.get("location", ())),
+                row_count=int(data.get("row_count", 0)),
+                size_bytes=int(data.get("size_bytes", 0)),
+                server=str(data.get("server", "")),
+            )
+        except (KeyError, TypeError, ValueError) as error:
+            raise InvalidArgument(f"malformed segment description: {error!r}") from None
+
+    def __str__(self) -> str:
+        return str(self.id)
+
+
+def _validate(segment: Segment) -> None:
+    def fail(reason: str) -> None:
+        raise InvalidArgument(f"invalid segment {segment.id}: {reason}")
+
+    if not segment.table:
+        fail("table name is empty")
+    if not isinstance(segment.interval, Interval):
+        fail(f"interval must be a timeline.Interval, got {type(segment.interval).__name__}")
+    if segment.interval.is_empty:
+        fail("interval is empty")
+    if not isinstance(segment.version, str) or not segment.version:
+        fail("version must be a non-empty string")
+    if segment.core_partitions < 0:
+        fail(f"core_partitions {segment.core_partitions} is negative")
+    assert segment.root_start is not None and segment.root_end is not None
+    if not 0 <= segment.root_start < segment.root_end <= ROOT_PARTITION_LIMIT:
+        fail(
+            f"root range [{segment.root_start}, {segment.root_end}) is not a non-empty range "
+            f"inside [0, {ROOT_PARTITION_LIMIT})"
+        )
+    if segment.minor_version < 0:
+        fail(f"minor_version {segment.minor_version} is negative")
+    if segment.minor_version == 0:
+        if not 0 <= segment.partition < ROOT_PARTITION_LIMIT:
+            fail(
+                f"first-generation partition {segment.partition} is outside "
+                f"[0, {ROOT_PARTITION_LIMIT})"
+            )
+        if (segment.root_start, segment.root_end) != (segment.partition, segment.partition + 1):
+            fail(
+                f"a first-generation segment's root range must be [{segment.partition}, "
+                f"{segment.partition + 1}), got [{segment.root_start}, {segment.root_end})"
+            )
+        if segment.atomic_update_group_size != 1:
+            fail("a first-generation segment's atomic_update_group_size must be 1")
+    else:
+        if not ROOT_PARTITION_LIMIT <= segment.partition < OVERWRITE_PARTITION_LIMIT:
+            fail(
+                f"overwrite partition {segment.partition} is outside "
+                f"[{ROOT_PARTITION_LIMIT}, {OVERWRITE_PARTITION_LIMIT})"
+            )
+        size = segment.atomic_update_group_size
+        if not (size > 0 or size == UNKNOWN_GROUP_SIZE):
+            fail(f"atomic_update_group_size {size} must be > 0 or -1 (unknown)")
+    if segment.row_count < 0 or segment.size_bytes < 0:
+        fail("row_count and size_bytes must not be negative")

@@ -1,0 +1,1 @@
+"""Server state in Redis: segment announcements, low-watermarks and the broker-side follower."""
