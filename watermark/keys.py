@@ -1,0 +1,121 @@
+"""The Redis key layout of Horizon's server state, in one place (Python and the Lua scripts).
+
+Everything lives under one prefix (default ``horizon``):
+
+=============================  =====================================================================
+``{p}:epoch``                  random id of this Redis's data set; a new one means the data was lost
+``{p}:seq``                    last event sequence number (stream ids are ``<seq>-0``)
+``{p}:log``                    stream of every change, one entry per atomic call, trimmed ~MAXLEN
+``{p}:tables``                 hash table -> descriptor JSON
+``{p}:servers``                hash server -> ``live`` | ``decommissioned``
+``{p}:hb``                     hash server -> last heartbeat (Redis time, ms)
+``{p}:t:{table}:segs``         hash segment key -> segment JSON (every announced segment)
+``{p}:t:{table}:prog``         hash partition -> ``owner|ingested|applied|reported_ms`` (``""`` = none)
+``{p}:t:{table}:lwm``          zset (all scores 0) of ``{min:020d}|{partition:05d}`` for owned,
+                               reported partitions: its first member is the table's LWM
+``{p}:t:{table}:ret``          hash server -> retention horizon HLC
+``{p}:t:{table}:alloc``        hash ``{start}|{end}|{version}|{first|overwrite}`` -> next partition
+=============================  =====================================================================
+
+HLCs exceed a double's 53-bit mantissa, so they are never numbers inside Redis: they are decimal
+strings, zero-padded where they must sort.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from timeline.errors import InvalidArgument
+from timeline.segment import Segment
+
+DEFAULT_PREFIX = "horizon"
+HLC_WIDTH = 20
+PARTITION_WIDTH = 5
+_SERVER_ID = re.compile(r"^[A-Za-z0-9_.:@-]{1,200}$")
+_PREFIX = re.compile(r"^[A-Za-z0-9_.:-]{1,100}$")
+
+
+def check_server_id(server_id: str) -> str:
+    if not isinstance(server_id, str) or not _SERVER_ID.match(server_id):
+        raise InvalidArgument(
+            f"invalid server id {server_id!r}: 1-200 of letters, digits and _ . : @ -"
+        )
+    return server_id
+
+
+def check_prefix(prefix: str) -> str:
+    if not _PREFIX.match(prefix):
+        raise InvalidArgument(f"invalid key prefix {prefix!r}: letters, digits and _ . : -")
+    return prefix
+
+
+def padded_hlc(hlc: int) -> str:
+    """An HLC as a fixed-width decimal string, so string order is numeric order."""
+    if not isinstance(hlc, int) or isinstance(hlc, bool) or not 0 <= hlc < 10**HLC_WIDTH:
+        raise InvalidArgument(f"commit timestamp {hlc!r} is not a non-negative 64-bit integer")
+    return f"{hlc:0{HLC_WIDTH}d}"
+
+
+def lwm_member(lwm: int, partition: int) -> str:
+    return f"{padded_hlc(lwm)}|{partition:0{PARTITION_WIDTH}d}"
+
+
+def segment_key(segment: Segment) -> str:
+    """The field of a segment in its table's hash: its identity, unambiguous for any version text."""
+    return json.dumps(
+        [segment.interval.start_ms, segment.interval.end_ms, segment.version, segment.partition],
+        separators=(",", ":"),
+    )
+
+
+def chunk_key(start_ms: int, end_ms: int, version: str, kind: str) -> str:
+    return json.dumps([start_ms, end_ms, version, kind], separators=(",", ":"))
+
+
+class Keys:
+    """Key names for one prefix."""
+
+    def __init__(self, prefix: str = DEFAULT_PREFIX) -> None:
+        self.prefix = check_prefix(prefix)
+        self.epoch = f"{prefix}:epoch"
+        self.seq = f"{prefix}:seq"
+        self.log = f"{prefix}:log"
+        self.tables = f"{prefix}:tables"
+        self.servers = f"{prefix}:servers"
+        self.heartbeats = f"{prefix}:hb"
+
+    def _table(self, table: str, what: str) -> str:
+        return f"{self.prefix}:t:{table}:{what}"
+
+    def segments(self, table: str) -> str:
+        return self._table(table, "segs")
+
+    def progress(self, table: str) -> str:
+        return self._table(table, "prog")
+
+    def lwm(self, table: str) -> str:
+        return self._table(table, "lwm")
+
+    def retention(self, table: str) -> str:
+        return self._table(table, "ret")
+
+    def allocations(self, table: str) -> str:
+        return self._table(table, "alloc")
+
+
+LUA_KEYS = """
+local P = ARGV[1]
+local K_EPOCH = P .. ':epoch'
+local K_SEQ = P .. ':seq'
+local K_LOG = P .. ':log'
+local K_TABLES = P .. ':tables'
+local K_SERVERS = P .. ':servers'
+local K_HB = P .. ':hb'
+local function k_segs(t) return P .. ':t:' .. t .. ':segs' end
+local function k_prog(t) return P .. ':t:' .. t .. ':prog' end
+local function k_lwm(t) return P .. ':t:' .. t .. ':lwm' end
+local function k_ret(t) return P .. ':t:' .. t .. ':ret' end
+local function k_alloc(t) return P .. ':t:' .. t .. ':alloc' end
+"""
+"""Lua preamble defining the same keys from ``ARGV[1]`` (the prefix); see :class:`Keys`."""
