@@ -99,3 +99,13 @@ class Internal(HorizonError):
     """A bug or an unexpected failure of a dependency; the message says what failed."""
 
     code = StatusCode.INTERNAL
+
+
+class SegmentConflict(InvalidArgument):
+    """A segment cannot join the timeline because it contradicts what is stored: the same id with
+    different shard fields, a same-version overlap of different time chunks, an atomic update group
+    size mismatch, or a chunk for an atomic update group that is already full."""
+
+
+class WrongTable(InvalidArgument):
+    """A segment of another table was given to a table's timeline."""
