@@ -28,6 +28,7 @@ import re
 
 from timeline.errors import InvalidArgument
 from timeline.segment import Segment
+from watermark.lwm import PartitionProgress
 
 DEFAULT_PREFIX = "horizon"
 HLC_WIDTH = 20
@@ -71,6 +72,17 @@ def segment_key(segment: Segment) -> str:
 
 def chunk_key(start_ms: int, end_ms: int, version: str, kind: str) -> str:
     return json.dumps([start_ms, end_ms, version, kind], separators=(",", ":"))
+
+
+def parse_progress(value: str) -> PartitionProgress:
+    """Decode a ``{p}:t:{table}:prog`` hash value."""
+    owner, ingested, applied, reported, *_ = value.split("|")
+    return PartitionProgress(
+        owner=owner or None,
+        ingested=int(ingested) if ingested else None,
+        applied=int(applied) if applied else None,
+        reported_at_ms=int(reported) if reported else None,
+    )
 
 
 class Keys:

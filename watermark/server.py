@@ -40,6 +40,7 @@ from watermark.keys import (
     chunk_key,
     lwm_member,
     padded_hlc,
+    parse_progress,
     segment_key,
 )
 from watermark.lwm import PartitionProgress
@@ -466,17 +467,6 @@ class ServerClient:
             self._exec("RETENTION", [table, str(horizon), event])
         for (table, key), next_free in self._reservations.items():
             self._exec("RESERVE", [table, key, str(next_free)])
-
-
-def parse_progress(value: str) -> PartitionProgress:
-    """Decode a ``{p}:t:{table}:prog`` hash value."""
-    owner, ingested, applied, reported, *_ = value.split("|")
-    return PartitionProgress(
-        owner=owner or None,
-        ingested=int(ingested) if ingested else None,
-        applied=int(applied) if applied else None,
-        reported_at_ms=int(reported) if reported else None,
-    )
 
 
 def _progress_json(progress: Mapping[int, tuple[int, int]]) -> dict[str, list[str]]:

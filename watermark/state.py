@@ -1,0 +1,275 @@
+"""The broker's picture of the server state, and how each logged event changes it (pure).
+
+A :class:`ServerState` is built from one atomic snapshot of Redis and then advanced by the log's
+events in order. Nothing here touches Redis or a clock: event times come from the events (Redis
+time), so two brokers fed the same snapshot and events hold exactly the same state.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from timeline.errors import HorizonError
+from timeline.segment import Segment
+from timeline.timeline import Timeline
+from watermark.catalog import TableDescriptor
+from watermark.keys import parse_progress, segment_key
+from watermark.lwm import MonotonicLwm, PartitionProgress, TableProgress
+
+log = logging.getLogger(__name__)
+
+SegmentRef = tuple[str, str]
+"""(table, segment key): how the follower names a segment."""
+
+
+def segment_ref(segment_or_id: Any) -> SegmentRef:
+    """The reference of a Segment or SegmentId (anything with table/interval/version/partition)."""
+    interval = segment_or_id.interval
+    key = json.dumps(
+        [interval.start_ms, interval.end_ms, segment_or_id.version, segment_or_id.partition],
+        separators=(",", ":"),
+    )
+    return (segment_or_id.table, key)
+
+
+@dataclass
+class ServerState:
+    """Everything a broker knows: descriptors, segments and timelines, servers, progress."""
+
+    epoch: str = ""
+    seq: int = 0
+    descriptors: dict[str, TableDescriptor] = field(default_factory=dict)
+    segments: dict[str, dict[str, Segment]] = field(default_factory=dict)
+    timelines: dict[str, Timeline] = field(default_factory=dict)
+    servers: dict[str, str] = field(default_factory=dict)
+    heartbeats_ms: dict[str, int] = field(default_factory=dict)
+    progress: dict[str, TableProgress] = field(default_factory=dict)
+    retention: dict[str, dict[str, int]] = field(default_factory=dict)
+    served: dict[str, MonotonicLwm] = field(default_factory=dict)
+    unreadable: set[SegmentRef] = field(default_factory=set)
+    rejected: list[str] = field(default_factory=list)
+
+    # -- building ----------------------------------------------------------------------------
+
+    @classmethod
+    def from_snapshot(
+        cls,
+        reply: list[Any],
+        *,
+        unreadable: Iterable[SegmentRef] = (),
+        previous: ServerState | None = None,
+    ) -> ServerState:
+        """Build from the SNAPSHOT script's decoded reply.
+
+        ``previous`` (this broker's state before a resync) contributes the served LWM floors, so
+        the served LWM stays monotonic, and, when the data set was lost (new epoch), the state of
+        servers that have not re-published yet, so their frozen contribution keeps holding.
+        """
+        epoch, seq, now_ms, tables, servers, heartbeats, per_table = reply
+        state = cls(epoch=epoch, seq=int(seq), unreadable=set(unreadable))
+        state.servers = _pairs(servers)
+        state.heartbeats_ms = {k: int(v) for k, v in _pairs(heartbeats).items()}
+        for name, text in _pairs(tables).items():
+            state.descriptors[name] = TableDescriptor.from_json(text)
+        raw_segments: dict[str, list[Segment]] = {}
+        for name, segment_values, progress_pairs, retention_pairs in per_table:
+            raw_segments[name] = [Segment.from_dict(json.loads(v)) for v in segment_values]
+            state.progress[name] = TableProgress(
+                {int(p): parse_progress(v) for p, v in _pairs(progress_pairs).items()}
+            )
+            state.retention[name] = {s: int(h) for s, h in _pairs(retention_pairs).items()}
+        if previous is not None and previous.epoch and previous.epoch != epoch:
+            _carry_unpublished(previous, state, raw_segments)
+        for name in state.descriptors:
+            state.segments.setdefault(name, {})
+            state.timelines[name] = Timeline(name)
+            state.progress.setdefault(name, TableProgress())
+            state.retention.setdefault(name, {})
+            state._add_segments(name, raw_segments.get(name, []))
+            floor = previous.served.get(name) if previous is not None else None
+            tracker = floor.copy() if floor is not None else MonotonicLwm(name)
+            tracker.observe(state.progress[name].minimum(), int(now_ms) / 1000)
+            state.served[name] = tracker
+        return state
+
+    # -- events ------------------------------------------------------------------------------
+
+    def apply(self, kind: str, data: Mapping[str, Any], server: str, t_ms: int) -> set[str]:
+        """Apply one logged event; returns the tables whose state changed."""
+        handler = getattr(self, f"_on_{kind}", None)
+        if handler is None:
+            log.warning("ignoring unknown event kind %r", kind)
+            return set()
+        return handler(data, server, t_ms)
+
+    def _on_register(self, data: Mapping[str, Any], server: str, t_ms: int) -> set[str]:
+        self.servers[server] = "live"
+        self.heartbeats_ms[server] = t_ms
+        return set()
+
+    def _on_heartbeat(self, data: Mapping[str, Any], server: str, t_ms: int) -> set[str]:
+        self.heartbeats_ms[server] = t_ms
+        return set()
+
+    def _on_table(self, data: Mapping[str, Any], server: str, t_ms: int) -> set[str]:
+        descriptor = TableDescriptor.from_dict(dict(data))
+        name = descriptor.name
+        self.descriptors[name] = descriptor
+        if name not in self.timelines:
+            self.timelines[name] = Timeline(name)
+            self.segments[name] = {}
+            self.progress[name] = TableProgress()
+            self.retention[name] = {}
+            self.served[name] = MonotonicLwm(name)
+        return {name}
+
+    def _on_segments(self, data: Mapping[str, Any], server: str, t_ms: int) -> set[str]:
+        touched: set[str] = set()
+        for raw in data.get("remove", ()):
+            segment = Segment.from_dict(raw)
+            touched.add(segment.table)
+            stored = self.segments.get(segment.table, {}).pop(segment_key(segment), None)
+            if stored is not None:
+                self.timelines[segment.table].remove(stored)
+        by_table: dict[str, list[Segment]] = {}
+        for raw in data.get("add", ()):
+            segment = Segment.from_dict(raw)
+            by_table.setdefault(segment.table, []).append(segment)
+        for table, segments in by_table.items():
+            if table in self.timelines:
+                self._add_segments(table, segments)
+                touched.add(table)
+        return touched
+
+    def _on_report(self, data: Mapping[str, Any], server: str, t_ms: int) -> set[str]:
+        table = data["table"]
+        progress = self.progress.get(table)
+        if progress is None:
+            return set()
+        for partition, (ingested, applied) in data["progress"].items():
+            progress.set(
+                int(partition), PartitionProgress(server, int(ingested), int(applied), t_ms)
+            )
+        self._observe(table, t_ms)
+        return {table}
+
+    def _on_retention(self, data: Mapping[str, Any], server: str, t_ms: int) -> set[str]:
+        table = data["table"]
+        if table not in self.retention:
+            return set()
+        self.retention[table][server] = int(data["horizon"])
+        return {table}
+
+    def _on_claim(self, data: Mapping[str, Any], server: str, t_ms: int) -> set[str]:
+        table = data["table"]
+        return self._set_owner(table, data["partitions"], server, t_ms)
+
+    def _on_handover(self, data: Mapping[str, Any], server: str, t_ms: int) -> set[str]:
+        return self._set_owner(data["table"], [data["partition"]], data["to"], t_ms)
+
+    def _on_decommission(self, data: Mapping[str, Any], server: str, t_ms: int) -> set[str]:
+        self.servers[server] = "decommissioned"
+        self.heartbeats_ms.pop(server, None)
+        touched = set()
+        for table, progress in self.progress.items():
+            owned = progress.owned_by(server)
+            if owned:
+                touched |= self._set_owner(table, owned, None, t_ms)
+        return touched
+
+    # -- helpers -----------------------------------------------------------------------------
+
+    def _set_owner(
+        self, table: str, partitions: Iterable[int], owner: str | None, t_ms: int
+    ) -> set[str]:
+        progress = self.progress.get(table)
+        if progress is None:
+            return set()
+        for partition in partitions:
+            old = progress.get(int(partition)) or PartitionProgress(None)
+            progress.set(int(partition), dataclasses.replace(old, owner=owner))
+        self._observe(table, t_ms)
+        return {table}
+
+    def _observe(self, table: str, t_ms: int) -> None:
+        self.served[table].observe(self.progress[table].minimum(), t_ms / 1000)
+
+    def _add_segments(self, table: str, segments: Iterable[Segment]) -> None:
+        stored = self.segments[table]
+        timeline = self.timelines[table]
+        for segment in segments:
+            key = segment_key(segment)
+            previous = stored.get(key)
+            if previous is not None:
+                if previous == segment:
+                    continue
+                if (table, key) not in self.unreadable:
+                    timeline.remove(previous)
+            stored[key] = segment
+            if (table, key) in self.unreadable:
+                continue
+            try:
+                timeline.add(segment)
+            except HorizonError as error:
+                # A conflicting announcement must not stop the broker following the others.
+                del stored[key]
+                self.rejected.append(f"{segment}: {error}")
+                del self.rejected[:-100]
+                log.error("rejected announced segment %s: %s", segment, error)
+
+    def mark_unreadable(self, ref: SegmentRef) -> bool:
+        self.unreadable.add(ref)
+        table, key = ref
+        timeline = self.timelines.get(table)
+        segment = self.segments.get(table, {}).get(key)
+        if timeline is None or segment is None:
+            return False
+        return bool(timeline.remove_unreadable(segment))
+
+    def retention_horizon(self, table: str) -> int:
+        """History below this HLC may be gone on some server: the max of their horizons."""
+        return max(self.retention.get(table, {}).values(), default=0)
+
+
+def _pairs(flat: list[Any]) -> dict[str, Any]:
+    return dict(zip(flat[0::2], flat[1::2], strict=True))
+
+
+def _carry_unpublished(
+    previous: ServerState, state: ServerState, raw_segments: dict[str, list[Segment]]
+) -> None:
+    """After a data loss, keep what servers that have not re-published yet had published."""
+    missing = {
+        server
+        for server, status in previous.servers.items()
+        if status == "live" and server not in state.servers
+    }
+    if not missing:
+        return
+    log.warning("state store lost its data; carrying state of %s until they re-publish", missing)
+    for server in missing:
+        state.servers[server] = previous.servers[server]
+        if server in previous.heartbeats_ms:
+            state.heartbeats_ms[server] = previous.heartbeats_ms[server]
+    for name, descriptor in previous.descriptors.items():
+        state.descriptors.setdefault(name, descriptor)
+        present = {segment_key(s) for s in raw_segments.get(name, [])}
+        carried = [
+            s
+            for key, s in previous.segments.get(name, {}).items()
+            if s.server in missing and key not in present
+        ]
+        raw_segments.setdefault(name, []).extend(carried)
+        progress = state.progress.setdefault(name, TableProgress())
+        for partition, entry in previous.progress.get(name, TableProgress()).items():
+            if entry.owner in missing and progress.get(partition) is None:
+                progress.set(partition, entry)
+        for server in missing:
+            horizon = previous.retention.get(name, {}).get(server)
+            if horizon is not None:
+                state.retention.setdefault(name, {})[server] = horizon
