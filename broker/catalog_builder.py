@@ -1,0 +1,43 @@
+"""From the follower's table views to the rewriter's catalog (pure).
+
+Each table view is one atomic picture of a table (descriptor, timeline generation, visible
+segments, LWM, retention horizon); the catalog entry names the temp view that will hold exactly
+those segments, so the rewritten SQL and the files Spark reads always belong together.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from broker.sql.catalog import Catalog, CatalogTable
+from broker.views import segment_files, view_name
+
+
+def catalog_table(table_view: Any) -> CatalogTable:
+    """The catalog entry of one follower table view."""
+    segments = tuple(table_view.visible_segments)
+    return CatalogTable.from_descriptor(
+        table_view.descriptor,
+        lwm=table_view.lwm,
+        retention_horizon=int(table_view.retention_horizon or 0),
+        source_view=view_name(table_view.table, table_view.generation),
+        segments=tuple(str(segment.id) for segment in segments),
+        files=segment_files(segments),
+    )
+
+
+def unavailable_table(descriptor: Any) -> CatalogTable:
+    """A catalog entry for a table whose state cannot be served right now (no LWM, no files):
+    the rewriter still resolves the name, and the broker reports the table's own error."""
+    return CatalogTable.from_descriptor(
+        descriptor, lwm=None, retention_horizon=0, source_view=view_name(descriptor.name, 0)
+    )
+
+
+def build_catalog(table_views: Iterable[Any], unavailable: Iterable[Any] = ()) -> Catalog:
+    """The rewriter's catalog: one entry per table view, plus placeholders for ``unavailable``
+    descriptors."""
+    entries = [catalog_table(view) for view in table_views]
+    entries += [unavailable_table(descriptor) for descriptor in unavailable]
+    return Catalog(entries)

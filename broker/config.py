@@ -1,0 +1,332 @@
+"""The broker's configuration: one typed, immutable object.
+
+Loaded from an optional TOML file, then overridden by ``HORIZON_<SECTION>_<FIELD>`` environment
+variables (``HORIZON_SERVER_LISTEN=0.0.0.0:50051``, ``HORIZON_LIMITS_MAX_CONCURRENT=8``), with
+defaults that work on a laptop: loopback, a local Redis, embedded Spark, no tokens. Tokens and Spark
+settings, being structured, come from ``HORIZON_TOKENS`` and ``HORIZON_SPARK_CONF`` as JSON.
+
+TOML layout (every key optional)::
+
+    [server]
+    listen = "127.0.0.1:50051"
+    tls_cert = "/etc/horizon/tls.crt"
+    tls_key = "/etc/horizon/tls.key"
+    allow_insecure_remote = false
+
+    [state]
+    redis_url = "redis://127.0.0.1:6379/0"
+    key_prefix = "horizon"
+
+    [spark]
+    master = "local[*]"          # or spark://host:7077
+    remote = ""                  # or sc://host:15002 (Spark Connect)
+    [spark.conf]
+    "spark.sql.shuffle.partitions" = "8"
+
+    [limits]
+    max_concurrent = 4
+
+    [[tokens]]
+    name = "analyst"
+    token = "s3cret"
+    tables = ["orders"]          # or ["*"]
+    inspect = true
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tomllib
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any, Literal
+
+from timeline.errors import InvalidArgument
+
+ALL_TABLES = "*"
+RegressionPolicy = Literal["keep", "fail"]
+
+
+@dataclass(frozen=True, slots=True)
+class ServerConfig:
+    """Where and how the gRPC server listens."""
+
+    listen: str = "127.0.0.1:50051"
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    allow_insecure_remote: bool = False
+    """Allow plaintext on a non-loopback address (refused by default)."""
+    grace_s: float = 5.0
+    """How long a stopping server lets running calls finish."""
+    reflection: bool = True
+
+    @property
+    def tls(self) -> bool:
+        return bool(self.tls_cert and self.tls_key)
+
+
+@dataclass(frozen=True, slots=True)
+class StateConfig:
+    """The Redis state store the broker follows."""
+
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    key_prefix: str = "horizon"
+    heartbeat_timeout_s: float = 5.0
+    max_staleness_s: float = 30.0
+    regression_policy: RegressionPolicy = "keep"
+    sync_timeout_s: float = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class SparkConfig:
+    """Where queries run: embedded local Spark, a standalone master, or a Spark Connect remote."""
+
+    master: str = "local[*]"
+    remote: str | None = None
+    app_name: str = "horizon-broker"
+    conf: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def conf_dict(self) -> dict[str, str]:
+        return dict(self.conf)
+
+
+@dataclass(frozen=True, slots=True)
+class LimitsConfig:
+    """Admission and result limits; the SQL limits are handed to the rewriter."""
+
+    max_concurrent: int = 4
+    queue_size: int = 16
+    max_result_rows: int = 1_000_000
+    max_result_bytes: int = 256 * 1024 * 1024
+    query_timeout_s: float = 300.0
+    """Upper bound on any query's run time, whatever deadline the client sets."""
+    max_sql_length: int = 100_000
+    max_sql_nesting: int = 100
+    """Brackets, CASE blocks and prefix-operator runs, counted before parsing."""
+    max_sql_tree_depth: int = 1_000
+    batch_bytes: int = 1024 * 1024
+    """Target size of one Arrow batch message (well under gRPC's 4 MiB default)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TokenGrant:
+    """A bearer token and what it may do: read ``tables`` (``*`` = all), inspect timelines."""
+
+    name: str
+    token: str = field(repr=False)
+    tables: frozenset[str] = frozenset({ALL_TABLES})
+    inspect: bool = False
+
+    def may_read(self, table: str) -> bool:
+        return ALL_TABLES in self.tables or table.lower() in self.tables
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerConfig:
+    """Everything the broker needs, in one object."""
+
+    server: ServerConfig = ServerConfig()
+    state: StateConfig = StateConfig()
+    spark: SparkConfig = SparkConfig()
+    limits: LimitsConfig = LimitsConfig()
+    tokens: tuple[TokenGrant, ...] = ()
+
+    def __post_init__(self) -> None:
+        _validate(self)
+
+    @property
+    def auth_enabled(self) -> bool:
+        return bool(self.tokens)
+
+
+_SECTIONS: dict[str, type] = {
+    "server": ServerConfig,
+    "state": StateConfig,
+    "spark": SparkConfig,
+    "limits": LimitsConfig,
+}
+
+
+def load_config(
+    path: str | Path | None = None, *, env: Mapping[str, str] | None = None
+) -> BrokerConfig:
+    """Load the configuration from ``path`` (TOML, optional), then ``HORIZON_*`` variables.
+
+    ``path`` defaults to ``$HORIZON_CONFIG`` when set.
+    """
+    environ = os.environ if env is None else env
+    path = path or environ.get("HORIZON_CONFIG") or None
+    data: dict[str, Any] = {}
+    if path is not None:
+        try:
+            data = tomllib.loads(Path(path).read_text())
+        except FileNotFoundError:
+            raise InvalidArgument(f"configuration file {path} does not exist") from None
+        except tomllib.TOMLDecodeError as error:
+            raise InvalidArgument(f"configuration file {path} is not valid TOML: {error}") from None
+    return config_from_mapping(data, env=environ)
+
+
+def config_from_mapping(
+    data: Mapping[str, Any], *, env: Mapping[str, str] | None = None
+) -> BrokerConfig:
+    """Build the configuration from TOML-shaped data plus environment overrides."""
+    environ: Mapping[str, str] = env if env is not None else {}
+    unknown = set(data) - {*_SECTIONS, "tokens"}
+    if unknown:
+        raise InvalidArgument(f"unknown configuration section(s): {', '.join(sorted(unknown))}")
+    sections: dict[str, Any] = {}
+    for name, cls in _SECTIONS.items():
+        raw = dict(data.get(name, {}))
+        if not isinstance(raw, dict):
+            raise InvalidArgument(f"configuration section [{name}] must be a table")
+        sections[name] = _build_section(name, cls, raw, environ)
+    tokens_raw: Any = data.get("tokens", [])
+    if "HORIZON_TOKENS" in environ:
+        tokens_raw = _json_env("HORIZON_TOKENS", environ["HORIZON_TOKENS"])
+    return BrokerConfig(**sections, tokens=_tokens(tokens_raw))
+
+
+def _build_section(name: str, cls: type, raw: dict[str, Any], environ: Mapping[str, str]) -> Any:
+    hints = typing.get_type_hints(cls)
+    known = {f.name for f in fields(cls)}
+    unknown = set(raw) - known
+    if unknown:
+        raise InvalidArgument(
+            f"unknown key(s) in [{name}]: {', '.join(sorted(unknown))}; "
+            f"known: {', '.join(sorted(known))}"
+        )
+    values: dict[str, Any] = {}
+    for key in known:
+        env_name = f"HORIZON_{name.upper()}_{key.upper()}"
+        if env_name in environ:
+            raw_value: Any = environ[env_name]
+            if key == "conf":
+                raw_value = _json_env(env_name, raw_value)
+            values[key] = _convert(f"{env_name}", hints[key], raw_value, from_env=True)
+        elif key in raw:
+            values[key] = _convert(f"[{name}].{key}", hints[key], raw[key], from_env=False)
+    return cls(**values)
+
+
+def _convert(where: str, hint: Any, value: Any, *, from_env: bool) -> Any:
+    """Coerce one value to its field type; environment values arrive as strings."""
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType) and type(None) in args:
+        if value is None or (from_env and value == ""):
+            return None
+        inner = next(arg for arg in args if arg is not type(None))
+        return _convert(where, inner, value, from_env=from_env)
+    if origin is Literal:
+        if value not in args:
+            raise InvalidArgument(f"{where} must be one of {', '.join(map(str, args))}: {value!r}")
+        return value
+    if origin is tuple:  # the Spark conf: a mapping of strings
+        if not isinstance(value, Mapping):
+            raise InvalidArgument(f"{where} must be a table of string settings")
+        return tuple(sorted((str(k), str(v)) for k, v in value.items()))
+    try:
+        if hint is bool:
+            if isinstance(value, bool):
+                return value
+            if isinstance(value, str) and value.lower() in {"1", "true", "yes", "on"}:
+                return True
+            if isinstance(value, str) and value.lower() in {"0", "false", "no", "off"}:
+                return False
+            raise ValueError(value)
+        if hint is int:
+            if isinstance(value, bool):
+                raise ValueError(value)
+            return int(value)
+        if hint is float:
+            return float(value)
+        if hint is str:
+            if not isinstance(value, str):
+                raise ValueError(value)
+            return value
+    except (TypeError, ValueError):
+        raise InvalidArgument(f"{where} must be a {hint.__name__}, got {value!r}") from None
+    raise InvalidArgument(f"{where}: unsupported setting type {hint!r}")
+
+
+def _json_env(name: str, text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as error:
+        raise InvalidArgument(f"{name} must be JSON: {error}") from None
+
+
+def _tokens(raw: Any) -> tuple[TokenGrant, ...]:
+    if not isinstance(raw, list):
+        raise InvalidArgument("tokens must be a list of {name, token, tables, inspect}")
+    grants = []
+    for index, entry in enumerate(raw):
+        if not isinstance(entry, Mapping) or not entry.get("token"):
+            raise InvalidArgument(f"tokens[{index}] needs at least a non-empty 'token'")
+        extra = set(entry) - {"name", "token", "tables", "inspect"}
+        if extra:
+            raise InvalidArgument(f"tokens[{index}]: unknown key(s) {', '.join(sorted(extra))}")
+        tables = entry.get("tables", [ALL_TABLES])
+        if isinstance(tables, str) or not all(isinstance(t, str) for t in tables):
+            raise InvalidArgument(f"tokens[{index}].tables must be a list of table names")
+        grants.append(
+            TokenGrant(
+                name=str(entry.get("name", f"token{index}")),
+                token=str(entry["token"]),
+                tables=frozenset(t.lower() for t in tables),
+                inspect=bool(entry.get("inspect", False)),
+            )
+        )
+    return tuple(grants)
+
+
+def _validate(config: BrokerConfig) -> None:
+    limits = config.limits
+    for name in (
+        "max_concurrent",
+        "max_result_rows",
+        "max_result_bytes",
+        "batch_bytes",
+        "max_sql_length",
+        "max_sql_nesting",
+        "max_sql_tree_depth",
+    ):
+        if getattr(limits, name) < 1:
+            raise InvalidArgument(f"[limits].{name} must be >= 1")
+    if limits.queue_size < 0:
+        raise InvalidArgument("[limits].queue_size must be >= 0")
+    if limits.query_timeout_s <= 0:
+        raise InvalidArgument("[limits].query_timeout_s must be > 0")
+    if bool(config.server.tls_cert) != bool(config.server.tls_key):
+        raise InvalidArgument("[server] tls_cert and tls_key must be given together")
+    if config.state.max_staleness_s <= 0 or config.state.heartbeat_timeout_s <= 0:
+        raise InvalidArgument("[state] staleness and heartbeat limits must be > 0")
+    parse_listen(config.server.listen)
+    secrets = [grant.token for grant in config.tokens]
+    if len(set(secrets)) != len(secrets):
+        raise InvalidArgument("two configured tokens have the same secret")
+
+
+def parse_listen(listen: str) -> tuple[str, int]:
+    """Split ``host:port`` (``[::1]:50051`` for IPv6); port 0 asks for any free port."""
+    host, sep, port = listen.rpartition(":")
+    if not sep or not host:
+        raise InvalidArgument(f"listen address {listen!r} must be host:port")
+    try:
+        number = int(port)
+    except ValueError:
+        raise InvalidArgument(f"listen address {listen!r} has a bad port") from None
+    if not 0 <= number <= 65535:
+        raise InvalidArgument(f"listen address {listen!r} has a port out of range")
+    return host.strip("[]"), number
+
+
+def with_overrides(config: BrokerConfig, **sections: Any) -> BrokerConfig:
+    """A copy of ``config`` with whole sections replaced (handy in tests and the CLI)."""
+    return replace(config, **sections)

@@ -1,0 +1,315 @@
+"""The query pipeline: follower state -> catalog -> rewrite -> access check -> views -> Spark.
+
+Transport-neutral: the gRPC servicer turns these results into messages. One query takes one atomic
+view of each table (segments, generation, LWM), rewrites against it, and runs on the temp views of
+exactly those generations. When Spark finds a segment file unreadable, the segment is removed from
+the timeline (which falls back to what it overwrote) and the query is prepared and run once more.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from broker.admission import Admission
+from broker.auth import Principal, check_read
+from broker.catalog_builder import build_catalog
+from broker.config import BrokerConfig
+from broker.executor import QueryScope, ResultLimits, SparkExecutor
+from broker.sql.errors import NoLowWatermark
+from broker.sql.model import QueryPlan, RewriteLimits, RewriteResult
+from broker.views import SegmentViews, UnreadableFiles, schema_ddl, segment_files
+from timeline.errors import HorizonError, InvalidArgument, Unavailable
+
+log = logging.getLogger("horizon.broker.engine")
+
+SNAPSHOT_LWM = "lwm"
+SNAPSHOT_VERSION = "version"
+SNAPSHOT_TIMESTAMP = "timestamp"
+SNAPSHOT_CHANGES = "changes"
+SNAPSHOT_NONE = "none"
+
+
+@dataclass(frozen=True, slots=True)
+class TableReadInfo:
+    """What one table of a query reads (the metadata a client sees)."""
+
+    table: str
+    snapshot: int | None
+    generation: int
+    lwm: int | None
+    retention_horizon: int
+    view: str
+    segments: tuple[Any, ...]
+    files: tuple[str, ...]
+    schema_ddl: str
+    staleness_s: float
+    laggard: Any
+    change_windows: tuple[tuple[int, int], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """A rewritten query bound to one view of each table it reads."""
+
+    query_id: str
+    original_sql: str
+    rewrite: RewriteResult
+    tables: tuple[TableReadInfo, ...]
+    table_views: tuple[Any, ...]
+    staleness_s: float
+    rewrite_s: float
+
+    @property
+    def sql(self) -> str:
+        return self.rewrite.sql
+
+    @property
+    def plan(self) -> QueryPlan:
+        return self.rewrite.plan
+
+    @property
+    def files(self) -> tuple[str, ...]:
+        return tuple(path for table in self.tables for path in table.files)
+
+    @property
+    def snapshot_source(self) -> str:
+        return snapshot_source(self.plan)
+
+    @property
+    def snapshot_reason(self) -> str:
+        return snapshot_reason(self.plan, self.tables)
+
+
+@dataclass(slots=True)
+class Execution:
+    """A finished query: its result, what it read, and where the time went."""
+
+    prepared: Prepared
+    table: pa.Table
+    queued_s: float = 0.0
+    rewrite_s: float = 0.0
+    views_s: float = 0.0
+    spark_s: float = 0.0
+    unreadable_segments: list[str] = field(default_factory=list)
+    retried: bool = False
+
+
+def snapshot_source(plan: QueryPlan) -> str:
+    source = (plan.snapshot_source or "").upper()
+    if "VERSION" in source:
+        return SNAPSHOT_VERSION
+    if "TIMESTAMP" in source:
+        return SNAPSHOT_TIMESTAMP
+    if plan.snapshot is not None:
+        return SNAPSHOT_LWM
+    if plan.change_feed:
+        return SNAPSHOT_CHANGES
+    return SNAPSHOT_NONE
+
+
+def snapshot_reason(plan: QueryPlan, tables: Sequence[TableReadInfo]) -> str:
+    """A sentence saying how the snapshot was chosen, with the LWMs it was chosen from."""
+    kind = snapshot_source(plan)
+    lwms = ", ".join(f"{t.table}={t.lwm}" for t in tables if t.snapshot is not None)
+    if kind == SNAPSHOT_LWM:
+        return f"no snapshot clause: the lowest low-watermark of the tables read ({lwms})"
+    if kind == SNAPSHOT_VERSION:
+        return f"VERSION AS OF {plan.snapshot} (current low-watermarks: {lwms})"
+    if kind == SNAPSHOT_TIMESTAMP:
+        return (
+            f"TIMESTAMP AS OF: the last HLC of that millisecond, {plan.snapshot} "
+            f"(current low-watermarks: {lwms})"
+        )
+    if kind == SNAPSHOT_CHANGES:
+        windows = "; ".join(
+            f"{t.table} ({lo}, {hi}]" for t in tables for lo, hi in t.change_windows
+        )
+        return f"table_changes windows: {windows}"
+    return "the query reads no upsert table at a snapshot"
+
+
+class QueryEngine:
+    """Prepares, explains and runs queries against a follower and one Spark session."""
+
+    def __init__(
+        self,
+        follower: Any,
+        spark: Any,
+        config: BrokerConfig,
+        *,
+        functions: Any = None,
+    ) -> None:
+        from broker.sql.functions_from_spark import function_policy_from_spark
+
+        self.follower = follower
+        self.spark = spark
+        self.config = config
+        self.views = SegmentViews(spark)
+        self.executor = SparkExecutor(spark)
+        self.admission = Admission(config.limits.max_concurrent, config.limits.queue_size)
+        self.functions = functions if functions is not None else function_policy_from_spark(spark)
+        self.rewrite_limits = RewriteLimits(
+            max_sql_length=config.limits.max_sql_length,
+            max_nesting=config.limits.max_sql_nesting,
+            max_tree_depth=config.limits.max_sql_tree_depth,
+        )
+
+    # -- preparing -----------------------------------------------------------------------------
+
+    def prepare(self, sql: str, principal: Principal, *, query_id: str | None = None) -> Prepared:
+        """Rewrite ``sql`` against the current state and check the caller may read its tables."""
+        from broker.sql import rewrite
+
+        started = time.perf_counter()
+        if not isinstance(sql, str) or not sql.strip():
+            raise InvalidArgument("the query is empty: send one SELECT statement")
+        staleness = self._check_fresh()
+        views, failures = self._table_views()
+        catalog = build_catalog(views.values(), [d for d, _ in failures.values()])
+        try:
+            result = rewrite(sql, catalog, limits=self.rewrite_limits, functions=self.functions)
+        except NoLowWatermark:
+            # A table whose state could not be read explains itself better than "no LWM".
+            self._raise_failed_table(sql, failures)
+            raise
+        check_read(principal, result.plan.table_names)
+        reads = []
+        table_views = []
+        for read in result.plan.tables_read:
+            key = read.name.lower()
+            if key in failures:
+                raise failures[key][1]
+            view = views[key]
+            if read.snapshot is not None:
+                self.follower.lwm(view.table)  # regression policy, staleness, no LWM
+            table_views.append(view)
+            reads.append(_read_info(read, view))
+        return Prepared(
+            query_id=query_id or uuid.uuid4().hex[:16],
+            original_sql=sql,
+            rewrite=result,
+            tables=tuple(reads),
+            table_views=tuple(table_views),
+            staleness_s=staleness,
+            rewrite_s=time.perf_counter() - started,
+        )
+
+    def _check_fresh(self) -> float:
+        staleness = float(self.follower.staleness_s())
+        limit = self.config.state.max_staleness_s
+        if staleness > limit:
+            raise Unavailable(
+                f"the broker's server state is {staleness:.1f}s stale (limit {limit:.1f}s): "
+                "the state store is unreachable"
+            )
+        return staleness
+
+    def _table_views(self) -> tuple[dict[str, Any], dict[str, tuple[Any, HorizonError]]]:
+        views: dict[str, Any] = {}
+        failures: dict[str, tuple[Any, HorizonError]] = {}
+        for table in self.follower.tables():
+            try:
+                views[table.lower()] = self.follower.view(table)
+            except HorizonError as error:
+                failures[table.lower()] = (self.follower.descriptor(table), error)
+        return views, failures
+
+    @staticmethod
+    def _raise_failed_table(sql: str, failures: dict[str, tuple[Any, HorizonError]]) -> None:
+        lowered = sql.lower()
+        for name, (_, error) in failures.items():
+            if name in lowered:
+                raise error
+
+    # -- running -------------------------------------------------------------------------------
+
+    def execute(
+        self,
+        sql: str,
+        principal: Principal,
+        scope: QueryScope,
+        *,
+        max_rows: int = 0,
+        is_active: Callable[[], bool] = lambda: True,
+    ) -> Execution:
+        """Run a query under admission control, falling back once on unreadable segment files."""
+        limits = self.config.limits
+        row_limit = (
+            min(max_rows, limits.max_result_rows) if max_rows > 0 else limits.max_result_rows
+        )
+        result_limits = ResultLimits(max_rows=row_limit, max_bytes=limits.max_result_bytes)
+        timeout_deadline = time.monotonic() + limits.query_timeout_s
+        scope.deadline = min(scope.deadline or timeout_deadline, timeout_deadline)
+        with self.admission.slot(deadline=scope.deadline, is_active=is_active) as queued_s:
+            unreadable: list[str] = []
+            for attempt in range(2):
+                prepared = self.prepare(sql, principal, query_id=scope.query_id)
+                try:
+                    with self.views.lease(prepared.table_views) as (_, views_s):
+                        spark_started = time.perf_counter()
+                        table = self.executor.run(
+                            prepared.sql, scope, result_limits, files=prepared.files
+                        )
+                        spark_s = time.perf_counter() - spark_started
+                except UnreadableFiles as error:
+                    removed = self._drop_unreadable(prepared, error)
+                    unreadable.extend(removed)
+                    if attempt == 0 and removed:
+                        log.warning(
+                            "query %s: %s; retrying on the new visible set", scope.query_id, error
+                        )
+                        continue
+                    raise Unavailable(
+                        f"segment files stayed unreadable after a retry: {error}"
+                    ) from None
+                return Execution(
+                    prepared=prepared,
+                    table=table,
+                    queued_s=queued_s,
+                    rewrite_s=prepared.rewrite_s,
+                    views_s=views_s,
+                    spark_s=spark_s,
+                    unreadable_segments=unreadable,
+                    retried=attempt > 0,
+                )
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _drop_unreadable(self, prepared: Prepared, error: UnreadableFiles) -> list[str]:
+        """Remove every visible segment with an unreadable file from the timeline."""
+        paths = set(error.paths)
+        removed = []
+        for table in prepared.tables:
+            for segment in table.segments:
+                if paths & set(segment.location):
+                    self.follower.mark_unreadable(segment.id)
+                    removed.append(str(segment.id))
+        return removed
+
+    def spark_plan(self, prepared: Prepared) -> str:
+        with self.views.lease(prepared.table_views):
+            return self.executor.explain(prepared.sql)
+
+
+def _read_info(read: Any, view: Any) -> TableReadInfo:
+    segments = tuple(view.visible_segments)
+    return TableReadInfo(
+        table=view.table,
+        snapshot=read.snapshot,
+        generation=int(view.generation),
+        lwm=view.lwm,
+        retention_horizon=int(view.retention_horizon or 0),
+        view=read.source_view,
+        segments=segments,
+        files=segment_files(segments),
+        schema_ddl=schema_ddl(view.descriptor),
+        staleness_s=float(view.staleness_s),
+        laggard=view.laggard,
+        change_windows=tuple(read.change_windows),
+    )

@@ -1,0 +1,82 @@
+"""Why each visible segment was chosen, in words (pure: timeline snapshot in, sentences out)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from timeline.interval import format_instant
+
+
+def _interval(interval: Any) -> str:
+    return f"{format_instant(interval.start_ms)}/{format_instant(interval.end_ms)}"
+
+
+def _overlaps(a: Any, b: Any) -> bool:
+    return a.start_ms < b.end_ms and b.start_ms < a.end_ms
+
+
+def segment_reasons(snapshot: Any, visible: Iterable[Any]) -> dict[str, str]:
+    """``{segment id: reason}`` for every visible segment found in ``snapshot``.
+
+    The reason names the time chunk and its completeness, the segment's atomic update group, what
+    that group overshadows inside the chunk, and newer chunk versions that were passed over
+    because they are incomplete (the fallback a reader would otherwise wonder about).
+    """
+    wanted = {str(segment.id) for segment in visible}
+    chunks = tuple(snapshot.chunks) if snapshot is not None else ()
+    reasons: dict[str, str] = {}
+    for chunk in chunks:
+        chunk_ids = {str(s.id) for group in chunk.groups for s in group.segments}
+        if not chunk_ids & wanted:
+            continue
+        completeness = (
+            f"complete (core partitions [0, {chunk.core_partitions}) covered)"
+            if chunk.complete
+            else "incomplete, read because no complete version covers it"
+        )
+        skipped = sorted(
+            other.version
+            for other in chunks
+            if other.version > chunk.version
+            and _overlaps(other.true_interval, chunk.true_interval)
+            and not other.complete
+        )
+        older = sorted(
+            other.version
+            for other in chunks
+            if other.version < chunk.version and _overlaps(other.true_interval, chunk.true_interval)
+        )
+        chunk_text = f"time chunk {_interval(chunk.true_interval)} version {chunk.version}, "
+        chunk_text += completeness
+        if skipped:
+            chunk_text += f"; newer version(s) {', '.join(skipped)} incomplete, so not read"
+        if older:
+            chunk_text += f"; overshadows older version(s) {', '.join(older)}"
+        for group in chunk.groups:
+            replaced = [
+                other
+                for other in chunk.groups
+                if other is not group
+                and other.state == "overshadowed"
+                and group.root_start <= other.root_start
+                and other.root_end <= group.root_end
+                and other.minor_version < group.minor_version
+            ]
+            group_text = (
+                f"atomic update group root [{group.root_start}, {group.root_end}) minor "
+                f"{group.minor_version} is {group.state}"
+                + (" and full" if group.full else " but not full")
+            )
+            if replaced:
+                group_text += (
+                    f", replacing {sum(len(g.segments) for g in replaced)} segment(s) of minor "
+                    + ", ".join(sorted({str(g.minor_version) for g in replaced}))
+                )
+            for segment in group.segments:
+                key = str(segment.id)
+                if key in wanted:
+                    reasons[key] = f"{chunk_text}; {group_text}"
+    for key in wanted - reasons.keys():
+        reasons[key] = "visible in the timeline (changed since the query was planned)"
+    return reasons

@@ -1,0 +1,199 @@
+"""Spark temp views over a table's visible segments, one per (table, timeline generation).
+
+The rewritten SQL reads ``__horizon_<table>_g<generation>`` instead of the table. A view is built
+once (``spark.read.parquet(files)`` with the descriptor's explicit schema, so Spark neither infers
+the schema nor opens a footer to plan) and reused by every query until the table's timeline
+changes. Older generations are dropped once no running query holds them.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from typing import Any
+
+from timeline.errors import HorizonError, Unavailable
+from watermark.catalog import VALIDITY_COLUMNS, TableDescriptor
+
+VIEW_PREFIX = "__horizon_"
+
+
+def view_name(table: str, generation: int) -> str:
+    """The temp view that holds ``table``'s visible segments at timeline ``generation``."""
+    return f"{VIEW_PREFIX}{table.lower()}_g{generation}"
+
+
+def schema_ddl(descriptor: TableDescriptor) -> str:
+    """The Spark DDL schema of a table's segment files: user columns + validity columns."""
+    columns = [f"`{column.name}` {column.type}" for column in descriptor.columns]
+    columns += [f"`{name}` bigint" for name in VALIDITY_COLUMNS]
+    return ", ".join(columns)
+
+
+def segment_files(segments: Iterable[Any]) -> tuple[str, ...]:
+    """Every file of ``segments``, in segment order, without duplicates."""
+    seen: dict[str, None] = {}
+    for segment in segments:
+        for path in segment.location:
+            seen.setdefault(path, None)
+    return tuple(seen)
+
+
+class UnreadableFiles(HorizonError):
+    """Spark could not read some segment files (missing or corrupt); the caller falls back."""
+
+    def __init__(self, paths: Sequence[str], detail: str) -> None:
+        super().__init__(f"unreadable segment file(s): {', '.join(paths) or '?'} ({detail})")
+        self.paths = tuple(paths)
+        self.detail = detail
+
+
+@dataclass(slots=True)
+class _Entry:
+    table: str
+    generation: int
+    name: str
+    leases: int = 0
+
+
+class SegmentViews:
+    """The cache of segment views of one Spark session."""
+
+    def __init__(self, spark: Any) -> None:
+        self._spark = spark
+        self._lock = threading.RLock()
+        self._entries: dict[tuple[str, int], _Entry] = {}
+        self.builds = 0
+        """How many views were built (a test and benchmark probe: reuse keeps it flat)."""
+
+    def names(self) -> list[str]:
+        with self._lock:
+            return sorted(entry.name for entry in self._entries.values())
+
+    @contextmanager
+    def lease(self, tables: Sequence[Any]) -> Iterator[tuple[list[str], float]]:
+        """Make sure a view exists for each table view (``follower.view(t)``) and hold them.
+
+        Yields the view names and the seconds spent building (0.0 when all were cached).
+        While held, the views survive newer generations; they are dropped when released.
+        """
+        import time
+
+        started = time.perf_counter()
+        entries: list[_Entry] = []
+        try:
+            for table_view in tables:
+                entries.append(self._acquire(table_view))
+            yield [entry.name for entry in entries], time.perf_counter() - started
+        finally:
+            with self._lock:
+                for entry in entries:
+                    entry.leases -= 1
+                    self._evict_older(entry.table)
+
+    def _acquire(self, table_view: Any) -> _Entry:
+        key = (table_view.table.lower(), int(table_view.generation))
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None:
+                name = view_name(table_view.table, table_view.generation)
+                self._build(name, table_view.descriptor, table_view.visible_segments)
+                entry = _Entry(key[0], key[1], name)
+                self._entries[key] = entry
+                self.builds += 1
+            entry.leases += 1
+            self._evict_older(key[0])
+            return entry
+
+    def _build(self, name: str, descriptor: TableDescriptor, segments: Sequence[Any]) -> None:
+        ddl = schema_ddl(descriptor)
+        files = segment_files(segments)
+        try:
+            if files:
+                frame = self._spark.read.schema(ddl).parquet(*files)
+            else:
+                frame = self._spark.createDataFrame([], ddl)
+            frame.createOrReplaceTempView(name)
+        except Exception as error:
+            raise classify_read_error(error, files) from None
+
+    def _evict_older(self, table: str) -> None:
+        """Drop this table's views older than its newest one that no query holds."""
+        generations = [gen for (name, gen) in self._entries if name == table]
+        if not generations:
+            return
+        newest = max(generations)
+        for generation in generations:
+            entry = self._entries[(table, generation)]
+            if generation < newest and entry.leases == 0:
+                del self._entries[(table, generation)]
+                with suppress(Exception):  # a vanished session has nothing left to drop
+                    self._spark.catalog.dropTempView(entry.name)
+
+    def clear(self) -> None:
+        with self._lock:
+            for entry in self._entries.values():
+                with suppress(Exception):
+                    self._spark.catalog.dropTempView(entry.name)
+            self._entries.clear()
+
+
+_MISSING_MARKERS = (
+    "PATH_NOT_FOUND",
+    "FILE_NOT_EXIST",
+    "FileNotFoundException",
+    "does not exist",
+    "CANNOT_READ_FILE_FOOTER",
+    "FAILED_READ_FILE",
+    "is not a Parquet file",
+)
+
+
+def classify_read_error(error: BaseException, files: Sequence[str]) -> BaseException:
+    """Turn a Spark failure into :class:`UnreadableFiles` when it is about segment files.
+
+    The paths are taken from Spark's message when it names them, otherwise found by checking which
+    local files are gone. Other failures come back unchanged.
+    """
+    message = str(error)
+    if not any(marker in message for marker in _MISSING_MARKERS):
+        return error
+    named = [path for path in files if _mentions(message, path)]
+    if not named:
+        named = [path for path in files if _is_local(path) and not os.path.exists(_local(path))]
+    if not named:
+        if "PATH_NOT_FOUND" in message or "FILE_NOT_EXIST" in message:
+            return Unavailable(f"Spark cannot read a file it was given: {_first_line(message)}")
+        return error
+    return UnreadableFiles(named, _first_line(message))
+
+
+def _mentions(message: str, path: str) -> bool:
+    local = _local(path)
+    candidates = {path, local, os.path.abspath(local)} if _is_local(path) else {path}
+    for candidate in candidates:
+        # The path must end where the message's token ends (no prefix-of-a-longer-name hits).
+        if re.search(re.escape(candidate) + r"(?![\w.\-/])", message):
+            return True
+    return False
+
+
+def _is_local(path: str) -> bool:
+    return "://" not in path or path.startswith("file:")
+
+
+def _local(path: str) -> str:
+    if path.startswith("file://"):
+        return path[len("file://") :]
+    if path.startswith("file:"):
+        return path[len("file:") :]
+    return path
+
+
+def _first_line(message: str) -> str:
+    line = message.strip().splitlines()[0] if message.strip() else ""
+    return line[:500]
