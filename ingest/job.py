@@ -1,0 +1,605 @@
+"""The ingestion job: one server's pipeline from a changelog to announced segments and watermarks.
+
+Per batch (see :mod:`ingest.manifest` for the exactly-once protocol)::
+
+    read -> commit timestamps -> resolve keys -> allocate partitions -> PREPARE -> write segments,
+    key index, pending updates -> COMMIT -> announce -> [updater] -> report -> DONE
+
+A restarted job (a new object on the same storage and server id) first cleans up a dead attempt,
+rolls an unpublished commit forward and reports, so nothing is lost or announced twice. Kill points
+are injectable with ``fail_at`` (one of :data:`STEPS`) for tests.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ingest import updater
+from ingest.granularity import chunk_interval, spark_chunk_start
+from ingest.manifest import (
+    COMMIT,
+    DONE,
+    INGEST,
+    PREPARE,
+    UPDATE,
+    KeyIndexVersion,
+    Manifest,
+    ManifestState,
+    Record,
+    manifest_dir,
+    read_records,
+)
+from ingest.partitioning import key_partition
+from ingest.resolve import (
+    SOURCE_FILE,
+    SOURCE_POSITION,
+    append_only,
+    empty_index,
+    merge_index,
+    resolve,
+    stored_columns,
+)
+from ingest.segments import WrittenSegment, write_segments
+from ingest.storage import Storage
+from ingest.table import TableDefinition
+from timeline.errors import Internal, InvalidArgument
+from timeline.segment import Segment
+from watermark.hlc import HybridLogicalClock
+from watermark.server import ServerClient
+
+log = logging.getLogger(__name__)
+
+STEPS = (
+    "after_prepare",
+    "after_segments",
+    "after_files",
+    "after_commit",
+    "after_announce",
+    "after_report",
+    "update_after_prepare",
+    "update_after_files",
+    "update_after_commit",
+    "update_after_replace",
+)
+"""Named kill points, in the order a batch (then its updater run) passes them."""
+_ROW_BITS = 33  # monotonically_increasing_id(): partition id in the upper bits, row in the lower 33
+
+
+class SimulatedCrash(Internal):
+    """Raised at an injected kill point (tests only): the job object must be thrown away."""
+
+
+@dataclass(frozen=True, slots=True)
+class BatchResult:
+    seq: int
+    rows: int
+    segments: tuple[Segment, ...] = ()
+    high: int = 0
+    skipped: bool = False
+    updated_segments: int = 0
+    sources: tuple[str, ...] = field(default=())
+
+
+class IngestJob:
+    """One server's ingestion of one table.
+
+    ``partitions`` are the key partitions this server owns (default: all); rows of other key
+    partitions in the input are left to their owners (several servers may read one source).
+    """
+
+    def __init__(
+        self,
+        spark: Any,
+        table: TableDefinition,
+        client: ServerClient,
+        *,
+        partitions: Iterable[int] | None = None,
+        clock: HybridLogicalClock | None = None,
+        fail_at: str | None = None,
+    ) -> None:
+        if fail_at is not None and fail_at not in STEPS:
+            raise InvalidArgument(f"unknown kill point {fail_at!r}: expected one of {STEPS}")
+        self.spark = spark
+        self.table = table
+        self.client = client
+        self.server_id = client.server_id
+        self.storage = Storage(spark)
+        self.root = self.storage.qualify(table.table_root)
+        self.manifest = Manifest(self.storage, self.root, self.server_id)
+        owned = range(table.key_partitions) if partitions is None else partitions
+        self.partitions = sorted(set(owned))
+        for partition in self.partitions:
+            if not 0 <= partition < table.key_partitions:
+                raise InvalidArgument(
+                    f"key partition {partition} is outside [0, {table.key_partitions}) "
+                    f"of table {table.name!r}"
+                )
+        self.clock = clock or HybridLogicalClock()
+        self.fail_at = fail_at
+        self.state = ManifestState()
+        self._started = False
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> IngestJob:
+        """Register, claim the partitions, recover from the commit log, report. Idempotent."""
+        if self._started:
+            return self
+        self.client.register()
+        self.client.register_table(self.table.descriptor())
+        self.client.claim_partitions(self.table.name, self.partitions)
+        self._recover()
+        self._started = True
+        return self
+
+    def _recover(self) -> None:
+        self.state = ManifestState.from_records(self.manifest.records())
+        if self.state.dangling is not None:
+            self._clean_up(self.state.dangling)
+            self.state.dangling = None
+        self._adopt_key_index()
+        self.clock.observe(self.state.high)
+        progress = self.client.partition_progress(self.table.name)
+        for partition in self.partitions:
+            if partition in progress:
+                reported = progress[partition]
+                self.clock.observe(max(int(reported.ingested or 0), int(reported.applied or 0)))
+        if self.state.unpublished is not None:
+            self._publish(self.state.unpublished)
+        self._report()
+        if self.state.unpublished is not None:
+            self._done(self.state.unpublished)
+
+    def _clean_up(self, prepare: Record) -> None:
+        """Delete a dead attempt's files, then its prepare record (in that order: retryable)."""
+        for directory in prepare.body.get("directories", ()):
+            log.info("removing files of dead attempt %s: %s", prepare.seq, directory)
+            self.storage.delete(directory)
+        self.manifest.delete(prepare)
+
+    def _adopt_key_index(self) -> None:
+        """For each owned partition, the newest committed key index of any server (handovers)."""
+        root = f"{self.root}/_manifest"
+        for info in self.storage.list_dir(root):
+            server = info.path.rstrip("/").rsplit("/", 1)[-1]
+            if server == self.server_id:
+                continue
+            other = ManifestState.from_records(
+                r for r in read_records(self.storage, manifest_dir(self.root, server))
+                if r.phase != PREPARE
+            )  # fmt: skip
+            for partition in self.partitions:
+                theirs = other.key_index.get(partition)
+                mine = self.state.key_index.get(partition)
+                if theirs is not None and (mine is None or theirs.high > mine.high):
+                    self.state.key_index[partition] = KeyIndexVersion(theirs.path, theirs.high)
+                self.clock.observe(other.ingested.get(partition, 0))
+
+    def claim(self, partitions: Iterable[int]) -> None:
+        """Take over key partitions handed to this server (its clock continues above them)."""
+        added = sorted(set(partitions) - set(self.partitions))
+        self.client.claim_partitions(self.table.name, added)
+        self.partitions = sorted(set(self.partitions) | set(added))
+        self._adopt_key_index()
+        progress = self.client.partition_progress(self.table.name)
+        for partition in added:
+            if partition in progress:
+                reported = progress[partition]
+                self.clock.observe(max(int(reported.ingested or 0), int(reported.applied or 0)))
+
+    def hand_over(self, partition: int, to_server: str) -> None:
+        """Give a key partition to another server, after applying every pending update."""
+        self.start()
+        self.flush_updates()
+        self._report()
+        self.client.hand_over(self.table.name, partition, to_server)
+        self.partitions = [p for p in self.partitions if p != partition]
+
+    # -- batches -----------------------------------------------------------------------------
+
+    def run_batch(self, frame: Any, *, sources: Sequence[str] = ()) -> BatchResult:
+        """Ingest one batch. ``sources`` name what it consumed: a batch whose sources were all
+        committed before is skipped (exactly once across restarts)."""
+        self.start()
+        sources = tuple(sources)
+        if sources and all(source in self.state.sources for source in sources):
+            return BatchResult(seq=0, rows=0, skipped=True, high=self.state.high, sources=sources)
+        seq = self.state.next_seq
+        with self._cached() as cache:
+            result = self._ingest(frame, seq, sources, cache)
+        return result
+
+    def tick(self) -> BatchResult:
+        """An empty batch: nothing new arrived, so every owned partition's progress moves to now
+        (an idle source must not hold the low-watermark back)."""
+        self.start()
+        base = self.clock.now()
+        return self._commit_ingest(self.state.next_seq, (), base, base, 0, {}, {}, None, {})
+
+    def run_directory(
+        self, path: str, fmt: str = "parquet", *, options: dict[str, str] | None = None
+    ) -> BatchResult:
+        """Ingest the files of a directory not ingested yet, as one batch (in file name order)."""
+        self.start()
+        files = [
+            info.path
+            for info in self.storage.list_files(path)
+            if not info.path.endswith((".crc", ".tmp"))
+        ]
+        new = [name for name in files if f"file:{name}" not in self.state.sources]
+        if not new:
+            return self.tick()
+        return self.run_batch(
+            self.read_changelog(new, fmt, options), sources=[f"file:{name}" for name in new]
+        )
+
+    def read_changelog(
+        self, paths: Sequence[str], fmt: str, options: dict[str, str] | None = None
+    ) -> Any:
+        reader = self.spark.read.format(fmt).schema(self._source_schema())
+        if fmt == "csv":
+            reader = reader.option("header", "true")
+        return reader.options(**(options or {})).load(list(paths))
+
+    def run_stream(
+        self,
+        source: Any,
+        checkpoint: str,
+        *,
+        available_now: bool = False,
+        processing_time: str | None = None,
+    ) -> Any:
+        """Run a Structured Streaming source through ``foreachBatch``; returns the query.
+
+        ``source`` is a streaming DataFrame (``stream_directory`` builds one for a directory of
+        changelog files; Kafka or any other source works the same after a select to the table's
+        columns). Spark's ``batch_id`` names each micro-batch, so a batch replayed after a crash is
+        recognised and skipped.
+        """
+        self.start()
+        stream = hashlib.sha1(self.storage.qualify(checkpoint).encode()).hexdigest()[:12]
+
+        def each(frame: Any, batch_id: int) -> None:
+            self.run_batch(frame, sources=[f"stream:{stream}:{batch_id}"])
+
+        writer = source.writeStream.foreachBatch(each).option("checkpointLocation", checkpoint)
+        if available_now:
+            writer = writer.trigger(availableNow=True)
+        elif processing_time:
+            writer = writer.trigger(processingTime=processing_time)
+        return writer.start()
+
+    def stream_directory(
+        self, path: str, fmt: str = "parquet", *, options: dict[str, str] | None = None
+    ) -> Any:
+        """A streaming DataFrame over a directory of changelog files."""
+        reader = self.spark.readStream.format(fmt).schema(self._source_schema())
+        if fmt == "csv":
+            reader = reader.option("header", "true")
+        return reader.options(**(options or {})).load(path)
+
+    def _source_schema(self) -> str:
+        return self.table.spark_schema_ddl()
+
+    # -- the batch ---------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _cached(self) -> Iterator[list[Any]]:
+        frames: list[Any] = []
+        try:
+            yield frames
+        finally:
+            for frame in frames:
+                with contextlib.suppress(Exception):
+                    frame.unpersist()
+
+    def _step(self, name: str) -> None:
+        if self.fail_at == name:
+            raise SimulatedCrash(f"simulated crash at {name}")
+
+    def _ingest(
+        self, frame: Any, seq: int, sources: tuple[str, ...], cache: list[Any]
+    ) -> BatchResult:
+        from pyspark import StorageLevel
+        from pyspark.sql import functions as F
+
+        table = self.table
+        rows = self._enrich(frame).persist(StorageLevel.MEMORY_AND_DISK)
+        cache.append(rows)
+        groups = (
+            rows.groupBy(SOURCE_FILE, "_pid")
+            .agg(F.min("_row").alias("_lo"), F.max("_row").alias("_hi"), F.count("*").alias("_n"))
+            .collect()
+        )
+        spans = sorted((g[SOURCE_FILE], g["_pid"], g["_lo"], g["_hi"], g["_n"]) for g in groups)
+        total_rows = sum(span[4] for span in spans)
+        reserved = sum(hi - lo + 1 for _, _, lo, hi, _ in spans)
+        base = self.clock.now()
+        high = base + max(reserved, 1) - 1
+        self.clock.observe(high)
+        if total_rows == 0:
+            return self._commit_ingest(seq, sources, base, high, 0, {}, {}, None, {})
+
+        offsets, running = [], 0
+        for source_file, pid, lo, hi, _ in spans:
+            offsets.append((source_file, pid, base + running - lo))
+            running += hi - lo + 1
+        offset_frame = self.spark.createDataFrame(
+            offsets, f"{SOURCE_FILE} string, _pid int, _off long"
+        )
+        stamped = rows.join(F.broadcast(offset_frame), on=[SOURCE_FILE, "_pid"]).withColumn(
+            "_ts", F.col("_off") + F.col("_row")
+        )
+        stamped = stamped.withColumn(
+            "_chunk", spark_chunk_start(table.granularity, self._time_ms())
+        )
+
+        if table.upsert:
+            touched = sorted({g["_kp"] for g in rows.select("_kp").distinct().collect()})
+            index = self._read_index(touched, stamped)
+            resolution = resolve(stamped, index, table)
+            cache.append(resolution.cached)
+            versions = resolution.versions
+        else:
+            resolution = None
+            versions = append_only(stamped, table)
+
+        counts = versions.groupBy("_chunk", "_kp").count().collect()
+        allocation = self._allocate(sorted((c["_chunk"], c["_kp"]) for c in counts))
+        row_counts = {
+            (c["_chunk"], allocation[(c["_chunk"], c["_kp"])]): c["count"] for c in counts
+        }
+        mapping = self.spark.createDataFrame(
+            [(chunk, kp, number) for (chunk, kp), number in allocation.items()],
+            "_chunk long, _kp int, _seg int",
+        )
+        directories = {
+            "segments": f"{self.root}/segments/{self.server_id}/b{seq:010d}",
+            "index": f"{self.root}/_keyindex/{self.server_id}/b{seq:010d}",
+            "updates": f"{self.root}/_updates/{self.server_id}/b{seq:010d}",
+        }
+        self.manifest.write(
+            seq, PREPARE, {"kind": INGEST, "directories": sorted(directories.values())}
+        )
+        self._step("after_prepare")
+        written = write_segments(
+            versions.join(F.broadcast(mapping), on=["_chunk", "_kp"]),
+            stored_columns(table),
+            directories["segments"],
+            len(allocation),
+            self.storage,
+        )
+        self._step("after_segments")
+
+        key_index: dict[int, str] = {}
+        updates_dir: str | None = None
+        pending_min: dict[int, int] = {}
+        if resolution is not None:
+            entries = (
+                resolution.index_entries.join(
+                    F.broadcast(mapping), on=["_chunk", "_kp"], how="left"
+                )
+                .withColumn("_seg", F.when(~F.col("_deleted"), F.col("_seg")))
+                .persist(StorageLevel.MEMORY_AND_DISK)
+            )
+            cache.append(entries)
+            changed = sorted(r["_kp"] for r in entries.select("_kp").distinct().collect())
+            old = self._read_index(changed, stamped)
+            merged = merge_index(old, entries, table.primary_key)
+            (
+                merged.withColumn("_kpDir", F.col("_kp"))
+                .repartition(max(1, len(changed)), "_kpDir")
+                .write.mode("overwrite")
+                .partitionBy("_kpDir")
+                .parquet(directories["index"])
+            )
+            key_index = {kp: f"{directories['index']}/_kpDir={kp}" for kp in changed}
+            updates = resolution.updates.persist(StorageLevel.MEMORY_AND_DISK)
+            cache.append(updates)
+            lowest = updates.groupBy("_kp").agg(F.min("validUntil").alias("m")).collect()
+            pending_min = {row["_kp"]: row["m"] for row in lowest}
+            if pending_min:
+                updates_dir = directories["updates"]
+                updates.write.mode("overwrite").parquet(updates_dir)
+        self._step("after_files")
+
+        segments = {
+            tag: self._first_generation(item, row_counts[tag]) for tag, item in written.items()
+        }
+        return self._commit_ingest(
+            seq, sources, base, high, total_rows, segments, key_index, updates_dir, pending_min
+        )
+
+    def _commit_ingest(
+        self,
+        seq: int,
+        sources: tuple[str, ...],
+        base: int,
+        high: int,
+        rows: int,
+        segments: dict[tuple[int, int], Segment],
+        key_index: dict[int, str],
+        updates_dir: str | None,
+        pending_min: dict[int, int],
+    ) -> BatchResult:
+        body = {
+            "kind": INGEST,
+            "sources": list(sources),
+            "base": base,
+            "high": high,
+            "rows": rows,
+            "partitions": self.partitions,
+            "segments": [segment.to_dict() for segment in segments.values()],
+            "key_index": {str(kp): path for kp, path in key_index.items()},
+            "updates": updates_dir,
+            "pending_min": {str(kp): value for kp, value in pending_min.items()},
+        }
+        record = self.manifest.write(seq, COMMIT, body)
+        self.state.apply_commit(record)
+        self._step("after_commit")
+        self._publish(record)
+        self._step("after_announce")
+        self._report()
+        self._step("after_report")
+        self._done(record)
+        updated = 0
+        if self.state.pending and self.state.batches_since_update >= self.table.update_cadence:
+            updated = self.flush_updates()
+        return BatchResult(
+            seq=seq,
+            rows=rows,
+            segments=tuple(segments.values()),
+            high=high,
+            updated_segments=updated,
+            sources=sources,
+        )
+
+    def _publish(self, record: Record) -> None:
+        body = record.body
+        if record.kind == INGEST:
+            segments = [Segment.from_dict(item) for item in body["segments"]]
+            if segments:
+                self.client.announce(segments)
+        elif record.kind == UPDATE:
+            add = [Segment.from_dict(item) for item in body["add"]]
+            remove = [Segment.from_dict(item) for item in body["remove"]]
+            self.client.replace(add=add, remove=remove)
+
+    def _done(self, record: Record) -> None:
+        self.manifest.write(record.seq, DONE, {"kind": record.kind})
+        if self.state.unpublished is record or (
+            self.state.unpublished is not None and self.state.unpublished.seq == record.seq
+        ):
+            self.state.unpublished = None
+
+    def _report(self) -> None:
+        progress = self.state.progress(self.partitions)
+        if progress:
+            self.client.report(self.table.name, progress)
+
+    # -- the segment updater -----------------------------------------------------------------
+
+    def flush_updates(self) -> int:
+        """Apply every pending validUntil update now; returns how many segments were rewritten."""
+        self.start()
+        if not self.state.pending:
+            return 0
+        seq = self.state.next_seq
+        applied = sorted(self.state.pending)
+        paths = [self.state.pending[s]["updates"] for s in applied]
+        updates = self.spark.read.parquet(*paths)
+        plan = updater.plan_updates(
+            updates,
+            self.table,
+            self.client.announced_segments(self.table.name),
+            lambda interval, count: self.client.allocate_overwrite_partitions(
+                self.table.name, interval, self.table.version, count
+            ),
+        )
+        directory = f"{self.root}/segments/{self.server_id}/u{seq:010d}"
+        self.manifest.write(seq, PREPARE, {"kind": UPDATE, "directories": [directory]})
+        self._step("update_after_prepare")
+        written = updater.rewrite_segments(
+            self.spark, updates, plan, self.table, directory, self.storage
+        )
+        self._step("update_after_files")
+        by_partition = {item.partition: item for item in written.values()}
+        add, remove = [], []
+        for target, old in sorted(plan.current.items()):
+            item = by_partition.get(plan.new_partition[target])
+            if item is None:
+                raise Internal(f"the rewrite of segment {old} wrote no file")
+            add.append(updater.overwrite_segment(old, item, self.server_id, self.table))
+            remove.append(old)
+        body = {
+            "kind": UPDATE,
+            "applied": applied,
+            "add": [segment.to_dict() for segment in add],
+            "remove": [segment.to_dict() for segment in remove],
+        }
+        record = self.manifest.write(seq, COMMIT, body)
+        self.state.apply_commit(record)
+        self._step("update_after_commit")
+        self._publish(record)
+        self._step("update_after_replace")
+        self._report()
+        self._done(record)
+        return len(add)
+
+    # -- helpers -----------------------------------------------------------------------------
+
+    def _enrich(self, frame: Any) -> Any:
+        """The user columns (typed), key partition, source position; owned partitions only."""
+        from pyspark.sql import functions as F
+
+        table = self.table
+        columns = [F.col(f"`{c.name}`").cast(c.type).alias(c.name) for c in table.columns]
+        position = F.monotonically_increasing_id()
+        enriched = frame.select(
+            *columns,
+            F.input_file_name().alias(SOURCE_FILE),
+            position.alias("_position"),
+        )
+        key = table.primary_key or table.column_names
+        enriched = enriched.select(
+            "*",
+            key_partition(key, table.key_partitions).alias("_kp"),
+            F.shiftright(F.col("_position"), _ROW_BITS).cast("int").alias("_pid"),
+            (F.col("_position").bitwiseAND(F.lit((1 << _ROW_BITS) - 1))).alias("_row"),
+        ).drop("_position")
+        if len(self.partitions) < table.key_partitions:
+            enriched = enriched.filter(F.col("_kp").isin(self.partitions))
+        return enriched.withColumn(SOURCE_POSITION, F.col("_row"))
+
+    def _time_ms(self) -> Any:
+        """Each row's time (epoch ms) for its chunk: the time column, else the commit time."""
+        from pyspark.sql import functions as F
+
+        commit_ms = F.shiftright(F.col("_ts"), 16)
+        name = self.table.time_column
+        if name is None:
+            return commit_ms
+        kind = next(c.type for c in self.table.columns if c.name == name).lower()
+        column = F.col(name)
+        if kind.startswith("timestamp") or kind == "date":
+            value = F.unix_millis(column.cast("timestamp"))
+        else:
+            value = column.cast("long")
+        return F.coalesce(value, commit_ms)
+
+    def _read_index(self, partitions: Sequence[int], like: Any) -> Any:
+        paths = [self.state.key_index[kp].path for kp in partitions if kp in self.state.key_index]
+        if not paths:
+            return empty_index(like, self.table)
+        return self.spark.read.parquet(*paths)
+
+    def _allocate(self, pairs: Sequence[tuple[int, int]]) -> dict[tuple[int, int], int]:
+        """A fresh first-generation partition number for every (chunk, key partition)."""
+        by_chunk: dict[int, list[int]] = {}
+        for chunk, kp in pairs:
+            by_chunk.setdefault(chunk, []).append(kp)
+        allocation: dict[tuple[int, int], int] = {}
+        for chunk, kps in sorted(by_chunk.items()):
+            interval = chunk_interval(self.table.granularity, chunk)
+            numbers = self.client.allocate_partitions(
+                self.table.name, interval, self.table.version, len(kps)
+            )
+            allocation.update({(chunk, kp): n for kp, n in zip(kps, numbers, strict=True)})
+        return allocation
+
+    def _first_generation(self, written: WrittenSegment, rows: int) -> Segment:
+        return Segment(
+            table=self.table.name,
+            interval=chunk_interval(self.table.granularity, written.chunk_start),
+            version=self.table.version,
+            partition=written.partition,
+            location=written.locations,
+            row_count=rows,
+            size_bytes=written.size_bytes,
+            server=self.server_id,
+        )

@@ -1,0 +1,82 @@
+"""Writing segment files: one Parquet file per segment, laid out for snapshot pruning.
+
+Every segment's files live in their own directory ``<attempt dir>/segment=<chunk>_<partition>/``,
+so the directory name identifies the segment a file belongs to (the updater relies on it). Inside a
+file, current versions (``validUntil IS NULL``) come first, then history, each by ``validFrom``: the
+row groups' min/max statistics then let a reader skip history and not-yet-visible rows.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ingest.storage import FileInfo, Storage
+from watermark.catalog import VALID_FROM, VALID_UNTIL
+
+SEGMENT_DIR_COLUMN = "segment"
+ROW_GROUP_BYTES = 8 * 1024 * 1024
+_TAG = re.compile(r"/segment=(-?\d+)_(\d+)/")
+
+
+def segment_tag(chunk_start: int, partition: int) -> str:
+    return f"{chunk_start}_{partition}"
+
+
+def tag_of_file(path: str) -> tuple[int, int] | None:
+    """``(chunk_start, partition)`` of a segment file written by :func:`write_segments`."""
+    match = _TAG.search(path)
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+@dataclass(frozen=True, slots=True)
+class WrittenSegment:
+    chunk_start: int
+    partition: int
+    files: tuple[FileInfo, ...]
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(info.size for info in self.files)
+
+    @property
+    def locations(self) -> tuple[str, ...]:
+        return tuple(info.path for info in self.files)
+
+
+def write_segments(
+    frame: Any, columns: Sequence[str], directory: str, segment_count: int, storage: Storage
+) -> dict[tuple[int, int], WrittenSegment]:
+    """Write ``frame`` (which has ``_chunk`` and ``_seg``) as one file per (chunk, partition).
+
+    Returns what was written, keyed by ``(chunk_start, partition)``.
+    """
+    from pyspark.sql import functions as F
+
+    tagged = frame.withColumn(
+        SEGMENT_DIR_COLUMN,
+        F.concat(F.col("_chunk").cast("string"), F.lit("_"), F.col("_seg").cast("string")),
+    )
+    (
+        tagged.repartition(max(1, min(segment_count, 512)), SEGMENT_DIR_COLUMN)
+        .sortWithinPartitions(SEGMENT_DIR_COLUMN, F.col(VALID_UNTIL).isNotNull(), VALID_FROM)
+        .select(*columns, SEGMENT_DIR_COLUMN)
+        .write.mode("overwrite")
+        .option("parquet.block.size", ROW_GROUP_BYTES)
+        .partitionBy(SEGMENT_DIR_COLUMN)
+        .parquet(directory)
+    )
+    return collect_written(directory, storage)
+
+
+def collect_written(directory: str, storage: Storage) -> dict[tuple[int, int], WrittenSegment]:
+    grouped: dict[tuple[int, int], list[FileInfo]] = {}
+    for info in storage.list_files(directory, suffix=".parquet"):
+        tag = tag_of_file(info.path)
+        if tag is not None:
+            grouped.setdefault(tag, []).append(info)
+    return {
+        tag: WrittenSegment(tag[0], tag[1], tuple(files)) for tag, files in sorted(grouped.items())
+    }

@@ -1,0 +1,149 @@
+"""The segment updater: applies pending ``validUntil`` updates by rewriting the affected segments.
+
+Segments are immutable, so a segment whose rows got superseded is rewritten whole as an overwrite
+segment of the same time chunk and major version, covering the same root range with the next minor
+version (Druid's NumberedOverwriteShardSpec). Announcing it overshadows the old one in the timeline.
+
+Updates are addressed to *logical* segments, ``(chunk, root partition)``: whatever the newest
+physical segment of that root range is (first generation or an earlier overwrite) is the one read.
+Rewrites are batched: every pending update of a segment is applied in one rewrite.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ingest.granularity import chunk_interval
+from ingest.resolve import stored_columns
+from ingest.segments import WrittenSegment, tag_of_file, write_segments
+from ingest.storage import Storage
+from ingest.table import TableDefinition
+from timeline.errors import Internal
+from timeline.interval import Interval
+from timeline.segment import Segment
+from watermark.catalog import VALID_FROM, VALID_UNTIL
+
+
+@dataclass(frozen=True, slots=True)
+class UpdatePlan:
+    """Which physical segment each targeted logical segment is now, and what replaces it."""
+
+    current: dict[tuple[int, int], Segment]
+    """(chunk start, root partition) -> the segment to rewrite."""
+    new_partition: dict[tuple[int, int], int]
+    """(chunk start, root partition) -> the overwrite partition number of its rewrite."""
+
+
+def current_segments(
+    announced: Sequence[Segment], table: TableDefinition, targets: Sequence[tuple[int, int]]
+) -> dict[tuple[int, int], Segment]:
+    """The newest announced segment of each ``(chunk start, root partition)`` (pure)."""
+    wanted = set(targets)
+    found: dict[tuple[int, int], Segment] = {}
+    for segment in announced:
+        if segment.version != table.version or segment.root_end != segment.root_start + 1:  # type: ignore[operator]
+            continue
+        key = (segment.interval.start_ms, int(segment.root_start))  # type: ignore[arg-type]
+        if key not in wanted:
+            continue
+        if key not in found or segment.minor_version > found[key].minor_version:
+            found[key] = segment
+    missing = sorted(wanted - set(found))
+    if missing:
+        raise Internal(
+            f"table {table.name!r}: validUntil updates target segments that are not announced "
+            f"(chunk start, partition): {missing[:5]}"
+        )
+    return found
+
+
+def plan_updates(
+    updates: Any,
+    table: TableDefinition,
+    announced: Sequence[Segment],
+    allocate: Callable[[Interval, int], list[int]],
+) -> UpdatePlan:
+    """Find the segments to rewrite and reserve their overwrite partition numbers."""
+    targets = sorted(
+        (row._chunk, row._seg) for row in updates.select("_chunk", "_seg").distinct().collect()
+    )
+    current = current_segments(announced, table, targets)
+    new_partition: dict[tuple[int, int], int] = {}
+    by_chunk: dict[int, list[tuple[int, int]]] = {}
+    for target in targets:
+        by_chunk.setdefault(target[0], []).append(target)
+    for chunk, chunk_targets in sorted(by_chunk.items()):
+        numbers = allocate(chunk_interval(table.granularity, chunk), len(chunk_targets))
+        new_partition.update(zip(chunk_targets, numbers, strict=True))
+    return UpdatePlan(current=current, new_partition=new_partition)
+
+
+def rewrite_segments(
+    spark: Any,
+    updates: Any,
+    plan: UpdatePlan,
+    table: TableDefinition,
+    directory: str,
+    storage: Storage,
+) -> dict[tuple[int, int], WrittenSegment]:
+    """Rewrite every planned segment with its updates applied; returns the written files."""
+    from pyspark.sql import functions as F
+
+    files = [path for segment in plan.current.values() for path in segment.location]
+    mapping_rows = []
+    for (chunk, root), segment in plan.current.items():
+        for path in segment.location:
+            tag = tag_of_file(path)
+            if tag is None:
+                raise Internal(f"segment file {path} is not in a segment directory")
+            mapping_rows.append((tag[0], tag[1], chunk, root, plan.new_partition[(chunk, root)]))
+    mapping = spark.createDataFrame(
+        sorted(set(mapping_rows)), "_fchunk long, _fpart int, _chunk long, _root int, _seg int"
+    )
+    columns = stored_columns(table)
+    path = F.col("_metadata.file_path")
+    pattern = r"/segment=(-?\d+)_(\d+)/"
+    data = (
+        spark.read.parquet(*files)
+        .select(
+            *columns,
+            F.regexp_extract(path, pattern, 1).cast("long").alias("_fchunk"),
+            F.regexp_extract(path, pattern, 2).cast("int").alias("_fpart"),
+        )
+        .join(F.broadcast(mapping), on=["_fchunk", "_fpart"])
+    )
+    pk = list(table.primary_key)
+    pending = updates.select(
+        F.col("_chunk"),
+        F.col("_seg").alias("_root"),
+        *pk,
+        F.col(VALID_FROM),
+        F.col(VALID_UNTIL).alias("_newUntil"),
+    )
+    applied = data.join(pending, on=["_chunk", "_root", *pk, VALID_FROM], how="left").withColumn(
+        VALID_UNTIL, F.coalesce(F.col(VALID_UNTIL), F.col("_newUntil"))
+    )
+    return write_segments(applied, columns, directory, len(plan.current), storage)
+
+
+def overwrite_segment(
+    old: Segment, written: WrittenSegment, server_id: str, table: TableDefinition
+) -> Segment:
+    """The description of a rewrite of ``old``: same root range, next minor version."""
+    return Segment(
+        table=table.name,
+        interval=old.interval,
+        version=old.version,
+        partition=written.partition,
+        core_partitions=old.core_partitions,
+        root_start=old.root_start,
+        root_end=old.root_end,
+        minor_version=old.minor_version + 1,
+        atomic_update_group_size=1,
+        location=written.locations,
+        row_count=old.row_count,
+        size_bytes=written.size_bytes,
+        server=server_id,
+    )
