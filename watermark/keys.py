@@ -11,7 +11,7 @@ Everything lives under one prefix (default ``horizon``):
 ``{p}:hb``                     hash server -> last heartbeat (Redis time, ms)
 ``{p}:t:{table}:segs``         hash segment key -> segment JSON (every announced segment)
 ``{p}:t:{table}:prog``         hash partition -> ``owner|ingested|applied|reported_ms`` (``""`` = none)
-``{p}:t:{table}:lwm``          zset (all scores 0) of ``{min:020d}|{partition:05d}`` for owned,
+``{p}:t:{table}:lwm``          zset (all scores 0) of ``{min:020d}:{partition:05d}`` for owned,
                                reported partitions: its first member is the table's LWM
 ``{p}:t:{table}:ret``          hash server -> retention horizon HLC
 ``{p}:t:{table}:alloc``        hash ``{start}|{end}|{version}|{first|overwrite}`` -> next partition
@@ -59,7 +59,7 @@ def padded_hlc(hlc: int) -> str:
 
 
 def lwm_member(lwm: int, partition: int) -> str:
-    return f"{padded_hlc(lwm)}|{partition:0{PARTITION_WIDTH}d}"
+    return f"{padded_hlc(lwm)}:{partition:0{PARTITION_WIDTH}d}"
 
 
 def segment_key(segment: Segment) -> str:

@@ -84,7 +84,7 @@ REGISTER_TABLE = _script(
     """
 -- ARGV[4] table, ARGV[5] descriptor JSON
 local existing = redis.call('HGET', K_TABLES, ARGV[4])
-if existing then return {'EXISTS', existing} end
+if existing then return {'OK', 'EXISTS', existing} end
 redis.call('HSET', K_TABLES, ARGV[4], ARGV[5])
 emit('table', ARGV[5])
 return {'OK'}
@@ -296,7 +296,7 @@ READ_TABLE_LWM = (
 -- ARGV[2] table. One round trip: the first member of the LWM zset, its owner and the count.
 local first = redis.call('ZRANGE', k_lwm(ARGV[2]), 0, 0)
 if #first == 0 then return {} end
-local lwm, partition = string.match(first[1], '^(%d+)|(%d+)$')
+local lwm, partition = string.match(first[1], '^(%d+):(%d+)$')
 local owner = ''
 local entry = redis.call('HGET', k_prog(ARGV[2]), tostring(tonumber(partition)))
 if entry then owner = string.match(entry, '^([^|]*)|') end

@@ -1,0 +1,225 @@
+"""ServerClient against a real redis-server."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+
+import pytest
+import redis
+
+from tests.watermark.conftest import segment, table_descriptor
+from timeline.errors import FailedPrecondition, InvalidArgument, ResourceExhausted, Unavailable
+from timeline.interval import Interval
+from watermark.read import read_table_lwm
+
+
+def test_register_table_is_idempotent_and_refuses_a_different_definition(redis_url, make_server):
+    server = make_server(redis_url, "s1")
+    server.register()
+    server.register_table(table_descriptor())
+    server.register_table(table_descriptor())
+    other = make_server(redis_url, "s2")
+    other.register_table(table_descriptor())
+    with pytest.raises(FailedPrecondition, match="different definition"):
+        other.register_table(table_descriptor(key_partitions=8))
+
+
+def test_announce_unannounce_and_replace_change_the_announced_set(redis_url, make_server):
+    server = make_server(redis_url, "s1")
+    server.register_table(table_descriptor())
+    a, b, c = segment(partition=0), segment(partition=1), segment(chunk=1)
+    server.announce([a, b])
+    assert [s.partition for s in server.announced_segments("accounts")] == [0, 1]
+    assert all(s.server == "s1" for s in server.announced_segments("accounts"))
+    server.unannounce([b])
+    server.replace(add=[c], remove=[a])
+    assert [s.id for s in server.announced_segments("accounts")] == [c.id]
+
+
+def test_announcing_into_an_unregistered_table_is_refused(redis_url, make_server):
+    server = make_server(redis_url, "s1")
+    with pytest.raises(FailedPrecondition, match="not registered"):
+        server.announce([segment(table="ghost")])
+
+
+def test_report_claims_unowned_partitions_and_refuses_anothers(
+    redis_url, make_server, redis_client
+):
+    first, second = make_server(redis_url, "s1"), make_server(redis_url, "s2")
+    first.register()
+    second.register()
+    first.register_table(table_descriptor())
+    first.report("accounts", {0: (1000, 900), 1: (800, 1200)})
+    progress = first.partition_progress("accounts")
+    assert (progress[0].owner, progress[0].ingested, progress[0].applied) == ("s1", 1000, 900)
+    with pytest.raises(FailedPrecondition, match="owned by server s1"):
+        second.report("accounts", {1: (5000, 5000)})
+    found = read_table_lwm(redis_client, "accounts")
+    assert found is not None and (found.lwm, found.laggard.server, found.laggard.partition) == (
+        800,
+        "s1",
+        1,
+    )
+
+
+def test_read_table_lwm_handles_hlcs_beyond_double_precision(redis_url, make_server, redis_client):
+    server = make_server(redis_url, "s1")
+    server.register_table(table_descriptor())
+    big = (1_800_000_000_000 << 16) | 12345
+    server.report("accounts", {0: (big + 1, big + 2), 1: (big, big + 7)})
+    found = read_table_lwm(redis_client, "accounts")
+    assert found is not None and found.lwm == big and found.partitions == 2
+    assert read_table_lwm(redis_client, "nothing") is None
+
+
+def test_reports_reject_negative_timestamps(redis_url, make_server):
+    server = make_server(redis_url, "s1")
+    server.register_table(table_descriptor())
+    with pytest.raises(InvalidArgument):
+        server.report("accounts", {0: (-1, 5)})
+
+
+def test_partition_allocation_is_collision_free_across_concurrent_servers(redis_url, make_server):
+    servers = [make_server(redis_url, f"s{i}") for i in range(4)]
+    servers[0].register_table(table_descriptor())
+    chunk = Interval(0, 3_600_000)
+    results: list[list[int]] = []
+    lock = threading.Lock()
+
+    def allocate(server) -> None:
+        for _ in range(25):
+            numbers = server.allocate_partitions("accounts", chunk, "v1", 3)
+            with lock:
+                results.append(numbers)
+
+    threads = [threading.Thread(target=allocate, args=(s,)) for s in servers]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    everything = [n for numbers in results for n in numbers]
+    assert sorted(everything) == list(range(300))
+    overwrite = servers[1].allocate_overwrite_partitions("accounts", chunk, "v1", 2)
+    assert overwrite == [32768, 32769]
+    # Another version of the same chunk has its own numbers.
+    assert servers[2].allocate_partitions("accounts", chunk, "v2", 1) == [0]
+
+
+def test_allocation_skips_partitions_already_announced_and_runs_out_clearly(redis_url, make_server):
+    server = make_server(redis_url, "s1")
+    server.register_table(table_descriptor())
+    server.announce([segment(partition=5)])
+    assert server.allocate_partitions("accounts", Interval(0, 3_600_000), "v1", 2) == [6, 7]
+    with pytest.raises(ResourceExhausted, match="partition numbers"):
+        server.allocate_partitions("accounts", Interval(0, 3_600_000), "v1", 40_000)
+
+
+def test_claiming_a_partition_of_a_live_server_fails_but_a_dead_ones_is_taken(
+    redis_url, make_server
+):
+    owner = make_server(redis_url, "owner", heartbeat_timeout_s=0.3)
+    taker = make_server(redis_url, "taker", heartbeat_timeout_s=0.3)
+    owner.register()
+    taker.register()
+    owner.register_table(table_descriptor())
+    owner.report("accounts", {0: (700, 700)})
+    with pytest.raises(FailedPrecondition, match="live server owner"):
+        taker.claim_partitions("accounts", [0])
+    time.sleep(0.45)  # the owner stops heart-beating
+    taker.claim_partitions("accounts", [0, 1])
+    progress = taker.partition_progress("accounts")
+    assert progress[0].owner == "taker" and progress[0].ingested == 700  # progress carried
+    assert progress[1].owner == "taker" and progress[1].ingested is None
+
+
+def test_hand_over_moves_ownership_with_progress(redis_url, make_server, redis_client):
+    giver, receiver = make_server(redis_url, "giver"), make_server(redis_url, "receiver")
+    giver.register_table(table_descriptor())
+    giver.report("accounts", {3: (400, 500)})
+    giver.hand_over("accounts", 3, "receiver")
+    giver.hand_over("accounts", 3, "receiver")  # a retried hand-over is harmless
+    progress = receiver.partition_progress("accounts")[3]
+    assert (progress.owner, progress.ingested, progress.applied) == ("receiver", 400, 500)
+    assert read_table_lwm(redis_client, "accounts").lwm == 400
+    with pytest.raises(FailedPrecondition, match="owned by server receiver"):
+        giver.report("accounts", {3: (600, 600)})
+    receiver.report("accounts", {3: (600, 650)})
+    assert read_table_lwm(redis_client, "accounts").lwm == 600
+
+
+def test_decommission_releases_partitions_and_keeps_segments(redis_url, make_server, redis_client):
+    leaving, staying = make_server(redis_url, "leaving"), make_server(redis_url, "staying")
+    leaving.register()
+    staying.register()
+    leaving.register_table(table_descriptor())
+    leaving.announce([segment()])
+    leaving.report("accounts", {0: (100, 100)})
+    staying.report("accounts", {1: (900, 900)})
+    leaving.decommission()
+    assert read_table_lwm(redis_client, "accounts").lwm == 900
+    assert leaving.partition_progress("accounts")[0].owner is None
+    assert len(staying.announced_segments("accounts")) == 1
+    with pytest.raises(FailedPrecondition, match="decommissioned"):
+        leaving.heartbeat()
+
+
+def test_server_republishes_its_state_when_redis_lost_its_data(
+    redis_url, make_server, redis_client
+):
+    server = make_server(redis_url, "s1")
+    server.register()
+    server.register_table(table_descriptor())
+    seg = segment(location="s3://bucket/a.parquet")
+    server.announce([seg])
+    server.report("accounts", {0: (300, 250)})
+    server.report_retention_horizon("accounts", 10)
+    assert server.allocate_partitions("accounts", Interval(0, 3_600_000), "v1", 4) == [1, 2, 3, 4]
+    redis_client.flushall()
+    server.heartbeat()  # any call notices and re-publishes first
+    assert server.announced_segments("accounts") == [dataclasses.replace(seg, server="s1")]
+    assert server.partition_progress("accounts")[0].applied == 250
+    assert read_table_lwm(redis_client, "accounts").lwm == 250
+    assert redis_client.hget("horizon:t:accounts:ret", "s1") == b"10"
+    assert server.allocate_partitions("accounts", Interval(0, 3_600_000), "v1", 1) == [5]
+
+
+def test_heartbeat_thread_republishes_within_a_heartbeat(redis_url, make_server, redis_client):
+    server = make_server(redis_url, "s1")
+    server.register()
+    server.register_table(table_descriptor())
+    server.start_heartbeats(0.05)
+    redis_client.flushall()
+    deadline = time.monotonic() + 3
+    while redis_client.hget("horizon:tables", "accounts") is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert redis_client.hget("horizon:tables", "accounts") is not None
+    server.stop_heartbeats()
+
+
+def test_calls_raise_unavailable_after_a_bounded_retry(private_redis, make_server):
+    process = private_redis(persistence=False)
+    server = make_server(process.url, "s1", retry_timeout_s=0.5)
+    server.register()
+    process.stop(kill=True)
+    started = time.monotonic()
+    with pytest.raises(Unavailable, match="unreachable"):
+        server.heartbeat()
+    assert time.monotonic() - started < 5
+
+
+def test_calls_survive_a_quick_redis_restart(private_redis, make_server):
+    process = private_redis(persistence=True)
+    server = make_server(process.url, "s1")
+    server.register()
+    server.register_table(table_descriptor())
+    restart = threading.Thread(target=lambda: process.restart(kill=True))
+    restart.start()
+    for i in range(20):
+        server.report("accounts", {0: (i, i)})
+        time.sleep(0.01)
+    restart.join()
+    client = redis.Redis.from_url(process.url)
+    assert read_table_lwm(client, "accounts").lwm == 19
+    client.close()
