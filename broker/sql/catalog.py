@@ -1,0 +1,103 @@
+"""What the rewriter knows about registered tables: columns, key, snapshot bounds, visible files.
+
+The broker builds a :class:`Catalog` for each query from its follower's state (descriptors, the
+current low-watermarks, the timeline's visible segments and the temp view registered over them).
+The rewriter only reads it, so it stays a pure function of (SQL text, catalog).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+from timeline.errors import InvalidArgument
+from watermark.catalog import ColumnSpec, TableDescriptor
+
+#: Database qualifiers that mean "Horizon's registered tables" (``default.t``, ``horizon.t``).
+REGISTERED_NAMESPACES = frozenset({"default", "horizon"})
+
+#: Catalog qualifiers accepted in three-part names (``spark_catalog.default.t``).
+REGISTERED_CATALOGS = frozenset({"spark_catalog"})
+
+
+@dataclass(frozen=True, slots=True)
+class CatalogTable:
+    """One registered table as a query may read it.
+
+    ``lwm`` is the table's current low-watermark (None while unknown), ``retention_horizon`` the
+    lowest snapshot still readable. ``source_view`` is the Spark temp view over the table's visible
+    segment files (``segments``/``files`` are reported in the plan for passthrough clients).
+    """
+
+    name: str
+    columns: tuple[ColumnSpec, ...]
+    primary_key: tuple[str, ...]
+    upsert: bool
+    lwm: int | None
+    retention_horizon: int
+    source_view: str
+    segments: tuple[str, ...] = ()
+    files: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.columns:
+            raise InvalidArgument(f"catalog table {self.name!r} has no columns")
+        if self.upsert and not self.primary_key:
+            raise InvalidArgument(f"upsert table {self.name!r} needs a primary key")
+        if not self.source_view:
+            raise InvalidArgument(f"catalog table {self.name!r} has no source view")
+
+    @classmethod
+    def from_descriptor(
+        cls,
+        descriptor: TableDescriptor,
+        *,
+        lwm: int | None,
+        retention_horizon: int,
+        source_view: str,
+        segments: Iterable[str] = (),
+        files: Iterable[str] = (),
+    ) -> CatalogTable:
+        """The catalog entry of a table a server published, with the broker's current state."""
+        return cls(
+            name=descriptor.name,
+            columns=descriptor.columns,
+            primary_key=descriptor.primary_key,
+            upsert=descriptor.upsert,
+            lwm=lwm,
+            retention_horizon=retention_horizon,
+            source_view=source_view,
+            segments=tuple(segments),
+            files=tuple(files),
+        )
+
+    @property
+    def column_names(self) -> tuple[str, ...]:
+        return tuple(column.name for column in self.columns)
+
+
+class Catalog:
+    """Registered tables by name; lookups are case-insensitive like Spark's default resolution."""
+
+    __slots__ = ("_tables",)
+
+    def __init__(self, tables: Iterable[CatalogTable] = ()) -> None:
+        by_name: dict[str, CatalogTable] = {}
+        for table in tables:
+            key = table.name.lower()
+            if key in by_name:
+                raise InvalidArgument(f"table {table.name!r} is registered twice in the catalog")
+            by_name[key] = table
+        self._tables = by_name
+
+    def get(self, name: str) -> CatalogTable | None:
+        return self._tables.get(name.lower())
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and name.lower() in self._tables
+
+    def __iter__(self) -> Iterator[CatalogTable]:
+        return iter(self._tables.values())
+
+    def __len__(self) -> int:
+        return len(self._tables)

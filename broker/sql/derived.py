@@ -1,0 +1,104 @@
+"""The derived tables that replace references to registered tables, as Spark SQL text.
+
+They are built as text (not trees) because they are fixed templates: formatting a string costs a
+few microseconds, while generating the same subtree through sqlglot would cost more than parsing
+the user's whole query. Every identifier that did not come from the user's text is quoted when it
+is not a plain identifier or when it is a keyword.
+"""
+
+from __future__ import annotations
+
+import re
+
+from sqlglot.dialects.spark import Spark
+
+from broker.sql.catalog import CatalogTable
+from watermark.catalog import VALID_FROM, VALID_UNTIL
+
+_PLAIN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_KEYWORDS = frozenset(
+    word.upper() for keyword in Spark.Tokenizer.KEYWORDS for word in keyword.split()
+)
+
+CHANGE_TYPE = "_change_type"
+COMMIT_TIMESTAMP = "_commit_timestamp"
+_VERSION = "__horizon_v"
+_NEIGHBOUR = "__horizon_n"
+_AT = "__horizon_at"
+
+
+def quote(name: str) -> str:
+    """``name`` as a Spark identifier: bare when that is unambiguous, backticked otherwise."""
+    if _PLAIN.match(name) and name.upper() not in _KEYWORDS:
+        return name
+    return "`" + name.replace("`", "``") + "`"
+
+
+def visibility_predicate(snapshot: int, qualifier: str = "") -> str:
+    """Versions alive at ``snapshot``: the half-open interval ``[validFrom, validUntil)`` holds it.
+
+    Written with explicit brackets: ``validFrom <= S AND validUntil IS NULL OR validUntil > S``
+    would show versions before they were inserted.
+    """
+    valid_from = qualifier + quote(VALID_FROM)
+    valid_until = qualifier + quote(VALID_UNTIL)
+    return f"{valid_from} <= {snapshot} AND ({valid_until} IS NULL OR {valid_until} > {snapshot})"
+
+
+def visible_scan_sql(table: CatalogTable, snapshot: int) -> str:
+    """The versions of an upsert table visible at ``snapshot``, user columns plus validity."""
+    columns = ", ".join(quote(name) for name in (*table.column_names, VALID_FROM, VALID_UNTIL))
+    return (
+        f"(SELECT {columns} FROM {quote(table.source_view)} WHERE {visibility_predicate(snapshot)})"
+    )
+
+
+def append_scan_sql(table: CatalogTable) -> str:
+    """An append-only table: every row of its visible segments, user columns only."""
+    columns = ", ".join(quote(name) for name in table.column_names)
+    return f"(SELECT {columns} FROM {quote(table.source_view)})"
+
+
+def change_feed_sql(table: CatalogTable, start: int, end: int) -> str:
+    """Every change of ``table`` committed in ``(start, end]``, in Delta's change-data-feed shape.
+
+    A version beginning in the window is an ``insert``, or an ``update_postimage`` when another
+    (non-empty) version of its key ended at that instant; a version ending in the window is a
+    ``delete``, or an ``update_preimage`` when another (non-empty) version of its key began then.
+    Empty versions (``validFrom = validUntil``) never appear and never count as neighbours.
+    """
+    source = quote(table.source_view)
+    valid_from, valid_until = quote(VALID_FROM), quote(VALID_UNTIL)
+    user = [quote(name) for name in table.column_names]
+    keys = [quote(name) for name in table.primary_key]
+    versioned = ", ".join(f"{_VERSION}.{name}" for name in user)
+    key_list = ", ".join(keys)
+    key_match = " AND ".join(f"{_NEIGHBOUR}.{key} <=> {_VERSION}.{key}" for key in keys)
+    non_empty = f"({valid_until} IS NULL OR {valid_until} > {valid_from})"
+
+    def in_window(column: str, qualifier: str = "") -> str:
+        return f"{qualifier}{column} > {start} AND {qualifier}{column} <= {end}"
+
+    begins = (
+        f"SELECT {versioned}, "
+        f"CASE WHEN {_NEIGHBOUR}.{_AT} IS NULL THEN 'insert' ELSE 'update_postimage' END "
+        f"AS {CHANGE_TYPE}, {_VERSION}.{valid_from} AS {COMMIT_TIMESTAMP} "
+        f"FROM {source} AS {_VERSION} LEFT JOIN ("
+        f"SELECT DISTINCT {key_list}, {valid_until} AS {_AT} FROM {source} "
+        f"WHERE {valid_until} > {valid_from} AND {in_window(valid_until)}"
+        f") AS {_NEIGHBOUR} ON {key_match} AND {_NEIGHBOUR}.{_AT} = {_VERSION}.{valid_from} "
+        f"WHERE {in_window(valid_from, _VERSION + '.')} AND ({_VERSION}.{valid_until} IS NULL "
+        f"OR {_VERSION}.{valid_until} > {_VERSION}.{valid_from})"
+    )
+    ends = (
+        f"SELECT {versioned}, "
+        f"CASE WHEN {_NEIGHBOUR}.{_AT} IS NULL THEN 'delete' ELSE 'update_preimage' END "
+        f"AS {CHANGE_TYPE}, {_VERSION}.{valid_until} AS {COMMIT_TIMESTAMP} "
+        f"FROM {source} AS {_VERSION} LEFT JOIN ("
+        f"SELECT DISTINCT {key_list}, {valid_from} AS {_AT} FROM {source} "
+        f"WHERE {non_empty} AND {in_window(valid_from)}"
+        f") AS {_NEIGHBOUR} ON {key_match} AND {_NEIGHBOUR}.{_AT} = {_VERSION}.{valid_until} "
+        f"WHERE {in_window(valid_until, _VERSION + '.')} "
+        f"AND {_VERSION}.{valid_until} > {_VERSION}.{valid_from}"
+    )
+    return f"({begins} UNION ALL {ends})"

@@ -1,0 +1,43 @@
+"""Wall-clock timestamps to HLC snapshots.
+
+An HLC is ``(physical_ms << 16) | logical``. A timestamp names a millisecond; the snapshot "as of"
+that millisecond must include every commit of it, so it is the *last* HLC of that millisecond.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from broker.sql.errors import InvalidSnapshot
+
+LOGICAL_BITS = 16
+LOGICAL_MASK = (1 << LOGICAL_BITS) - 1
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MILLISECOND = timedelta(milliseconds=1)
+
+
+def last_hlc_of_millisecond(milliseconds: int) -> int:
+    """The highest HLC whose physical part is ``milliseconds``."""
+    return (milliseconds << LOGICAL_BITS) | LOGICAL_MASK
+
+
+def timestamp_to_milliseconds(text: str) -> int:
+    """Milliseconds since the epoch of an ISO-8601 timestamp; no zone means UTC (the session's
+    zone). Sub-millisecond digits are truncated: they fall inside the named millisecond."""
+    try:
+        moment = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise InvalidSnapshot(
+            f"invalid timestamp {text!r}: expected ISO-8601 such as '2026-11-21T10:00:00Z'"
+        ) from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    milliseconds = (moment - _EPOCH) // _MILLISECOND
+    if milliseconds < 0:
+        raise InvalidSnapshot(f"timestamp {text!r} is before 1970-01-01")
+    return milliseconds
+
+
+def timestamp_to_hlc(text: str) -> int:
+    """The last HLC of the millisecond ``text`` names."""
+    return last_hlc_of_millisecond(timestamp_to_milliseconds(text))

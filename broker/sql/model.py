@@ -1,0 +1,65 @@
+"""The rewriter's inputs besides SQL (limits) and its outputs (rewritten SQL and the plan)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class RewriteLimits:
+    """Limits checked before and right after parsing, so a hostile text cannot exhaust the broker.
+
+    ``max_nesting`` counts brackets, CASE blocks and runs of prefix operators in the token stream
+    (what drives the parser's recursion); ``max_tree_depth`` bounds the parsed tree (long operator
+    chains that nest without brackets).
+    """
+
+    max_sql_length: int = 100_000
+    max_nesting: int = 100
+    max_tree_depth: int = 1_000
+
+
+@dataclass(frozen=True, slots=True)
+class TableRead:
+    """One registered table the query reads, with what its substituted scan(s) read.
+
+    ``snapshot`` is the snapshot of the table's plain references (None for an append-only table
+    or when it is read only through ``table_changes``); ``change_windows`` lists the ``(from, to]``
+    windows of its ``table_changes`` calls.
+    """
+
+    name: str
+    upsert: bool
+    source_view: str
+    snapshot: int | None
+    segments: tuple[str, ...]
+    files: tuple[str, ...]
+    references: int
+    change_windows: tuple[tuple[int, int], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class QueryPlan:
+    """What a rewritten query reads: the broker checks access on ``tables_read`` and passthrough
+    clients get the file lists from it.
+
+    ``snapshot_source`` says how the snapshot was chosen: ``"default: min LWM"``,
+    ``"VERSION AS OF"``, ``"TIMESTAMP AS OF"``, or None when no upsert table is scanned.
+    """
+
+    tables_read: tuple[TableRead, ...]
+    snapshot: int | None
+    snapshot_source: str | None
+    change_feed: bool
+
+    @property
+    def table_names(self) -> tuple[str, ...]:
+        return tuple(read.name for read in self.tables_read)
+
+
+@dataclass(frozen=True, slots=True)
+class RewriteResult:
+    """The Spark SQL to run (readable, shown by Explain) and the plan behind it."""
+
+    sql: str
+    plan: QueryPlan

@@ -1,0 +1,81 @@
+"""Replace each ``table_changes('t', from, to)`` with the change feed of ``t`` in ``(from, to]``."""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from broker.sql.derived import change_feed_sql
+from broker.sql.errors import InvalidChangeWindow, NoLowWatermark, SnapshotOutOfRange
+from broker.sql.hlc import timestamp_to_hlc
+from broker.sql.passes.choose_snapshot import _integer, _timestamp_text
+from broker.sql.state import Reference, ReferenceKind, state_of
+
+
+def _bound(argument: exp.Expression, which: str) -> int:
+    """An integer HLC, or a timestamp string meaning the last HLC of its millisecond."""
+    value = _integer(argument)
+    if value is not None:
+        if value < 0:
+            raise InvalidChangeWindow(f"table_changes: {which} bound {value} is negative")
+        return value
+    text = _timestamp_text(argument)
+    if text is not None:
+        return timestamp_to_hlc(text)
+    raise InvalidChangeWindow(
+        f"table_changes: the {which} bound must be an integer HLC or a timestamp string, "
+        f"got {argument.sql(dialect='spark')}"
+    )
+
+
+def change_window(reference: Reference) -> tuple[int, int]:
+    """The checked ``(from, to]`` window of one ``table_changes`` call."""
+    table = reference.table
+    arguments = reference.node.this.expressions
+    start = _bound(arguments[1], "from")
+    if len(arguments) > 2:
+        end = _bound(arguments[2], "to")
+    elif table.lwm is None:
+        raise NoLowWatermark(
+            f"table_changes: table {table.name} has no low-watermark yet, so the window has no end"
+        )
+    else:
+        end = table.lwm
+    if start > end:
+        raise InvalidChangeWindow(f"table_changes: from ({start}) is after to ({end})")
+    if table.lwm is None:
+        raise NoLowWatermark(f"table_changes: table {table.name} has no low-watermark yet")
+    if end > table.lwm:
+        raise SnapshotOutOfRange(
+            f"table_changes: to = {end} is in the future: above the low-watermark {table.lwm} "
+            f"of table {table.name}"
+        )
+    if start < table.retention_horizon:
+        raise SnapshotOutOfRange(
+            f"table_changes: from = {start} is below the retention horizon "
+            f"{table.retention_horizon} of table {table.name}: that history has been collected"
+        )
+    return start, end
+
+
+def expand_table_changes(tree: exp.Expression) -> exp.Expression:
+    """Substitute every ``table_changes`` call in FROM with its change-feed derived table.
+
+    >>> import sqlglot
+    >>> from watermark.catalog import ColumnSpec
+    >>> from broker.sql.catalog import Catalog, CatalogTable
+    >>> from broker.sql.passes.resolve_references import resolve_references
+    >>> t = CatalogTable("t", (ColumnSpec("k", "int"),), ("k",), True, 10, 0, "__horizon_t_g1")
+    >>> tree = sqlglot.parse_one("SELECT * FROM table_changes('t', 1, 5) AS c", read="spark")
+    >>> expand_table_changes(resolve_references(tree, Catalog([t]))).sql("spark")[:40]
+    'SELECT * FROM (SELECT __horizon_v.k, CAS'
+    """
+    for reference in state_of(tree).references:
+        if reference.kind is not ReferenceKind.CHANGES:
+            continue
+        start, end = change_window(reference)
+        reference.change_window = (start, end)
+        node = reference.node
+        if not node.args.get("alias"):
+            node.set("alias", exp.TableAlias(this=exp.to_identifier(reference.table.name)))
+        node.set("this", exp.Var(this=change_feed_sql(reference.table, start, end)))
+    return tree

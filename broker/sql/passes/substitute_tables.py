@@ -1,0 +1,50 @@
+"""Replace each scanned registered table with a derived table over its visible segments."""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from broker.sql.derived import append_scan_sql, visible_scan_sql
+from broker.sql.errors import NoLowWatermark
+from broker.sql.state import ReferenceKind, state_of
+
+
+def substitute_tables(tree: exp.Expression) -> exp.Expression:
+    """Turn every scan reference into ``(SELECT cols, validFrom, validUntil FROM <source view>
+    WHERE <visible at S>) AS <alias or table name>`` (append-only tables: no predicate, user
+    columns only).
+
+    The filter sits inside the derived table, so it belongs to that scan alone: an outer join
+    keeps its meaning, and nothing the user writes around the reference can remove it. The Table
+    node is edited in place, which keeps its alias (with column list), sample, pivots and nested
+    joins where they were.
+
+    >>> import sqlglot
+    >>> from watermark.catalog import ColumnSpec
+    >>> from broker.sql.catalog import Catalog, CatalogTable
+    >>> from broker.sql.passes.resolve_references import resolve_references
+    >>> from broker.sql.passes.choose_snapshot import choose_snapshot
+    >>> t = CatalogTable("t", (ColumnSpec("k", "int"),), ("k",), True, 10, 0, "__horizon_t_g1")
+    >>> tree = sqlglot.parse_one("SELECT k FROM t", read="spark")
+    >>> substitute_tables(choose_snapshot(resolve_references(tree, Catalog([t])))).sql("spark")
+    'SELECT k FROM (SELECT k, validFrom, validUntil FROM __horizon_t_g1 WHERE validFrom <= 10 AND (validUntil IS NULL OR validUntil > 10)) AS t'
+    """
+    state = state_of(tree)
+    for reference in state.references:
+        if reference.kind is not ReferenceKind.SCAN:
+            continue
+        node = reference.node
+        table = reference.table
+        if table.upsert:
+            if state.snapshot is None:
+                raise NoLowWatermark(f"no snapshot was chosen for table {table.name}")
+            derived = visible_scan_sql(table, state.snapshot)
+        else:
+            derived = append_scan_sql(table)
+        if not node.args.get("alias"):
+            node.set("alias", exp.TableAlias(this=node.this))
+        node.set("this", exp.Var(this=derived))
+        node.set("db", None)
+        node.set("catalog", None)
+        node.set("version", None)
+    return tree

@@ -1,0 +1,98 @@
+"""The rewrite pipeline: client SQL in, Spark SQL that reads only visible versions out.
+
+Pure: a function of the SQL text, the catalog, the limits and the function policy. Each step is a
+small pass in ``broker.sql.passes``; this module only runs them in order and turns the outcome
+into a :class:`RewriteResult`.
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp
+from sqlglot.dialects.spark import Spark
+from sqlglot.errors import ParseError
+
+from broker.sql.catalog import Catalog
+from broker.sql.errors import QueryTooLarge, SqlSyntaxError
+from broker.sql.functions import FunctionPolicy
+from broker.sql.model import QueryPlan, RewriteLimits, RewriteResult, TableRead
+from broker.sql.passes.check_expressions import check_expressions
+from broker.sql.passes.check_limits import check_limits
+from broker.sql.passes.check_statement_kind import check_statement_kind
+from broker.sql.passes.choose_snapshot import choose_snapshot
+from broker.sql.passes.expand_table_changes import expand_table_changes
+from broker.sql.passes.resolve_references import resolve_references
+from broker.sql.passes.substitute_tables import substitute_tables
+from broker.sql.state import ReferenceKind, RewriteState, state_of
+
+_DIALECT = Spark()
+_TOO_DEEP = "query is nested too deeply to be processed"
+
+
+def _parse(sql: str, tokens: list) -> list[exp.Expression | None]:
+    try:
+        return _DIALECT.parser().parse(tokens, sql)
+    except ParseError as error:
+        details = error.errors[0] if error.errors else {}
+        description = details.get("description") or str(error)
+        where = f" at line {details['line']}, column {details['col']}" if "line" in details else ""
+        raise SqlSyntaxError(f"SQL syntax error{where}: {description}") from None
+    except RecursionError:
+        raise QueryTooLarge(_TOO_DEEP) from None
+
+
+def _plan(state: RewriteState) -> QueryPlan:
+    by_table: dict[str, list] = {}
+    for reference in state.references:
+        by_table.setdefault(reference.table.name.lower(), []).append(reference)
+    reads = []
+    for references in by_table.values():
+        table = references[0].table
+        scanned = any(ref.kind is ReferenceKind.SCAN for ref in references)
+        reads.append(
+            TableRead(
+                name=table.name,
+                upsert=table.upsert,
+                source_view=table.source_view,
+                snapshot=state.snapshot if scanned and table.upsert else None,
+                segments=table.segments,
+                files=table.files,
+                references=len(references),
+                change_windows=tuple(
+                    ref.change_window for ref in references if ref.change_window is not None
+                ),
+            )
+        )
+    return QueryPlan(
+        tables_read=tuple(reads),
+        snapshot=state.snapshot,
+        snapshot_source=state.snapshot_source,
+        change_feed=any(ref.kind is ReferenceKind.CHANGES for ref in state.references),
+    )
+
+
+def rewrite(
+    sql: str,
+    catalog: Catalog,
+    *,
+    limits: RewriteLimits = RewriteLimits(),  # noqa: B008 - frozen value object
+    functions: FunctionPolicy,
+    pretty: bool = False,
+) -> RewriteResult:
+    """Check ``sql`` and rewrite every registered-table reference to read its visible versions.
+
+    Raises a subclass of ``timeline.errors.HorizonError`` (InvalidArgument, NotFound,
+    FailedPrecondition, ResourceExhausted) naming the problem; never lets a parser recursion
+    error escape.
+    """
+    tokens = check_limits(sql, limits)
+    tree = check_statement_kind(_parse(sql, tokens))
+    tree = check_expressions(tree, functions=functions, limits=limits)
+    tree = resolve_references(tree, catalog)
+    tree = choose_snapshot(tree)
+    tree = expand_table_changes(tree)
+    tree = substitute_tables(tree)
+    try:
+        text = _DIALECT.generate(tree, pretty=pretty)
+    except RecursionError:
+        raise QueryTooLarge(_TOO_DEEP) from None
+    return RewriteResult(sql=text, plan=_plan(state_of(tree)))
