@@ -1,0 +1,224 @@
+"""Conversions from Horizon's values (segments, timeline snapshots, watermark reports, query
+metadata) to the API's protobuf messages. Pure; the servicer stays thin."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from broker._proto.horizon.v1 import horizon_pb2 as pb
+from broker.engine import (
+    SNAPSHOT_CHANGES,
+    SNAPSHOT_LWM,
+    SNAPSHOT_NONE,
+    SNAPSHOT_TIMESTAMP,
+    SNAPSHOT_VERSION,
+    Prepared,
+    TableReadInfo,
+)
+from timeline.interval import Interval
+
+SNAPSHOT_SOURCES = {
+    SNAPSHOT_LWM: pb.SNAPSHOT_SOURCE_LWM,
+    SNAPSHOT_VERSION: pb.SNAPSHOT_SOURCE_VERSION,
+    SNAPSHOT_TIMESTAMP: pb.SNAPSHOT_SOURCE_TIMESTAMP,
+    SNAPSHOT_CHANGES: pb.SNAPSHOT_SOURCE_CHANGES,
+    SNAPSHOT_NONE: pb.SNAPSHOT_SOURCE_NONE,
+}
+GROUP_STATES = {
+    "visible": pb.GROUP_STATE_VISIBLE,
+    "standby": pb.GROUP_STATE_STANDBY,
+    "overshadowed": pb.GROUP_STATE_OVERSHADOWED,
+}
+
+
+def interval_message(interval: Interval) -> pb.Interval:
+    return pb.Interval(start_ms=interval.start_ms, end_ms=interval.end_ms)
+
+
+def segment_message(segment: Any) -> pb.Segment:
+    return pb.Segment(
+        id=str(segment.id),
+        table=segment.table,
+        interval=interval_message(segment.interval),
+        version=segment.version,
+        partition=segment.partition,
+        core_partitions=segment.core_partitions,
+        root_start=segment.root_start,
+        root_end=segment.root_end,
+        minor_version=segment.minor_version,
+        atomic_update_group_size=segment.atomic_update_group_size,
+        location=list(segment.location),
+        row_count=segment.row_count,
+        size_bytes=segment.size_bytes,
+        server=segment.server,
+    )
+
+
+def laggard_message(laggard: Any) -> pb.Laggard | None:
+    if laggard is None:
+        return None
+    return pb.Laggard(server=laggard.server, partition=laggard.partition, watermark=laggard.lwm)
+
+
+def table_read_message(read: TableReadInfo) -> pb.TableRead:
+    message = pb.TableRead(
+        table=read.table,
+        timeline_generation=read.generation,
+        retention_horizon=read.retention_horizon,
+        view=read.view,
+        segment_count=len(read.segments),
+        file_count=len(read.files),
+        staleness_seconds=read.staleness_s,
+    )
+    if read.snapshot is not None:
+        message.snapshot = read.snapshot
+    if read.lwm is not None:
+        message.lwm = read.lwm
+    laggard = laggard_message(read.laggard)
+    if laggard is not None:
+        message.laggard.CopyFrom(laggard)
+    return message
+
+
+def metadata_message(
+    prepared: Prepared, *, unreadable: Iterable[str] = (), retried: bool = False
+) -> pb.QueryMetadata:
+    message = pb.QueryMetadata(
+        query_id=prepared.query_id,
+        snapshot_source=SNAPSHOT_SOURCES[prepared.snapshot_source],
+        snapshot_reason=prepared.snapshot_reason,
+        tables=[table_read_message(read) for read in prepared.tables],
+        staleness_seconds=prepared.staleness_s,
+        unreadable_segments=list(unreadable),
+        retried=retried,
+    )
+    if prepared.plan.snapshot is not None:
+        message.snapshot = prepared.plan.snapshot
+    return message
+
+
+def substituted_table_message(read: TableReadInfo) -> pb.SubstitutedTable:
+    message = pb.SubstitutedTable(
+        table=read.table,
+        view=read.view,
+        timeline_generation=read.generation,
+        schema_ddl=read.schema_ddl,
+        files=list(read.files),
+        segments=[segment_message(segment) for segment in read.segments],
+    )
+    if read.snapshot is not None:
+        message.snapshot = read.snapshot
+    return message
+
+
+def table_info_message(view: Any) -> pb.TableInfo:
+    descriptor = view.descriptor
+    message = pb.TableInfo(
+        name=descriptor.name,
+        columns=[pb.Column(name=c.name, type=c.type) for c in descriptor.columns],
+        primary_key=list(descriptor.primary_key),
+        upsert=descriptor.upsert,
+        timeline_generation=view.generation,
+        visible_segments=len(view.visible_segments),
+        time_column=descriptor.time_column or "",
+    )
+    if view.lwm is not None:
+        message.lwm = view.lwm
+    return message
+
+
+def timeline_message(
+    snapshot: Any, *, interval: Interval | None, include_overshadowed: bool
+) -> pb.GetTimelineResponse:
+    chunks = []
+    for chunk in snapshot.chunks:
+        if interval is not None and not (
+            chunk.true_interval.start_ms < interval.end_ms
+            and interval.start_ms < chunk.true_interval.end_ms
+        ):
+            continue
+        groups = [
+            pb.AtomicUpdateGroup(
+                version=chunk.version,
+                minor_version=group.minor_version,
+                root_start=group.root_start,
+                root_end=group.root_end,
+                state=GROUP_STATES.get(group.state, pb.GROUP_STATE_UNSPECIFIED),
+                full=group.full,
+                expected_size=group.atomic_update_group_size,
+                segments=[segment_message(segment) for segment in group.segments],
+            )
+            for group in chunk.groups
+            if include_overshadowed or group.state != "overshadowed"
+        ]
+        if not groups and not include_overshadowed:
+            continue
+        chunks.append(
+            pb.TimeChunk(
+                interval=interval_message(chunk.true_interval),
+                version=chunk.version,
+                complete=chunk.complete,
+                core_partitions=chunk.core_partitions,
+                queried=bool(chunk.lookup_pieces),
+                groups=groups,
+            )
+        )
+    return pb.GetTimelineResponse(
+        table=snapshot.table, timeline_generation=snapshot.generation, chunks=chunks
+    )
+
+
+def watermarks_message(report: Any, *, queries_blocked: bool) -> pb.GetWatermarksResponse:
+    message = pb.GetWatermarksResponse(
+        table=report.table,
+        stale_servers=list(report.stale_servers),
+        staleness_seconds=report.staleness_s,
+        queries_blocked=queries_blocked,
+    )
+    if report.lwm is not None:
+        message.lwm = report.lwm
+    laggard = laggard_message(report.laggard)
+    if laggard is not None:
+        message.laggard.CopyFrom(laggard)
+    servers: dict[str, list[Any]] = {}
+    for row in report.partitions:
+        message.partitions.append(
+            pb.PartitionWatermark(
+                server=row.owner or "",
+                partition=row.partition,
+                ingested=row.ingested if row.ingested is not None else 0,
+                applied=row.applied if row.applied is not None else 0,
+                watermark=row.lwm if row.lwm is not None else 0,
+                live=row.live,
+            )
+        )
+        servers.setdefault(row.owner or "", []).append(row)
+    stale = set(report.stale_servers)
+    for server, rows in sorted(servers.items()):
+        server_message = pb.ServerWatermark(
+            server=server,
+            live=server not in stale and all(row.live for row in rows),
+            heartbeat_age_seconds=max(
+                (row.report_age_s for row in rows if row.report_age_s is not None), default=0.0
+            ),
+            partitions=[row.partition for row in rows],
+        )
+        lwms = [row.lwm for row in rows if row.lwm is not None]
+        if lwms:
+            server_message.watermark = min(lwms)
+        message.servers.append(server_message)
+    for regression in report.regressions:
+        message.regressions.append(
+            pb.Regression(
+                server=regression.server or "",
+                partition=regression.partition if regression.partition is not None else -1,
+                from_watermark=regression.from_lwm,
+                to_watermark=regression.to_lwm,
+                detail=(
+                    f"LWM would have gone from {regression.from_lwm} down to "
+                    f"{regression.to_lwm}; the broker kept {regression.from_lwm}"
+                ),
+            )
+        )
+    return message

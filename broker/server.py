@@ -1,0 +1,212 @@
+"""Building and running the broker: Spark, the Redis follower, the engine and the gRPC server.
+
+The gRPC server carries Horizon's two services, standard health checking (``grpc.health.v1``) and
+server reflection (so ``grpcurl`` works without the .proto files). Plaintext is served only on a
+loopback address unless explicitly allowed; with a certificate and key configured it serves TLS.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import socket
+import threading
+from concurrent import futures
+from pathlib import Path
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from broker._proto.horizon.v1 import horizon_pb2 as pb
+from broker._proto.horizon.v1 import horizon_pb2_grpc as rpc
+from broker.auth import Authenticator
+from broker.config import BrokerConfig, parse_listen
+from broker.engine import QueryEngine
+from broker.service import InspectionServicer, QueryServicer
+from timeline.errors import FailedPrecondition, InvalidArgument, Unavailable
+
+log = logging.getLogger("horizon.broker.server")
+
+SERVICE_NAMES = tuple(service.full_name for service in pb.DESCRIPTOR.services_by_name.values())
+_MAX_MESSAGE_BYTES = 8 * 1024 * 1024
+
+
+def is_loopback(host: str) -> bool:
+    """True for addresses only this machine can reach (``localhost``, 127/8, ``::1``)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        try:
+            return all(
+                ipaddress.ip_address(info[4][0]).is_loopback
+                for info in socket.getaddrinfo(host, None)
+            )
+        except OSError:
+            return False
+
+
+def check_listen_policy(config: BrokerConfig) -> None:
+    """Refuse plaintext on a reachable address unless the configuration allows it explicitly."""
+    host, _ = parse_listen(config.server.listen)
+    if config.server.tls or config.server.allow_insecure_remote or is_loopback(host):
+        return
+    raise FailedPrecondition(
+        f"refusing to serve plaintext on {config.server.listen}: configure [server] tls_cert and "
+        "tls_key, listen on a loopback address, or set allow_insecure_remote = true"
+    )
+
+
+class BrokerServer:
+    """One running broker. Pass ``spark`` and/or ``follower`` to reuse existing ones (tests)."""
+
+    def __init__(
+        self,
+        config: BrokerConfig,
+        *,
+        spark: Any = None,
+        follower: Any = None,
+        functions: Any = None,
+    ) -> None:
+        self.config = config
+        self._spark = spark
+        self._owns_spark = spark is None
+        self._follower = follower
+        self._owns_follower = follower is None
+        self._functions = functions
+        self._server: grpc.Server | None = None
+        self._health: health.HealthServicer | None = None
+        self.engine: QueryEngine | None = None
+        self.port: int = 0
+        self._stopped = threading.Event()
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def start(self) -> BrokerServer:
+        check_listen_policy(self.config)
+        if self._follower is None:
+            from watermark.follower import Follower
+
+            state = self.config.state
+            self._follower = Follower(
+                state.redis_url,
+                prefix=state.key_prefix,
+                heartbeat_timeout_s=state.heartbeat_timeout_s,
+                max_staleness_s=state.max_staleness_s,
+                regression_policy=state.regression_policy,
+            )
+            self._follower.start()
+            self._follower.wait_until_synced(state.sync_timeout_s)
+        if self._spark is None:
+            from broker.spark_session import create_spark_session
+
+            spark_config = self.config.spark
+            self._spark = create_spark_session(
+                master=spark_config.master,
+                remote=spark_config.remote,
+                app_name=spark_config.app_name,
+                conf=spark_config.conf_dict,
+            )
+        self.engine = QueryEngine(
+            self._follower, self._spark, self.config, functions=self._functions
+        )
+        self._server = self._build_grpc_server()
+        self._server.start()
+        log.info("horizon broker listening on %s", self.target)
+        return self
+
+    def _build_grpc_server(self) -> grpc.Server:
+        assert self.engine is not None
+        limits = self.config.limits
+        workers = limits.max_concurrent + limits.queue_size + 8
+        server = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="horizon-rpc"),
+            options=[
+                ("grpc.max_send_message_length", _MAX_MESSAGE_BYTES),
+                ("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),
+                ("grpc.so_reuseport", 0),
+            ],
+            maximum_concurrent_rpcs=workers * 4,
+        )
+        auth = Authenticator(self.config.tokens)
+        rpc.add_QueryServiceServicer_to_server(QueryServicer(self.engine, auth), server)
+        rpc.add_InspectionServiceServicer_to_server(
+            InspectionServicer(
+                self._follower, auth, regression_policy=self.config.state.regression_policy
+            ),
+            server,
+        )
+        self._health = health.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
+        for name in ("", *SERVICE_NAMES):
+            self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        if self.config.server.reflection:
+            reflection.enable_server_reflection(
+                (*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server
+            )
+        self.port = self._bind(server)
+        return server
+
+    def _bind(self, server: grpc.Server) -> int:
+        host, port = parse_listen(self.config.server.listen)
+        address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        try:
+            if self.config.server.tls:
+                key = Path(self.config.server.tls_key or "").read_bytes()
+                cert = Path(self.config.server.tls_cert or "").read_bytes()
+                credentials = grpc.ssl_server_credentials([(key, cert)])
+                bound = server.add_secure_port(address, credentials)
+            else:
+                bound = server.add_insecure_port(address)
+        except OSError as error:
+            raise InvalidArgument(f"cannot read the TLS certificate or key: {error}") from None
+        except RuntimeError as error:
+            raise Unavailable(f"cannot listen on {address}: {error}") from None
+        if not bound:
+            raise Unavailable(f"cannot listen on {address}")
+        return bound
+
+    @property
+    def target(self) -> str:
+        host, _ = parse_listen(self.config.server.listen)
+        if host in ("0.0.0.0", "::", ""):
+            host = "127.0.0.1"
+        return f"[{host}]:{self.port}" if ":" in host else f"{host}:{self.port}"
+
+    @property
+    def follower(self) -> Any:
+        return self._follower
+
+    @property
+    def spark(self) -> Any:
+        return self._spark
+
+    def stop(self, grace: float | None = None) -> None:
+        """Stop accepting calls, let running ones finish for ``grace`` seconds, release resources."""
+        if self._stopped.is_set():
+            return
+        self._stopped.set()
+        if self._health is not None:
+            self._health.enter_graceful_shutdown()
+        if self._server is not None:
+            self._server.stop(self.config.server.grace_s if grace is None else grace).wait()
+        if self.engine is not None:
+            self.engine.views.clear()
+        if self._owns_follower and self._follower is not None:
+            self._follower.stop()
+        if self._owns_spark and self._spark is not None:
+            self._spark.stop()
+
+    def wait(self) -> None:
+        """Block until the server stops."""
+        if self._server is not None:
+            self._server.wait_for_termination()
+
+    def __enter__(self) -> BrokerServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

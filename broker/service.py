@@ -1,0 +1,206 @@
+"""The gRPC servicers: authenticate, call the engine or the follower, convert, stream.
+
+Thin on purpose: the query pipeline is :mod:`broker.engine`, conversions are
+:mod:`broker.messages`, the status mapping is :mod:`broker.errors`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import grpc
+
+from broker import arrow_ipc, messages
+from broker._proto.horizon.v1 import horizon_pb2 as pb
+from broker._proto.horizon.v1 import horizon_pb2_grpc as rpc
+from broker.auth import Authenticator, Principal, check_inspect
+from broker.engine import QueryEngine
+from broker.errors import stream_errors, unary_errors
+from broker.executor import CANCELLED, QueryScope
+from broker.explain import segment_reasons
+from timeline.errors import InvalidArgument, NotFound
+from timeline.interval import Interval
+
+log = logging.getLogger("horizon.broker.service")
+
+_QUERY_ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
+
+
+def _principal(auth: Authenticator, context: grpc.ServicerContext) -> Principal:
+    return auth.authenticate(context.invocation_metadata())
+
+
+def _query_id(requested: str) -> str:
+    if not requested:
+        return uuid.uuid4().hex[:16]
+    if len(requested) > 64 or not set(requested) <= _QUERY_ID_CHARS:
+        raise InvalidArgument("query_id must be at most 64 letters, digits, '-', '_' or '.'")
+    return requested
+
+
+def _deadline(context: grpc.ServicerContext) -> float | None:
+    remaining = context.time_remaining()
+    if remaining is None or remaining > 10 * 365 * 86400:
+        return None
+    return time.monotonic() + remaining
+
+
+class QueryServicer(rpc.QueryServiceServicer):
+    def __init__(self, engine: QueryEngine, auth: Authenticator) -> None:
+        self.engine = engine
+        self.auth = auth
+
+    @stream_errors
+    def ExecuteQuery(
+        self, request: pb.ExecuteQueryRequest, context: grpc.ServicerContext
+    ) -> Iterator[pb.ExecuteQueryResponse]:
+        started = time.perf_counter()
+        principal = _principal(self.auth, context)
+        if request.max_rows < 0:
+            raise InvalidArgument("max_rows must not be negative")
+        scope = QueryScope(_query_id(request.query_id), deadline=_deadline(context))
+        context.add_callback(lambda: scope.cancel(CANCELLED))
+        execution = self.engine.execute(
+            request.sql,
+            principal,
+            scope,
+            max_rows=request.max_rows,
+            is_active=context.is_active,
+        )
+        serialize_started = time.perf_counter()
+        table = execution.table
+        header = pb.QueryHeader(
+            arrow_schema=arrow_ipc.encode_schema(table.schema),
+            columns=[pb.Column(name=f.name, type=str(f.type)) for f in table.schema],
+            metadata=messages.metadata_message(
+                execution.prepared,
+                unreadable=execution.unreadable_segments,
+                retried=execution.retried,
+            ),
+        )
+        yield pb.ExecuteQueryResponse(header=header)
+        batches = 0
+        byte_count = 0
+        for data, rows in arrow_ipc.encode_batches(table, self.engine.config.limits.batch_bytes):
+            batches += 1
+            byte_count += len(data)
+            yield pb.ExecuteQueryResponse(batch=pb.ArrowBatch(data=data, row_count=rows))
+        now = time.perf_counter()
+        timings = pb.QueryTimings(
+            total_ms=(now - started) * 1000,
+            queued_ms=execution.queued_s * 1000,
+            rewrite_ms=execution.rewrite_s * 1000,
+            views_ms=execution.views_s * 1000,
+            spark_ms=execution.spark_s * 1000,
+            serialize_ms=(now - serialize_started) * 1000,
+        )
+        yield pb.ExecuteQueryResponse(
+            trailer=pb.QueryTrailer(
+                row_count=table.num_rows,
+                batch_count=batches,
+                byte_count=byte_count,
+                timings=timings,
+            )
+        )
+
+    @unary_errors
+    def ExplainQuery(
+        self, request: pb.ExplainQueryRequest, context: grpc.ServicerContext
+    ) -> pb.ExplainQueryResponse:
+        principal = _principal(self.auth, context)
+        prepared = self.engine.prepare(request.sql, principal)
+        tables = []
+        for read in prepared.tables:
+            snapshot = self.engine.follower.timeline_snapshot(read.table)
+            reasons = segment_reasons(snapshot, read.segments)
+            tables.append(
+                pb.TableExplain(
+                    read=messages.table_read_message(read),
+                    segments=[
+                        pb.ChosenSegment(
+                            segment=messages.segment_message(segment),
+                            reason=reasons[str(segment.id)],
+                        )
+                        for segment in read.segments
+                    ],
+                )
+            )
+        response = pb.ExplainQueryResponse(
+            original_sql=request.sql,
+            rewritten_sql=prepared.sql,
+            metadata=messages.metadata_message(prepared),
+            tables=tables,
+        )
+        if request.include_spark_plan:
+            response.spark_plan = self.engine.spark_plan(prepared)
+        return response
+
+    @unary_errors
+    def RewriteQuery(
+        self, request: pb.RewriteQueryRequest, context: grpc.ServicerContext
+    ) -> pb.RewriteQueryResponse:
+        principal = _principal(self.auth, context)
+        prepared = self.engine.prepare(request.sql, principal)
+        return pb.RewriteQueryResponse(
+            sql=prepared.sql,
+            metadata=messages.metadata_message(prepared),
+            tables=[messages.substituted_table_message(read) for read in prepared.tables],
+        )
+
+
+class InspectionServicer(rpc.InspectionServiceServicer):
+    def __init__(self, follower: Any, auth: Authenticator, *, regression_policy: str) -> None:
+        self.follower = follower
+        self.auth = auth
+        self.regression_policy = regression_policy
+
+    @unary_errors
+    def ListTables(
+        self, request: pb.ListTablesRequest, context: grpc.ServicerContext
+    ) -> pb.ListTablesResponse:
+        principal = _principal(self.auth, context)
+        tables = [
+            messages.table_info_message(self.follower.view(name))
+            for name in self.follower.tables()
+            if principal.may_read(name)
+        ]
+        return pb.ListTablesResponse(tables=tables)
+
+    @unary_errors
+    def GetTimeline(
+        self, request: pb.GetTimelineRequest, context: grpc.ServicerContext
+    ) -> pb.GetTimelineResponse:
+        principal = _principal(self.auth, context)
+        table = self._table(request.table)
+        check_inspect(principal, table)
+        interval = None
+        if request.HasField("interval"):
+            interval = Interval(request.interval.start_ms, request.interval.end_ms)
+        snapshot = self.follower.timeline_snapshot(table)
+        return messages.timeline_message(
+            snapshot, interval=interval, include_overshadowed=request.include_overshadowed
+        )
+
+    @unary_errors
+    def GetWatermarks(
+        self, request: pb.GetWatermarksRequest, context: grpc.ServicerContext
+    ) -> pb.GetWatermarksResponse:
+        principal = _principal(self.auth, context)
+        table = self._table(request.table)
+        check_inspect(principal, table)
+        report = self.follower.watermarks(table)
+        blocked = self.regression_policy == "fail" and report.active_regression is not None
+        return messages.watermarks_message(report, queries_blocked=blocked)
+
+    def _table(self, name: str) -> str:
+        """The registered spelling of ``name`` (tables resolve case-insensitively, like SQL)."""
+        if not name:
+            raise InvalidArgument("a table name is required")
+        for table in self.follower.tables():
+            if table.lower() == name.lower():
+                return table
+        raise NotFound(f"table {name!r} is not registered")
