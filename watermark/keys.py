@@ -13,6 +13,8 @@ Everything lives under one prefix (default ``horizon``):
 ``{p}:t:{table}:prog``         hash partition -> ``owner|ingested|applied|reported_ms`` (``""`` = none)
 ``{p}:t:{table}:lwm``          zset (all scores 0) of ``{min:020d}:{partition:05d}`` for owned,
                                reported partitions: its first member is the table's LWM
+``{p}:t:{table}:pending``      set of owned partitions that have not reported: while not empty the
+                               table has no computed LWM
 ``{p}:t:{table}:ret``          hash server -> retention horizon HLC
 ``{p}:t:{table}:alloc``        hash ``{start}|{end}|{version}|{first|overwrite}`` -> next partition
 =============================  =====================================================================
@@ -109,6 +111,9 @@ class Keys:
     def lwm(self, table: str) -> str:
         return self._table(table, "lwm")
 
+    def pending(self, table: str) -> str:
+        return self._table(table, "pending")
+
     def retention(self, table: str) -> str:
         return self._table(table, "ret")
 
@@ -128,6 +133,7 @@ local function k_segs(t) return P .. ':t:' .. t .. ':segs' end
 local function k_prog(t) return P .. ':t:' .. t .. ':prog' end
 local function k_lwm(t) return P .. ':t:' .. t .. ':lwm' end
 local function k_ret(t) return P .. ':t:' .. t .. ':ret' end
+local function k_pending(t) return P .. ':t:' .. t .. ':pending' end
 local function k_alloc(t) return P .. ':t:' .. t .. ':alloc' end
 """
 """Lua preamble defining the same keys from ``ARGV[1]`` (the prefix); see :class:`Keys`."""

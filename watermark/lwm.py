@@ -5,7 +5,8 @@
 
 A stale server (no fresh heartbeat) keeps counting with its last values: its contribution is frozen,
 so the table LWM cannot pass it, until its partitions are handed over or it is decommissioned (which
-leaves them unowned). A partition that is owned but has not reported yet does not count.
+leaves them unowned). A partition that is owned but has not reported yet is *pending*: while any is,
+the table has no computed LWM, so a served LWM stays where it was (it might be ingesting anything).
 """
 
 from __future__ import annotations
@@ -36,17 +37,23 @@ class PartitionProgress:
 
     @property
     def counts(self) -> bool:
-        """True when this partition holds the table LWM back (owned and reported)."""
+        """True when this partition's value takes part in the table minimum (owned, reported)."""
         return self.owner is not None and self.lwm is not None
+
+    @property
+    def pending(self) -> bool:
+        """Owned but not reported yet: the table has no computed LWM until it reports."""
+        return self.owner is not None and self.lwm is None
 
 
 @dataclass(frozen=True, slots=True)
 class Laggard:
-    """The (server, partition) holding a table's LWM back, and its value."""
+    """The (server, partition) holding a table's LWM back, and its value (None: owned but not
+    reported yet, which holds the table's LWM where it is)."""
 
     server: str
     partition: int
-    lwm: int
+    lwm: int | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,11 +114,16 @@ class TableProgress:
     def __init__(self, progress: Mapping[int, PartitionProgress] | None = None) -> None:
         self._partitions: dict[int, PartitionProgress] = {}
         self._heap: list[tuple[int, int]] = []
+        self._pending: set[int] = set()
         for partition, entry in (progress or {}).items():
             self.set(partition, entry)
 
     def set(self, partition: int, progress: PartitionProgress) -> None:
         self._partitions[partition] = progress
+        if progress.pending:
+            self._pending.add(partition)
+        else:
+            self._pending.discard(partition)
         if progress.counts:
             heapq.heappush(self._heap, (progress.lwm, partition))  # type: ignore[arg-type]
         if len(self._heap) > 2 * len(self._partitions) + 64:
@@ -130,7 +142,11 @@ class TableProgress:
         return sorted(p for p, entry in self._partitions.items() if entry.owner == server)
 
     def minimum(self) -> Laggard | None:
-        """The smallest partition LWM among counted partitions (ties: lowest partition)."""
+        """The smallest partition LWM among counted partitions (ties: lowest partition); a
+        pending partition (lowest first) when there is one."""
+        if self._pending:
+            partition = min(self._pending)
+            return Laggard(self._partitions[partition].owner, partition, None)  # type: ignore[arg-type]
         heap = self._heap
         while heap:
             lwm, partition = heap[0]
@@ -148,6 +164,7 @@ class TableProgress:
         clone = TableProgress()
         clone._partitions = dict(self._partitions)
         clone._heap = list(self._heap)
+        clone._pending = set(self._pending)
         return clone
 
 
@@ -155,6 +172,8 @@ def compute_lwm(progress: Mapping[int, PartitionProgress]) -> Laggard | None:
     """The table LWM and who holds it back, by a plain scan (the reference for TableProgress)."""
     best: Laggard | None = None
     for partition, entry in sorted(progress.items()):
+        if entry.pending:
+            return Laggard(entry.owner, partition, None)  # type: ignore[arg-type]
         if entry.counts and (best is None or entry.lwm < best.lwm):  # type: ignore[operator]
             best = Laggard(entry.owner, partition, entry.lwm)  # type: ignore[arg-type]
     return best
@@ -214,7 +233,7 @@ class MonotonicLwm:
 
     def observe(self, laggard: Laggard | None, now_s: float) -> int | None:
         self.computed = None if laggard is None else laggard.lwm
-        if laggard is None:
+        if laggard is None or laggard.lwm is None:
             return self.served
         if self.served is None or laggard.lwm >= self.served:
             self.served = laggard.lwm

@@ -21,9 +21,11 @@ _script: Script | None = None
 
 @dataclass(frozen=True, slots=True)
 class TableLwm:
-    """A table's computed LWM in Redis, who holds it back and how many partitions count."""
+    """A table's computed LWM in Redis, who holds it back and how many partitions count.
 
-    lwm: int
+    ``lwm`` is None while an owned partition has not reported (the laggard is that partition)."""
+
+    lwm: int | None
     laggard: Laggard
     partitions: int
 
@@ -38,6 +40,8 @@ def read_table_lwm(
     reply = _script(args=[prefix, table], client=client)
     if not reply:
         return None
-    lwm, partition, owner, count = reply
-    owner_text = owner.decode() if isinstance(owner, bytes) else str(owner)
-    return TableLwm(int(lwm), Laggard(owner_text, int(partition), int(lwm)), int(count))
+    lwm_text, partition, owner, count = (
+        item.decode() if isinstance(item, bytes) else item for item in reply
+    )
+    lwm = None if lwm_text == "PENDING" else int(lwm_text)
+    return TableLwm(lwm, Laggard(str(owner), int(partition), lwm), int(count))

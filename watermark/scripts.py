@@ -150,6 +150,7 @@ while i <= #ARGV do
   redis.call('HSET', k_prog(t), ARGV[i],
              SERVER .. '|' .. ARGV[i + 1] .. '|' .. ARGV[i + 2] .. '|' .. ms .. '|' .. ARGV[i + 3])
   redis.call('ZADD', k_lwm(t), 0, ARGV[i + 3])
+  redis.call('SREM', k_pending(t), ARGV[i])
   i = i + 4
 end
 emit('report', ARGV[5])
@@ -219,7 +220,11 @@ for i = 7, #ARGV do
   local fields = split(old or '||||')
   if fields[1] ~= SERVER then
     fields[1] = SERVER
-    if fields[5] ~= '' then redis.call('ZADD', k_lwm(t), 0, fields[5]) end
+    if fields[5] ~= '' then
+      redis.call('ZADD', k_lwm(t), 0, fields[5])
+    else
+      redis.call('SADD', k_pending(t), ARGV[i])
+    end
     redis.call('HSET', k_prog(t), ARGV[i], table.concat(fields, '|'))
   end
 end
@@ -258,6 +263,7 @@ for _, t in ipairs(redis.call('HKEYS', K_TABLES)) do
     if fields[1] == SERVER then
       fields[1] = ''
       if fields[5] ~= '' then redis.call('ZREM', k_lwm(t), fields[5]) end
+      redis.call('SREM', k_pending(t), entries[j])
       redis.call('HSET', k_prog(t), entries[j], table.concat(fields, '|'))
       released[#released + 1] = t
       released[#released + 1] = entries[j]
@@ -293,7 +299,16 @@ return {redis.call('GET', K_EPOCH) or '', redis.call('GET', K_SEQ) or '0', ms, t
 READ_TABLE_LWM = (
     LUA_KEYS
     + """
--- ARGV[2] table. One round trip: the first member of the LWM zset, its owner and the count.
+-- ARGV[2] table. One round trip: the first member of the LWM zset, its owner and the count;
+-- or, while an owned partition has not reported, 'PENDING' and the lowest such partition.
+local pending = redis.call('SMEMBERS', k_pending(ARGV[2]))
+if #pending > 0 then
+  local lowest = tonumber(pending[1])
+  for _, p in ipairs(pending) do lowest = math.min(lowest, tonumber(p)) end
+  local entry = redis.call('HGET', k_prog(ARGV[2]), tostring(lowest)) or ''
+  return {'PENDING', tostring(lowest), string.match(entry, '^([^|]*)|') or '',
+          redis.call('ZCARD', k_lwm(ARGV[2]))}
+end
 local first = redis.call('ZRANGE', k_lwm(ARGV[2]), 0, 0)
 if #first == 0 then return {} end
 local lwm, partition = string.match(first[1], '^(%d+):(%d+)$')
