@@ -349,13 +349,16 @@ def _entries(view: View, interval: Interval) -> list[TimelineEntry]:
     entries = []
     last = len(pieces) - 1
     for index, piece in enumerate(pieces):
-        start = max(piece.start_ms, interval.start_ms) if index == 0 else piece.start_ms
-        end = min(piece.end_ms, interval.end_ms) if index == last else piece.end_ms
+        shown = piece.interval
+        if (index == 0 and piece.start_ms < interval.start_ms) or (
+            index == last and piece.end_ms > interval.end_ms
+        ):
+            start = max(piece.start_ms, interval.start_ms) if index == 0 else piece.start_ms
+            end = min(piece.end_ms, interval.end_ms) if index == last else piece.end_ms
+            shown = Interval(start, end)
         chunk = piece.chunk
         entries.append(
-            TimelineEntry(
-                Interval(start, end), chunk.interval, chunk.version, chunk.visible_segments()
-            )
+            TimelineEntry(shown, chunk.interval, chunk.version, chunk.visible_segments())
         )
     return entries
 

@@ -12,17 +12,27 @@ from collections.abc import Iterable, Iterator
 from sortedcontainers import SortedDict
 
 from timeline.chunk import TimeChunk
+from timeline.interval import Interval
 
 
 class Piece:
     """``[start_ms, end_ms)`` of the view shows ``chunk``."""
 
-    __slots__ = ("chunk", "end_ms", "start_ms")
+    __slots__ = ("_interval", "chunk", "end_ms", "start_ms")
 
     def __init__(self, start_ms: int, end_ms: int, chunk: TimeChunk) -> None:
         self.start_ms = start_ms
         self.end_ms = end_ms
         self.chunk = chunk
+        self._interval: Interval | None = None
+
+    @property
+    def interval(self) -> Interval:
+        """Built once and reused by every lookup that shows the whole piece."""
+        interval = self._interval
+        if interval is None or interval.end_ms != self.end_ms:
+            interval = self._interval = Interval(self.start_ms, self.end_ms)
+        return interval
 
     def __repr__(self) -> str:
         return f"Piece([{self.start_ms},{self.end_ms}) {self.chunk.version})"
@@ -51,11 +61,8 @@ class View:
             key, piece = pieces.peekitem(slot)
             if piece.end_ms > start_ms:
                 first_key = key
-        for key in pieces.irange(minimum=first_key):
-            piece = pieces[key]
-            if piece.start_ms >= end_ms:
-                return
-            yield piece
+        for key in pieces.irange(first_key, end_ms, inclusive=(True, False)):
+            yield pieces[key]
 
     def repaint(self, start_ms: int, end_ms: int, candidates: Iterable[TimeChunk]) -> None:
         """Show, on every instant of ``[start_ms, end_ms)``, the highest version among the

@@ -1,0 +1,359 @@
+"""Timeline benchmark, shaped like Druid's VersionedIntervalTimelineBenchmark.
+
+A year of time chunks at DAY (365), HOUR (8,760) and MINUTE (525,600) granularity, first-generation
+segments per chunk, and one overwrite generation over a tenth of the chunks, either as a higher
+major version or as overwrite segments with a minor version. Measures lookups of 3 consecutive
+chunks at random positions, is_overshadowed, memory per segment, and add/remove (with fallback)
+in timelines of 1,000 and 1,000,000 segments.
+
+Run: ``.venv/bin/python -m bench.timeline [--quick]``. Writes ``bench/results/timeline.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import random
+import time
+import tracemalloc
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from timeline import Interval, Segment, Timeline
+
+TABLE = "bench"
+YEAR_START_MS = 1_293_840_000_000  # 2011-01-01
+GRANULARITIES = {"DAY": 86_400_000, "HOUR": 3_600_000, "MINUTE": 60_000}
+RESULTS = Path(__file__).parent / "results" / "timeline.json"
+
+
+def first_generation(chunk: Interval, version: str, count: int) -> list[Segment]:
+    return [
+        Segment(
+            table=TABLE,
+            interval=chunk,
+            version=version,
+            partition=partition,
+            core_partitions=count,
+            size_bytes=1 << 20,
+            row_count=1000,
+            location=(f"s3://bucket/{TABLE}/{chunk.start_ms}/{version}/{partition}.parquet",),
+        )
+        for partition in range(count)
+    ]
+
+
+def minor_overwrite(chunk: Interval, version: str, roots: int, size: int = 2) -> list[Segment]:
+    return [
+        Segment(
+            table=TABLE,
+            interval=chunk,
+            version=version,
+            partition=32_768 + index,
+            core_partitions=roots,
+            root_start=0,
+            root_end=roots,
+            minor_version=1,
+            atomic_update_group_size=size,
+        )
+        for index in range(size)
+    ]
+
+
+def chunk_at(step_ms: int, index: int) -> Interval:
+    start = YEAR_START_MS + index * step_ms
+    return Interval(start, start + step_ms)
+
+
+def build_segments(
+    step_ms: int, chunks: int, per_chunk: int, overwrite: str, rng: random.Random
+) -> list[list[Segment]]:
+    """Per chunk, the batch of segments to add: first generation, plus an overwrite generation
+    on a tenth of the chunks (``"major"``: a complete higher version; ``"minor"``: a group of
+    overwrite segments over all roots; ``"none"``)."""
+    batches = []
+    for index in range(chunks):
+        chunk = chunk_at(step_ms, index)
+        batch = first_generation(chunk, "2011-01-01T00:00:00.000Z", per_chunk)
+        if overwrite != "none" and rng.random() < 0.1:
+            if overwrite == "major":
+                batch += first_generation(chunk, "2012-01-01T00:00:00.000Z", per_chunk)
+            else:
+                batch += minor_overwrite(chunk, "2011-01-01T00:00:00.000Z", per_chunk)
+        batches.append(batch)
+    return batches
+
+
+def per_second(count: int, seconds: float) -> float:
+    return count / seconds if seconds > 0 else float("inf")
+
+
+def timed(action: Callable[[], Any]) -> float:
+    start = time.perf_counter()
+    action()
+    return time.perf_counter() - start
+
+
+def lookup_scenario(
+    name: str, step_ms: int, chunks: int, per_chunk: int, overwrite: str, lookups: int
+) -> dict[str, Any]:
+    rng = random.Random(7)
+    batches = build_segments(step_ms, chunks, per_chunk, overwrite, rng)
+    segment_count = sum(len(batch) for batch in batches)
+    timeline = Timeline(TABLE)
+    gc.collect()
+    add_seconds = timed(lambda: [timeline.add_all(batch) for batch in batches])
+    queries = []
+    for _ in range(lookups):
+        first = rng.randrange(chunks - 2)
+        queries.append(
+            Interval(chunk_at(step_ms, first).start_ms, chunk_at(step_ms, first + 3).start_ms)
+        )
+    lookup_seconds = timed(lambda: [timeline.lookup(query) for query in queries])
+    probes = [rng.choice(rng.choice(batches)) for _ in range(lookups)]
+    overshadow_seconds = timed(lambda: [timeline.is_overshadowed(probe) for probe in probes])
+    assert all(len(timeline.lookup(query)) == 3 for query in queries[:100])
+    return {
+        "scenario": name,
+        "granularity_ms": step_ms,
+        "chunks": chunks,
+        "segments_per_chunk": per_chunk,
+        "overwrite": overwrite,
+        "segments": segment_count,
+        "build_adds_per_s": per_second(segment_count, add_seconds),
+        "lookups_per_s": per_second(lookups, lookup_seconds),
+        "lookup_us": lookup_seconds / lookups * 1e6,
+        "is_overshadowed_per_s": per_second(lookups, overshadow_seconds),
+    }
+
+
+def memory_scenario(step_ms: int, chunks: int, per_chunk: int, overwrite: str) -> dict[str, Any]:
+    rng = random.Random(11)
+    gc.collect()
+    tracemalloc.start()
+    base = tracemalloc.take_snapshot()
+    batches = build_segments(step_ms, chunks, per_chunk, overwrite, rng)
+    after_segments = tracemalloc.get_traced_memory()[0]
+    timeline = Timeline(TABLE)
+    for batch in batches:
+        timeline.add_all(batch)
+    gc.collect()
+    total = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    del base
+    count = len(timeline)
+    return {
+        "chunks": chunks,
+        "segments_per_chunk": per_chunk,
+        "overwrite": overwrite,
+        "segments": count,
+        "segment_objects_bytes_per_segment": after_segments / count,
+        "timeline_bytes_per_segment": (total - after_segments) / count,
+        "total_bytes_per_segment": total / count,
+    }
+
+
+def change_scenario(total_segments: int, per_chunk: int, operations: int) -> dict[str, Any]:
+    """Average cost of single changes in a timeline of ``total_segments`` segments."""
+    rng = random.Random(3)
+    step_ms = GRANULARITIES["HOUR"]
+    chunks = total_segments // per_chunk
+    timeline = Timeline(TABLE)
+    for index in range(chunks):
+        timeline.add_all(first_generation(chunk_at(step_ms, index), "v1", per_chunk))
+    picks = rng.sample(range(chunks), min(operations, chunks))
+    appended = [
+        Segment(
+            table=TABLE,
+            interval=chunk_at(step_ms, index),
+            version="v1",
+            partition=per_chunk + 5,
+            core_partitions=per_chunk,
+        )
+        for index in picks
+    ]
+    major = [first_generation(chunk_at(step_ms, index), "v2", per_chunk) for index in picks]
+    minor = [minor_overwrite(chunk_at(step_ms, index), "v1", per_chunk) for index in picks]
+
+    def each(action: Callable[[Segment], Any], segments: list[Segment]) -> float:
+        return timed(lambda: [action(segment) for segment in segments]) / len(segments) * 1e6
+
+    result = {"segments": len(timeline), "chunks": chunks}
+    result["add_appended_us"] = each(timeline.add, appended)
+    result["remove_appended_us"] = each(timeline.remove, appended)
+    flat_major = [segment for batch in major for segment in batch]
+    result["add_major_overwrite_us"] = each(timeline.add, flat_major)
+    # removing the first partition of a complete higher version falls back to the lower one
+    result["remove_with_major_fallback_us"] = each(timeline.remove, [b[0] for b in major])
+    for batch in major:
+        for segment in batch[1:]:
+            timeline.remove(segment)
+    flat_minor = [segment for batch in minor for segment in batch]
+    result["add_minor_overwrite_us"] = each(timeline.add, flat_minor)
+    # an unreadable overwrite segment falls back to the first generation it overwrote
+    result["remove_with_minor_fallback_us"] = each(
+        timeline.remove_unreadable, [b[0] for b in minor]
+    )
+    assert len(timeline) == chunks * per_chunk + len(picks)
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes, well under 30 s")
+    args = parser.parse_args()
+    console = Console()
+    quick = args.quick
+    lookups = 5_000 if quick else 50_000
+
+    plan = [
+        ("DAY", 365, 10),
+        ("HOUR", 8_760, 10 if not quick else 2),
+        ("MINUTE", 525_600 if not quick else 52_560, 1),
+    ]
+    lookup_rows = []
+    for name, chunks, per_chunk in plan:
+        for overwrite in ("none", "major", "minor"):
+            if quick and overwrite != "none" and name != "DAY":
+                continue
+            console.log(f"lookup {name} x{chunks} chunks, {per_chunk}/chunk, overwrite={overwrite}")
+            lookup_rows.append(
+                lookup_scenario(name, GRANULARITIES[name], chunks, per_chunk, overwrite, lookups)
+            )
+            gc.collect()
+
+    memory_rows = []
+    for per_chunk, overwrite in ((10, "none"), (10, "major"), (10, "minor")):
+        chunks = 365 if quick else 8_760
+        console.log(f"memory {chunks} chunks x {per_chunk}, overwrite={overwrite}")
+        memory_rows.append(memory_scenario(GRANULARITIES["HOUR"], chunks, per_chunk, overwrite))
+
+    change_rows = []
+    sizes = (1_000, 100_000) if quick else (1_000, 1_000_000)
+    for size in sizes:
+        console.log(f"add/remove in a timeline of {size:,} segments")
+        change_rows.append(change_scenario(size, 10, 500 if quick else 2_000))
+        gc.collect()
+
+    report(console, lookup_rows, memory_rows, change_rows, quick)
+
+
+def report(
+    console: Console,
+    lookup_rows: list[dict[str, Any]],
+    memory_rows: list[dict[str, Any]],
+    change_rows: list[dict[str, Any]],
+    quick: bool,
+) -> None:
+    table = Table(title="lookup of 3 consecutive chunks, is_overshadowed")
+    for column in (
+        "granularity",
+        "chunks",
+        "segs/chunk",
+        "overwrite",
+        "segments",
+        "adds/s",
+        "lookups/s",
+        "lookup µs",
+        "is_overshadowed/s",
+    ):
+        table.add_column(column, justify="right")
+    names = {value: key for key, value in GRANULARITIES.items()}
+    for row in lookup_rows:
+        table.add_row(
+            names[row["granularity_ms"]],
+            f"{row['chunks']:,}",
+            str(row["segments_per_chunk"]),
+            row["overwrite"],
+            f"{row['segments']:,}",
+            f"{row['build_adds_per_s']:,.0f}",
+            f"{row['lookups_per_s']:,.0f}",
+            f"{row['lookup_us']:.1f}",
+            f"{row['is_overshadowed_per_s']:,.0f}",
+        )
+    console.print(table)
+
+    memory = Table(title="memory per segment (tracemalloc)")
+    for column in (
+        "chunks",
+        "segs/chunk",
+        "overwrite",
+        "segments",
+        "Segment objects B",
+        "timeline B",
+        "total B",
+    ):
+        memory.add_column(column, justify="right")
+    for row in memory_rows:
+        memory.add_row(
+            f"{row['chunks']:,}",
+            str(row["segments_per_chunk"]),
+            row["overwrite"],
+            f"{row['segments']:,}",
+            f"{row['segment_objects_bytes_per_segment']:.0f}",
+            f"{row['timeline_bytes_per_segment']:.0f}",
+            f"{row['total_bytes_per_segment']:.0f}",
+        )
+    console.print(memory)
+
+    changes = Table(title="single changes (µs per operation)")
+    keys = [key for key in change_rows[0] if key.endswith("_us")]
+    changes.add_column("operation")
+    for row in change_rows:
+        changes.add_column(f"{row['segments']:,} segments", justify="right")
+    changes.add_column("ratio", justify="right")
+    for key in keys:
+        values = [row[key] for row in change_rows]
+        changes.add_row(key[:-3], *(f"{v:.1f}" for v in values), f"{values[-1] / values[0]:.2f}x")
+    console.print(changes)
+
+    day = next(r for r in lookup_rows if r["chunks"] == 365 and r["overwrite"] == "none")
+    largest = max((r for r in lookup_rows if r["overwrite"] == "none"), key=lambda r: r["chunks"])
+    lookup_ratio = largest["lookup_us"] / day["lookup_us"]
+    change_ratio = max(change_rows[-1][key] / change_rows[0][key] for key in keys)
+    worst_memory = max(row["total_bytes_per_segment"] for row in memory_rows)
+    targets = {
+        "lookup_cost_ratio_largest_vs_365": lookup_ratio,
+        "lookup_ratio_ok (<=3x)": lookup_ratio <= 3,
+        "lookups_per_s_largest": largest["lookups_per_s"],
+        "lookups_per_s_ok (>=50k)": largest["lookups_per_s"] >= 50_000,
+        "change_cost_ratio_largest_vs_1000": change_ratio,
+        "change_ratio_ok (<=2x)": change_ratio <= 2,
+        "worst_total_bytes_per_segment": worst_memory,
+        "memory_ok (<=1024)": worst_memory <= 1024,
+    }
+    summary = Table(title="targets" + (" (--quick: reduced sizes)" if quick else ""))
+    summary.add_column("target")
+    summary.add_column("value", justify="right")
+    for key, value in targets.items():
+        summary.add_row(key, f"{value:,.2f}" if isinstance(value, float) else str(value))
+    console.print(summary)
+    console.print(
+        "MINUTE granularity runs with 1 segment per chunk (525,600 segments) to fit this "
+        "machine; DAY/HOUR with 10."
+        if not quick
+        else "quick run: sizes reduced."
+    )
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(
+        json.dumps(
+            {
+                "quick": quick,
+                "lookup": lookup_rows,
+                "memory": memory_rows,
+                "changes": change_rows,
+                "targets": targets,
+            },
+            indent=2,
+        )
+    )
+    console.print(f"wrote {RESULTS}")
+
+
+if __name__ == "__main__":
+    main()
