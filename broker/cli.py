@@ -1,19 +1,96 @@
-"""The ``horizon`` command line. Sub-commands are added as the broker grows."""
+"""The ``horizon`` command line: run the broker, query it, inspect timelines and watermarks.
+
+Client commands talk to ``--target`` (default ``$HORIZON_TARGET`` or 127.0.0.1:50051) with
+``--token`` (default ``$HORIZON_TOKEN``); each prints readable tables, or JSON with ``--json``.
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import json
+import logging
+import os
+import signal
 import sys
+from pathlib import Path
+from typing import Any
+
+from timeline.errors import HorizonError
+
+DEFAULT_TARGET = "127.0.0.1:50051"
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+
+
+def _client_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--target",
+        default=os.environ.get("HORIZON_TARGET", DEFAULT_TARGET),
+        help="broker address host:port",
+    )
+    parser.add_argument(
+        "--token", default=os.environ.get("HORIZON_TOKEN"), help="bearer token (or HORIZON_TOKEN)"
+    )
+    parser.add_argument("--tls", action="store_true", help="connect with TLS (system roots)")
+    parser.add_argument("--ca", help="PEM file of the root certificate(s) to trust (implies TLS)")
+    parser.add_argument("--timeout", type=float, default=None, help="seconds per call")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="horizon", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("demo", help="run the end-to-end demo on embedded defaults")
+
+    serve = sub.add_parser("serve", help="run the broker")
+    serve.add_argument("--config", help="TOML configuration file (or HORIZON_CONFIG)")
+    serve.add_argument("--listen", help="override [server].listen, e.g. 127.0.0.1:50051")
+    serve.add_argument("--redis", help="override [state].redis_url")
+    serve.add_argument("-v", "--verbose", action="store_true")
+
+    query = sub.add_parser("query", help="run a SELECT and print its rows")
+    query.add_argument("sql")
+    query.add_argument("--max-rows", type=int, default=0, help="fail beyond this many rows")
+    _client_options(query)
+
+    explain = sub.add_parser("explain", help="show the rewritten SQL, snapshot and segments")
+    explain.add_argument("sql")
+    explain.add_argument("--spark-plan", action="store_true", help="include Spark's plan")
+    _client_options(explain)
+
+    rewrite = sub.add_parser("rewrite", help="passthrough: rewritten SQL and file lists (JSON)")
+    rewrite.add_argument("sql")
+    _client_options(rewrite)
+
+    timeline = sub.add_parser("timeline", help="show a table's segment timeline")
+    timeline.add_argument("table")
+    timeline.add_argument("--interval", help="ISO-8601 start/end, e.g. 2026-01-01/2026-02-01")
+    timeline.add_argument(
+        "--overshadowed", action="store_true", help="also list overshadowed groups"
+    )
+    timeline.add_argument(
+        "--picture", type=Path, help="write a picture of the timeline to this .svg file"
+    )
+    _client_options(timeline)
+
+    watermarks = sub.add_parser("watermarks", help="show a table's low-watermark breakdown")
+    watermarks.add_argument("table")
+    _client_options(watermarks)
+
+    tables = sub.add_parser("tables", help="list the tables you may read")
+    _client_options(tables)
+
+    sub.add_parser(
+        "ingest", help="run the ingestion job (arguments go to the ingest CLI)", add_help=False
+    )
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "ingest":
+        return _ingest(argv[1:])
     args = build_parser().parse_args(argv)
     if args.command == "demo":
         from rich.console import Console
@@ -22,7 +99,128 @@ def main(argv: list[str] | None = None) -> int:
         console.print("[bold]Horizon[/bold]: the end-to-end demo is not built yet.")
         console.print("Built so far: the segment timeline (timeline/).")
         return 0
-    return 2
+    if args.command == "serve":
+        return _serve(args)
+    return _client_command(args)
+
+
+def _ingest(argv: list[str]) -> int:
+    if importlib.util.find_spec("ingest.cli") is None:
+        print("horizon ingest: the ingestion CLI (ingest/cli.py) is not installed", file=sys.stderr)
+        return EXIT_USAGE
+    from ingest.cli import main_ingest  # type: ignore[import-not-found]
+
+    return int(main_ingest(argv) or 0)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from broker.config import load_config
+    from broker.server import BrokerServer
+
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        config = load_config(args.config)
+        if args.listen:
+            config = replace(config, server=replace(config.server, listen=args.listen))
+        if args.redis:
+            config = replace(config, state=replace(config.state, redis_url=args.redis))
+        server = BrokerServer(config).start()
+    except HorizonError as error:
+        print(f"horizon serve: {error}", file=sys.stderr)
+        return EXIT_ERROR
+    print(f"horizon broker listening on {server.target}", flush=True)
+
+    def shutdown(signum: int, frame: Any) -> None:
+        server.stop()
+
+    signal.signal(signal.SIGTERM, shutdown)
+    signal.signal(signal.SIGINT, shutdown)
+    server.wait()
+    server.stop()
+    return 0
+
+
+def _client_command(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from broker import render
+    from broker.client import connect
+
+    console = Console()
+    try:
+        with connect(
+            args.target,
+            token=args.token,
+            tls=args.tls,
+            root_certificates=args.ca,
+            timeout=args.timeout,
+        ) as client:
+            output = _run(client, args, console, render)
+    except HorizonError as error:
+        if args.json:
+            print(
+                json.dumps(
+                    {"error": type(error).__name__, "code": error.code.value, "message": str(error)}
+                )
+            )
+        else:
+            Console(stderr=True).print(f"[red]{error.code.value}[/red]: {error}", highlight=False)
+        return EXIT_ERROR
+    if output is not None:
+        print(render.dumps(output))
+    return 0
+
+
+def _run(client: Any, args: argparse.Namespace, console: Any, render: Any) -> Any:
+    """Run one client command; returns the JSON to print (``--json``) or None after printing."""
+    command = args.command
+    if command == "query":
+        result = client.execute(args.sql, max_rows=args.max_rows)
+        if args.json:
+            return render.result_json(result)
+        render.print_result(console, result)
+    elif command == "explain":
+        explain = client.explain(args.sql, include_spark_plan=args.spark_plan)
+        if args.json:
+            return render.to_dict(explain)
+        render.print_explain(console, explain)
+    elif command == "rewrite":
+        return render.to_dict(client.rewrite(args.sql))
+    elif command == "timeline":
+        timeline = client.timeline(
+            args.table, interval=args.interval, include_overshadowed=args.overshadowed
+        )
+        if args.picture is not None:
+            if args.picture.suffix.lower() != ".svg":
+                raise _usage("--picture writes SVG: give a file name ending in .svg")
+            args.picture.write_text(render.timeline_svg(timeline))
+        if args.json:
+            return render.to_dict(timeline)
+        render.print_timeline(console, timeline)
+        if args.picture is not None:
+            console.print(f"[dim]picture written to {args.picture}[/dim]")
+    elif command == "watermarks":
+        marks = client.watermarks(args.table)
+        if args.json:
+            return render.to_dict(marks)
+        render.print_watermarks(console, marks)
+    elif command == "tables":
+        tables = client.tables()
+        if args.json:
+            return [render.to_dict(table) for table in tables]
+        render.print_tables(console, tables)
+    return None
+
+
+def _usage(message: str) -> HorizonError:
+    from timeline.errors import InvalidArgument
+
+    return InvalidArgument(message)
 
 
 if __name__ == "__main__":
