@@ -80,6 +80,8 @@ class BatchResult:
     rows: int
     segments: tuple[Segment, ...] = ()
     high: int = 0
+    base: int = 0
+    """The first commit timestamp of the batch: change ``i`` of a one-file source gets base + i."""
     skipped: bool = False
     updated_segments: int = 0
     sources: tuple[str, ...] = field(default=())
@@ -219,7 +221,7 @@ class IngestJob:
         (an idle source must not hold the low-watermark back)."""
         self.start()
         base = self.clock.now()
-        return self._commit_ingest(self.state.next_seq, (), base, base, 0, {}, {}, None, {})
+        return self._commit_ingest(self.state.next_seq, (), base, base, 0, {}, {}, None, {}, [])
 
     def run_directory(
         self, path: str, fmt: str = "parquet", *, options: dict[str, str] | None = None
@@ -312,23 +314,33 @@ class IngestJob:
         rows = self._enrich(frame).persist(StorageLevel.MEMORY_AND_DISK)
         cache.append(rows)
         groups = (
-            rows.groupBy(SOURCE_FILE, "_pid")
+            rows.groupBy(SOURCE_FILE, "_pid", "_kp")
             .agg(F.min("_row").alias("_lo"), F.max("_row").alias("_hi"), F.count("*").alias("_n"))
             .collect()
         )
-        spans = sorted((g[SOURCE_FILE], g["_pid"], g["_lo"], g["_hi"], g["_n"]) for g in groups)
+        touched = sorted({g["_kp"] for g in groups})
+        spans_by_source: dict[tuple[str, int], list[int]] = {}
+        for g in groups:
+            span = spans_by_source.setdefault((g[SOURCE_FILE], g["_pid"]), [g["_lo"], g["_hi"], 0])
+            span[0], span[1] = min(span[0], g["_lo"]), max(span[1], g["_hi"])
+            span[2] += g["_n"]
+        spans = sorted(
+            (file, pid, lo, hi, n) for (file, pid), (lo, hi, n) in spans_by_source.items()
+        )
         total_rows = sum(span[4] for span in spans)
-        reserved = sum(hi - lo + 1 for _, _, lo, hi, _ in spans)
+        # Reserve [0, hi] of every (file, Spark partition): a change's commit timestamp is then
+        # base + its position in the source even when other servers' rows were filtered out.
+        reserved = sum(hi + 1 for _, _, _, hi, _ in spans)
         base = self.clock.now()
         high = base + max(reserved, 1) - 1
         self.clock.observe(high)
         if total_rows == 0:
-            return self._commit_ingest(seq, sources, base, high, 0, {}, {}, None, {})
+            return self._commit_ingest(seq, sources, base, high, 0, {}, {}, None, {}, [])
 
         offsets, running = [], 0
-        for source_file, pid, lo, hi, _ in spans:
-            offsets.append((source_file, pid, base + running - lo))
-            running += hi - lo + 1
+        for source_file, pid, _, hi, _ in spans:
+            offsets.append((source_file, pid, base + running))
+            running += hi + 1
         offset_frame = self.spark.createDataFrame(
             offsets, f"{SOURCE_FILE} string, _pid int, _off long"
         )
@@ -340,20 +352,45 @@ class IngestJob:
         )
 
         if table.upsert:
-            touched = sorted({g["_kp"] for g in rows.select("_kp").distinct().collect()})
             index = self._read_index(touched, stamped)
             resolution = resolve(stamped, index, table)
             cache.append(resolution.cached)
             versions = resolution.versions
+            updates = resolution.updates
         else:
-            resolution = None
+            index = resolution = None
             versions = append_only(stamped, table)
+            updates = stamped.limit(0).select(
+                "_chunk", F.lit(0).alias("_seg"), "_kp", F.col("_ts").alias("validUntil")
+            )
 
-        counts = versions.groupBy("_chunk", "_kp").count().collect()
+        # One Spark job for both: segment sizes, and the updates' targets and oldest timestamps.
+        summary = (
+            versions.groupBy("_chunk", "_kp")
+            .agg(F.count("*").alias("n"))
+            .select(
+                F.lit("v").alias("what"),
+                "_chunk",
+                "_kp",
+                F.lit(None).cast("int").alias("_seg"),
+                "n",
+            )
+            .unionByName(
+                updates.groupBy("_chunk", "_seg", "_kp")
+                .agg(F.min("validUntil").alias("n"))
+                .select(F.lit("u").alias("what"), "_chunk", "_kp", "_seg", "n")
+            )
+            .collect()
+        )
+        counts = [row for row in summary if row["what"] == "v"]
         allocation = self._allocate(sorted((c["_chunk"], c["_kp"]) for c in counts))
-        row_counts = {
-            (c["_chunk"], allocation[(c["_chunk"], c["_kp"])]): c["count"] for c in counts
-        }
+        row_counts = {(c["_chunk"], allocation[(c["_chunk"], c["_kp"])]): c["n"] for c in counts}
+        pending_min: dict[int, int] = {}
+        targets: set[tuple[int, int]] = set()
+        for row in summary:
+            if row["what"] == "u":
+                targets.add((row["_chunk"], row["_seg"]))
+                pending_min[row["_kp"]] = min(pending_min.get(row["_kp"], row["n"]), row["n"])
         mapping = self.spark.createDataFrame(
             [(chunk, kp, number) for (chunk, kp), number in allocation.items()],
             "_chunk long, _kp int, _seg int",
@@ -378,31 +415,19 @@ class IngestJob:
 
         key_index: dict[int, str] = {}
         updates_dir: str | None = None
-        pending_min: dict[int, int] = {}
         if resolution is not None:
-            entries = (
-                resolution.index_entries.join(
-                    F.broadcast(mapping), on=["_chunk", "_kp"], how="left"
-                )
-                .withColumn("_seg", F.when(~F.col("_deleted"), F.col("_seg")))
-                .persist(StorageLevel.MEMORY_AND_DISK)
-            )
-            cache.append(entries)
-            changed = sorted(r["_kp"] for r in entries.select("_kp").distinct().collect())
-            old = self._read_index(changed, stamped)
-            merged = merge_index(old, entries, table.primary_key)
+            entries = resolution.index_entries.join(
+                F.broadcast(mapping), on=["_chunk", "_kp"], how="left"
+            ).withColumn("_seg", F.when(~F.col("_deleted"), F.col("_seg")))
+            merged = merge_index(index, entries, table.primary_key)
             (
                 merged.withColumn("_kpDir", F.col("_kp"))
-                .repartition(max(1, len(changed)), "_kpDir")
+                .repartition(max(1, len(touched)), "_kpDir")
                 .write.mode("overwrite")
                 .partitionBy("_kpDir")
                 .parquet(directories["index"])
             )
-            key_index = {kp: f"{directories['index']}/_kpDir={kp}" for kp in changed}
-            updates = resolution.updates.persist(StorageLevel.MEMORY_AND_DISK)
-            cache.append(updates)
-            lowest = updates.groupBy("_kp").agg(F.min("validUntil").alias("m")).collect()
-            pending_min = {row["_kp"]: row["m"] for row in lowest}
+            key_index = {kp: f"{directories['index']}/_kpDir={kp}" for kp in touched}
             if pending_min:
                 updates_dir = directories["updates"]
                 updates.write.mode("overwrite").parquet(updates_dir)
@@ -412,7 +437,16 @@ class IngestJob:
             tag: self._first_generation(item, row_counts[tag]) for tag, item in written.items()
         }
         return self._commit_ingest(
-            seq, sources, base, high, total_rows, segments, key_index, updates_dir, pending_min
+            seq,
+            sources,
+            base,
+            high,
+            total_rows,
+            segments,
+            key_index,
+            updates_dir,
+            pending_min,
+            sorted(targets),
         )
 
     def _commit_ingest(
@@ -426,6 +460,7 @@ class IngestJob:
         key_index: dict[int, str],
         updates_dir: str | None,
         pending_min: dict[int, int],
+        targets: list[tuple[int, int]],
     ) -> BatchResult:
         body = {
             "kind": INGEST,
@@ -438,6 +473,7 @@ class IngestJob:
             "key_index": {str(kp): path for kp, path in key_index.items()},
             "updates": updates_dir,
             "pending_min": {str(kp): value for kp, value in pending_min.items()},
+            "targets": [list(target) for target in targets],
         }
         record = self.manifest.write(seq, COMMIT, body)
         self.state.apply_commit(record)
@@ -455,6 +491,7 @@ class IngestJob:
             rows=rows,
             segments=tuple(segments.values()),
             high=high,
+            base=base,
             updated_segments=updated,
             sources=sources,
         )
@@ -493,8 +530,13 @@ class IngestJob:
         applied = sorted(self.state.pending)
         paths = [self.state.pending[s]["updates"] for s in applied]
         updates = self.spark.read.parquet(*paths)
+        targets = [
+            (int(chunk), int(seg))
+            for s in applied
+            for chunk, seg in self.state.pending[s].get("targets", [])
+        ]
         plan = updater.plan_updates(
-            updates,
+            targets,
             self.table,
             self.client.announced_segments(self.table.name),
             lambda interval, count: self.client.allocate_overwrite_partitions(
@@ -551,10 +593,10 @@ class IngestJob:
             key_partition(key, table.key_partitions).alias("_kp"),
             F.shiftright(F.col("_position"), _ROW_BITS).cast("int").alias("_pid"),
             (F.col("_position").bitwiseAND(F.lit((1 << _ROW_BITS) - 1))).alias("_row"),
-        ).drop("_position")
+        ).withColumnRenamed("_position", SOURCE_POSITION)
         if len(self.partitions) < table.key_partitions:
             enriched = enriched.filter(F.col("_kp").isin(self.partitions))
-        return enriched.withColumn(SOURCE_POSITION, F.col("_row"))
+        return enriched
 
     def _time_ms(self) -> Any:
         """Each row's time (epoch ms) for its chunk: the time column, else the commit time."""

@@ -60,15 +60,14 @@ def current_segments(
 
 
 def plan_updates(
-    updates: Any,
+    targets: Sequence[tuple[int, int]],
     table: TableDefinition,
     announced: Sequence[Segment],
     allocate: Callable[[Interval, int], list[int]],
 ) -> UpdatePlan:
-    """Find the segments to rewrite and reserve their overwrite partition numbers."""
-    targets = sorted(
-        (row._chunk, row._seg) for row in updates.select("_chunk", "_seg").distinct().collect()
-    )
+    """Find the segments to rewrite (``(chunk start, root partition)`` targets, recorded by the
+    batches that produced the updates) and reserve their overwrite partition numbers."""
+    targets = sorted(set(targets))
     current = current_segments(announced, table, targets)
     new_partition: dict[tuple[int, int], int] = {}
     by_chunk: dict[int, list[tuple[int, int]]] = {}
