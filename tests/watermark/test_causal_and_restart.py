@@ -94,9 +94,13 @@ def test_redis_restart_mid_stream_then_fresh_follower_matches_the_one_that_kept_
     threads = produce(make_server, process.url, pause_s=0.01)
     for thread in threads:
         thread.start()
-    assert running.wait_for(lambda f: (f.view("accounts").lwm or 0) >= 5, 10)
-    process.restart(kill=True)  # crash: without persistence every key is gone
+    assert running.wait_for(
+        lambda f: "accounts" in f.tables() and (f.view("accounts").lwm or 0) >= 5, 10
+    )
+    process.stop(kill=True)  # crash: without persistence every key is gone
     assert all(thread.is_alive() for thread in threads), "the outage must hit mid-stream"
+    time.sleep(0.3)  # servers retry meanwhile
+    process.start()
     for thread in threads:
         thread.join()
     if not persistence:
