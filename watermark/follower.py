@@ -258,7 +258,8 @@ class Follower:
 
     def _follow(self) -> None:
         backoff = 0.05
-        need_sync = True
+        # A restarted follower resumes from its state (the epoch is checked on connect).
+        need_sync = not self._synced.is_set()
         while not self._stop.is_set():
             try:
                 if self._redis is None:
