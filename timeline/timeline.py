@@ -345,22 +345,24 @@ def _chunk_key(segment: Segment) -> ChunkKey:
 def _entries(view: View, interval: Interval) -> list[TimelineEntry]:
     if interval.is_empty:
         return []
-    pieces = list(view.overlapping(interval.start_ms, interval.end_ms))
-    entries = []
-    last = len(pieces) - 1
-    for index, piece in enumerate(pieces):
-        shown = piece.interval
-        if (index == 0 and piece.start_ms < interval.start_ms) or (
-            index == last and piece.end_ms > interval.end_ms
-        ):
-            start = max(piece.start_ms, interval.start_ms) if index == 0 else piece.start_ms
-            end = min(piece.end_ms, interval.end_ms) if index == last else piece.end_ms
-            shown = Interval(start, end)
-        chunk = piece.chunk
-        entries.append(
-            TimelineEntry(shown, chunk.interval, chunk.version, chunk.visible_segments())
-        )
+    pieces = view.overlapping(interval.start_ms, interval.end_ms)
+    entries = [piece.entry() for piece in pieces]
+    if entries:
+        _clip(entries, 0, start_ms=max(pieces[0].start_ms, interval.start_ms))
+        _clip(entries, len(entries) - 1, end_ms=min(pieces[-1].end_ms, interval.end_ms))
     return entries
+
+
+def _clip(
+    entries: list[TimelineEntry], index: int, start_ms: int | None = None, end_ms: int | None = None
+) -> None:
+    entry = entries[index]
+    start = entry.interval.start_ms if start_ms is None else start_ms
+    end = entry.interval.end_ms if end_ms is None else end_ms
+    if (start, end) != (entry.interval.start_ms, entry.interval.end_ms):
+        entries[index] = TimelineEntry(
+            Interval(start, end), entry.true_interval, entry.version, entry.segments
+        )
 
 
 def _pieces_by_chunk(view: View) -> dict[int, list[Interval]]:

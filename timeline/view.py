@@ -7,94 +7,168 @@ costs O(log n + pieces and candidates in the region), whatever the size of the r
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Iterator
-
-from sortedcontainers import SortedDict
 
 from timeline.chunk import TimeChunk
 from timeline.interval import Interval
+from timeline.results import TimelineEntry
 
 
 class Piece:
     """``[start_ms, end_ms)`` of the view shows ``chunk``."""
 
-    __slots__ = ("_interval", "chunk", "end_ms", "start_ms")
+    __slots__ = ("_entry", "chunk", "end_ms", "start_ms")
 
     def __init__(self, start_ms: int, end_ms: int, chunk: TimeChunk) -> None:
         self.start_ms = start_ms
         self.end_ms = end_ms
         self.chunk = chunk
-        self._interval: Interval | None = None
+        self._entry: TimelineEntry | None = None
 
-    @property
-    def interval(self) -> Interval:
-        """Built once and reused by every lookup that shows the whole piece."""
-        interval = self._interval
-        if interval is None or interval.end_ms != self.end_ms:
-            interval = self._interval = Interval(self.start_ms, self.end_ms)
-        return interval
+    def entry(self) -> TimelineEntry:
+        """The unclipped lookup entry, built once and reused while the chunk's visible segments
+        stay the same."""
+        entry = self._entry
+        chunk = self.chunk
+        segments = chunk.visible_segments()
+        if entry is None or entry.segments is not segments:
+            entry = self._entry = TimelineEntry(
+                Interval(self.start_ms, self.end_ms), chunk.interval, chunk.version, segments
+            )
+        return entry
+
+    def clear_cache(self) -> None:
+        self._entry = None
 
     def __repr__(self) -> str:
         return f"Piece([{self.start_ms},{self.end_ms}) {self.chunk.version})"
 
 
 class View:
-    """Pieces keyed by start."""
+    """Pieces in blocks of sorted starts (a two-level sorted list): finding where an instant
+    falls is two bisects on short lists, and an insert or delete moves at most one block."""
 
-    __slots__ = ("_pieces",)
+    __slots__ = ("_blocks", "_firsts", "_size", "_starts")
+
+    _LOAD = 256
 
     def __init__(self) -> None:
-        self._pieces: SortedDict = SortedDict()
+        self._starts: list[list[int]] = []
+        self._blocks: list[list[Piece]] = []
+        self._firsts: list[int] = []
+        self._size = 0
 
     def __len__(self) -> int:
-        return len(self._pieces)
+        return self._size
 
     def __iter__(self) -> Iterator[Piece]:
-        return iter(self._pieces.values())
+        for block in self._blocks:
+            yield from block
 
-    def overlapping(self, start_ms: int, end_ms: int) -> Iterator[Piece]:
+    def overlapping(self, start_ms: int, end_ms: int) -> list[Piece]:
         """Pieces sharing an instant with ``[start_ms, end_ms)``, in time order."""
-        pieces = self._pieces
-        slot = pieces.bisect_right(start_ms) - 1
-        first_key = start_ms
-        if slot >= 0:
-            key, piece = pieces.peekitem(slot)
-            if piece.end_ms > start_ms:
-                first_key = key
-        for key in pieces.irange(first_key, end_ms, inclusive=(True, False)):
-            yield pieces[key]
+        starts = self._starts
+        if not starts:
+            return []
+        block = max(bisect_right(self._firsts, start_ms) - 1, 0)
+        index = bisect_right(starts[block], start_ms) - 1
+        if index < 0:
+            index = 0
+        elif self._blocks[block][index].end_ms <= start_ms:
+            index += 1
+        result: list[Piece] = []
+        while block < len(starts):
+            keys = starts[block]
+            pieces = self._blocks[block]
+            while index < len(keys):
+                if keys[index] >= end_ms:
+                    return result
+                result.append(pieces[index])
+                index += 1
+            block += 1
+            index = 0
+        return result
 
     def repaint(self, start_ms: int, end_ms: int, candidates: Iterable[TimeChunk]) -> None:
         """Show, on every instant of ``[start_ms, end_ms)``, the highest version among the
         candidates covering it (nothing where none does); leave the rest of the view alone."""
-        pieces = self._pieces
-        for piece in list(self.overlapping(start_ms, end_ms)):
-            del pieces[piece.start_ms]
+        for piece in self.overlapping(start_ms, end_ms):
+            self._delete(piece.start_ms)
             if piece.start_ms < start_ms:
-                self._put(piece.start_ms, start_ms, piece.chunk)
+                self._put(Piece(piece.start_ms, start_ms, piece.chunk))
             if piece.end_ms > end_ms:
-                self._put(end_ms, piece.end_ms, piece.chunk)
+                self._put(Piece(end_ms, piece.end_ms, piece.chunk))
         for low, high, chunk in paint(start_ms, end_ms, candidates):
-            self._put(low, high, chunk)
+            self._put(Piece(low, high, chunk))
         self._merge_at(start_ms)
         self._merge_at(end_ms)
 
-    def _put(self, start_ms: int, end_ms: int, chunk: TimeChunk) -> None:
-        self._pieces[start_ms] = Piece(start_ms, end_ms, chunk)
+    # -- the two-level sorted list -------------------------------------------------------------
+
+    def _locate(self, key: int) -> tuple[int, int]:
+        block = max(bisect_right(self._firsts, key) - 1, 0)
+        return block, bisect_left(self._starts[block], key)
+
+    def _put(self, piece: Piece) -> None:
+        key = piece.start_ms
+        if not self._starts:
+            self._starts.append([key])
+            self._blocks.append([piece])
+            self._firsts.append(key)
+            self._size = 1
+            return
+        block, index = self._locate(key)
+        keys = self._starts[block]
+        pieces = self._blocks[block]
+        if index < len(keys) and keys[index] == key:
+            pieces[index] = piece
+            return
+        keys.insert(index, key)
+        pieces.insert(index, piece)
+        if index == 0:
+            self._firsts[block] = key
+        self._size += 1
+        if len(keys) > 2 * self._LOAD:
+            half = self._LOAD
+            self._starts.insert(block + 1, keys[half:])
+            self._blocks.insert(block + 1, pieces[half:])
+            self._firsts.insert(block + 1, keys[half])
+            del keys[half:]
+            del pieces[half:]
+
+    def _delete(self, key: int) -> None:
+        block, index = self._locate(key)
+        keys = self._starts[block]
+        del keys[index]
+        del self._blocks[block][index]
+        self._size -= 1
+        if not keys:
+            del self._starts[block]
+            del self._blocks[block]
+            del self._firsts[block]
+        elif index == 0:
+            self._firsts[block] = keys[0]
 
     def _merge_at(self, instant: int) -> None:
         """Join the piece ending at ``instant`` with the one starting there if they show one chunk."""
-        pieces = self._pieces
-        after = pieces.get(instant)
-        if after is None:
+        if not self._starts:
             return
-        slot = pieces.bisect_left(instant) - 1
-        if slot < 0:
+        block, index = self._locate(instant)
+        keys = self._starts[block]
+        if index >= len(keys) or keys[index] != instant:
             return
-        before = pieces.peekitem(slot)[1]
+        after = self._blocks[block][index]
+        if index > 0:
+            before = self._blocks[block][index - 1]
+        elif block > 0:
+            before = self._blocks[block - 1][-1]
+        else:
+            return
         if before.end_ms == instant and before.chunk is after.chunk:
             before.end_ms = after.end_ms
-            del pieces[instant]
+            before.clear_cache()
+            self._delete(instant)
 
 
 def paint(
