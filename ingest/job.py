@@ -144,7 +144,7 @@ class IngestJob:
         if self.state.dangling is not None:
             self._clean_up(self.state.dangling)
             self.state.dangling = None
-        self._adopt_key_index()
+        self._adopt_partition_state()
         self.clock.observe(self.state.high)
         progress = self.client.partition_progress(self.table.name)
         for partition in self.partitions:
@@ -164,8 +164,9 @@ class IngestJob:
             self.storage.delete(directory)
         self.manifest.delete(prepare)
 
-    def _adopt_key_index(self) -> None:
-        """For each owned partition, the newest committed key index of any server (handovers)."""
+    def _adopt_partition_state(self) -> None:
+        """For each owned partition: the newest committed key index of any server and the sources
+        earlier owners ingested (a handover moves both)."""
         root = f"{self.root}/_manifest"
         for info in self.storage.list_dir(root):
             server = info.path.rstrip("/").rsplit("/", 1)[-1]
@@ -180,6 +181,8 @@ class IngestJob:
                 mine = self.state.key_index.get(partition)
                 if theirs is not None and (mine is None or theirs.high > mine.high):
                     self.state.key_index[partition] = KeyIndexVersion(theirs.path, theirs.high)
+                consumed = other.consumed.get(partition, set())
+                self.state.consumed.setdefault(partition, set()).update(consumed)
                 self.clock.observe(other.ingested.get(partition, 0))
 
     def claim(self, partitions: Iterable[int]) -> None:
@@ -187,7 +190,7 @@ class IngestJob:
         added = sorted(set(partitions) - set(self.partitions))
         self.client.claim_partitions(self.table.name, added)
         self.partitions = sorted(set(self.partitions) | set(added))
-        self._adopt_key_index()
+        self._adopt_partition_state()
         progress = self.client.partition_progress(self.table.name)
         for partition in added:
             if partition in progress:
@@ -209,11 +212,19 @@ class IngestJob:
         committed before is skipped (exactly once across restarts)."""
         self.start()
         sources = tuple(sources)
-        if sources and all(source in self.state.sources for source in sources):
+        needed = [p for p in self.partitions if not sources or self.state.needs(p, sources)]
+        if not needed:
             return BatchResult(seq=0, rows=0, skipped=True, high=self.state.high, sources=sources)
+        for partition in needed:
+            done = self.state.consumed.get(partition, set()) & set(sources)
+            if done:
+                raise InvalidArgument(
+                    f"key partition {partition} already ingested {sorted(done)[:3]} but not the "
+                    "rest of this batch's sources: split the batch so each one is all new"
+                )
         seq = self.state.next_seq
         with self._cached() as cache:
-            result = self._ingest(frame, seq, sources, cache)
+            result = self._ingest(frame, seq, sources, needed, cache)
         return result
 
     def tick(self) -> BatchResult:
@@ -221,7 +232,7 @@ class IngestJob:
         (an idle source must not hold the low-watermark back)."""
         self.start()
         base = self.clock.now()
-        return self._commit_ingest(self.state.next_seq, (), base, base, 0, {}, {}, None, {}, [])
+        return self._commit_ingest(self.state.next_seq, (), [], base, base, 0, {}, {}, None, {}, [])
 
     def run_directory(
         self, path: str, fmt: str = "parquet", *, options: dict[str, str] | None = None
@@ -233,12 +244,21 @@ class IngestJob:
             for info in self.storage.list_files(path)
             if not info.path.endswith((".crc", ".tmp"))
         ]
-        new = [name for name in files if f"file:{name}" not in self.state.sources]
-        if not new:
+        # Group new files by the partitions that still need them (they differ after a handover).
+        groups: dict[tuple[int, ...], list[str]] = {}
+        for name in files:
+            needed = tuple(p for p in self.partitions if self.state.needs(p, [f"file:{name}"]))
+            if needed:
+                groups.setdefault(needed, []).append(name)
+        if not groups:
             return self.tick()
-        return self.run_batch(
-            self.read_changelog(new, fmt, options), sources=[f"file:{name}" for name in new]
-        )
+        result = None
+        for _, names in sorted(groups.items(), key=lambda item: item[1][0]):
+            result = self.run_batch(
+                self.read_changelog(names, fmt, options), sources=[f"file:{n}" for n in names]
+            )
+        assert result is not None
+        return result
 
     def read_changelog(
         self, paths: Sequence[str], fmt: str, options: dict[str, str] | None = None
@@ -305,13 +325,18 @@ class IngestJob:
             raise SimulatedCrash(f"simulated crash at {name}")
 
     def _ingest(
-        self, frame: Any, seq: int, sources: tuple[str, ...], cache: list[Any]
+        self,
+        frame: Any,
+        seq: int,
+        sources: tuple[str, ...],
+        needed: list[int],
+        cache: list[Any],
     ) -> BatchResult:
         from pyspark import StorageLevel
         from pyspark.sql import functions as F
 
         table = self.table
-        rows = self._enrich(frame).persist(StorageLevel.MEMORY_AND_DISK)
+        rows = self._enrich(frame, needed).persist(StorageLevel.MEMORY_AND_DISK)
         cache.append(rows)
         groups = (
             rows.groupBy(SOURCE_FILE, "_pid", "_kp")
@@ -335,7 +360,7 @@ class IngestJob:
         high = base + max(reserved, 1) - 1
         self.clock.observe(high)
         if total_rows == 0:
-            return self._commit_ingest(seq, sources, base, high, 0, {}, {}, None, {}, [])
+            return self._commit_ingest(seq, sources, needed, base, high, 0, {}, {}, None, {}, [])
 
         offsets, running = [], 0
         for source_file, pid, _, hi, _ in spans:
@@ -439,6 +464,7 @@ class IngestJob:
         return self._commit_ingest(
             seq,
             sources,
+            needed,
             base,
             high,
             total_rows,
@@ -453,6 +479,7 @@ class IngestJob:
         self,
         seq: int,
         sources: tuple[str, ...],
+        consumed: list[int],
         base: int,
         high: int,
         rows: int,
@@ -465,6 +492,7 @@ class IngestJob:
         body = {
             "kind": INGEST,
             "sources": list(sources),
+            "consumed_partitions": consumed,
             "base": base,
             "high": high,
             "rows": rows,
@@ -575,7 +603,7 @@ class IngestJob:
 
     # -- helpers -----------------------------------------------------------------------------
 
-    def _enrich(self, frame: Any) -> Any:
+    def _enrich(self, frame: Any, partitions: Sequence[int]) -> Any:
         """The user columns (typed), key partition, source position; owned partitions only."""
         from pyspark.sql import functions as F
 
@@ -594,8 +622,8 @@ class IngestJob:
             F.shiftright(F.col("_position"), _ROW_BITS).cast("int").alias("_pid"),
             (F.col("_position").bitwiseAND(F.lit((1 << _ROW_BITS) - 1))).alias("_row"),
         ).withColumnRenamed("_position", SOURCE_POSITION)
-        if len(self.partitions) < table.key_partitions:
-            enriched = enriched.filter(F.col("_kp").isin(self.partitions))
+        if len(partitions) < table.key_partitions:
+            enriched = enriched.filter(F.col("_kp").isin(list(partitions)))
         return enriched
 
     def _time_ms(self) -> Any:

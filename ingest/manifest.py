@@ -110,7 +110,9 @@ class ManifestState:
     """A prepare with no commit: a dead attempt to clean up."""
     unpublished: Record | None = None
     """The newest commit if it has no ``done`` record: it may still need announcing."""
-    sources: set[str] = field(default_factory=set)
+    consumed: dict[int, set[str]] = field(default_factory=dict)
+    """Key partition -> the sources whose rows of that partition were ingested (by this server,
+    or by an earlier owner: handovers carry them)."""
     key_index: dict[int, KeyIndexVersion] = field(default_factory=dict)
     pending: dict[int, dict[str, Any]] = field(default_factory=dict)
     """Committed ingest batches (seq -> body) whose validUntil updates are not applied yet."""
@@ -144,7 +146,8 @@ class ManifestState:
         self.unpublished = record
         self.next_seq = max(self.next_seq, record.seq + 1)
         if record.kind == INGEST:
-            self.sources.update(body.get("sources", ()))
+            for partition in body.get("consumed_partitions", ()):
+                self.consumed.setdefault(int(partition), set()).update(body.get("sources", ()))
             high = int(body["high"])
             self.high = max(self.high, high)
             for partition in body["partitions"]:
@@ -160,6 +163,11 @@ class ManifestState:
             self.batches_since_update = 0
         else:
             raise Internal(f"commit log record {record.seq} has unknown kind {record.kind!r}")
+
+    def needs(self, partition: int, sources: Iterable[str]) -> bool:
+        """Whether some of ``sources`` were not ingested for ``partition`` yet."""
+        done = self.consumed.get(partition, set())
+        return any(source not in done for source in sources)
 
     def pending_min(self) -> dict[int, int]:
         """Key partition -> the smallest commit timestamp of a validUntil update not applied yet."""
