@@ -14,14 +14,14 @@ from broker.sql.catalog import Catalog, CatalogTable
 from broker.views import segment_files, view_name
 
 
-def catalog_table(table_view: Any) -> CatalogTable:
+def catalog_table(table_view: Any, namespace: str = "") -> CatalogTable:
     """The catalog entry of one follower table view."""
     segments = tuple(table_view.visible_segments)
     return CatalogTable.from_descriptor(
         table_view.descriptor,
         lwm=table_view.lwm,
         retention_horizon=int(table_view.retention_horizon or 0),
-        source_view=view_name(table_view.table, table_view.generation),
+        source_view=view_name(table_view.table, table_view.generation, namespace),
         segments=tuple(str(segment.id) for segment in segments),
         files=segment_files(segments),
     )
@@ -35,9 +35,11 @@ def unavailable_table(descriptor: Any) -> CatalogTable:
     )
 
 
-def build_catalog(table_views: Iterable[Any], unavailable: Iterable[Any] = ()) -> Catalog:
+def build_catalog(
+    table_views: Iterable[Any], unavailable: Iterable[Any] = (), *, namespace: str = ""
+) -> Catalog:
     """The rewriter's catalog: one entry per table view, plus placeholders for ``unavailable``
     descriptors."""
-    entries = [catalog_table(view) for view in table_views]
+    entries = [catalog_table(view, namespace) for view in table_views]
     entries += [unavailable_table(descriptor) for descriptor in unavailable]
     return Catalog(entries)

@@ -24,7 +24,7 @@ from broker.config import BrokerConfig
 from broker.executor import QueryScope, ResultLimits, SparkExecutor
 from broker.sql.errors import NoLowWatermark
 from broker.sql.model import QueryPlan, RewriteLimits, RewriteResult
-from broker.views import SegmentViews, UnreadableFiles, schema_ddl, segment_files
+from broker.views import SegmentViews, UnreadableFiles, ViewMissing, schema_ddl, segment_files
 from timeline.errors import HorizonError, InvalidArgument, Unavailable
 
 log = logging.getLogger("horizon.broker.engine")
@@ -145,13 +145,14 @@ class QueryEngine:
         config: BrokerConfig,
         *,
         functions: Any = None,
+        view_namespace: str = "",
     ) -> None:
         from broker.sql.functions_from_spark import function_policy_from_spark
 
         self.follower = follower
         self.spark = spark
         self.config = config
-        self.views = SegmentViews(spark)
+        self.views = SegmentViews(spark, namespace=view_namespace)
         self.executor = SparkExecutor(spark)
         self.admission = Admission(config.limits.max_concurrent, config.limits.queue_size)
         self.functions = functions if functions is not None else function_policy_from_spark(spark)
@@ -172,7 +173,9 @@ class QueryEngine:
             raise InvalidArgument("the query is empty: send one SELECT statement")
         staleness = self._check_fresh()
         views, failures = self._table_views()
-        catalog = build_catalog(views.values(), [d for d, _ in failures.values()])
+        catalog = build_catalog(
+            views.values(), [d for d, _ in failures.values()], namespace=self.views.namespace
+        )
         try:
             result = rewrite(sql, catalog, limits=self.rewrite_limits, functions=self.functions)
         except NoLowWatermark:
@@ -258,6 +261,11 @@ class QueryEngine:
                             prepared.sql, scope, result_limits, files=prepared.files
                         )
                         spark_s = time.perf_counter() - spark_started
+                except ViewMissing as error:
+                    self.views.forget(error.name)
+                    if attempt == 0:
+                        continue
+                    raise
                 except UnreadableFiles as error:
                     removed = self._drop_unreadable(prepared, error)
                     unreadable.extend(removed)

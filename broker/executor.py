@@ -9,6 +9,7 @@ returns, which also catches a job submitted just after the first cancel.
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -18,7 +19,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from broker.views import classify_read_error
+from broker.views import VIEW_PREFIX, ViewMissing, classify_read_error
 from timeline.errors import (
     Cancelled,
     DeadlineExceeded,
@@ -204,6 +205,10 @@ def classify_spark_error(error: BaseException, files: Sequence[str]) -> BaseExce
         return read_error
     name = type(error).__name__
     message = _spark_message(error)
+    if "TABLE_OR_VIEW_NOT_FOUND" in message:
+        missing = re.search(r"`(" + re.escape(VIEW_PREFIX) + r"\w+)`", message)
+        if missing:
+            return ViewMissing(missing.group(1))
     if name in _CLIENT_ERRORS:
         return InvalidArgument(f"Spark rejected the query: {message}")
     if "SPARK_JOB_CANCELLED" in str(error) or "cancelled" in message.lower():

@@ -61,7 +61,8 @@ def check_listen_policy(config: BrokerConfig) -> None:
 
 
 class BrokerServer:
-    """One running broker. Pass ``spark`` and/or ``follower`` to reuse existing ones (tests)."""
+    """One running broker. Pass ``spark`` and/or ``follower`` to reuse existing ones (tests);
+    brokers sharing one Spark session need distinct ``view_namespace`` values."""
 
     def __init__(
         self,
@@ -70,8 +71,10 @@ class BrokerServer:
         spark: Any = None,
         follower: Any = None,
         functions: Any = None,
+        view_namespace: str = "",
     ) -> None:
         self.config = config
+        self._view_namespace = view_namespace
         self._spark = spark
         self._owns_spark = spark is None
         self._follower = follower
@@ -111,7 +114,11 @@ class BrokerServer:
                 conf=spark_config.conf_dict,
             )
         self.engine = QueryEngine(
-            self._follower, self._spark, self.config, functions=self._functions
+            self._follower,
+            self._spark,
+            self.config,
+            functions=self._functions,
+            view_namespace=self._view_namespace,
         )
         self._server = self._build_grpc_server()
         self._server.start()

@@ -22,9 +22,12 @@ from watermark.catalog import VALIDITY_COLUMNS, TableDescriptor
 VIEW_PREFIX = "__horizon_"
 
 
-def view_name(table: str, generation: int) -> str:
-    """The temp view that holds ``table``'s visible segments at timeline ``generation``."""
-    return f"{VIEW_PREFIX}{table.lower()}_g{generation}"
+def view_name(table: str, generation: int, namespace: str = "") -> str:
+    """The temp view that holds ``table``'s visible segments at timeline ``generation``.
+
+    ``namespace`` separates brokers that share one Spark session (each follows its own state).
+    """
+    return f"{VIEW_PREFIX}{namespace}{table.lower()}_g{generation}"
 
 
 def schema_ddl(descriptor: TableDescriptor) -> str:
@@ -41,6 +44,14 @@ def segment_files(segments: Iterable[Any]) -> tuple[str, ...]:
         for path in segment.location:
             seen.setdefault(path, None)
     return tuple(seen)
+
+
+class ViewMissing(Unavailable):
+    """A segment view this cache built is gone from the Spark session (dropped by someone else)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"segment view {name} vanished from the Spark session")
+        self.name = name
 
 
 class UnreadableFiles(HorizonError):
@@ -63,12 +74,23 @@ class _Entry:
 class SegmentViews:
     """The cache of segment views of one Spark session."""
 
-    def __init__(self, spark: Any) -> None:
+    def __init__(self, spark: Any, *, namespace: str = "") -> None:
         self._spark = spark
+        self.namespace = namespace
         self._lock = threading.RLock()
         self._entries: dict[tuple[str, int], _Entry] = {}
         self.builds = 0
         """How many views were built (a test and benchmark probe: reuse keeps it flat)."""
+
+    def view_name(self, table: str, generation: int) -> str:
+        return view_name(table, generation, self.namespace)
+
+    def forget(self, name: str) -> None:
+        """Drop a cache entry whose view vanished, so the next lease rebuilds it."""
+        with self._lock:
+            for key, entry in list(self._entries.items()):
+                if entry.name == name:
+                    del self._entries[key]
 
     def names(self) -> list[str]:
         with self._lock:
@@ -100,7 +122,7 @@ class SegmentViews:
         with self._lock:
             entry = self._entries.get(key)
             if entry is None:
-                name = view_name(table_view.table, table_view.generation)
+                name = self.view_name(table_view.table, table_view.generation)
                 self._build(name, table_view.descriptor, table_view.visible_segments)
                 entry = _Entry(key[0], key[1], name)
                 self._entries[key] = entry

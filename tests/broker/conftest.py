@@ -12,7 +12,7 @@ import pytest
 from broker.client import HorizonClient, connect
 from broker.config import config_from_mapping
 from broker.server import BrokerServer
-from tests.broker.data import UpsertTable, descriptor
+from tests.broker.data import UpsertTable, big_table, descriptor
 from tests.processes import RedisProcess
 from watermark.server import ServerClient
 
@@ -66,6 +66,10 @@ def broker_env(spark, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Brok
         server_client.register_table(table.desc)
         server_client.announce(table.segments)
         server_client.report(table.name, {0: (LWM, LWM), 1: (1500, 1500)})
+    big_desc, big_segments = big_table("big", root, rows=2_000_000, files=4)
+    server_client.register_table(big_desc)
+    server_client.announce(big_segments)
+    server_client.report("big", {0: (LWM, LWM)})
     server_client.register_table(descriptor("empty_t"))
     server_client.report("empty_t", {0: (LWM, LWM)})
     server_client.start_heartbeats(0.5)

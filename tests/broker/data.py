@@ -11,6 +11,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -136,3 +137,39 @@ def as_rows(table: pa.Table, columns: Sequence[str] = ("id", "owner", "balance")
 
 def oracle(rows: Iterable[Row], columns: Sequence[str] = ("id", "owner", "balance")) -> list[tuple]:
     return sorted(tuple(row[c] for c in columns) for row in rows)
+
+
+def big_table(
+    name: str, root: Path, *, rows: int, files: int
+) -> tuple[TableDescriptor, list[Segment]]:
+    """A wide-open table of ``rows`` keys (one version each, from 500) in ``files`` partitions:
+    big enough that a cross join with it runs for minutes, in interruptible scan batches."""
+    desc = descriptor(name)
+    per_file = rows // files
+    segments = []
+    for partition in range(files):
+        ids = np.arange(partition * per_file, (partition + 1) * per_file, dtype=np.int64)
+        table = pa.table(
+            {
+                "id": pa.array(ids),
+                "owner": pa.array(["o"] * per_file, pa.string()),
+                "balance": pa.array(ids % 1000),
+                "validFrom": pa.array([500] * per_file, pa.int64()),
+                "validUntil": pa.nulls(per_file, pa.int64()),
+            }
+        )
+        path = root / name / f"p{partition}.parquet"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(table, path)
+        segments.append(
+            Segment(
+                table=name,
+                interval=CHUNK,
+                version=VERSION,
+                partition=partition,
+                core_partitions=files,
+                location=(str(path),),
+                row_count=per_file,
+            )
+        )
+    return desc, segments

@@ -1,0 +1,241 @@
+"""Every status code of the API, each produced by a real bad request against a real broker."""
+
+from __future__ import annotations
+
+import itertools
+import time
+
+import grpc
+import pytest
+
+from broker.client import connect
+from broker.config import BrokerConfig
+from broker.errors import ERROR_TYPES, GRPC_STATUS, status_of
+from broker.server import BrokerServer
+from tests.broker.conftest import ADMIN, NO_INSPECT, READER, broker_config
+from tests.processes import RedisProcess
+from timeline.errors import (
+    Cancelled,
+    DeadlineExceeded,
+    FailedPrecondition,
+    HorizonError,
+    Internal,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+    ResourceExhausted,
+    StatusCode,
+    Unauthenticated,
+    Unavailable,
+)
+
+# Minutes of work on 2 cores, in scan batches Spark can interrupt (a cancel frees the cores).
+SLOW_SQL = (
+    "SELECT count(*) AS n FROM big a CROSS JOIN accounts b CROSS JOIN accounts c "
+    "WHERE a.balance + b.balance + c.balance > 0"
+)
+
+
+def test_every_horizon_code_maps_to_the_grpc_code_of_the_same_name_and_back():
+    for code in StatusCode:
+        assert GRPC_STATUS[code].name == code.value
+        assert ERROR_TYPES[GRPC_STATUS[code]].code == code
+
+
+def test_unexpected_errors_become_internal_without_details():
+    code, message = status_of(KeyError("secret internal detail"))
+    assert code == grpc.StatusCode.INTERNAL
+    assert "secret" not in message and "ref" in message
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "DROP TABLE accounts",
+        "SELECT 1; SELECT 2",
+        "SELECT * FROM parquet.`/etc/passwd`",
+        "SELECT reflect('java.lang.System', 'exit', 0)",
+        "SELECT * FROM accounts WHERE",
+        "SELECT no_such_column FROM accounts",
+    ],
+)
+def test_invalid_queries_are_invalid_argument(client, sql):
+    with pytest.raises(InvalidArgument) as caught:
+        client.query(sql)
+    assert str(caught.value)
+
+
+def test_unknown_table_is_not_found(client):
+    with pytest.raises(NotFound, match="nosuch"):
+        client.query("SELECT * FROM nosuch")
+    with pytest.raises(NotFound, match="nosuch"):
+        client.timeline("nosuch")
+
+
+def test_snapshot_above_the_lwm_is_failed_precondition(client):
+    with pytest.raises(FailedPrecondition, match="1200"):
+        client.query("SELECT * FROM accounts VERSION AS OF 999999")
+
+
+def test_missing_or_unknown_token_is_unauthenticated(broker_env):
+    with broker_env.client(token=None) as anonymous, pytest.raises(Unauthenticated):
+        anonymous.query("SELECT * FROM accounts")
+    with broker_env.client(token="wrong") as stranger, pytest.raises(Unauthenticated):
+        stranger.tables()
+
+
+def test_tokens_only_read_and_inspect_what_they_are_granted(broker_env):
+    with broker_env.client(token=READER) as reader:
+        assert reader.query("SELECT count(*) AS n FROM accounts").to_pylist() == [{"n": 100}]
+        assert [table.name for table in reader.tables()] == ["accounts"]
+        with pytest.raises(PermissionDenied, match="secret"):
+            reader.query("SELECT a.id FROM accounts a JOIN secret s ON a.id = s.id")
+        with pytest.raises(PermissionDenied):
+            reader.rewrite("SELECT * FROM secret")
+        with pytest.raises(PermissionDenied):
+            reader.timeline("secret")
+        assert reader.watermarks("accounts").lwm == 1200
+    with broker_env.client(token=NO_INSPECT) as blind:
+        assert blind.query("SELECT count(*) AS n FROM accounts").num_rows == 1
+        with pytest.raises(PermissionDenied, match="inspect"):
+            blind.watermarks("accounts")
+    with broker_env.client(token=ADMIN) as admin:
+        assert {t.name for t in admin.tables()} >= {"accounts", "secret", "empty_t"}
+
+
+def test_result_over_the_row_limit_is_resource_exhausted(client):
+    with pytest.raises(ResourceExhausted, match="more than 5 rows"):
+        client.query("SELECT * FROM accounts", max_rows=5)
+    assert client.query("SELECT * FROM accounts WHERE id <= 5", max_rows=5).num_rows == 5
+
+
+def test_sql_past_the_length_limit_is_resource_exhausted(client):
+    sql = "SELECT * FROM accounts WHERE " + " OR ".join(f"id = {i}" for i in range(20_000))
+    with pytest.raises(ResourceExhausted):
+        client.query(sql)
+
+
+def test_client_deadline_is_deadline_exceeded_and_stops_the_spark_job(broker_env, client):
+    with pytest.raises(DeadlineExceeded):
+        client.query(SLOW_SQL, timeout=6.0, query_id="deadline-probe")
+    _assert_group_stopped(broker_env.broker.spark, "horizon-deadline-probe")
+
+
+def test_server_query_timeout_is_deadline_exceeded(broker_env, spark):
+    config = broker_config(broker_env.redis.url, limits={"query_timeout_s": 5.0})
+    with _extra_broker(config, spark, broker_env) as server:
+        with (
+            connect(server.target, token=ADMIN) as horizon,
+            pytest.raises(DeadlineExceeded, match="deadline"),
+        ):
+            horizon.query(SLOW_SQL, query_id="server-timeout")
+        _assert_group_stopped(spark, "horizon-server-timeout")
+
+
+def test_state_store_unreachable_past_the_staleness_limit_is_unavailable(broker_env, spark):
+    redis = RedisProcess().start()
+    try:
+        config = broker_config(redis.url, state={"max_staleness_s": 0.5})
+        with (
+            _extra_broker(config, spark, broker_env, own_follower=True) as server,
+            connect(server.target, token=ADMIN) as horizon,
+        ):
+            with pytest.raises(NotFound):
+                horizon.query("SELECT * FROM accounts")  # empty store: not registered yet
+            redis.close()
+            time.sleep(1.5)
+            with pytest.raises(Unavailable, match="stale"):
+                horizon.query("SELECT 1 AS one")
+    finally:
+        redis.close()
+
+
+def test_client_cancel_is_cancelled_and_stops_the_spark_job(broker_env, client):
+    call = client.start_query(SLOW_SQL, query_id="cancel-probe")
+    spark = broker_env.broker.spark
+    _wait_for_jobs(spark, "horizon-cancel-probe")
+    call.cancel()
+    with pytest.raises(Cancelled):
+        call.result()
+    _assert_group_stopped(spark, "horizon-cancel-probe")
+    assert client.query("SELECT count(*) AS n FROM accounts").to_pylist() == [{"n": 100}]
+    assert client.health() == "SERVING"
+
+
+def test_queue_full_is_resource_exhausted(broker_env, spark):
+    config = broker_config(broker_env.redis.url, limits={"max_concurrent": 1, "queue_size": 0})
+    with (
+        _extra_broker(config, spark, broker_env) as server,
+        connect(server.target, token=ADMIN) as horizon,
+    ):
+        running = horizon.start_query(SLOW_SQL, query_id="queue-hog")
+        _wait_for_jobs(spark, "horizon-queue-hog")
+        with pytest.raises(ResourceExhausted, match="busy"):
+            horizon.query("SELECT 1 AS one")
+        running.cancel()
+        _assert_group_stopped(spark, "horizon-queue-hog")
+        deadline = time.monotonic() + 10
+        while server.engine.admission.stats().running and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert horizon.query("SELECT 1 AS one").to_pylist() == [{"one": 1}]
+
+
+def test_errors_raised_by_the_client_are_the_one_hierarchy(client):
+    with pytest.raises(HorizonError) as caught:
+        client.query("SELECT * FROM nosuch")
+    assert not isinstance(caught.value, Internal)
+
+
+# -- helpers ----------------------------------------------------------------------------------
+
+
+_namespaces = itertools.count()
+
+
+class _extra_broker:
+    """A second broker on the same Spark session (cheap: shares the function policy too)."""
+
+    def __init__(self, config: BrokerConfig, spark, env, *, own_follower: bool = False) -> None:  # type: ignore[no-untyped-def]
+        self.server = BrokerServer(
+            config,
+            spark=spark,
+            follower=None if own_follower else env.broker.follower,
+            functions=env.broker.engine.functions,
+            view_namespace=f"x{next(_namespaces)}_",
+        )
+
+    def __enter__(self) -> BrokerServer:
+        return self.server.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.stop(0)
+
+
+def _statuses(spark, group: str) -> list[str]:  # type: ignore[no-untyped-def]
+    tracker = spark.sparkContext.statusTracker()
+    infos = [tracker.getJobInfo(job) for job in tracker.getJobIdsForGroup(group)]
+    return [info.status for info in infos if info is not None]
+
+
+def _wait_for_jobs(spark, group: str, timeout: float = 30.0) -> None:  # type: ignore[no-untyped-def]
+    """Wait until the query's long job runs (not just a quick broadcast job before it)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if "RUNNING" in _statuses(spark, group):
+            time.sleep(0.5)
+            if "RUNNING" in _statuses(spark, group):
+                return
+        time.sleep(0.05)
+    raise AssertionError(f"no long Spark job running in group {group}")
+
+
+def _assert_group_stopped(spark, group: str, timeout: float = 15.0) -> None:  # type: ignore[no-untyped-def]
+    assert _statuses(spark, group), f"the query never started a Spark job in group {group}"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        states = _statuses(spark, group)
+        if "RUNNING" not in states:
+            assert "FAILED" in states, f"jobs of {group} ended without being cancelled: {states}"
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"Spark jobs of {group} still running after the cancel")
