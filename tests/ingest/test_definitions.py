@@ -1,0 +1,125 @@
+"""Pure parts: table definitions, granularity arithmetic, the commit log's derived state."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ingest.granularity import Granularity, chunk_interval, chunk_start_ms
+from ingest.manifest import COMMIT, DONE, PREPARE, ManifestState, Record
+from ingest.table import OutOfOrder, TableDefinition
+from timeline.errors import InvalidArgument
+
+TOML = """
+name = "accounts"
+primary_key = ["user_id"]
+comparison = ["updated_at", "seq"]
+delete_column = "deleted"
+time_column = "updated_at"
+granularity = "hour"
+key_partitions = 8
+retention = "7d"
+storage_root = "s3a://bucket/horizon"
+out_of_order = "drop"
+update_cadence = 4
+version = "2024-01-01T00:00:00Z"
+
+[columns]
+user_id = "string"
+balance = "decimal(18,2)"
+updated_at = "timestamp"
+seq = "bigint"
+deleted = "boolean"
+"""
+
+
+def test_a_toml_definition_loads_into_one_typed_object_and_a_descriptor():
+    table = TableDefinition.from_toml(TOML)
+    assert table.column_names == ("user_id", "balance", "updated_at", "seq", "deleted")
+    assert table.comparison_columns == ("updated_at", "seq")
+    assert table.granularity is Granularity.HOUR
+    assert table.retention_ms == 7 * 86_400_000
+    assert table.out_of_order is OutOfOrder.DROP
+    assert table.version == "2024-01-01T00:00:00.000Z"
+    assert table.table_root == "s3a://bucket/horizon/accounts"
+    descriptor = table.descriptor()
+    assert descriptor.upsert and descriptor.key_partitions == 8
+    assert descriptor.storage_root == "s3a://bucket/horizon/accounts"
+    assert descriptor.properties["delete_column"] == "deleted"
+    assert TableDefinition.from_toml(TOML, storage_root="/local").table_root == "/local/accounts"
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ('primary_key = ["nope"]', "primary key column 'nope'"),
+        ('delete_column = "seq"', "must be boolean"),
+        ('granularity = "fortnight"', "unknown granularity"),
+        ("update_cadence = 0", "update_cadence"),
+        ('retention = "soon"', "retention"),
+        ("surprise = 1", "unknown table definition keys"),
+    ],
+)
+def test_a_bad_definition_is_refused_with_a_message_naming_the_problem(change, message):
+    key = change.split(" = ")[0]
+    lines = [line for line in TOML.splitlines() if not line.startswith(key + " ")]
+    text = "\n".join([change, *lines])
+    with pytest.raises(InvalidArgument, match=message):
+        TableDefinition.from_toml(text)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.sampled_from([g for g in Granularity if g is not Granularity.ALL]),
+    st.integers(min_value=0, max_value=4_000_000_000_000),
+)
+def test_every_instant_lies_in_the_chunk_computed_for_it(granularity, instant):
+    start = chunk_start_ms(granularity, instant)
+    interval = chunk_interval(granularity, start)
+    assert interval.start_ms <= instant < interval.end_ms
+    assert chunk_start_ms(granularity, interval.end_ms) == interval.end_ms
+
+
+def test_spark_computes_the_same_chunk_starts_as_python(spark):
+    from pyspark.sql import functions as F
+
+    from ingest.granularity import spark_chunk_start
+
+    instants = [0, 1, 86_399_999, 1_700_000_000_123, 1_709_251_199_999, 951_782_400_000]
+    frame = spark.createDataFrame([(i,) for i in instants], "t long")
+    columns = [spark_chunk_start(g, F.col("t")).alias(g.value) for g in Granularity]
+    rows = frame.select("t", *columns).orderBy("t").collect()
+    for row in rows:
+        for granularity in Granularity:
+            assert row[granularity.value] == chunk_start_ms(granularity, row.t), granularity
+
+
+def ingest_commit(seq: int, high: int, pending: dict[str, int] | None = None) -> Record:
+    return Record(seq, COMMIT, {
+        "kind": "ingest", "sources": [f"f{seq}"], "consumed_partitions": [0, 1], "high": high,
+        "partitions": [0, 1], "key_index": {"0": f"idx{seq}"}, "segments": [],
+        "updates": "u" if pending else None, "pending_min": pending or {},
+    })  # fmt: skip
+
+
+def test_applied_stays_just_below_the_oldest_pending_update_until_the_updater_commits():
+    records = [ingest_commit(1, 100), Record(1, DONE, {"kind": "ingest"})]
+    records += [ingest_commit(2, 200, {"1": 150}), Record(2, DONE, {"kind": "ingest"})]
+    state = ManifestState.from_records(records)
+    assert state.progress([0, 1]) == {0: (200, 200), 1: (200, 149)}
+    assert state.unpublished is None and state.dangling is None
+    assert state.key_index[0].path == "idx2"
+    records += [Record(3, COMMIT, {"kind": "update", "applied": [2], "add": [], "remove": []})]
+    state = ManifestState.from_records(records)
+    assert state.progress([0, 1]) == {0: (200, 200), 1: (200, 200)}
+    assert state.unpublished is not None and state.unpublished.seq == 3
+
+
+def test_a_prepare_without_its_commit_is_a_dead_attempt_and_its_sources_stay_unconsumed():
+    records = [ingest_commit(1, 100), Record(1, DONE, {"kind": "ingest"})]
+    records.append(Record(2, PREPARE, {"kind": "ingest", "directories": ["d"]}))
+    state = ManifestState.from_records(records)
+    assert state.dangling is not None and state.dangling.seq == 2
+    assert state.next_seq == 3
+    assert not state.needs(0, ["f1"]) and state.needs(0, ["f2"])
