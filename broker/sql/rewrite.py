@@ -26,6 +26,7 @@ from broker.sql.state import ReferenceKind, RewriteState, state_of
 
 _DIALECT = Spark()
 _TOO_DEEP = "query is nested too deeply to be processed"
+_DETACHED_ROOT_PARENT = exp.Expression()
 
 
 def _parse(sql: str, tokens: list) -> list[exp.Expression | None]:
@@ -91,8 +92,22 @@ def rewrite(
     tree = choose_snapshot(tree)
     tree = expand_table_changes(tree)
     tree = substitute_tables(tree)
+    return RewriteResult(sql=generate(tree, pretty=pretty), plan=_plan(state_of(tree)))
+
+
+def generate(tree: exp.Expression, *, pretty: bool = False) -> str:
+    """Spark SQL text of ``tree``, keeping nested WITH clauses where they are.
+
+    sqlglot's Spark generator inherits Hive's habit of hoisting nested CTEs to the top of the
+    statement, which changes name resolution (an inner CTE shadowing an outer one becomes a
+    duplicate name; an inner CTE becomes visible to outer scopes). It only hoists when the root
+    has no parent, so the root is given a detached placeholder parent while it is generated; the
+    tree is not copied either (it is ours to consume).
+    """
+    tree.parent = _DETACHED_ROOT_PARENT
     try:
-        text = _DIALECT.generate(tree, pretty=pretty)
+        return _DIALECT.generate(tree, copy=False, pretty=pretty)
     except RecursionError:
         raise QueryTooLarge(_TOO_DEEP) from None
-    return RewriteResult(sql=text, plan=_plan(state_of(tree)))
+    finally:
+        tree.parent = None

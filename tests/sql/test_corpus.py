@@ -441,9 +441,9 @@ def _unsubstituted(sql: str, catalog: Catalog) -> list[str]:
     tree = sqlglot.parse_one(sql, read="spark")
     left = []
     for node in tree.walk(prune=lambda n: isinstance(n, exp.Hint)):
-        if isinstance(node, exp.Table) and isinstance(node.this, exp.Identifier):
-            if node.name in catalog and (node.db or not is_cte_reference(node, node.name)):
-                left.append(node.sql(dialect="spark"))
+        named = isinstance(node, exp.Table) and isinstance(node.this, exp.Identifier)
+        if named and node.name in catalog and (node.db or not is_cte_reference(node, node.name)):
+            left.append(node.sql(dialect="spark"))
     return left
 
 
@@ -554,3 +554,13 @@ def test_default_snapshot_is_the_lowest_lwm_of_the_tables_read(
         "SELECT * FROM orders JOIN customers USING (id)", catalog, functions=functions
     ).plan
     assert (plan.snapshot, plan.snapshot_source) == (900, "default: min LWM")
+
+
+def test_nested_with_clauses_stay_nested_so_shadowing_keeps_its_meaning(
+    catalog: Catalog, functions: FunctionPolicy
+) -> None:
+    sql = (
+        "WITH orders AS (SELECT 1 AS id) "
+        "SELECT * FROM (WITH orders AS (SELECT * FROM orders) SELECT * FROM orders)"
+    )
+    assert rewrite(sql, catalog, functions=functions).sql == sql
