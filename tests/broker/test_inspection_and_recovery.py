@@ -1,0 +1,184 @@
+"""Timeline and watermark endpoints follow the state store; an unreadable segment falls back;
+concurrent queries; health and reflection; the CLI against the live broker."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import grpc
+from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
+    ProtoReflectionDescriptorDatabase,
+)
+
+from broker._proto.horizon.v1 import horizon_pb2 as pb
+from broker.cli import main as cli_main
+from tests.broker.conftest import ADMIN, LWM, BrokerEnv
+from tests.broker.data import CHUNK, VERSION, as_rows, oracle, write_rows
+from timeline.interval import Interval
+from timeline.segment import Segment
+
+
+def _wait(env: BrokerEnv, predicate, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
+    assert env.broker.follower.wait_for(predicate, timeout), "the broker never saw the change"
+
+
+def test_timeline_shows_groups_with_their_states_and_follows_announcements(broker_env, client):
+    timeline = client.timeline("accounts", include_overshadowed=True)
+    (chunk,) = timeline.chunks
+    assert chunk.complete and chunk.queried and chunk.core_partitions == 2
+    states = {(g.minor_version, g.root_start): g.state for g in chunk.groups}
+    assert states == {
+        (0, 0): pb.GROUP_STATE_OVERSHADOWED,
+        (0, 1): pb.GROUP_STATE_VISIBLE,
+        (1, 0): pb.GROUP_STATE_VISIBLE,
+    }
+    without = client.timeline("accounts")
+    assert all(g.state != pb.GROUP_STATE_OVERSHADOWED for c in without.chunks for g in c.groups)
+
+    # A newer, incomplete version of the next day: listed, but not read.
+    desc = broker_env.tables["secret"].desc
+    day2 = Interval(CHUNK.end_ms, 2 * CHUNK.end_ms)
+    newer = Segment(
+        table="secret",
+        interval=day2,
+        version=VERSION,
+        partition=0,
+        core_partitions=2,
+        location=(write_rows(broker_env.root / "secret" / "d2.parquet", desc, []),),
+    )
+    broker_env.server_client.announce([newer])
+    _wait(broker_env, lambda f: len(f.timeline_snapshot("secret").chunks) == 2)
+    timeline = client.timeline("secret", interval=day2)
+    (chunk,) = timeline.chunks
+    assert not chunk.complete and not chunk.queried
+    assert chunk.groups[0].segments[0].partition == 0
+    broker_env.server_client.unannounce([newer])
+    _wait(broker_env, lambda f: len(f.timeline_snapshot("secret").chunks) == 1)
+    assert len(client.timeline("secret").chunks) == 1
+
+
+def test_watermarks_follow_reports_and_never_go_back(broker_env, client):
+    marks = client.watermarks("secret")
+    assert marks.lwm == LWM
+    assert (marks.laggard.server, marks.laggard.partition) == ("srv-a", 0)
+    assert {(p.partition, p.watermark) for p in marks.partitions} == {(0, LWM), (1, 1500)}
+    assert marks.servers[0].server == "srv-a" and marks.servers[0].live
+
+    broker_env.server_client.report("secret", {0: (1400, 1400)})
+    _wait(broker_env, lambda f: f.watermarks("secret").lwm == 1400)
+    marks = client.watermarks("secret")
+    assert marks.lwm == 1400 and marks.laggard.partition == 0
+    assert client.query("SELECT count(*) AS n FROM secret").to_pylist() == [{"n": 100}]
+    assert client.execute("SELECT id FROM secret WHERE id = 1").snapshot == 1400
+
+    broker_env.server_client.report("secret", {0: (1300, 1300)})  # a regression
+    _wait(broker_env, lambda f: bool(f.watermarks("secret").regressions))
+    marks = client.watermarks("secret")
+    assert marks.lwm == 1400, "the served LWM never decreases"
+    (regression,) = marks.regressions
+    assert (regression.from_watermark, regression.to_watermark) == (1400, 1300)
+    assert not marks.queries_blocked
+    broker_env.server_client.report("secret", {0: (1400, 1400)})
+
+
+def test_list_tables_reports_schema_lwm_and_visible_segments(client):
+    tables = {table.name: table for table in client.tables()}
+    accounts = tables["accounts"]
+    assert [c.name for c in accounts.columns] == ["id", "owner", "balance"]
+    assert list(accounts.primary_key) == ["id"] and accounts.upsert
+    assert accounts.lwm == LWM and accounts.visible_segments == 2
+    assert not tables["empty_t"].visible_segments
+
+
+def test_deleted_overwrite_file_falls_back_to_the_original_and_answers_correctly(
+    broker_env, client
+):
+    table = broker_env.tables["fallback_t"]
+    before = client.query("SELECT * FROM fallback_t")
+    assert as_rows(before) == oracle(table.rows_visible_at(LWM))
+    os.remove(table.o0.location[0])
+    result = client.execute("SELECT * FROM fallback_t")
+    assert result.metadata.retried
+    assert list(result.metadata.unreadable_segments) == [str(table.o0.id)]
+    assert as_rows(result.table) == oracle(table.rows_visible_at(LWM, overwrite=False))
+    explain = client.explain("SELECT * FROM fallback_t")
+    segments = {chosen.segment.partition for chosen in explain.tables[0].segments}
+    assert segments == {0, 1}, "the timeline now reads the original partition 0"
+    again = client.execute("SELECT * FROM fallback_t")
+    assert not again.metadata.retried
+
+
+def test_concurrent_queries_from_several_threads_all_get_their_own_correct_answer(
+    broker_env, client
+):
+    table = broker_env.tables["accounts"]
+    snapshots = [500, 700, 1000, 1200] * 3
+
+    def run(snapshot: int) -> tuple[int, list[tuple]]:
+        result = client.query(f"SELECT * FROM accounts VERSION AS OF {snapshot}")
+        return snapshot, as_rows(result)
+
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        results = list(pool.map(run, snapshots))
+    for snapshot, rows in results:
+        assert rows == oracle(table.rows_visible_at(snapshot)), snapshot
+    assert broker_env.broker.engine.admission.stats().running == 0
+
+
+def test_health_and_reflection_work_without_the_proto_files(broker_env, client):
+    assert client.health() == "SERVING"
+    assert client.health("horizon.v1.QueryService") == "SERVING"
+    with grpc.insecure_channel(broker_env.target) as channel:
+        database = ProtoReflectionDescriptorDatabase(channel)
+        services = set(database.get_services())
+        assert {"horizon.v1.QueryService", "horizon.v1.InspectionService"} <= services
+        assert "grpc.health.v1.Health" in services
+        found = database.FindFileContainingSymbol("horizon.v1.QueryService")
+        assert "ExecuteQuery" in {m.name for m in found.service[0].method}
+
+
+def test_cli_prints_json_tables_and_writes_a_timeline_picture(broker_env, tmp_path, capsys):
+    base = ["--target", broker_env.target, "--token", ADMIN]
+    assert (
+        cli_main(["query", "SELECT id, balance FROM accounts WHERE id = 3", *base, "--json"]) == 0
+    )
+    output = json.loads(capsys.readouterr().out)
+    assert output["rows"] == [{"id": 3, "balance": 31}]
+    assert output["metadata"]["snapshot"] == LWM
+
+    picture = tmp_path / "timeline.svg"
+    assert (
+        cli_main(["timeline", "accounts", *base, "--overshadowed", "--picture", str(picture)]) == 0
+    )
+    svg = picture.read_text()
+    assert svg.startswith("<svg") and svg.count("<rect") >= 4 and "overshadowed" in svg
+    assert "Timeline of accounts" in capsys.readouterr().out
+
+    assert cli_main(["watermarks", "accounts", *base, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["lwm"] == LWM
+    assert cli_main(["tables", *base]) == 0
+    assert "accounts" in capsys.readouterr().out
+    assert cli_main(["explain", "SELECT * FROM accounts", *base]) == 0
+    assert "__horizon_accounts_g" in capsys.readouterr().out
+
+    assert cli_main(["query", "SELECT * FROM nosuch", *base, "--json"]) == 1
+    assert json.loads(capsys.readouterr().out)["code"] == "NOT_FOUND"
+
+
+def test_one_slow_query_does_not_block_inspection(broker_env, client):
+    done = threading.Event()
+
+    def inspect() -> None:
+        for _ in range(5):
+            client.watermarks("accounts")
+            client.timeline("accounts")
+        done.set()
+
+    thread = threading.Thread(target=inspect)
+    thread.start()
+    client.query("SELECT count(*) FROM accounts a JOIN accounts b ON a.id <= b.id")
+    thread.join(30)
+    assert done.is_set()
