@@ -143,8 +143,9 @@ def resolve_references(tree: exp.Expression, catalog: Catalog) -> exp.Expression
     >>> from broker.sql.state import state_of
     >>> t = CatalogTable("t", (ColumnSpec("k", "int"),), ("k",), True, 10, 0, "__horizon_t_g1")
     >>> tree = sqlglot.parse_one("WITH t AS (SELECT * FROM t) SELECT * FROM t", read="spark")
-    >>> [ref.node.parent.parent.key for ref in state_of(resolve_references(tree, Catalog([t]))).references]
-    ['cte']
+    >>> refs = state_of(resolve_references(tree, Catalog([t]))).references
+    >>> [(ref.table.name, ref.node.find_ancestor(exp.CTE) is not None) for ref in refs]
+    [('t', True)]
     """
     state = state_of(tree)
     for node in tree.walk(prune=lambda candidate: isinstance(candidate, exp.Hint)):
