@@ -20,6 +20,9 @@ _KEYWORDS = frozenset(
     word.upper() for keyword in Spark.Tokenizer.KEYWORDS for word in keyword.split()
 )
 
+#: Names the rewrite generates (source views, change-feed aliases) start with this; a query may not
+#: define a CTE with it, or the CTE would shadow a source view inside the substituted scans.
+RESERVED_PREFIX = "__horizon"
 CHANGE_TYPE = "_change_type"
 COMMIT_TIMESTAMP = "_commit_timestamp"
 _VERSION = "__horizon_v"

@@ -360,6 +360,11 @@ CASES: list[Ok | Err] = [
     Err("SELECT * FROM nosuch", UnknownTable, "nosuch"),
     Err("SELECT * FROM orders JOIN secret_table USING (id)", UnknownTable, "secret_table"),
     Err("SELECT * FROM __horizon_orders_g17", UnknownTable, "__horizon_orders_g17"),
+    Err(
+        "WITH __horizon_orders_g17 AS (SELECT 1 AS id) SELECT * FROM orders",
+        TableReferenceNotAllowed,
+        "reserved",
+    ),
     Err("SELECT * FROM other_db.orders", UnknownTable, "other_db"),
     Err("SELECT * FROM global_temp.orders", UnknownTable, "global_temp"),
     Err("SELECT * FROM hive_metastore.default.orders", UnknownTable, "hive_metastore"),

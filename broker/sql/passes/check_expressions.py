@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from sqlglot import exp
 
+from broker.sql.derived import RESERVED_PREFIX
 from broker.sql.errors import (
     FunctionNotAllowed,
     QueryTooLarge,
     StatementNotAllowed,
+    TableReferenceNotAllowed,
     UnknownFunction,
 )
 from broker.sql.functions import DENIED_FUNCTION_CLASSES, DENIED_FUNCTIONS, FunctionPolicy
@@ -68,7 +70,7 @@ def check_expressions(
     """Walk the tree once (iteratively) checking every node; return the tree unchanged.
 
     Refuses write/session constructs nested anywhere (``SELECT ... INTO``, ``TRANSFORM USING``),
-    deny-listed functions, functions the session does not know, and trees deeper than the limit.
+    CTE names with the reserved prefix (they would shadow the source views), deny-listed functions, functions the session does not know, and trees deeper than the limit.
     Hints are skipped: their arguments name aliases, not functions or tables. A function standing
     as a table (a TVF) is left to ``resolve_references``; its arguments are checked here.
 
@@ -97,6 +99,10 @@ def check_expressions(
             raise StatementNotAllowed(
                 f"{_FORBIDDEN_NODES[type(node)] if type(node) in _FORBIDDEN_NODES else type(node).__name__}"
                 " is not allowed: queries are read-only"
+            )
+        if isinstance(node, exp.CTE) and node.alias.lower().startswith(RESERVED_PREFIX):
+            raise TableReferenceNotAllowed(
+                f"CTE name {node.alias} is not allowed: the prefix {RESERVED_PREFIX} is reserved"
             )
         if isinstance(node, exp.Func) and not (
             isinstance(node.parent, exp.Table) and node.arg_key == "this"
