@@ -165,8 +165,10 @@ class SparkExecutor:
         scope.check()
         try:
             with self._job_group(scope):
-                frame = self.spark.sql(sql)
-                table = frame.limit(limits.max_rows + 1).toArrow()
+                # No .limit() here: on Spark 4 it turns the scan into a single-partition shuffle
+                # and doubles a point query's latency. The driver is protected by
+                # spark.driver.maxResultSize; the row and byte limits are checked below.
+                table = self.spark.sql(sql).toArrow()
         except HorizonError:
             raise
         except Exception as error:
@@ -205,6 +207,8 @@ def classify_spark_error(error: BaseException, files: Sequence[str]) -> BaseExce
         return read_error
     name = type(error).__name__
     message = _spark_message(error)
+    if "maxResultSize" in str(error):
+        return ResourceExhausted(f"the result is too large for the broker: {message}")
     if "TABLE_OR_VIEW_NOT_FOUND" in message:
         missing = re.search(r"`(" + re.escape(VIEW_PREFIX) + r"\w+)`", message)
         if missing:

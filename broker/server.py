@@ -107,11 +107,17 @@ class BrokerServer:
             from broker.spark_session import create_spark_session
 
             spark_config = self.config.spark
+            conf = spark_config.conf_dict
+            if not spark_config.remote:
+                # Bounds what one query can pull into the driver, before the broker's own
+                # row and byte checks run on the collected result.
+                limit_mib = max(64, 2 * self.config.limits.max_result_bytes // (1024 * 1024))
+                conf.setdefault("spark.driver.maxResultSize", f"{limit_mib}m")
             self._spark = create_spark_session(
                 master=spark_config.master,
                 remote=spark_config.remote,
                 app_name=spark_config.app_name,
-                conf=spark_config.conf_dict,
+                conf=conf,
             )
         self.engine = QueryEngine(
             self._follower,

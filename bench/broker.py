@@ -1,0 +1,191 @@
+"""Broker benchmark: point-query latency through gRPC and the broker's own overhead per query.
+
+Writes a table once with Spark (5M rows, or 200k with ``--quick``; sorted by key, small row groups),
+publishes it as segments through the server-side Redis client, starts a real broker on loopback,
+then measures from the client:
+
+* point query by primary key: end-to-end p50/p99 (target p50 <= 150 ms on local Spark);
+* broker overhead = end-to-end latency minus Spark's own execution (the trailer's ``spark_ms``),
+  and separately the rewrite + planning share (``rewrite_ms`` + ``views_ms``);
+* the same for a small aggregate.
+
+    .venv/bin/python -m bench.broker [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.report import print_table, summarize, write_results
+
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
+TABLE = "bench_accounts"
+LWM = 1_000
+
+
+def write_dataset(spark: Any, directory: Path, rows: int, files: int) -> list[str]:
+    """``rows`` keys, one open version each, range-partitioned into ``files`` sorted files."""
+    frame = spark.range(rows).selectExpr(
+        "id",
+        "concat('owner', id) AS owner",
+        "id % 1000 AS balance",
+        "CAST(500 AS BIGINT) AS validFrom",
+        "CAST(NULL AS BIGINT) AS validUntil",
+    )
+    (
+        frame.repartitionByRange(files, "id")
+        .sortWithinPartitions("id")
+        .write.option("parquet.block.size", 1024 * 1024)
+        .mode("overwrite")
+        .parquet(str(directory))
+    )
+    return sorted(str(path) for path in directory.glob("part-*.parquet"))
+
+
+def publish(redis_url: str, files: list[str], rows: int) -> Any:
+    from timeline.interval import Interval
+    from timeline.segment import Segment
+    from watermark.catalog import ColumnSpec, TableDescriptor
+    from watermark.server import ServerClient
+
+    descriptor = TableDescriptor(
+        name=TABLE,
+        columns=(
+            ColumnSpec("id", "bigint"),
+            ColumnSpec("owner", "string"),
+            ColumnSpec("balance", "bigint"),
+        ),
+        primary_key=("id",),
+    )
+    client = ServerClient(redis_url, "bench-server")
+    client.register()
+    client.register_table(descriptor)
+    client.announce(
+        Segment(
+            table=TABLE,
+            interval=Interval(0, 86_400_000),
+            version="2026-01-01T00:00:00.000Z",
+            partition=partition,
+            core_partitions=len(files),
+            location=(path,),
+            row_count=rows // len(files),
+        )
+        for partition, path in enumerate(files)
+    )
+    client.report(TABLE, {0: (LWM, LWM)})
+    client.start_heartbeats(1.0)
+    return client
+
+
+def measure(client: Any, make_sql: Any, iterations: int) -> dict[str, list[float]]:
+    samples: dict[str, list[float]] = {
+        "end_to_end_ms": [],
+        "spark_ms": [],
+        "overhead_ms": [],
+        "rewrite_planning_ms": [],
+    }
+    for index in range(iterations):
+        sql = make_sql(index)
+        started = time.perf_counter()
+        result = client.execute(sql)
+        elapsed = (time.perf_counter() - started) * 1000
+        timings = result.trailer.timings
+        samples["end_to_end_ms"].append(elapsed)
+        samples["spark_ms"].append(timings.spark_ms)
+        samples["overhead_ms"].append(elapsed - timings.spark_ms)
+        samples["rewrite_planning_ms"].append(timings.rewrite_ms + timings.views_ms)
+    return samples
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="200k rows, fewer iterations")
+    args = parser.parse_args(argv)
+    rows = 200_000 if args.quick else 5_000_000
+    files = 4 if args.quick else 8
+    iterations = 40 if args.quick else 200
+
+    from broker.client import connect
+    from broker.config import config_from_mapping
+    from broker.server import BrokerServer
+    from broker.spark_session import create_spark_session
+    from tests.processes import RedisProcess
+
+    workdir = Path(tempfile.mkdtemp(prefix="horizon-bench-broker-"))
+    redis = RedisProcess().start()
+    spark = create_spark_session(app_name="horizon-bench-broker")
+    server = None
+    try:
+        written = time.perf_counter()
+        paths = write_dataset(spark, workdir / TABLE, rows, files)
+        write_s = time.perf_counter() - written
+        server_client = publish(redis.url, paths, rows)
+        config = config_from_mapping(
+            {"server": {"listen": "127.0.0.1:0"}, "state": {"redis_url": redis.url}}
+        )
+        server = BrokerServer(config, spark=spark).start()
+        rng = random.Random(7)
+        with connect(server.target) as client:
+            for _ in range(10):  # warm up: JIT, view build, code generation caches
+                client.query(f"SELECT * FROM {TABLE} WHERE id = {rng.randrange(rows)}")
+            point = measure(
+                client,
+                lambda _: f"SELECT * FROM {TABLE} WHERE id = {rng.randrange(rows)}",
+                iterations,
+            )
+            aggregate = measure(
+                client,
+                lambda _: (
+                    f"SELECT count(*) AS n, sum(balance) AS s FROM {TABLE} "
+                    f"WHERE id BETWEEN {(start := rng.randrange(rows - 1000))} AND {start + 999}"
+                ),
+                iterations // 2,
+            )
+            check = client.query(f"SELECT * FROM {TABLE} WHERE id = 12345").to_pylist()
+            assert check and check[0]["owner"] == "owner12345", check
+        server_client.close()
+    finally:
+        if server is not None:
+            server.stop(0)
+            server.follower.stop()
+        spark.stop()
+        redis.close()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+    results: dict[str, Any] = {
+        "rows": rows,
+        "files": files,
+        "iterations": iterations,
+        "dataset_write_s": round(write_s, 2),
+        "point_query": {name: summarize(values) for name, values in point.items()},
+        "range_aggregate_1k": {name: summarize(values) for name, values in aggregate.items()},
+        "target_point_p50_ms": 150,
+    }
+    table_rows = []
+    for label, samples in (("point query by key", point), ("1k-key aggregate", aggregate)):
+        for name, values in samples.items():
+            stats = summarize(values)
+            table_rows.append(
+                (label, name, f"{stats['p50']:.1f}", f"{stats['p99']:.1f}", f"{stats['mean']:.1f}")
+            )
+    print_table(
+        f"Broker latency through gRPC ({rows:,} rows, {files} files, local Spark)",
+        ("query", "measure", "p50 ms", "p99 ms", "mean ms"),
+        table_rows,
+    )
+    path = write_results("broker", results)
+    p50 = results["point_query"]["end_to_end_ms"]["p50"]
+    print(f"point query p50 {p50:.1f} ms (target <= 150 ms); results in {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
