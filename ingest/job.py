@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -125,6 +126,9 @@ class IngestJob:
         self.fail_at = fail_at
         self.state = ManifestState()
         self._started = False
+        self.step_seconds: dict[str, float] = {}
+        """Seconds spent before each step of the last batch (for benchmarks and logs)."""
+        self._last_step = time.perf_counter()
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -223,6 +227,7 @@ class IngestJob:
                     "rest of this batch's sources: split the batch so each one is all new"
                 )
         seq = self.state.next_seq
+        self.step_seconds, self._last_step = {}, time.perf_counter()
         with self._cached() as cache:
             result = self._ingest(frame, seq, sources, needed, cache)
         return result
@@ -321,6 +326,9 @@ class IngestJob:
                     frame.unpersist()
 
     def _step(self, name: str) -> None:
+        now = time.perf_counter()
+        self.step_seconds[name] = now - self._last_step
+        self._last_step = now
         if self.fail_at == name:
             raise SimulatedCrash(f"simulated crash at {name}")
 
@@ -336,7 +344,7 @@ class IngestJob:
         from pyspark.sql import functions as F
 
         table = self.table
-        rows = self._enrich(frame, needed).persist(StorageLevel.MEMORY_AND_DISK)
+        rows = self._enrich(frame, needed).persist(StorageLevel.MEMORY_AND_DISK_DESER)
         cache.append(rows)
         groups = (
             rows.groupBy(SOURCE_FILE, "_pid", "_kp")

@@ -110,7 +110,7 @@ def resolve(batch: Any, index: Any, table: TableDefinition) -> Resolution:
     resolved = (
         flagged.withColumn("_next", F.min(accepted_ts).over(after))
         .withColumn("_first", F.min(accepted_ts).over(whole))
-        .persist(StorageLevel.MEMORY_AND_DISK)
+        .persist(StorageLevel.MEMORY_AND_DISK_DESER)
     )
 
     user = list(table.column_names)

@@ -1,0 +1,247 @@
+"""Ingestion benchmark: throughput, event-to-visible latency, write amplification vs cadence.
+
+On a local Spark with 2 cores and a private redis-server:
+
+* **throughput**: rows/s of ``IngestJob.run_batch`` for pure inserts and for a 30% update mix
+  (30% of the batch's rows update existing keys, the rest are new), end to end: commit timestamps,
+  key resolution against the key index, segment, key index and update files, announcements, the
+  segment updater and the progress report;
+* **latency**: from an event file landing in a watched changelog directory (Structured Streaming,
+  1-second trigger) to the event being visible at the served LWM, read as a broker would
+  (follower view, Parquet rows, visibility rule);
+* **write amplification**: bytes of overwrite segments the updater writes per updated row, against
+  the updater's cadence (apply validUntil updates every N batches), with the LWM lag it costs.
+
+Run: ``python -m bench.ingest [--quick]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.report import print_table, summarize, write_results
+
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
+
+def accounts(root: Path, **overrides: Any) -> Any:
+    from ingest.table import TableDefinition
+
+    data: dict[str, Any] = {
+        "name": "accounts",
+        "columns": {
+            "user_id": "string",
+            "balance": "bigint",
+            "seq": "bigint",
+            "deleted": "boolean",
+        },
+        "primary_key": ["user_id"],
+        "comparison": ["seq"],
+        "delete_column": "deleted",
+        "key_partitions": 4,
+        "storage_root": str(root),
+        "granularity": "DAY",
+    }
+    data.update(overrides)
+    return TableDefinition.from_dict(data)
+
+
+def changes(spark: Any, start: int, count: int, seq: int, update_fraction: float, keys: int) -> Any:
+    """``count`` rows: the first ``update_fraction`` update existing keys, the rest are new keys
+    numbered from ``start``."""
+    from pyspark.sql import functions as F
+
+    updates = int(count * update_fraction)
+    ids = spark.range(count).select(
+        F.when(
+            F.col("id") < updates, F.pmod(F.xxhash64(F.col("id"), F.lit(seq)), F.lit(max(keys, 1)))
+        )
+        .otherwise(F.col("id") - updates + start)
+        .alias("k")
+    )
+    return ids.select(
+        F.concat(F.lit("u"), F.col("k").cast("string")).alias("user_id"),
+        (F.col("k") * 7 + seq).alias("balance"),
+        F.lit(seq).cast("long").alias("seq"),
+        F.lit(False).alias("deleted"),
+    )
+
+
+def throughput(spark: Any, redis_url: str, rows: int, work: Path) -> list[dict[str, Any]]:
+    from ingest.job import IngestJob
+    from watermark.server import ServerClient
+
+    results = []
+    for label, fraction in (("pure inserts", 0.0), ("30% updates", 0.3)):
+        root = work / f"throughput-{fraction}"
+        client = ServerClient(
+            redis_url, f"bench-{int(fraction * 100)}", prefix=f"b{int(fraction * 100)}"
+        )
+        job = IngestJob(spark, accounts(root), client).start()
+        job.run_batch(changes(spark, 0, rows, 1, 0.0, 0))  # warm-up and the keys to update
+        started = time.perf_counter()
+        result = job.run_batch(changes(spark, rows, rows, 2, fraction, rows))
+        elapsed = time.perf_counter() - started
+        results.append({
+            "workload": label, "rows": rows, "seconds": round(elapsed, 2),
+            "rows_per_s": round(rows / elapsed), "segments_rewritten": result.updated_segments,
+        })  # fmt: skip
+        client.close()
+    return results
+
+
+def latency(spark: Any, redis_url: str, samples: int, work: Path) -> dict[str, Any]:
+    """Event file lands -> event visible at the follower's LWM."""
+    import pyarrow.parquet as pq
+
+    from ingest.job import IngestJob
+    from watermark.follower import Follower
+    from watermark.server import ServerClient
+
+    root, source = work / "latency", work / "latency-changelog"
+    source.mkdir(parents=True)
+    client = ServerClient(redis_url, "bench-latency", prefix="lat")
+    follower = Follower(redis_url, prefix="lat")
+    follower.start()
+    job = IngestJob(spark, accounts(root, key_partitions=2), client)
+    job.start()
+    query = job.run_stream(
+        job.stream_directory(str(source), "json"), str(work / "latency-ckpt"),
+        processing_time="1 second",
+    )  # fmt: skip
+    seen: set[str] = set()
+    measured: list[float] = []
+    try:
+        for i in range(samples):
+            key = f"event{i}"
+            temporary = source / f".{i:05d}.json.tmp"
+            temporary.write_text(f'{{"user_id":"{key}","balance":{i},"seq":1,"deleted":false}}\n')
+            started = time.perf_counter()
+            temporary.rename(source / f"{i:05d}.json")
+            deadline = started + 120
+            while time.perf_counter() < deadline:
+                if _visible(follower, key, seen, pq):
+                    measured.append(time.perf_counter() - started)
+                    break
+                time.sleep(0.02)
+    finally:
+        query.stop()
+        follower.stop()
+        client.close()
+    return {"samples": len(measured), **{k: round(v, 3) for k, v in summarize(measured).items()}}
+
+
+def _visible(follower: Any, key: str, seen: set[str], pq: Any) -> bool:
+    try:
+        view = follower.view("accounts")
+    except Exception:
+        return False
+    if view.lwm is None:
+        return False
+    for segment in view.visible_segments:
+        for location in segment.location:
+            path = location.removeprefix("file:")
+            rows = pq.read_table(path, columns=["user_id", "validFrom", "validUntil"]).to_pylist()
+            for row in rows:
+                if (
+                    row["user_id"] == key
+                    and row["validFrom"] <= view.lwm
+                    and (row["validUntil"] is None or row["validUntil"] > view.lwm)
+                ):
+                    return True
+    return False
+
+
+def amplification(
+    spark: Any, redis_url: str, keys: int, batches: int, updates: int, work: Path
+) -> list[dict[str, Any]]:
+    from ingest.job import IngestJob
+    from watermark.server import ServerClient
+
+    results = []
+    for cadence in (1, 2, 4, 8):
+        if cadence > batches:
+            continue
+        root = work / f"amplification-{cadence}"
+        client = ServerClient(redis_url, f"bench-amp-{cadence}", prefix=f"amp{cadence}")
+        job = IngestJob(spark, accounts(root, update_cadence=cadence), client).start()
+        job.run_batch(changes(spark, 0, keys, 1, 0.0, 0))
+        lags, started = [], time.perf_counter()
+        for batch in range(batches):
+            job.run_batch(changes(spark, keys + batch * updates, updates, 2 + batch, 1.0, keys))
+            progress = client.partition_progress("accounts")
+            lags.append(
+                max(p.ingested - min(p.ingested, p.applied) for p in progress.values()) >> 16
+            )
+        job.flush_updates()
+        elapsed = time.perf_counter() - started
+        rewritten = sum(
+            int(s["size_bytes"])
+            for r in job.manifest.records() if r.phase == "commit" and r.kind == "update"
+            for s in r.body["add"]
+        )  # fmt: skip
+        updated_rows = batches * updates
+        results.append({
+            "cadence": cadence, "updated_rows": updated_rows,
+            "bytes_rewritten": rewritten,
+            "bytes_per_updated_row": round(rewritten / updated_rows, 1),
+            "max_lwm_lag_ms": max(lags), "seconds": round(elapsed, 1),
+        })  # fmt: skip
+        client.close()
+    return results
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes for a short run")
+    args = parser.parse_args(argv)
+    rows = 100_000 if args.quick else 1_000_000
+    samples = 5 if args.quick else 20
+    keys, batches, updates = (50_000, 4, 2_000) if args.quick else (500_000, 8, 10_000)
+
+    from broker.spark_session import create_spark_session
+    from tests.processes import RedisProcess
+
+    redis_process = RedisProcess().start()
+    spark = create_spark_session(
+        master="local[2]", app_name="bench-ingest", conf={"spark.sql.shuffle.partitions": "4"}
+    )
+    work = Path(tempfile.mkdtemp(prefix="horizon-bench-ingest-"))
+    try:
+        speed = throughput(spark, redis_process.url, rows, work)
+        print_table(
+            "ingest throughput (2 cores)", ["workload", "rows", "seconds", "rows/s"],
+            [[r["workload"], r["rows"], r["seconds"], r["rows_per_s"]] for r in speed],
+        )  # fmt: skip
+        delay = latency(spark, redis_process.url, samples, work)
+        print_table(
+            "event landing -> visible at the LWM (seconds)", ["samples", "p50", "p99", "mean"],
+            [[delay["samples"], delay["p50"], delay["p99"], delay["mean"]]],
+        )  # fmt: skip
+        amp = amplification(spark, redis_process.url, keys, batches, updates, work)
+        print_table(
+            f"write amplification ({keys} keys, {batches} batches x {updates} updates)",
+            ["cadence", "bytes rewritten", "bytes/updated row", "max LWM lag ms", "seconds"],
+            [[r["cadence"], r["bytes_rewritten"], r["bytes_per_updated_row"],
+              r["max_lwm_lag_ms"], r["seconds"]] for r in amp],
+        )  # fmt: skip
+        path = write_results("ingest", {
+            "quick": args.quick, "throughput": speed, "latency_s": delay, "amplification": amp,
+        })  # fmt: skip
+        print(f"wrote {path}")
+    finally:
+        spark.stop()
+        redis_process.close()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    threading.current_thread().name = "bench-ingest"
+    main()
