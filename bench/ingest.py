@@ -210,7 +210,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     rows = 100_000 if args.quick else 1_000_000
     samples = 5 if args.quick else 20
-    keys, batches, updates = (50_000, 4, 2_000) if args.quick else (500_000, 8, 10_000)
+    keys, batches, updates = (50_000, 4, 2_000) if args.quick else (200_000, 8, 5_000)
 
     from broker.spark_session import create_spark_session
     from tests.processes import RedisProcess

@@ -520,7 +520,7 @@ class IngestJob:
         self._step("after_report")
         self._done(record)
         updated = 0
-        if self.state.pending and self.state.batches_since_update >= self.table.update_cadence:
+        if self.state.pending and len(self.state.pending) >= self.table.update_cadence:
             updated = self.flush_updates()
         return BatchResult(
             seq=seq,

@@ -120,7 +120,6 @@ class ManifestState:
     """The highest commit timestamp handed out by committed batches."""
     ingested: dict[int, int] = field(default_factory=dict)
     """Key partition -> the ``high`` of the last committed batch that covered it."""
-    batches_since_update: int = 0
 
     @classmethod
     def from_records(cls, records: Iterable[Record]) -> ManifestState:
@@ -156,11 +155,9 @@ class ManifestState:
                 self.key_index[int(partition)] = KeyIndexVersion(path, high)
             if body.get("updates"):
                 self.pending[record.seq] = body
-            self.batches_since_update += 1
         elif record.kind == UPDATE:
             for seq in body["applied"]:
                 self.pending.pop(int(seq), None)
-            self.batches_since_update = 0
         else:
             raise Internal(f"commit log record {record.seq} has unknown kind {record.kind!r}")
 

@@ -16,7 +16,7 @@ Example::
     retention = "7d"                # or retention_ms = 604800000
     storage_root = "/data/horizon"  # any Hadoop URI Spark can write, e.g. s3a://bucket/horizon
     out_of_order = "store"          # or "drop"
-    update_cadence = 1              # apply validUntil updates every N batches
+    update_cadence = 1              # apply validUntil updates once N batches have some pending
     version = "2024-01-01T00:00:00.000Z"
 
     [columns]

@@ -142,7 +142,7 @@ def test_insert_update_delete_insert_keeps_a_chain_visible_at_every_snapshot(
 def test_a_slow_updater_cadence_holds_the_low_watermark_below_pending_updates(
     spark, server, follower, tmp_path
 ):
-    table = accounts_table(tmp_path, update_cadence=3)
+    table = accounts_table(tmp_path, update_cadence=2)
     client = server("s1")
     job = IngestJob(spark, table, client).start()
     log: list[tuple[int, Change]] = []
