@@ -128,6 +128,7 @@ class BrokerServer:
         )
         self._server = self._build_grpc_server()
         self._server.start()
+        threading.Thread(target=self._watch_health, name="horizon-health", daemon=True).start()
         log.info("horizon broker listening on %s", self.target)
         return self
 
@@ -162,6 +163,24 @@ class BrokerServer:
             )
         self.port = self._bind(server)
         return server
+
+    def _watch_health(self) -> None:
+        """Report NOT_SERVING while the state store is stale past the limit (queries would fail)."""
+        serving = True
+        while not self._stopped.wait(0.5):
+            try:
+                fresh = self._follower.staleness_s() <= self.config.state.max_staleness_s
+            except Exception:
+                fresh = False
+            if fresh != serving and self._health is not None and not self._stopped.is_set():
+                status = (
+                    health_pb2.HealthCheckResponse.SERVING
+                    if fresh
+                    else health_pb2.HealthCheckResponse.NOT_SERVING
+                )
+                for name in ("", *SERVICE_NAMES):
+                    self._health.set(name, status)
+                serving = fresh
 
     def _bind(self, server: grpc.Server) -> int:
         host, port = parse_listen(self.config.server.listen)

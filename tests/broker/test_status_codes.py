@@ -146,6 +146,7 @@ def test_state_store_unreachable_past_the_staleness_limit_is_unavailable(broker_
             time.sleep(1.5)
             with pytest.raises(Unavailable, match="stale"):
                 horizon.query("SELECT 1 AS one")
+            assert horizon.health() == "NOT_SERVING"
     finally:
         redis.close()
 
