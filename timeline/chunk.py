@@ -90,10 +90,12 @@ class TimeChunk:
         return iter(self._segments.values())
 
     def visible_segments(self) -> tuple[Segment, ...]:
-        """Visible segments by root range, then insertion order within a group."""
+        """Visible segments by root range, then insertion order within a group.
+
+        Built by :meth:`refresh` at change time, so lookups only hand the tuple out and create no
+        long-lived objects (which would make the garbage collector scan the whole heap)."""
         if self._visible is None:
-            ordered = sorted(self._segments.items())
-            self._visible = tuple(segment for _, segment in ordered)
+            self._visible = tuple(segment for _, segment in sorted(self._segments.items()))
         return self._visible
 
     def state(self, segment: Segment) -> GroupState:
@@ -193,7 +195,7 @@ class TimeChunk:
         """Settle group states and completeness after stores and unstores."""
         if self._groups is None:
             self._visible_groups = None
-            self._visible = None
+            self._visible = tuple(segment for _, segment in sorted(self._segments.items()))
             self._complete = bool(self._segments) and (
                 self._core == 0 or self._core_present == self._core
             )

@@ -345,24 +345,16 @@ def _chunk_key(segment: Segment) -> ChunkKey:
 def _entries(view: View, interval: Interval) -> list[TimelineEntry]:
     if interval.is_empty:
         return []
-    pieces = view.overlapping(interval.start_ms, interval.end_ms)
-    entries = [piece.entry() for piece in pieces]
-    if entries:
-        _clip(entries, 0, start_ms=max(pieces[0].start_ms, interval.start_ms))
-        _clip(entries, len(entries) - 1, end_ms=min(pieces[-1].end_ms, interval.end_ms))
+    start_ms, end_ms = interval.start_ms, interval.end_ms
+    pieces = view.overlapping(start_ms, end_ms)
+    if not pieces:
+        return []
+    if len(pieces) == 1:
+        return [pieces[0].entry(start_ms, end_ms)]
+    entries = [pieces[0].entry(start_ms=start_ms)]
+    entries.extend(piece.entry() for piece in pieces[1:-1])
+    entries.append(pieces[-1].entry(end_ms=end_ms))
     return entries
-
-
-def _clip(
-    entries: list[TimelineEntry], index: int, start_ms: int | None = None, end_ms: int | None = None
-) -> None:
-    entry = entries[index]
-    start = entry.interval.start_ms if start_ms is None else start_ms
-    end = entry.interval.end_ms if end_ms is None else end_ms
-    if (start, end) != (entry.interval.start_ms, entry.interval.end_ms):
-        entries[index] = TimelineEntry(
-            Interval(start, end), entry.true_interval, entry.version, entry.segments
-        )
 
 
 def _pieces_by_chunk(view: View) -> dict[int, list[Interval]]:

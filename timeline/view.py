@@ -18,28 +18,28 @@ from timeline.results import TimelineEntry
 class Piece:
     """``[start_ms, end_ms)`` of the view shows ``chunk``."""
 
-    __slots__ = ("_entry", "chunk", "end_ms", "start_ms")
+    __slots__ = ("chunk", "end_ms", "start_ms")
 
     def __init__(self, start_ms: int, end_ms: int, chunk: TimeChunk) -> None:
         self.start_ms = start_ms
         self.end_ms = end_ms
         self.chunk = chunk
-        self._entry: TimelineEntry | None = None
 
-    def entry(self) -> TimelineEntry:
-        """The unclipped lookup entry, built once and reused while the chunk's visible segments
-        stay the same."""
-        entry = self._entry
+    def entry(self, start_ms: int | None = None, end_ms: int | None = None) -> TimelineEntry:
+        """The lookup entry of this piece, clipped to ``[start_ms, end_ms)`` when given.
+
+        Built on demand and not cached: it is cheap (the chunk keeps its visible segments, and a
+        piece showing its whole chunk reuses the chunk's interval), and objects created by a
+        lookup die young instead of growing the heap the garbage collector scans."""
         chunk = self.chunk
-        segments = chunk.visible_segments()
-        if entry is None or entry.segments is not segments:
-            entry = self._entry = TimelineEntry(
-                Interval(self.start_ms, self.end_ms), chunk.interval, chunk.version, segments
-            )
-        return entry
-
-    def clear_cache(self) -> None:
-        self._entry = None
+        low = self.start_ms if start_ms is None or start_ms < self.start_ms else start_ms
+        high = self.end_ms if end_ms is None or end_ms > self.end_ms else end_ms
+        true_interval = chunk.interval
+        if low == true_interval.start_ms and high == true_interval.end_ms:
+            interval = true_interval
+        else:
+            interval = Interval(low, high)
+        return TimelineEntry(interval, true_interval, chunk.version, chunk.visible_segments())
 
     def __repr__(self) -> str:
         return f"Piece([{self.start_ms},{self.end_ms}) {self.chunk.version})"
@@ -167,7 +167,6 @@ class View:
             return
         if before.end_ms == instant and before.chunk is after.chunk:
             before.end_ms = after.end_ms
-            before.clear_cache()
             self._delete(instant)
 
 
