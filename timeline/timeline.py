@@ -11,10 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
-from sortedcontainers import SortedDict
-
 from timeline.chunk import TimeChunk
-from timeline.errors import SegmentConflict, WrongTable
+from timeline.chunk_index import ChunkIndex, ChunkKey
+from timeline.errors import InvalidArgument, SegmentConflict, WrongTable
 from timeline.groups import GroupState
 from timeline.interval import Interval
 from timeline.results import (
@@ -27,7 +26,8 @@ from timeline.results import (
 from timeline.segment import Segment, SegmentId
 from timeline.view import View
 
-ChunkKey = tuple[int, int, str]
+_MIN_MS = -(2**63)
+_MAX_MS = 2**63 - 1
 
 
 class Timeline:
@@ -36,9 +36,7 @@ class Timeline:
     def __init__(self, table: str) -> None:
         self.table = table
         self.generation = 0
-        self._chunks: SortedDict = SortedDict()  # (start, end, version) -> TimeChunk
-        self._durations: dict[int, int] = {}
-        self._max_duration = 0
+        self._chunks = ChunkIndex()
         self._complete = View()
         self._incomplete = View()
         self._count = 0
@@ -186,7 +184,7 @@ class Timeline:
         shown_incomplete = {id(piece.chunk) for piece in self._incomplete}
         shown = shown_incomplete | {id(piece.chunk) for piece in self._complete}
         result: list[OvershadowedChunk] = []
-        for chunk in self._chunks.values():
+        for chunk in self._chunks:
             if id(chunk) not in shown:
                 result.append(
                     OvershadowedChunk(chunk.interval, chunk.version, tuple(chunk.segments()))
@@ -203,7 +201,7 @@ class Timeline:
 
     def segments(self) -> Iterator[Segment]:
         """Every stored segment, overshadowed ones included, by time chunk."""
-        for chunk in self._chunks.values():
+        for chunk in self._chunks:
             yield from chunk.segments()
 
     @property
@@ -219,7 +217,7 @@ class Timeline:
         complete_pieces = _pieces_by_chunk(self._complete)
         incomplete_pieces = _pieces_by_chunk(self._incomplete)
         chunks = []
-        for chunk in self._chunks.values():
+        for chunk in self._chunks:
             groups = tuple(
                 GroupSnapshot(
                     root_start=group.root_start,
@@ -260,6 +258,13 @@ class Timeline:
             raise WrongTable(
                 f"segment {segment.id} belongs to table {segment.table!r}, not {self.table!r}"
             )
+        interval = segment.interval
+        if not (interval.start_ms >= _MIN_MS and interval.end_ms <= _MAX_MS):
+            raise InvalidArgument(
+                f"segment of table {segment.table!r}, version {segment.version!r}, partition "
+                f"{segment.partition} has the interval [{interval.start_ms}, {interval.end_ms}) ms, "
+                "outside 64-bit epoch milliseconds (what Druid and this timeline can hold)"
+            )
 
     def _chunk_of(self, segment_id: SegmentId) -> TimeChunk | None:
         if segment_id.table != self.table:
@@ -268,15 +273,8 @@ class Timeline:
         return self._chunks.get((interval.start_ms, interval.end_ms, segment_id.version))
 
     def _overlapping_chunks(self, start_ms: int, end_ms: int) -> Iterator[TimeChunk]:
-        """Chunks whose true interval overlaps ``[start_ms, end_ms)``.
-
-        Only chunks starting after ``start_ms - longest duration`` can reach the interval, so the
-        scan is local as long as chunk lengths are alike.
-        """
-        lowest = (start_ms - self._max_duration + 1,)
-        for key in self._chunks.irange(lowest, (end_ms,), inclusive=(True, False)):
-            if key[1] > start_ms:
-                yield self._chunks[key]
+        """Chunks whose true interval overlaps ``[start_ms, end_ms)``."""
+        return self._chunks.overlapping(start_ms, end_ms)
 
     def _check_same_version_overlap(self, segment: Segment) -> None:
         """Q2: different time chunks of one version must not overlap, exact piece match or not."""
@@ -289,24 +287,10 @@ class Timeline:
                 )
 
     def _insert_chunk(self, key: ChunkKey, chunk: TimeChunk) -> None:
-        self._chunks[key] = chunk
-        duration = chunk.end_ms - chunk.start_ms
-        self._durations[duration] = self._durations.get(duration, 0) + 1
-        self._max_duration = max(self._max_duration, duration)
+        self._chunks.insert(chunk)
 
     def _delete_chunk(self, chunk: TimeChunk) -> None:
-        key = (chunk.start_ms, chunk.end_ms, chunk.version)
-        if self._chunks.get(key) is not chunk:
-            return
-        del self._chunks[key]
-        duration = chunk.end_ms - chunk.start_ms
-        left = self._durations[duration] - 1
-        if left:
-            self._durations[duration] = left
-        else:
-            del self._durations[duration]
-            if duration == self._max_duration:
-                self._max_duration = max(self._durations, default=0)
+        self._chunks.delete(chunk)
 
     def _remove_stored(self, chunk: TimeChunk, stored: Segment) -> None:
         was_complete = chunk.complete
