@@ -84,7 +84,17 @@ class Segment:
 
         Payload fields (location, sizes, server) are ignored, like Druid's chunk equality.
         """
-        return self.shard_key() == other.shard_key()
+        return self is other or (
+            self.partition == other.partition
+            and self.version == other.version
+            and self.interval == other.interval
+            and self.table == other.table
+            and self.core_partitions == other.core_partitions
+            and self.root_start == other.root_start
+            and self.root_end == other.root_end
+            and self.minor_version == other.minor_version
+            and self.atomic_update_group_size == other.atomic_update_group_size
+        )
 
     def shard_key(self) -> tuple[Any, ...]:
         return (
