@@ -44,6 +44,14 @@ def accounts_table(root: Path, **overrides: Any) -> TableDefinition:
 
 
 @dataclass(frozen=True)
+class Seen:
+    """What a check saw: the served LWM and every stored row of the visible segments."""
+
+    lwm: int
+    stored: list[dict[str, Any]]
+
+
+@dataclass(frozen=True)
 class Change:
     user_id: str
     balance: int
@@ -102,37 +110,48 @@ def _served(follower: Follower, table: str) -> int | None:
         return None
 
 
-def visible_rows(spark: Any, segments: Sequence[Any], snapshot: int) -> list[dict[str, Any]]:
-    """Rows of the visible segments that are visible at ``snapshot`` (the half-open rule)."""
-    from pyspark.sql import functions as F
-
+def segment_rows(spark: Any, segments: Sequence[Any]) -> list[dict[str, Any]]:
+    """Every stored row of the given segments, with its validity columns (one Spark read)."""
     files = [path for segment in segments for path in segment.location]
     if not files:
         return []
-    frame = spark.read.parquet(*files).filter(
-        (F.col("validFrom") <= snapshot)
-        & (F.col("validUntil").isNull() | (F.col("validUntil") > snapshot))
-    )
-    return [row.asDict() for row in frame.select(*COLUMNS).collect()]
+    frame = spark.read.parquet(*files).select(*COLUMNS, "validFrom", "validUntil")
+    return [row.asDict() for row in frame.collect()]
+
+
+def visible_at(rows: Sequence[dict[str, Any]], snapshot: int) -> list[dict[str, Any]]:
+    """The visibility rule: validFrom <= S AND (validUntil IS NULL OR validUntil > S)."""
+    return [
+        {name: row[name] for name in COLUMNS}
+        for row in rows
+        if row["validFrom"] <= snapshot
+        and (row["validUntil"] is None or row["validUntil"] > snapshot)
+    ]
+
+
+def visible_rows(spark: Any, segments: Sequence[Any], snapshot: int) -> list[dict[str, Any]]:
+    """Rows of the visible segments that are visible at ``snapshot``."""
+    return visible_at(segment_rows(spark, segments), snapshot)
 
 
 def assert_broker_sees(
     spark: Any, follower: Follower, client: ServerClient, table: str,
     changes: Sequence[tuple[int, Change]], *, exact_ts: bool = True,
-) -> int:  # fmt: skip
+) -> Seen:  # fmt: skip
     """Exactly one version per key at the served LWM, equal to the replay of the changelog.
 
     With ``exact_ts`` false, every change is assumed to be at or below the LWM (used when the
     timestamps of crashed attempts are unknown; the caller makes sure everything is applied).
     """
     view = broker_view(follower, client, table)
-    rows = visible_rows(spark, view.visible_segments, view.lwm)
+    stored = segment_rows(spark, view.visible_segments)
+    rows = visible_at(stored, view.lwm)
     keys = [row["user_id"] for row in rows]
     assert len(keys) == len(set(keys)), f"a key is visible twice at {view.lwm}: {sorted(keys)}"
     expected = replay(changes, view.lwm if exact_ts else None)
     got = {row["user_id"]: Change(**row) for row in rows}
     assert got == expected
-    return int(view.lwm)
+    return Seen(int(view.lwm), stored)
 
 
 @pytest.fixture

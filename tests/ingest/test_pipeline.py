@@ -13,6 +13,7 @@ from tests.ingest.conftest import (
     broker_view,
     replay,
     stamp,
+    visible_at,
     visible_rows,
 )
 
@@ -43,8 +44,8 @@ def test_account_balances_with_upsert_show_only_the_latest_balance(
         [Change("abc-13", 300, 2)],
     ):
         run(job, spark, changes, log)
-        lwm = assert_broker_sees(spark, follower, client, "accounts", log)
-        rows = visible_rows(spark, follower.view("accounts").visible_segments, lwm)
+        seen = assert_broker_sees(spark, follower, client, "accounts", log)
+        rows = visible_at(seen.stored, seen.lwm)
         averages.append(sum(r["balance"] for r in rows) / len(rows))
     assert averages == [101, 151, 250]
     # Every superseded version was closed by the updater: overwrite segments replaced the others.
@@ -83,14 +84,11 @@ def test_out_of_order_records_lose_and_are_stored_with_an_empty_interval(
     run(job, spark, [Change("a", 1, 5), Change("b", 1, 2), Change("b", 2, 1)], log)
     assert_broker_sees(spark, follower, client, "accounts", log)
     run(job, spark, [Change("a", 2, 3), Change("c", 1, 1), Change("a", 3, 5)], log)
-    assert_broker_sees(spark, follower, client, "accounts", log)
-
-    files = [p for s in follower.view("accounts").visible_segments for p in s.location]
-    stored = spark.read.parquet(*files).collect()
-    empty = sorted((r.user_id, r.seq) for r in stored if r.validFrom == r.validUntil)
+    stored = assert_broker_sees(spark, follower, client, "accounts", log).stored
+    empty = sorted((r["user_id"], r["seq"]) for r in stored if r["validFrom"] == r["validUntil"])
     assert empty == [("a", 3), ("b", 1)]
     # a's tie at seq 5 goes to the later record in source order.
-    current = {r.user_id: r.balance for r in stored if r.validUntil is None}
+    current = {r["user_id"]: r["balance"] for r in stored if r["validUntil"] is None}
     assert current == {"a": 3, "b": 1, "c": 1}
 
 
@@ -101,9 +99,8 @@ def test_out_of_order_records_are_dropped_when_configured(spark, server, followe
     log: list[tuple[int, Change]] = []
     run(job, spark, [Change("a", 1, 5), Change("a", 9, 4)], log)
     run(job, spark, [Change("a", 2, 3)], log)
-    assert_broker_sees(spark, follower, client, "accounts", log)
-    files = [p for s in follower.view("accounts").visible_segments for p in s.location]
-    assert sorted(r.balance for r in spark.read.parquet(*files).collect()) == [1]
+    stored = assert_broker_sees(spark, follower, client, "accounts", log).stored
+    assert sorted(r["balance"] for r in stored) == [1]
 
 
 def test_insert_update_delete_insert_keeps_a_chain_visible_at_every_snapshot(
@@ -127,16 +124,15 @@ def test_insert_update_delete_insert_keeps_a_chain_visible_at_every_snapshot(
         Change("other", 9, 2),  # older than the re-insert: loses
     ]
     run(job, spark, one_batch, log)
-    lwm = assert_broker_sees(spark, follower, client, "accounts", log)
+    seen = assert_broker_sees(spark, follower, client, "accounts", log)
 
     # Time travel: at every commit timestamp, exactly the replayed version is visible.
-    segments = follower.view("accounts").visible_segments
     for ts, _ in log:
         for snapshot in (ts - 1, ts):
-            rows = visible_rows(spark, segments, snapshot)
+            rows = visible_at(seen.stored, snapshot)
             expected = {k: v.balance for k, v in replay(log, snapshot).items()}
             assert {r["user_id"]: r["balance"] for r in rows} == expected, snapshot
-    assert lwm >= max(ts for ts, _ in log)
+    assert seen.lwm >= max(ts for ts, _ in log)
 
 
 def test_a_slow_updater_cadence_holds_the_low_watermark_below_pending_updates(
@@ -149,12 +145,12 @@ def test_a_slow_updater_cadence_holds_the_low_watermark_below_pending_updates(
     run(job, spark, [Change("a", 1, 1), Change("b", 1, 1)], log)
     second = run(job, spark, [Change("c", 1, 1), Change("a", 2, 2)], log)
     # a's first version is not closed yet: the LWM stops just below the change that closes it.
-    lwm = assert_broker_sees(spark, follower, client, "accounts", log)
+    lwm = assert_broker_sees(spark, follower, client, "accounts", log).lwm
     assert lwm == second.base + 1 - 1  # 'a' is the second change of the batch
     assert second.updated_segments == 0
     third = run(job, spark, [Change("b", 2, 2)], log)
     assert third.updated_segments > 0
-    lwm = assert_broker_sees(spark, follower, client, "accounts", log)
+    lwm = assert_broker_sees(spark, follower, client, "accounts", log).lwm
     assert lwm == third.high
 
 
