@@ -41,7 +41,14 @@ def _client_options(parser: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="horizon", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("demo", help="run the end-to-end demo on embedded defaults")
+    demo = sub.add_parser("demo", help="run the end-to-end demo on embedded defaults")
+    demo.add_argument("--seed", type=int, default=7, help="generator seed (same seed, same data)")
+    demo.add_argument("--accounts", type=int, help="number of accounts (default 200,000)")
+    demo.add_argument("--batches", type=int, help="batches of changes after the load (default 4)")
+    demo.add_argument("--quick", action="store_true", help="a small run: 2,000 accounts")
+    demo.add_argument("--picture", help="write the timeline picture (SVG) here")
+    demo.add_argument("--keep", action="store_true", help="keep the work directory")
+    demo.add_argument("--spark-master", default="local[*]")
 
     serve = sub.add_parser("serve", help="run the broker")
     serve.add_argument("--config", help="TOML configuration file (or HORIZON_CONFIG)")
@@ -93,15 +100,30 @@ def main(argv: list[str] | None = None) -> int:
         return _ingest(argv[1:])
     args = build_parser().parse_args(argv)
     if args.command == "demo":
-        from rich.console import Console
-
-        console = Console()
-        console.print("[bold]Horizon[/bold]: the end-to-end demo is not built yet.")
-        console.print("Built so far: the segment timeline (timeline/).")
-        return 0
+        return _demo(args)
     if args.command == "serve":
         return _serve(args)
     return _client_command(args)
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from broker.demo.run import DemoOptions
+    from broker.demo.run import main as run_demo
+
+    chosen = {
+        "seed": args.seed,
+        "spark_master": args.spark_master,
+        "keep": args.keep,
+        "picture": Path(args.picture) if args.picture else None,
+    }
+    if args.accounts is not None:
+        chosen["accounts"] = args.accounts
+    if args.batches is not None:
+        chosen["batches"] = args.batches
+    options = DemoOptions.quick(**chosen) if args.quick else DemoOptions(**chosen)
+    return run_demo(options)
 
 
 def _ingest(argv: list[str]) -> int:
