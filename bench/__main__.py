@@ -1,0 +1,174 @@
+"""``make bench``: run every benchmark, then write ``bench/results/SUMMARY.md``.
+
+Each benchmark runs in its own process (its own Spark session and memory), one after another so
+they do not compete for the two cores. ``--quick`` passes through for a short smoke run;
+``--only timeline,rewrite`` runs a subset; ``--summary`` only rewrites the summary from the JSON
+files already in ``bench/results``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bench.report import RESULTS_DIR
+
+BENCHMARKS = ("timeline", "watermark", "rewrite", "ingest", "broker", "query")
+
+
+def _get(data: Any, *path: str | int) -> Any:
+    for key in path:
+        if isinstance(data, dict):
+            data = data.get(str(key)) if str(key) in data else data.get(key)  # type: ignore[call-overload]
+        elif isinstance(data, list) and isinstance(key, int) and key < len(data):
+            data = data[key]
+        else:
+            return None
+    return data
+
+
+def _num(value: Any, unit: str = "", digits: int = 1) -> str:
+    if value is None:
+        return "n/a"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int | float):
+        if abs(value) >= 1000:
+            return f"{value:,.0f}{unit}"
+        return f"{value:.{digits}f}{unit}"
+    return str(value)
+
+
+Row = tuple[str, str, str]
+Extractor = Callable[[dict[str, Any]], list[Row]]
+
+
+def _timeline(r: dict[str, Any]) -> list[Row]:
+    t = r.get("targets", {})
+    return [
+        ("lookup cost, 525,600 vs 365 chunks", _num(t.get("lookup_cost_ratio_largest_vs_365"), "x", 2), "<= 3x"),
+        ("lookups/s at 525,600 chunks (first pass / warm)", f"{_num(t.get('first_pass_lookups_per_s_largest'))} / {_num(t.get('lookups_per_s_largest'))}", ">= 50,000"),
+        ("add/remove cost, 1M vs 1K segments (worst)", _num(t.get("change_cost_ratio_largest_vs_1000"), "x", 2), "<= 2x"),
+        ("memory per segment", _num(t.get("worst_total_bytes_per_segment"), " B", 0), "<= 1 KiB"),
+    ]  # fmt: skip
+
+
+def _watermark(r: dict[str, Any]) -> list[Row]:
+    return [
+        ("report -> follower latency p50 / p99", f"{_num(_get(r, 'report_latency_ms', 'p50'), ' ms', 2)} / {_num(_get(r, 'report_latency_ms', 'p99'), ' ms', 2)}", "p99 <= 20 ms"),
+        ("table LWM read, 1,000 servers x 64 partitions (p50)", _num(_get(r, "read_table_lwm", "read_ms", "p50"), " ms", 3), "<= 5 ms, 1 round trip"),
+        ("follower events/s", _num(_get(r, "apply", "apply_per_s")), "thousands/s"),
+    ]  # fmt: skip
+
+
+def _rewrite(r: dict[str, Any]) -> list[Row]:
+    rows = []
+    for name in ("simple", "tpch_like_60_lines"):
+        rows.append(
+            (
+                f"{name}: rewrite p50 (bare parse+generate p50)",
+                f"{_num(_get(r, name, 'rewrite', 'p50'), ' ms', 3)} ({_num(_get(r, name, 'bare', 'p50'), ' ms', 3)}), {_num(_get(r, name, 'ratio_p50'), 'x', 2)}",
+                "<= 1.5x; simple <= 0.5 ms",
+            )
+        )  # fmt: skip
+    return rows
+
+
+def _ingest(r: dict[str, Any]) -> list[Row]:
+    rows = [
+        (f"throughput, {item.get('workload')}", _num(item.get("rows_per_s"), " rows/s"), ">= 100,000")
+        for item in r.get("throughput", [])
+    ]  # fmt: skip
+    rows.append(("event -> visible at LWM p50 / p99", f"{_num(_get(r, 'latency_s', 'p50'), ' s')} / {_num(_get(r, 'latency_s', 'p99'), ' s')}", "-"))  # fmt: skip
+    for item in r.get("amplification", []):
+        rows.append((f"bytes rewritten per updated row, cadence {item.get('cadence')}", _num(item.get("bytes_per_updated_row"), " B", 0), "-"))  # fmt: skip
+    return rows
+
+
+def _broker(r: dict[str, Any]) -> list[Row]:
+    return [
+        ("point query by key, end to end p50 / p99", f"{_num(_get(r, 'point_query', 'end_to_end_ms', 'p50'), ' ms')} / {_num(_get(r, 'point_query', 'end_to_end_ms', 'p99'), ' ms')}", "p50 <= 150 ms"),
+        ("broker overhead per query p50 (end to end - Spark)", _num(_get(r, "point_query", "overhead_ms", "p50"), " ms"), "-"),
+        ("rewrite + planning p50", _num(_get(r, "point_query", "rewrite_planning_ms", "p50"), " ms", 2), "-"),
+    ]  # fmt: skip
+
+
+def _query(r: dict[str, Any]) -> list[Row]:
+    rows = []
+    for size, per_size in r.items():
+        if not size.isdigit():
+            continue
+        for name, figures in per_size.items():
+            rows.append(
+                (
+                    f"{int(size):,} rows, {name}: vs ROW_NUMBER / vs latest-only floor",
+                    f"{_num(figures.get('speedup_vs_row_number'), 'x')} faster / {_num(figures.get('cost_vs_floor'), 'x', 2)} the floor",
+                    ">= 10x (full aggregate, 5M)" if name == "full_aggregate" else "-",
+                )
+            )  # fmt: skip
+    return rows
+
+
+EXTRACTORS: dict[str, Extractor] = {
+    "timeline": _timeline,
+    "watermark": _watermark,
+    "rewrite": _rewrite,
+    "ingest": _ingest,
+    "broker": _broker,
+    "query": _query,
+}
+
+
+def write_summary() -> Path:
+    lines = ["# Benchmark summary", "", "| benchmark | measure | result | target |", "| --- | --- | --- | --- |"]  # fmt: skip
+    for name in BENCHMARKS:
+        path = RESULTS_DIR / f"{name}.json"
+        if not path.exists():
+            lines.append(f"| {name} | (not run) | | |")
+            continue
+        payload = json.loads(path.read_text())
+        results = payload.get("results", payload)  # older files hold the figures at the top
+        for measure, result, target in EXTRACTORS[name](results):
+            lines.append(f"| {name} | {measure} | {result} | {target} |")
+        lines.append(f"| {name} | recorded at | {payload.get('recorded_at', '?')} | |")
+    summary = RESULTS_DIR / "SUMMARY.md"
+    summary.write_text("\n".join(lines) + "\n")
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="short smoke runs")
+    parser.add_argument("--only", help="comma-separated subset of " + ",".join(BENCHMARKS))
+    parser.add_argument("--summary", action="store_true", help="only rewrite SUMMARY.md")
+    args = parser.parse_args(argv)
+    chosen = args.only.split(",") if args.only else list(BENCHMARKS)
+    unknown = set(chosen) - set(BENCHMARKS)
+    if unknown:
+        parser.error(f"unknown benchmark(s): {', '.join(sorted(unknown))}")
+    failures = []
+    if not args.summary:
+        for name in chosen:
+            command = [sys.executable, "-m", f"bench.{name}", *(["--quick"] if args.quick else [])]
+            print(f"\n=== bench.{name} ===", flush=True)
+            started = time.perf_counter()
+            if subprocess.run(command, check=False).returncode != 0:
+                failures.append(name)
+            print(f"(bench.{name} took {time.perf_counter() - started:.0f} s)", flush=True)
+    summary = write_summary()
+    print(f"\nwrote {summary}")
+    print(summary.read_text())
+    if failures:
+        print(f"failed: {', '.join(failures)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
