@@ -11,7 +11,8 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +23,7 @@ from broker.auth import Principal, check_read
 from broker.catalog_builder import build_catalog
 from broker.config import BrokerConfig
 from broker.executor import QueryScope, ResultLimits, SparkExecutor
+from broker.query_shape import is_key_lookup, is_ordered
 from broker.sql.errors import NoLowWatermark
 from broker.sql.model import QueryPlan, RewriteLimits, RewriteResult
 from broker.views import SegmentViews, UnreadableFiles, ViewMissing, schema_ddl, segment_files
@@ -87,18 +89,69 @@ class Prepared:
         return snapshot_reason(self.plan, self.tables)
 
 
+FIRST_FLUSH_BYTES = 4 * 1024 * 1024
+"""Result bytes gathered before anything is sent: a smaller result is whole before the header
+goes out, so a segment file found unreadable can still be fallen back from and retried."""
+
+
 @dataclass(slots=True)
 class Execution:
-    """A finished query: its result, what it read, and where the time went."""
+    """A started query: its schema, its result as a stream, what it read, where the time went."""
 
     prepared: Prepared
-    table: pa.Table
+    schema: pa.Schema
+    head: list[pa.RecordBatch]
+    """The batches gathered before the first send."""
+    rest: Iterator[Any] | None
+    """The executor's stream of the remaining batches (None when ``head`` is everything)."""
+    files: tuple[str, ...] = ()
     queued_s: float = 0.0
     rewrite_s: float = 0.0
     views_s: float = 0.0
     spark_s: float = 0.0
+    """Seconds spent waiting on Spark (planning, jobs, and reading the streamed batches)."""
     unreadable_segments: list[str] = field(default_factory=list)
     retried: bool = False
+    _held: ExitStack = field(default_factory=ExitStack)
+
+    def batches(self) -> Iterator[pa.RecordBatch]:
+        """Every batch of the result, in order; Spark's time while waiting goes to ``spark_s``."""
+        head, self.head = self.head, []
+        yield from head
+        if self.rest is None:
+            return
+        while True:
+            started = time.perf_counter()
+            try:
+                batch = next(self.rest)
+            except StopIteration:
+                return
+            except UnreadableFiles as error:
+                raise Unavailable(
+                    f"{error}; part of the result was already sent, so the query was not "
+                    "retried: the segment is now dropped, run the query again"
+                ) from None
+            finally:
+                self.spark_s += time.perf_counter() - started
+            yield batch
+
+    def close(self) -> None:
+        """Stop the stream (cancelling Spark's jobs if unfinished) and free the admission slot."""
+        self._held.close()
+
+
+def _first_batches(stream: Iterator[Any], limit_bytes: int) -> tuple[list[pa.RecordBatch], bool]:
+    """Take batches from ``stream`` until ``limit_bytes`` are held; True when it ran out."""
+    head: list[pa.RecordBatch] = []
+    held = 0
+    while held < limit_bytes:
+        try:
+            batch = next(stream)
+        except StopIteration:
+            return head, True
+        head.append(batch)
+        held += batch.nbytes
+    return head, False
 
 
 def snapshot_source(plan: QueryPlan) -> str:
@@ -152,8 +205,8 @@ class QueryEngine:
         self.follower = follower
         self.spark = spark
         self.config = config
-        self.views = SegmentViews(spark, namespace=view_namespace)
         self.executor = SparkExecutor(spark)
+        self.views = SegmentViews(spark, namespace=view_namespace, mirrors=self.executor.mirrors)
         self.admission = Admission(config.limits.max_concurrent, config.limits.queue_size)
         self.functions = functions if functions is not None else function_policy_from_spark(spark)
         self.rewrite_limits = RewriteLimits(
@@ -242,31 +295,50 @@ class QueryEngine:
         max_rows: int = 0,
         is_active: Callable[[], bool] = lambda: True,
     ) -> Execution:
-        """Run a query under admission control, falling back once on unreadable segment files."""
+        """Start a query under admission control, falling back once on unreadable segment files.
+
+        Returns once the result's first :data:`FIRST_FLUSH_BYTES` (or all of it) came from Spark;
+        the rest streams from :meth:`Execution.batches`. Until then a read failure can still be
+        retried on the fallen-back timeline; after that it ends the stream. The caller must
+        :meth:`Execution.close` the execution (it holds an admission slot until then).
+        """
         limits = self.config.limits
-        row_limit = (
-            min(max_rows, limits.max_result_rows) if max_rows > 0 else limits.max_result_rows
-        )
-        result_limits = ResultLimits(max_rows=row_limit, max_bytes=limits.max_result_bytes)
+        if max_rows > 0 and max_rows < limits.max_result_rows:
+            rows_limit = ResultLimits(max_rows, limits.max_result_bytes, rows_limit_name="max_rows")
+        else:
+            rows_limit = ResultLimits(limits.max_result_rows, limits.max_result_bytes)
         timeout_deadline = time.monotonic() + limits.query_timeout_s
         scope.deadline = min(scope.deadline or timeout_deadline, timeout_deadline)
-        with self.admission.slot(deadline=scope.deadline, is_active=is_active) as queued_s:
+        with ExitStack() as held:
+            queued_s = held.enter_context(
+                self.admission.slot(deadline=scope.deadline, is_active=is_active)
+            )
             unreadable: list[str] = []
             for attempt in range(2):
                 prepared = self.prepare(sql, principal, query_id=scope.query_id)
+                keys = {v.table.lower(): v.descriptor.primary_key for v in prepared.table_views}
+                stream = self.executor.stream(
+                    prepared.sql,
+                    scope,
+                    rows_limit,
+                    files=prepared.files,
+                    lookup=is_key_lookup(prepared.original_sql, keys),
+                    ordered=is_ordered(prepared.sql),
+                )
                 try:
                     with self.views.lease(prepared.table_views) as (_, views_s):
                         spark_started = time.perf_counter()
-                        table = self.executor.run(
-                            prepared.sql, scope, result_limits, files=prepared.files
-                        )
+                        schema = next(stream)
+                        head, done = _first_batches(stream, FIRST_FLUSH_BYTES)
                         spark_s = time.perf_counter() - spark_started
                 except ViewMissing as error:
+                    stream.close()
                     self.views.forget(error.name)
                     if attempt == 0:
                         continue
                     raise
                 except UnreadableFiles as error:
+                    stream.close()
                     removed = self._drop_unreadable(prepared, error)
                     unreadable.extend(removed)
                     if attempt == 0 and removed:
@@ -277,15 +349,23 @@ class QueryEngine:
                     raise Unavailable(
                         f"segment files stayed unreadable after a retry: {error}"
                     ) from None
+                except BaseException:
+                    stream.close()
+                    raise
+                held.callback(stream.close)
                 return Execution(
                     prepared=prepared,
-                    table=table,
+                    schema=schema,
+                    head=head,
+                    rest=None if done else stream,
+                    files=prepared.files,
                     queued_s=queued_s,
                     rewrite_s=prepared.rewrite_s,
                     views_s=views_s,
                     spark_s=spark_s,
                     unreadable_segments=unreadable,
                     retried=attempt > 0,
+                    _held=held.pop_all(),
                 )
         raise AssertionError("unreachable")  # pragma: no cover
 

@@ -13,7 +13,7 @@ import re
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -105,17 +105,51 @@ class QueryScope:
 class ResultLimits:
     max_rows: int
     max_bytes: int
+    rows_limit_name: str = "max_result_rows"
+    bytes_limit_name: str = "max_result_bytes"
+
+    def check(self, rows: int, byte_count: int) -> None:
+        """Raise RESOURCE_EXHAUSTED naming the limit once a result grows past it."""
+        if rows > self.max_rows:
+            raise ResourceExhausted(
+                f"the result has more than {self.max_rows} rows (the limit "
+                f"{self.rows_limit_name} = {self.max_rows}); add a LIMIT or a narrower filter"
+            )
+        if byte_count > self.max_bytes:
+            raise ResourceExhausted(
+                f"the result grew past {self.max_bytes} bytes (the limit "
+                f"{self.bytes_limit_name} = {self.max_bytes}); select fewer rows or columns"
+            )
+
+
+LOOKUP_CONF: dict[str, str] = {"spark.sql.codegen.wholeStage": "false"}
+"""The lookup session's settings (see :mod:`broker.lookup` for why)."""
 
 
 class SparkExecutor:
-    """Executes SQL on one Spark session and returns the result as an Arrow table."""
+    """Executes SQL on one Spark session and streams the result as Arrow record batches.
+
+    Key lookups run on a second session of the same Spark context (``lookup_spark``) whose
+    settings suit them; the segment views are registered in both.
+    """
 
     def __init__(self, spark: Any) -> None:
         self.spark = spark
         self.connect = is_spark_connect(spark)
+        self.lookup_spark = spark
+        if not self.connect:
+            self.lookup_spark = spark.newSession()
+            for key, value in LOOKUP_CONF.items():
+                self.lookup_spark.conf.set(key, value)
+
+    @property
+    def mirrors(self) -> tuple[Any, ...]:
+        """Sessions besides ``spark`` that need the segment views."""
+        return () if self.lookup_spark is self.spark else (self.lookup_spark,)
 
     @contextmanager
     def _job_group(self, scope: QueryScope) -> Iterator[None]:
+        scope.finished = False  # a retry runs under the same scope
         if self.connect:
             self.spark.addTag(scope.group)
             cancel = self.spark.interruptTag
@@ -149,43 +183,98 @@ class SparkExecutor:
                 for key in ("spark.jobGroup.id", "spark.job.description"):
                     context.setLocalProperty(key, None)
 
-    def run(
+    def stream(
         self,
         sql: str,
         scope: QueryScope,
         limits: ResultLimits,
         *,
         files: Sequence[str] = (),
-    ) -> pa.Table:
-        """Run ``sql`` and collect at most ``limits`` of Arrow data.
+        lookup: bool = False,
+        ordered: bool = True,
+    ) -> Iterator[pa.Schema | pa.RecordBatch]:
+        """Run ``sql``: yield its Arrow schema first, then record batches as Spark delivers them.
+
+        The schema comes from analysis, before any job runs. Batches arrive as Spark's tasks
+        finish; when ``ordered`` is false they are passed on in that order (the query has no
+        ORDER BY, so any order is correct), otherwise they are held until Spark says which
+        order they belong in. The row and byte limits are checked on every batch: past one,
+        the query's jobs are cancelled and RESOURCE_EXHAUSTED names the limit.
 
         ``files`` are the segment files the query reads: a failure that names one of them becomes
         :class:`broker.views.UnreadableFiles` so the caller can fall back and retry.
         """
         scope.check()
-        try:
-            with self._job_group(scope):
-                # No .limit() here: on Spark 4 it turns the scan into a single-partition shuffle
-                # and doubles a point query's latency. The driver is protected by
-                # spark.driver.maxResultSize; the row and byte limits are checked below.
-                table = self.spark.sql(sql).toArrow()
-        except HorizonError:
-            raise
-        except Exception as error:
-            scope.check()
-            raise classify_spark_error(error, files) from None
+        session = self.lookup_spark if lookup else self.spark
+        with self._job_group(scope):
+            try:
+                frame = session.sql(sql)
+                schema = _arrow_schema(frame)
+            except Exception as error:
+                raise self._failure(error, scope, files) from None
+            yield schema
+            batches = self._batches(frame, schema, ordered)
+            rows = byte_count = 0
+            completed = False
+            try:
+                while True:
+                    try:
+                        batch = next(batches)
+                    except StopIteration:
+                        break
+                    except Exception as error:
+                        raise self._failure(error, scope, files) from None
+                    rows += batch.num_rows
+                    byte_count += batch.nbytes
+                    limits.check(rows, byte_count)
+                    yield batch
+                completed = True
+            finally:
+                if not completed:  # a limit, an error, or the consumer stopped reading
+                    self._stop_jobs(scope)
+                batches.close()  # closes the socket and joins the JVM's serving thread
         scope.check()
-        if table.num_rows > limits.max_rows:
-            raise ResourceExhausted(
-                f"the result has more than {limits.max_rows} rows (the limit); "
-                "add a LIMIT or a narrower filter"
-            )
-        if table.nbytes > limits.max_bytes:
-            raise ResourceExhausted(
-                f"the result is {table.nbytes} bytes, more than the limit of "
-                f"{limits.max_bytes}; select fewer rows or columns"
-            )
-        return table
+
+    def _batches(self, frame: Any, schema: pa.Schema, ordered: bool) -> Iterator[pa.RecordBatch]:
+        if self.connect:
+            yield from frame.toArrow().cast(schema).to_batches()
+            return
+        from pyspark.errors.exceptions.captured import unwrap_spark_exception
+        from pyspark.util import _create_local_socket
+
+        port, secret, server = frame._jdf.collectAsArrowToPython()
+        sockfile, sock = _create_local_socket((port, secret))
+        completed = False
+        try:
+            for batch in _read_collect_stream(sockfile, ordered):
+                yield batch if batch.schema == schema else _cast(batch, schema)
+            completed = True
+        finally:
+            sockfile.close()
+            sock.close()
+            if completed:
+                with unwrap_spark_exception():
+                    server.getResult()  # raises the JVM serving thread's failure, if any
+            else:
+                with suppress(Exception):  # the jobs were cancelled; only wait for the thread
+                    server.getResult()
+
+    def _stop_jobs(self, scope: QueryScope) -> None:
+        with suppress(Exception):  # the jobs may have finished already
+            if self.connect:
+                self.spark.interruptTag(scope.group)
+            else:
+                self.spark.sparkContext.cancelJobGroup(scope.group)
+
+    @staticmethod
+    def _failure(error: BaseException, scope: QueryScope, files: Sequence[str]) -> BaseException:
+        if isinstance(error, HorizonError):
+            return error
+        try:
+            scope.check()
+        except HorizonError as cancelled:
+            return cancelled
+        return classify_spark_error(error, files)
 
     def explain(self, sql: str) -> str:
         """Spark's physical plan for ``sql`` (analysis only; nothing is executed)."""
@@ -196,6 +285,48 @@ class SparkExecutor:
             return str(frame._jdf.queryExecution().executedPlan().toString())
         except Exception as error:
             raise classify_spark_error(error, ()) from None
+
+
+def _arrow_schema(frame: Any) -> pa.Schema:
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return to_arrow_schema(
+        frame.schema, error_on_duplicated_field_names_in_struct=True, timezone="UTC"
+    )
+
+
+def _cast(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
+    return pa.Table.from_batches([batch]).cast(schema).combine_chunks().to_batches()[0]
+
+
+def _read_collect_stream(stream: Any, ordered: bool) -> Iterator[pa.RecordBatch]:
+    """Read the JVM's ``collectAsArrowToPython`` stream: an Arrow IPC stream of batches in task
+    completion order, then how many batches there were and their query order (or -1 and an
+    error message)."""
+    from pyspark.errors import PySparkRuntimeError
+    from pyspark.serializers import UTF8Deserializer, read_int
+
+    held: list[pa.RecordBatch | None] = []
+    for batch in pa.ipc.open_stream(stream):
+        if ordered:
+            held.append(batch)
+        else:
+            yield batch
+    count = read_int(stream)
+    if count == -1:
+        raise PySparkRuntimeError(
+            errorClass="ERROR_OCCURRED_WHILE_CALLING",
+            messageParameters={
+                "func_name": "collectAsArrowToPython",
+                "error_msg": UTF8Deserializer().loads(stream),
+            },
+        )
+    for _ in range(count):
+        index = read_int(stream)
+        if ordered:
+            batch, held[index] = held[index], None
+            assert batch is not None
+            yield batch
 
 
 def classify_spark_error(error: BaseException, files: Sequence[str]) -> BaseException:

@@ -13,12 +13,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import grpc
+import pyarrow as pa
 
 from broker import arrow_ipc, messages
 from broker._proto.horizon.v1 import horizon_pb2 as pb
 from broker._proto.horizon.v1 import horizon_pb2_grpc as rpc
 from broker.auth import Authenticator, Principal, check_inspect
-from broker.engine import QueryEngine
+from broker.engine import Execution, QueryEngine
 from broker.errors import stream_errors, unary_errors
 from broker.executor import CANCELLED, QueryScope
 from broker.explain import segment_reasons
@@ -71,36 +72,50 @@ class QueryServicer(rpc.QueryServiceServicer):
             max_rows=request.max_rows,
             is_active=context.is_active,
         )
-        serialize_started = time.perf_counter()
-        table = execution.table
+        try:
+            yield from self._stream(execution, started)
+        finally:
+            execution.close()
+
+    def _stream(self, execution: Execution, started: float) -> Iterator[pb.ExecuteQueryResponse]:
+        """Header, then each Spark batch re-cut to gRPC-sized messages as it arrives, then the
+        trailer; no more of the result is held than what Spark has delivered and not yet sent."""
+        serialize_s = 0.0
+        encode_started = time.perf_counter()
+        schema = execution.schema
         header = pb.QueryHeader(
-            arrow_schema=arrow_ipc.encode_schema(table.schema),
-            columns=[pb.Column(name=f.name, type=str(f.type)) for f in table.schema],
+            arrow_schema=arrow_ipc.encode_schema(schema),
+            columns=[pb.Column(name=f.name, type=str(f.type)) for f in schema],
             metadata=messages.metadata_message(
                 execution.prepared,
                 unreadable=execution.unreadable_segments,
                 retried=execution.retried,
             ),
         )
+        serialize_s += time.perf_counter() - encode_started
         yield pb.ExecuteQueryResponse(header=header)
-        batches = 0
-        byte_count = 0
-        for data, rows in arrow_ipc.encode_batches(table, self.engine.config.limits.batch_bytes):
-            batches += 1
-            byte_count += len(data)
-            yield pb.ExecuteQueryResponse(batch=pb.ArrowBatch(data=data, row_count=rows))
-        now = time.perf_counter()
+        batches = row_count = byte_count = 0
+        target = self.engine.config.limits.batch_bytes
+        for batch in execution.batches():
+            encode_started = time.perf_counter()
+            pieces = list(arrow_ipc.encode_batches(pa.Table.from_batches([batch]), target))
+            serialize_s += time.perf_counter() - encode_started
+            for data, rows in pieces:
+                batches += 1
+                row_count += rows
+                byte_count += len(data)
+                yield pb.ExecuteQueryResponse(batch=pb.ArrowBatch(data=data, row_count=rows))
         timings = pb.QueryTimings(
-            total_ms=(now - started) * 1000,
+            total_ms=(time.perf_counter() - started) * 1000,
             queued_ms=execution.queued_s * 1000,
             rewrite_ms=execution.rewrite_s * 1000,
             views_ms=execution.views_s * 1000,
             spark_ms=execution.spark_s * 1000,
-            serialize_ms=(now - serialize_started) * 1000,
+            serialize_ms=serialize_s * 1000,
         )
         yield pb.ExecuteQueryResponse(
             trailer=pb.QueryTrailer(
-                row_count=table.num_rows,
+                row_count=row_count,
                 batch_count=batches,
                 byte_count=byte_count,
                 timings=timings,

@@ -74,8 +74,10 @@ class _Entry:
 class SegmentViews:
     """The cache of segment views of one Spark session."""
 
-    def __init__(self, spark: Any, *, namespace: str = "") -> None:
+    def __init__(self, spark: Any, *, namespace: str = "", mirrors: Sequence[Any] = ()) -> None:
         self._spark = spark
+        self._sessions = (spark, *mirrors)
+        """Every session the views are registered in (``mirrors`` share the Spark context)."""
         self.namespace = namespace
         self._lock = threading.RLock()
         self._entries: dict[tuple[str, int], _Entry] = {}
@@ -135,11 +137,12 @@ class SegmentViews:
         ddl = schema_ddl(descriptor)
         files = segment_files(segments)
         try:
-            if files:
-                frame = self._spark.read.schema(ddl).parquet(*files)
-            else:
-                frame = self._spark.createDataFrame([], ddl)
-            frame.createOrReplaceTempView(name)
+            for session in self._sessions:
+                if files:
+                    frame = session.read.schema(ddl).parquet(*files)
+                else:
+                    frame = session.createDataFrame([], ddl)
+                frame.createOrReplaceTempView(name)
         except Exception as error:
             raise classify_read_error(error, files) from None
 
@@ -153,15 +156,18 @@ class SegmentViews:
             entry = self._entries[(table, generation)]
             if generation < newest and entry.leases == 0:
                 del self._entries[(table, generation)]
-                with suppress(Exception):  # a vanished session has nothing left to drop
-                    self._spark.catalog.dropTempView(entry.name)
+                self._drop(entry.name)
 
     def clear(self) -> None:
         with self._lock:
             for entry in self._entries.values():
-                with suppress(Exception):
-                    self._spark.catalog.dropTempView(entry.name)
+                self._drop(entry.name)
             self._entries.clear()
+
+    def _drop(self, name: str) -> None:
+        for session in self._sessions:
+            with suppress(Exception):  # a vanished session has nothing left to drop
+                session.catalog.dropTempView(name)
 
 
 _MISSING_MARKERS = (

@@ -103,10 +103,33 @@ def test_tokens_only_read_and_inspect_what_they_are_granted(broker_env):
         assert {t.name for t in admin.tables()} >= {"accounts", "secret", "empty_t"}
 
 
-def test_result_over_the_row_limit_is_resource_exhausted(client):
-    with pytest.raises(ResourceExhausted, match="more than 5 rows"):
+def test_result_over_the_requested_max_rows_is_resource_exhausted_naming_it(client):
+    with pytest.raises(ResourceExhausted, match=r"more than 5 rows \(the limit max_rows = 5\)"):
         client.query("SELECT * FROM accounts", max_rows=5)
     assert client.query("SELECT * FROM accounts WHERE id <= 5", max_rows=5).num_rows == 5
+
+
+def test_streamed_result_past_max_result_rows_stops_the_spark_job(broker_env, spark):
+    config = broker_config(broker_env.redis.url, limits={"max_result_rows": 50_000})
+    with (
+        _extra_broker(config, spark, broker_env) as server,
+        connect(server.target, token=ADMIN) as horizon,
+    ):
+        with pytest.raises(ResourceExhausted, match=r"max_result_rows = 50000"):
+            horizon.query("SELECT id, owner FROM big", query_id="rows-limit")
+        _assert_group_stopped(spark, "horizon-rows-limit")
+        assert horizon.query("SELECT id FROM big WHERE id < 50000").num_rows == 50_000
+
+
+def test_streamed_result_past_max_result_bytes_is_resource_exhausted_naming_it(broker_env, spark):
+    config = broker_config(broker_env.redis.url, limits={"max_result_bytes": 200_000})
+    with (
+        _extra_broker(config, spark, broker_env) as server,
+        connect(server.target, token=ADMIN) as horizon,
+    ):
+        with pytest.raises(ResourceExhausted, match=r"max_result_bytes = 200000"):
+            horizon.query("SELECT * FROM big WHERE id < 400000")
+        assert horizon.query("SELECT id FROM big WHERE id < 1000").num_rows == 1000
 
 
 def test_sql_past_the_length_limit_is_resource_exhausted(client):
