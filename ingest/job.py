@@ -82,7 +82,8 @@ class BatchResult:
     segments: tuple[Segment, ...] = ()
     high: int = 0
     base: int = 0
-    """The first commit timestamp of the batch: change ``i`` of a one-file source gets base + i."""
+    """The first commit timestamp of the batch: change ``i`` of a one-file source gets base + i
+    (with a transaction column: base + the position of its transaction's first change)."""
     skipped: bool = False
     updated_segments: int = 0
     sources: tuple[str, ...] = field(default=())
@@ -129,6 +130,8 @@ class IngestJob:
         self.step_seconds: dict[str, float] = {}
         """Seconds spent before each step of the last batch (for benchmarks and logs)."""
         self._last_step = time.perf_counter()
+        self.action_seconds: dict[str, float] = {}
+        """Seconds of each Spark action of the last batch (for profiling)."""
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -228,6 +231,7 @@ class IngestJob:
                 )
         seq = self.state.next_seq
         self.step_seconds, self._last_step = {}, time.perf_counter()
+        self.action_seconds = {}
         with self._cached() as cache:
             result = self._ingest(frame, seq, sources, needed, cache)
         return result
@@ -325,6 +329,18 @@ class IngestJob:
                 with contextlib.suppress(Exception):
                     frame.unpersist()
 
+    @contextlib.contextmanager
+    def _action(self, name: str) -> Iterator[None]:
+        """Label the Spark jobs of one action (visible in logs and the UI) and time it."""
+        context = self.spark.sparkContext
+        context.setJobDescription(f"ingest {self.table.name}: {name}")
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.action_seconds[name] = time.perf_counter() - started
+            context.setJobDescription(None)
+
     def _step(self, name: str) -> None:
         now = time.perf_counter()
         self.step_seconds[name] = now - self._last_step
@@ -346,11 +362,14 @@ class IngestJob:
         table = self.table
         rows = self._enrich(frame, needed).persist(StorageLevel.MEMORY_AND_DISK_DESER)
         cache.append(rows)
-        groups = (
-            rows.groupBy(SOURCE_FILE, "_pid", "_kp")
-            .agg(F.min("_row").alias("_lo"), F.max("_row").alias("_hi"), F.count("*").alias("_n"))
-            .collect()
-        )
+        with self._action("read and count"):
+            groups = (
+                rows.groupBy(SOURCE_FILE, "_pid", "_kp")
+                .agg(
+                    F.min("_row").alias("_lo"), F.max("_row").alias("_hi"), F.count("*").alias("_n")
+                )
+                .collect()
+            )
         touched = sorted({g["_kp"] for g in groups})
         spans_by_source: dict[tuple[str, int], list[int]] = {}
         for g in groups:
@@ -378,8 +397,9 @@ class IngestJob:
             offsets, f"{SOURCE_FILE} string, _pid int, _off long"
         )
         stamped = rows.join(F.broadcast(offset_frame), on=[SOURCE_FILE, "_pid"]).withColumn(
-            "_ts", F.col("_off") + F.col("_row")
+            "_ord", F.col("_off") + F.col("_row")
         )
+        stamped = stamped.withColumn("_ts", self._commit_ts())
         stamped = stamped.withColumn(
             "_chunk", spark_chunk_start(table.granularity, self._time_ms())
         )
@@ -397,24 +417,8 @@ class IngestJob:
                 "_chunk", F.lit(0).alias("_seg"), "_kp", F.col("_ts").alias("validUntil")
             )
 
-        # One Spark job for both: segment sizes, and the updates' targets and oldest timestamps.
-        summary = (
-            versions.groupBy("_chunk", "_kp")
-            .agg(F.count("*").alias("n"))
-            .select(
-                F.lit("v").alias("what"),
-                "_chunk",
-                "_kp",
-                F.lit(None).cast("int").alias("_seg"),
-                "n",
-            )
-            .unionByName(
-                updates.groupBy("_chunk", "_seg", "_kp")
-                .agg(F.min("validUntil").alias("n"))
-                .select(F.lit("u").alias("what"), "_chunk", "_kp", "_seg", "n")
-            )
-            .collect()
-        )
+        with self._action("resolve and summarise"):
+            summary = self._summary(versions, updates)
         counts = [row for row in summary if row["what"] == "v"]
         allocation = self._allocate(sorted((c["_chunk"], c["_kp"]) for c in counts))
         row_counts = {(c["_chunk"], allocation[(c["_chunk"], c["_kp"])]): c["n"] for c in counts}
@@ -437,13 +441,14 @@ class IngestJob:
             seq, PREPARE, {"kind": INGEST, "directories": sorted(directories.values())}
         )
         self._step("after_prepare")
-        written = write_segments(
-            versions.join(F.broadcast(mapping), on=["_chunk", "_kp"]),
-            stored_columns(table),
-            directories["segments"],
-            len(allocation),
-            self.storage,
-        )
+        with self._action("write segments"):
+            written = write_segments(
+                versions.join(F.broadcast(mapping), on=["_chunk", "_kp"]),
+                stored_columns(table),
+                directories["segments"],
+                len(allocation),
+                self.storage,
+            )
         self._step("after_segments")
 
         key_index: dict[int, str] = {}
@@ -453,17 +458,19 @@ class IngestJob:
                 F.broadcast(mapping), on=["_chunk", "_kp"], how="left"
             ).withColumn("_seg", F.when(~F.col("_deleted"), F.col("_seg")))
             merged = merge_index(index, entries, table.primary_key)
-            (
-                merged.withColumn("_kpDir", F.col("_kp"))
-                .repartition(max(1, len(touched)), "_kpDir")
-                .write.mode("overwrite")
-                .partitionBy("_kpDir")
-                .parquet(directories["index"])
-            )
+            with self._action("write key index"):
+                (
+                    merged.withColumn("_kpDir", F.col("_kp"))
+                    .repartition(max(1, len(touched)), "_kpDir")
+                    .write.mode("overwrite")
+                    .partitionBy("_kpDir")
+                    .parquet(directories["index"])
+                )
             key_index = {kp: f"{directories['index']}/_kpDir={kp}" for kp in touched}
             if pending_min:
                 updates_dir = directories["updates"]
-                updates.write.mode("overwrite").parquet(updates_dir)
+                with self._action("write updates"):
+                    updates.write.mode("overwrite").parquet(updates_dir)
         self._step("after_files")
 
         segments = {
@@ -582,9 +589,10 @@ class IngestJob:
         directory = f"{self.root}/segments/{self.server_id}/u{seq:010d}"
         self.manifest.write(seq, PREPARE, {"kind": UPDATE, "directories": [directory]})
         self._step("update_after_prepare")
-        written = updater.rewrite_segments(
-            self.spark, updates, plan, self.table, directory, self.storage
-        )
+        with self._action("updater rewrite"):
+            written = updater.rewrite_segments(
+                self.spark, updates, plan, self.table, directory, self.storage
+            )
         self._step("update_after_files")
         by_partition = {item.partition: item for item in written.values()}
         add, remove = [], []
@@ -633,6 +641,43 @@ class IngestJob:
         if len(partitions) < table.key_partitions:
             enriched = enriched.filter(F.col("_kp").isin(list(partitions)))
         return enriched
+
+    def _summary(self, versions: Any, updates: Any) -> list[Any]:
+        """One Spark job for both: segment sizes, and the updates' targets and oldest timestamps."""
+        from pyspark.sql import functions as F
+
+        return (
+            versions.groupBy("_chunk", "_kp")
+            .agg(F.count("*").alias("n"))
+            .select(
+                F.lit("v").alias("what"),
+                "_chunk",
+                "_kp",
+                F.lit(None).cast("int").alias("_seg"),
+                "n",
+            )
+            .unionByName(
+                updates.groupBy("_chunk", "_seg", "_kp")
+                .agg(F.min("validUntil").alias("n"))
+                .select(F.lit("u").alias("what"), "_chunk", "_kp", "_seg", "n")
+            )
+            .collect()
+        )
+
+    def _commit_ts(self) -> Any:
+        """Each change's commit timestamp from its source order ``_ord`` (base + position).
+
+        With a transaction column, every change of a transaction takes the position of the
+        transaction's first change: one timestamp for all, increasing in first-change order.
+        """
+        from pyspark.sql import Window
+        from pyspark.sql import functions as F
+
+        name = self.table.transaction_column
+        if name is None:
+            return F.col("_ord")
+        first = F.min("_ord").over(Window.partitionBy(F.col(f"`{name}`")))
+        return F.when(F.col(f"`{name}`").isNull(), F.col("_ord")).otherwise(first)
 
     def _time_ms(self) -> Any:
         """Each row's time (epoch ms) for its chunk: the time column, else the commit time."""

@@ -8,8 +8,11 @@ accepted record's commit timestamp. A record that loses is out of order: stored 
 interval or dropped. A delete that is accepted ends the chain and is never stored itself; it stays in
 the key index as a tombstone so an older record that arrives later still loses.
 
-Input columns of the batch: the user columns plus ``_ts`` (commit timestamp), ``_kp`` (key
-partition), ``_chunk`` (time chunk start) and the source position columns. The key index has one row
+Input columns of the batch: the user columns plus ``_ts`` (commit timestamp), ``_ord`` (unique,
+increasing in source order), ``_kp`` (key partition), ``_chunk`` (time chunk start) and the source
+position columns. Records of a key are ordered by ``_ord``: several records of one transaction share
+a ``_ts``, so an accepted record superseded inside its own transaction gets ``validUntil ==
+validFrom`` (never visible, like an out-of-order record: stored or dropped the same way). The key index has one row
 per key: ``_cmp``, ``_validFrom``, ``_deleted``, ``_chunk``, ``_seg`` (first-generation partition
 number of the segment holding the current version; null for tombstones) and ``_kp``.
 """
@@ -93,7 +96,7 @@ def resolve(batch: Any, index: Any, table: TableDefinition) -> Resolution:
     rows = batch.withColumn("_cmp", comparison_struct(table)).withColumn("_del", delete_flag(table))
     joined = rows.join(renamed, on=pk, how="left")
 
-    ordered = Window.partitionBy(*pk).orderBy("_ts")
+    ordered = Window.partitionBy(*pk).orderBy("_ord")
     before = ordered.rowsBetween(Window.unboundedPreceding, -1)
     after = ordered.rowsBetween(1, Window.unboundedFollowing)
     whole = Window.partitionBy(*pk)
@@ -107,22 +110,25 @@ def resolve(batch: Any, index: Any, table: TableDefinition) -> Resolution:
     accepted = best.isNull() | (F.col("_cmp") >= best)
     flagged = joined.withColumn("_acc", accepted)
     accepted_ts = F.when(F.col("_acc"), F.col("_ts"))
+    accepted_ord = F.when(F.col("_acc"), F.col("_ord"))
     resolved = (
         flagged.withColumn("_next", F.min(accepted_ts).over(after))
-        .withColumn("_first", F.min(accepted_ts).over(whole))
+        .withColumn("_first", F.min(accepted_ord).over(whole))
         .persist(StorageLevel.MEMORY_AND_DISK_DESER)
     )
 
     user = list(table.column_names)
     source = [SOURCE_FILE, SOURCE_POSITION, "_kp", "_chunk"]
-    kept = resolved.filter(F.col("_acc") & ~F.col("_del")).select(
+    # Superseded inside its own transaction: an empty interval, treated like an out-of-order loss.
+    empty = F.coalesce(F.col("_next") == F.col("_ts"), F.lit(False))
+    kept = resolved.filter(F.col("_acc") & ~F.col("_del") & ~empty).select(
         *user,
         F.col("_ts").alias(VALID_FROM),
         F.col("_next").alias(VALID_UNTIL),
         *source,
     )
     if table.out_of_order is OutOfOrder.STORE:
-        lost = resolved.filter(~F.col("_acc") & ~F.col("_del")).select(
+        lost = resolved.filter((~F.col("_acc") | empty) & ~F.col("_del")).select(
             *user, F.col("_ts").alias(VALID_FROM), F.col("_ts").alias(VALID_UNTIL), *source
         )
         versions = kept.unionByName(lost)
@@ -131,7 +137,7 @@ def resolve(batch: Any, index: Any, table: TableDefinition) -> Resolution:
 
     updates = resolved.filter(
         F.col("_acc")
-        & (F.col("_ts") == F.col("_first"))
+        & (F.col("_ord") == F.col("_first"))
         & F.col("_i_seg").isNotNull()
         & ~F.coalesce(F.col("_i_deleted"), F.lit(True))
     ).select(

@@ -17,6 +17,7 @@ Example::
     storage_root = "/data/horizon"  # any Hadoop URI Spark can write, e.g. s3a://bucket/horizon
     out_of_order = "store"          # or "drop"
     update_cadence = 1              # apply validUntil updates once N batches have some pending
+    transaction_column = "txn"      # optional: changes sharing a value commit together
     version = "2024-01-01T00:00:00.000Z"
 
     [columns]
@@ -24,6 +25,19 @@ Example::
     balance = "bigint"
     updated_at = "timestamp"
     deleted = "boolean"
+    txn = "string"
+
+Transactions (``transaction_column``): all changes of one source transaction (one value of that
+column) that a server ingests in one batch share ONE commit timestamp, the one the transaction's
+first change would have had, so a reader at any snapshot sees all of the transaction or none of it.
+Transactions therefore get strictly increasing commit timestamps in the source order of their first
+changes. A null value is a transaction of its own (the change commits alone, as without the column).
+When one transaction changes a key twice, the newer by the comparison columns wins (ties: the later
+in source order); the loser is stored with an empty interval, or dropped with
+``out_of_order = "drop"``, so a key never has two visible versions with the same ``validFrom``. The
+column stays a normal user column, stored in the segments (readers can see which transaction wrote
+a version). Atomicity is per server and batch: a transaction whose keys fall in key partitions owned
+by different servers, or that spans batches, commits in several pieces.
 """
 
 from __future__ import annotations
@@ -68,6 +82,7 @@ class TableDefinition:
     storage_root: str = "./horizon-data"
     out_of_order: OutOfOrder = OutOfOrder.STORE
     update_cadence: int = 1
+    transaction_column: str | None = None
     version: str = DEFAULT_VERSION
     properties: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
 
@@ -87,6 +102,11 @@ class TableDefinition:
                 )
             if not self.upsert:
                 raise InvalidArgument(f"append-only table {self.name!r} cannot have deletes")
+        if self.transaction_column is not None and self.transaction_column.lower() not in known:
+            raise InvalidArgument(
+                f"table {self.name!r}: transaction column {self.transaction_column!r} is not a "
+                "column"
+            )
         if self.update_cadence < 1:
             raise InvalidArgument(f"table {self.name!r}: update_cadence must be >= 1")
         if self.retention_ms is not None and self.retention_ms <= 0:
@@ -116,6 +136,8 @@ class TableDefinition:
         if self.delete_column:
             properties["delete_column"] = self.delete_column
         properties["out_of_order"] = self.out_of_order.value
+        if self.transaction_column:
+            properties["transaction_column"] = self.transaction_column
         return TableDescriptor(
             name=self.name,
             columns=self.columns,
@@ -155,7 +177,7 @@ class TableDefinition:
             "name", "columns", "mode", "upsert", "primary_key", "comparison", "comparison_columns",
             "delete_column", "time_column", "granularity", "key_partitions", "retention",
             "retention_ms", "storage_root", "out_of_order", "update_cadence", "version",
-            "properties",
+            "properties", "transaction_column",
         }  # fmt: skip
         unknown = sorted(set(data) - known)
         if unknown:
@@ -188,6 +210,7 @@ class TableDefinition:
             storage_root=storage_root or str(data.get("storage_root", "./horizon-data")),
             out_of_order=out_of_order,
             update_cadence=_int(data.get("update_cadence", 1), "update_cadence"),
+            transaction_column=_optional_name(data.get("transaction_column"), "transaction_column"),
             version=format_instant(parse_instant(version)) if "T" in version else version,
             properties={str(k): str(v) for k, v in dict(data.get("properties", {})).items()},
         )
@@ -211,6 +234,12 @@ def _names(raw: Any, role: str) -> tuple[str, ...]:
     if isinstance(raw, list | tuple) and all(isinstance(item, str) for item in raw):
         return tuple(raw)
     raise InvalidArgument(f"{role} must be a column name or a list of column names")
+
+
+def _optional_name(raw: Any, role: str) -> str | None:
+    if raw is None or isinstance(raw, str):
+        return raw
+    raise InvalidArgument(f"{role} must be a column name, got {raw!r}")
 
 
 def _int(raw: Any, role: str) -> int:

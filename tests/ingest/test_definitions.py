@@ -47,6 +47,10 @@ def test_a_toml_definition_loads_into_one_typed_object_and_a_descriptor():
     assert descriptor.upsert and descriptor.key_partitions == 8
     assert descriptor.storage_root == "s3a://bucket/horizon/accounts"
     assert descriptor.properties["delete_column"] == "deleted"
+    assert table.transaction_column is None
+    with_txn = TableDefinition.from_toml('transaction_column = "seq"\n' + TOML)
+    assert with_txn.transaction_column == "seq"
+    assert with_txn.descriptor().properties["transaction_column"] == "seq"
     assert TableDefinition.from_toml(TOML, storage_root="/local").table_root == "/local/accounts"
 
 
@@ -59,6 +63,7 @@ def test_a_toml_definition_loads_into_one_typed_object_and_a_descriptor():
         ("update_cadence = 0", "update_cadence"),
         ('retention = "soon"', "retention"),
         ("surprise = 1", "unknown table definition keys"),
+        ('transaction_column = "txn"', "transaction column 'txn' is not a column"),
     ],
 )
 def test_a_bad_definition_is_refused_with_a_message_naming_the_problem(change, message):
