@@ -92,9 +92,31 @@ def throughput(spark: Any, redis_url: str, rows: int, work: Path) -> list[dict[s
         results.append({
             "workload": label, "rows": rows, "seconds": round(elapsed, 2),
             "rows_per_s": round(rows / elapsed), "segments_rewritten": result.updated_segments,
+            "spark_actions_s": {k: round(v, 2) for k, v in job.action_seconds.items()},
         })  # fmt: skip
         client.close()
+    results.append(floor(spark, rows, work))
     return results
+
+
+def floor(spark: Any, rows: int, work: Path) -> dict[str, Any]:
+    """The reference figure: a bare Spark pass over the same batch (read it, shuffle it by key,
+    write it as Parquet). Any upsert pipeline does at least this per batch, plus the key join."""
+    source, target = str(work / "floor-source"), str(work / "floor-target")
+    changes(spark, rows, rows, 2, 0.3, rows).write.mode("overwrite").parquet(source)
+    started = time.perf_counter()
+    (
+        spark.read.parquet(source)
+        .repartition(4, "user_id")
+        .sortWithinPartitions("user_id")
+        .write.mode("overwrite")
+        .parquet(target)
+    )
+    elapsed = time.perf_counter() - started
+    return {
+        "workload": "floor: bare read+shuffle+write", "rows": rows, "seconds": round(elapsed, 2),
+        "rows_per_s": round(rows / elapsed), "segments_rewritten": 0,
+    }  # fmt: skip
 
 
 def latency(spark: Any, redis_url: str, samples: int, work: Path) -> dict[str, Any]:

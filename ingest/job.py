@@ -37,11 +37,11 @@ from ingest.manifest import (
 )
 from ingest.partitioning import key_partition
 from ingest.resolve import (
+    INDEX_COLUMNS,
     SOURCE_FILE,
     SOURCE_POSITION,
     append_only,
     empty_index,
-    merge_index,
     resolve,
     stored_columns,
 )
@@ -457,11 +457,12 @@ class IngestJob:
             entries = resolution.index_entries.join(
                 F.broadcast(mapping), on=["_chunk", "_kp"], how="left"
             ).withColumn("_seg", F.when(~F.col("_deleted"), F.col("_seg")))
-            merged = merge_index(index, entries, table.primary_key)
+            merged = resolution.carried.unionByName(
+                entries.select(*table.primary_key, *INDEX_COLUMNS)
+            )
             with self._action("write key index"):
                 (
                     merged.withColumn("_kpDir", F.col("_kp"))
-                    .repartition(max(1, len(touched)), "_kpDir")
                     .write.mode("overwrite")
                     .partitionBy("_kpDir")
                     .parquet(directories["index"])

@@ -19,7 +19,6 @@ number of the segment holding the current version; null for tombstones) and ``_k
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,6 +38,8 @@ class Resolution:
     """Rows to store: user columns, validFrom, validUntil, source position, ``_kp``, ``_chunk``."""
     index_entries: Any
     """The new key index entry of every key whose current version changed (``_seg`` not set)."""
+    carried: Any
+    """The key index entries of the read partitions that the batch did not touch (unchanged)."""
     updates: Any
     """validUntil updates of versions stored by earlier batches: pk, ``_chunk``, ``_seg``,
     validFrom (the old version's), validUntil (the new one), ``_kp``."""
@@ -90,11 +91,16 @@ def resolve(batch: Any, index: Any, table: TableDefinition) -> Resolution:
     from pyspark.sql import functions as F
 
     pk = list(table.primary_key)
-    renamed = index.select(
-        *pk, *[F.col(name).alias("_i" + name) for name in INDEX_COLUMNS if name != "_kp"]
+    renamed = index.select(*pk, *[F.col(name).alias("_i" + name) for name in INDEX_COLUMNS])
+    rows = (
+        batch.withColumn("_cmp", comparison_struct(table))
+        .withColumn("_del", delete_flag(table))
+        .withColumn("_inBatch", F.lit(True))
     )
-    rows = batch.withColumn("_cmp", comparison_struct(table)).withColumn("_del", delete_flag(table))
-    joined = rows.join(renamed, on=pk, how="left")
+    # A full join: the keys the batch does not touch come through too, so the new key index is
+    # written from this one shuffle instead of reading and joining the old index a second time.
+    joined = rows.join(renamed, on=pk, how="full")
+    in_batch = F.coalesce(F.col("_inBatch"), F.lit(False))
 
     ordered = Window.partitionBy(*pk).orderBy("_ord")
     before = ordered.rowsBetween(Window.unboundedPreceding, -1)
@@ -108,7 +114,7 @@ def resolve(batch: Any, index: Any, table: TableDefinition) -> Resolution:
         )
     )
     accepted = best.isNull() | (F.col("_cmp") >= best)
-    flagged = joined.withColumn("_acc", accepted)
+    flagged = joined.withColumn("_acc", in_batch & accepted)
     accepted_ts = F.when(F.col("_acc"), F.col("_ts"))
     accepted_ord = F.when(F.col("_acc"), F.col("_ord"))
     resolved = (
@@ -128,7 +134,7 @@ def resolve(batch: Any, index: Any, table: TableDefinition) -> Resolution:
         *source,
     )
     if table.out_of_order is OutOfOrder.STORE:
-        lost = resolved.filter((~F.col("_acc") | empty) & ~F.col("_del")).select(
+        lost = resolved.filter(in_batch & (~F.col("_acc") | empty) & ~F.col("_del")).select(
             *user, F.col("_ts").alias(VALID_FROM), F.col("_ts").alias(VALID_UNTIL), *source
         )
         versions = kept.unionByName(lost)
@@ -156,7 +162,12 @@ def resolve(batch: Any, index: Any, table: TableDefinition) -> Resolution:
         "_chunk",
         "_kp",
     )
-    return Resolution(versions=versions, index_entries=entries, updates=updates, cached=resolved)
+    carried = resolved.filter(~in_batch).select(
+        *pk, *[F.col("_i" + name).alias(name) for name in INDEX_COLUMNS]
+    )
+    return Resolution(
+        versions=versions, index_entries=entries, updates=updates, carried=carried, cached=resolved
+    )
 
 
 def empty_index(batch: Any, table: TableDefinition) -> Any:
@@ -171,13 +182,4 @@ def empty_index(batch: Any, table: TableDefinition) -> Any:
         F.col("_chunk"),
         F.lit(None).cast("int").alias("_seg"),
         F.col("_kp"),
-    )
-
-
-def merge_index(old: Any, entries_with_segments: Any, primary_key: Sequence[str]) -> Any:
-    """The new key index of the touched partitions: old entries of untouched keys + new entries."""
-    keys = entries_with_segments.select(*primary_key)
-    survivors = old.join(keys, on=list(primary_key), how="left_anti")
-    return survivors.select(*primary_key, *INDEX_COLUMNS).unionByName(
-        entries_with_segments.select(*primary_key, *INDEX_COLUMNS)
     )
