@@ -44,6 +44,7 @@ from ingest.resolve import (
     empty_index,
     resolve,
     stored_columns,
+    updates_schema,
 )
 from ingest.segments import WrittenSegment, write_segments
 from ingest.storage import Storage
@@ -573,7 +574,7 @@ class IngestJob:
         seq = self.state.next_seq
         applied = sorted(self.state.pending)
         paths = [self.state.pending[s]["updates"] for s in applied]
-        updates = self.spark.read.parquet(*paths)
+        updates = self.spark.read.schema(updates_schema(self.table)).parquet(*paths)
         targets = [
             (int(chunk), int(seg))
             for s in applied
@@ -700,7 +701,8 @@ class IngestJob:
         paths = [self.state.key_index[kp].path for kp in partitions if kp in self.state.key_index]
         if not paths:
             return empty_index(like, self.table)
-        return self.spark.read.parquet(*paths)
+        schema = empty_index(like, self.table).schema  # known: no schema-inference job
+        return self.spark.read.schema(schema).parquet(*paths)
 
     def _allocate(self, pairs: Sequence[tuple[int, int]]) -> dict[tuple[int, int], int]:
         """A fresh first-generation partition number for every (chunk, key partition)."""

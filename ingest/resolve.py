@@ -39,7 +39,8 @@ class Resolution:
     index_entries: Any
     """The new key index entry of every key whose current version changed (``_seg`` not set)."""
     carried: Any
-    """The key index entries of the read partitions that the batch did not touch (unchanged)."""
+    """The key index entries of the read partitions whose current version the batch did not change
+    (keys not in the batch, or only with records that lost)."""
     updates: Any
     """validUntil updates of versions stored by earlier batches: pk, ``_chunk``, ``_seg``,
     validFrom (the old version's), validUntil (the new one), ``_kp``."""
@@ -67,6 +68,24 @@ def delete_flag(table: TableDefinition) -> Any:
 def stored_columns(table: TableDefinition) -> list[str]:
     """The columns of a segment file, in order."""
     return [*table.column_names, VALID_FROM, VALID_UNTIL, SOURCE_FILE, SOURCE_POSITION]
+
+
+def segment_schema(table: TableDefinition) -> str:
+    """The Spark DDL of a segment file (given to readers: no schema-inference job per read)."""
+    return (
+        f"{table.spark_schema_ddl()}, `{VALID_FROM}` bigint, `{VALID_UNTIL}` bigint, "
+        f"`{SOURCE_FILE}` string, `{SOURCE_POSITION}` bigint"
+    )
+
+
+def updates_schema(table: TableDefinition) -> str:
+    """The Spark DDL of a pending-updates file (see :attr:`Resolution.updates`)."""
+    types = {column.name: column.type for column in table.columns}
+    key = ", ".join(f"`{name}` {types[name]}" for name in table.primary_key)
+    return (
+        f"{key}, `_chunk` bigint, `_seg` int, `{VALID_FROM}` bigint, `{VALID_UNTIL}` bigint, "
+        "`_kp` int"
+    )
 
 
 def append_only(batch: Any, table: TableDefinition) -> Any:
@@ -120,6 +139,7 @@ def resolve(batch: Any, index: Any, table: TableDefinition) -> Resolution:
     resolved = (
         flagged.withColumn("_next", F.min(accepted_ts).over(after))
         .withColumn("_first", F.min(accepted_ord).over(whole))
+        .withColumn("_firstRow", F.min("_ord").over(whole))
         .persist(StorageLevel.MEMORY_AND_DISK_DESER)
     )
 
@@ -162,9 +182,12 @@ def resolve(batch: Any, index: Any, table: TableDefinition) -> Resolution:
         "_chunk",
         "_kp",
     )
-    carried = resolved.filter(~in_batch).select(
-        *pk, *[F.col("_i" + name).alias(name) for name in INDEX_COLUMNS]
-    )
+    # Keys whose entry stays: not in the batch, or only losing records in it (once per key).
+    carried = resolved.filter(
+        F.col("_i_validFrom").isNotNull()
+        & F.col("_first").isNull()
+        & (~in_batch | (F.col("_ord") == F.col("_firstRow")))
+    ).select(*pk, *[F.col("_i" + name).alias(name) for name in INDEX_COLUMNS])
     return Resolution(
         versions=versions, index_entries=entries, updates=updates, carried=carried, cached=resolved
     )

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ingest.granularity import chunk_interval
-from ingest.resolve import stored_columns
+from ingest.resolve import segment_schema, stored_columns
 from ingest.segments import WrittenSegment, tag_of_file, write_segments
 from ingest.storage import Storage
 from ingest.table import TableDefinition
@@ -105,7 +105,8 @@ def rewrite_segments(
     path = F.col("_metadata.file_path")
     pattern = r"/segment=(-?\d+)_(\d+)/"
     data = (
-        spark.read.parquet(*files)
+        spark.read.schema(segment_schema(table))
+        .parquet(*files)
         .select(
             *columns,
             F.regexp_extract(path, pattern, 1).cast("long").alias("_fchunk"),
