@@ -116,7 +116,12 @@ def test_streamed_result_past_max_result_rows_stops_the_spark_job(broker_env, sp
         connect(server.target, token=ADMIN) as horizon,
     ):
         with pytest.raises(ResourceExhausted, match=r"max_result_rows = 50000"):
-            horizon.query("SELECT id, owner FROM big", query_id="rows-limit")
+            # The hash keeps every task busy for seconds, so the other tasks are still running
+            # when the first one's rows trip the limit, however loaded the machine is.
+            horizon.query(
+                "SELECT id, owner, sha2(repeat(owner, 400), 256) AS digest FROM big",
+                query_id="rows-limit",
+            )
         _assert_group_stopped(spark, "horizon-rows-limit")
         assert horizon.query("SELECT id FROM big WHERE id < 50000").num_rows == 50_000
 
