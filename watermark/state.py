@@ -87,7 +87,11 @@ class ServerState:
             _carry_unpublished(previous, state, raw_segments)
         for name in state.descriptors:
             state.segments.setdefault(name, {})
-            state.timelines[name] = Timeline(name)
+            timeline = state.timelines[name] = Timeline(name)
+            if previous is not None and name in previous.timelines:
+                # Generations name cached views: a rebuilt timeline must never reuse a number
+                # that meant another set of segments before the resync.
+                timeline.generation = previous.timelines[name].generation + 1
             state.progress.setdefault(name, TableProgress())
             state.retention.setdefault(name, {})
             state._add_segments(name, raw_segments.get(name, []))

@@ -243,3 +243,30 @@ def test_listener_is_called_with_the_changed_table(redis_url, make_server, make_
     server.announce([segment(table="b")])
     synced(follower, redis_url)
     assert calls == ["b"]
+
+
+def test_a_rebuilt_timeline_never_reuses_an_earlier_generation(
+    redis_url, make_server, make_follower, redis_client
+):
+    """Brokers cache one Spark view per (table, generation): after a resync the same number must
+    never stand for a different set of segments."""
+    server = make_server(redis_url, "s1")
+    server.register()
+    server.register_table(table_descriptor())
+    first = segment(version="v1", partition=0, core_partitions=0)
+    second = segment(version="v1", partition=1, core_partitions=0)
+    follower = make_follower(redis_url)
+    server.announce([first])
+    server.announce([second])
+    server.unannounce([first])  # three changes followed one by one: generation 3
+    synced(follower, redis_url)
+    before = follower.view("accounts").generation
+    follower.stop()
+    server.announce([first])
+    server.heartbeat()
+    redis_client.xtrim("horizon:log", maxlen=1, approximate=False)  # announce gone: rebuild
+    follower.start()
+    assert follower.wait_for(lambda f: caught_up(f, redis_url) and f.full_syncs >= 2, 10)
+    view = follower.view("accounts")
+    assert len(view.visible_segments) == 2
+    assert view.generation > before
