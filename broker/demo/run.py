@@ -32,6 +32,8 @@ from rich.text import Text
 
 from broker.demo.generator import AccountsChangelog, GeneratorConfig
 from timeline.errors import HorizonError, Internal
+from timeline.interval import format_instant
+from watermark.hlc import hlc_physical_ms
 
 ACCOUNTS = "accounts"
 PINOT_UPSERT = "pinot_balances"
@@ -397,7 +399,7 @@ class _Demo:
     def _print_lwm_history(self) -> None:
         view = Table("moment", "low-watermark (HLC)", "wall clock")
         for label, lwm in self.report.lwm_history:
-            view.add_row(label, str(lwm), _hlc_time(lwm))
+            view.add_row(label, str(lwm), format_instant(hlc_physical_ms(lwm)))
         self.console.print(view)
 
     # -- 3. time travel and the change feed ------------------------------------------------------
@@ -603,11 +605,6 @@ def _timeline_picture(timeline: Any, state_names: dict[int, str]) -> Table:
 
 def _day(epoch_ms: int) -> str:
     return time.strftime("%Y-%m-%d", time.gmtime(epoch_ms / 1000))
-
-
-def _hlc_time(hlc: int) -> str:
-    physical = hlc >> 16
-    return time.strftime("%H:%M:%S", time.gmtime(physical / 1000)) + f".{physical % 1000:03d}Z"
 
 
 def main(argv_options: DemoOptions, console: Console | None = None) -> int:
