@@ -20,6 +20,8 @@ TOML layout (every key optional)::
     [spark]
     master = "local[*]"          # or spark://host:7077
     remote = ""                  # or sc://host:15002 (Spark Connect)
+    direct_lookups = true        # plain key lookups on local files: pyarrow, no Spark job
+    direct_lookup_max_rows = 1000000
     [spark.conf]
     "spark.sql.shuffle.partitions" = "8"
 
@@ -89,6 +91,10 @@ class SparkConfig:
     remote: str | None = None
     app_name: str = "horizon-broker"
     conf: tuple[tuple[str, str], ...] = ()
+    direct_lookups: bool = True
+    """Answer plain key lookups over local segment files with pyarrow, without a Spark job."""
+    direct_lookup_max_rows: int = 1_000_000
+    """A direct lookup whose candidate row groups hold more rows than this runs on Spark."""
 
     @property
     def conf_dict(self) -> dict[str, str]:

@@ -22,7 +22,9 @@ from broker.admission import Admission
 from broker.auth import Principal, check_read
 from broker.catalog_builder import build_catalog
 from broker.config import BrokerConfig
+from broker.direct_read import DirectReader
 from broker.executor import QueryScope, ResultLimits, SparkExecutor
+from broker.key_lookup import plan_key_lookup
 from broker.query_shape import is_key_lookup, is_ordered
 from broker.sql.errors import NoLowWatermark
 from broker.sql.model import QueryPlan, RewriteLimits, RewriteResult
@@ -207,6 +209,9 @@ class QueryEngine:
         self.config = config
         self.executor = SparkExecutor(spark)
         self.views = SegmentViews(spark, namespace=view_namespace, mirrors=self.executor.mirrors)
+        self.direct = DirectReader(max_rows=config.spark.direct_lookup_max_rows)
+        self.direct_answers = 0
+        """Queries answered by :attr:`direct` (a test and benchmark probe)."""
         self.admission = Admission(config.limits.max_concurrent, config.limits.queue_size)
         self.functions = functions if functions is not None else function_policy_from_spark(spark)
         self.rewrite_limits = RewriteLimits(
@@ -324,6 +329,7 @@ class QueryEngine:
                     files=prepared.files,
                     lookup=is_key_lookup(prepared.original_sql, keys),
                     ordered=is_ordered(prepared.sql),
+                    direct=self._direct_lookup(prepared),
                 )
                 try:
                     with self.views.lease(prepared.table_views) as (_, views_s):
@@ -368,6 +374,25 @@ class QueryEngine:
                     _held=held.pop_all(),
                 )
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _direct_lookup(self, prepared: Prepared) -> Callable[[pa.Schema], pa.Table | None] | None:
+        """A reader of ``prepared`` straight from its files, when it is a plain key lookup."""
+        if not self.config.spark.direct_lookups or len(prepared.tables) != 1:
+            return None
+        table, view = prepared.tables[0], prepared.table_views[0]
+        if table.snapshot is None or len(prepared.plan.tables_read) != 1:
+            return None
+        lookup = plan_key_lookup(prepared.original_sql, table.table, view.descriptor.primary_key)
+        if lookup is None:
+            return None
+
+        def read(schema: pa.Schema) -> pa.Table | None:
+            answer = self.direct.read(lookup, table.files, table.snapshot, schema)
+            if answer is not None:
+                self.direct_answers += 1
+            return answer
+
+        return read
 
     def _drop_unreadable(self, prepared: Prepared, error: UnreadableFiles) -> list[str]:
         """Remove every visible segment with an unreadable file from the timeline."""

@@ -12,7 +12,7 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any
@@ -192,6 +192,7 @@ class SparkExecutor:
         files: Sequence[str] = (),
         lookup: bool = False,
         ordered: bool = True,
+        direct: Callable[[pa.Schema], pa.Table | None] | None = None,
     ) -> Iterator[pa.Schema | pa.RecordBatch]:
         """Run ``sql``: yield its Arrow schema first, then record batches as Spark delivers them.
 
@@ -203,6 +204,9 @@ class SparkExecutor:
 
         ``files`` are the segment files the query reads: a failure that names one of them becomes
         :class:`broker.views.UnreadableFiles` so the caller can fall back and retry.
+
+        ``direct`` may answer the query without a Spark job: it gets the analysed schema and
+        returns the whole result, or None to let Spark run it.
         """
         scope.check()
         session = self.lookup_spark if lookup else self.spark
@@ -213,7 +217,14 @@ class SparkExecutor:
             except Exception as error:
                 raise self._failure(error, scope, files) from None
             yield schema
-            batches = self._batches(frame, schema, ordered)
+            try:
+                answer = direct(schema) if direct is not None else None
+            except Exception as error:
+                raise self._failure(error, scope, files) from None
+            if answer is not None:
+                batches = _table_batches(answer)
+            else:
+                batches = self._batches(frame, schema, ordered)
             rows = byte_count = 0
             completed = False
             try:
@@ -285,6 +296,10 @@ class SparkExecutor:
             return str(frame._jdf.queryExecution().executedPlan().toString())
         except Exception as error:
             raise classify_spark_error(error, ()) from None
+
+
+def _table_batches(table: pa.Table) -> Iterator[pa.RecordBatch]:
+    yield from table.to_batches()
 
 
 def _arrow_schema(frame: Any) -> pa.Schema:

@@ -1,0 +1,385 @@
+"""Plain key lookups answered straight from the segment files give Spark's answer, byte for byte
+in types, on multi-version data written by our ingestion, at several snapshots; anything outside
+the narrow shape runs on Spark; a missing file still makes the timeline fall back."""
+
+from __future__ import annotations
+
+import os
+import random
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from broker.client import HorizonClient, connect
+from broker.direct_read import DirectReader, RowGroupStats, may_be_visible, may_contain
+from broker.key_lookup import KeyLookup, Predicate, plan_key_lookup
+from broker.server import BrokerServer
+from ingest.segments import write_segments
+from ingest.storage import Storage
+from tests.broker.conftest import LWM, BrokerEnv, broker_config
+from tests.broker.data import (
+    DAY_MS,
+    VERSION,
+    UpsertTable,
+    as_rows,
+    descriptor,
+    oracle,
+    visible,
+    write_rows,
+)
+from timeline.interval import Interval
+from timeline.segment import Segment
+
+SCHEMA = pa.schema(
+    [
+        ("id", pa.int64()),
+        ("owner", pa.string()),
+        ("balance", pa.int64()),
+        ("validFrom", pa.int64()),
+        ("validUntil", pa.int64()),
+    ]
+)
+SNAPSHOTS = (499, 500, 777, 1000, 1001, LWM)
+
+
+# -- recognising the shape (pure) ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("sql", "expected"),
+    [
+        ("SELECT * FROM t WHERE id = 5", KeyLookup("t", None, (Predicate("id", (5,)),))),
+        ("select * from T where -5 = ID", KeyLookup("t", None, (Predicate("id", (-5,)),))),
+        (
+            "SELECT a.owner AS o, id FROM t VERSION AS OF 900 AS a WHERE (a.id IN (1, 2, 1))",
+            KeyLookup("t", ("owner", "id"), (Predicate("id", (1, 2)),)),
+        ),
+        (
+            "SELECT * FROM t WHERE id = 5 AND owner = 'x' LIMIT 1",
+            KeyLookup("t", None, (Predicate("id", (5,)), Predicate("owner", ("x",))), 1),
+        ),
+    ],
+)
+def test_plain_key_lookups_are_recognised_with_their_literals(sql, expected):
+    assert plan_key_lookup(sql, "t", ["id"]) == expected
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT * FROM t WHERE owner = 'x'",  # the key is not fixed
+        "SELECT * FROM t WHERE id = 5 OR id = 6",
+        "SELECT * FROM t WHERE id = '5'",  # parsed, but the reader rejects a string for a bigint
+        "SELECT * FROM t WHERE id = 5.0",
+        "SELECT * FROM t WHERE id = 5 AND balance > 3",
+        "SELECT * FROM t WHERE id = 5 ORDER BY id",
+        "SELECT DISTINCT * FROM t WHERE id = 5",
+        "SELECT id + 1 FROM t WHERE id = 5",
+        "SELECT *, id FROM t WHERE id = 5",
+        "SELECT * EXCEPT (owner) FROM t WHERE id = 5",
+        "SELECT count(*) FROM t WHERE id = 5",
+        "SELECT * FROM t JOIN u ON t.id = u.id WHERE t.id = 5",
+        "SELECT * FROM other WHERE id = 5",
+        "SELECT * FROM db.t WHERE id = 5",
+        "SELECT * FROM t AS a WHERE t.id = 5",  # the alias hides the table's name
+        "SELECT * FROM t WHERE id = 5 LIMIT 1 OFFSET 1",
+        "SELECT * FROM t WHERE id IN (SELECT 5)",
+        "SELECT * FROM t WHERE id NOT IN (5)",
+        "SELECT * FROM t WHERE id = 5 AND owner = 'a\\'b'",
+        "SELECT * FROM t WHERE id = 99999999999999999999",
+        "SELECT * FROM t WHERE id = NULL",
+        "SELECT /*+ REPARTITION(4) */ * FROM t WHERE id = 5",
+        "SELECT * FROM t TABLESAMPLE (10 PERCENT) WHERE id = 5",
+        "not sql at all",
+    ],
+)
+def test_anything_but_a_plain_key_lookup_is_left_to_spark(sql):
+    lookup = plan_key_lookup(sql, "t", ["id"])
+    if lookup is not None:  # literal types are checked against the files by the reader
+        assert sql.endswith("id = '5'")
+
+
+def test_every_primary_key_column_must_be_fixed():
+    assert plan_key_lookup("SELECT * FROM t WHERE a = 1", "t", ["a", "b"]) is None
+    assert plan_key_lookup("SELECT * FROM t WHERE b = 'x' AND a = 1", "t", ["a", "b"]) is not None
+
+
+# -- statistics pruning and the reader against a plain-Python oracle (no Spark) -------------------
+
+
+def test_statistics_prune_only_what_they_prove_empty():
+    unknown = RowGroupStats(None, None, None)
+    assert may_contain(RowGroupStats(10, 20, 0), [20]) and not may_contain(
+        RowGroupStats(10, 20, 0), [9, 21]
+    )
+    assert may_contain(unknown, [1])
+    open_rows = RowGroupStats(None, None, 3)
+    closed = RowGroupStats(600, 900, 0)
+    assert not may_be_visible(RowGroupStats(800, 900, 0), open_rows, 700)
+    assert may_be_visible(RowGroupStats(500, 900, 0), open_rows, 700)
+    assert not may_be_visible(RowGroupStats(500, 900, 0), closed, 900)
+    assert may_be_visible(RowGroupStats(500, 900, 0), closed, 899)
+    assert may_be_visible(unknown, unknown, 0)
+
+
+def _versions(rng: random.Random, keys: int) -> list[dict]:
+    """Chains of versions per key (some deleted, some never visible), in a random order."""
+    rows = []
+    for key in range(keys):
+        start = rng.choice([400, 500, 600, 1000])
+        for _ in range(rng.randint(1, 3)):
+            end = rng.choice([start, start + 1, start + 250, start + 500, None])
+            rows.append(
+                {"id": key, "owner": f"o{key}", "balance": rng.randrange(100), "validFrom": start,
+                 "validUntil": end}
+            )  # fmt: skip
+            if end is None:
+                break
+            start = end
+    rng.shuffle(rows)
+    return rows
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    seed=st.integers(0, 10_000),
+    row_group=st.integers(1, 40),
+    sort_by_key=st.booleans(),
+    snapshot=st.sampled_from(SNAPSHOTS),
+    keys=st.lists(st.integers(-1, 60), min_size=1, max_size=3),
+)
+def test_reader_returns_exactly_the_visible_versions_of_the_keys(
+    tmp_path, seed, row_group, sort_by_key, snapshot, keys
+):
+    rng = random.Random(seed)
+    rows = _versions(rng, 60)
+    if sort_by_key:
+        rows.sort(key=lambda row: row["id"])
+    files = []
+    for index in range(3):  # the rows split over three files, row groups of ``row_group`` rows
+        path = tmp_path / f"{seed}-{row_group}-{sort_by_key}-{index}.parquet"
+        part = rows[index::3]
+        table = pa.Table.from_pylist(part, schema=SCHEMA)
+        pq.write_table(table, path, row_group_size=row_group)
+        files.append(str(path))
+    lookup = KeyLookup("t", ("owner", "id", "validFrom"), (Predicate("id", tuple(keys)),))
+    schema = pa.schema([("owner", pa.string()), ("id", pa.int64()), ("validFrom", pa.int64())])
+    answer = DirectReader().read(lookup, files, snapshot, schema)
+    assert answer is not None and answer.schema == schema
+    expected = [row for row in visible(rows, snapshot) if row["id"] in keys]
+    assert sorted(answer.to_pylist(), key=str) == sorted(
+        ({"owner": r["owner"], "id": r["id"], "validFrom": r["validFrom"]} for r in expected),
+        key=str,
+    )
+
+
+def test_reader_declines_what_it_cannot_reproduce_exactly(tmp_path):
+    path = tmp_path / "f.parquet"
+    pq.write_table(pa.Table.from_pylist([], schema=SCHEMA), path)
+    reader = DirectReader(max_rows=10)
+    by_id = KeyLookup("t", None, (Predicate("id", (1,)),))
+    assert reader.read(by_id, [str(path)], 1000, SCHEMA) is not None
+    assert reader.read(by_id, ["s3a://bucket/f.parquet"], 1000, SCHEMA) is None
+    as_text = KeyLookup("t", None, (Predicate("id", ("1",)),))
+    assert reader.read(as_text, [str(path)], 1000, SCHEMA) is None
+    widened = SCHEMA.set(2, pa.field("balance", pa.float64()))
+    assert reader.read(by_id, [str(path)], 1000, widened) is None
+    no_column = KeyLookup("t", ("nope",), (Predicate("id", (1,)),))
+    assert reader.read(no_column, [str(path)], 1000, pa.schema([("nope", pa.int64())])) is None
+    big = tmp_path / "big.parquet"
+    pq.write_table(
+        pa.Table.from_pylist(
+            [{"id": 1, "owner": "o", "balance": 1, "validFrom": 1, "validUntil": None}] * 11,
+            schema=SCHEMA,
+        ),
+        big,
+    )
+    assert reader.read(by_id, [str(big)], 1000, SCHEMA) is None, "more candidate rows than max"
+
+
+def test_footers_are_read_once_per_file(tmp_path):
+    path = tmp_path / "f.parquet"
+    pq.write_table(pa.Table.from_pylist(_versions(random.Random(1), 5), schema=SCHEMA), path)
+    reader = DirectReader()
+    lookup = KeyLookup("t", None, (Predicate("id", (1,)),))
+    for _ in range(3):
+        reader.read(lookup, [str(path)], 1000, SCHEMA)
+    assert reader.footers.reads == 1
+
+
+# -- end to end: the broker's answers equal Spark's -----------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def spark_only(broker_env: BrokerEnv, spark) -> Iterator[tuple[HorizonClient, BrokerServer]]:  # type: ignore[no-untyped-def]
+    """A second broker on the same state and Spark that never reads files directly."""
+    config = broker_config(broker_env.redis.url, spark={"direct_lookups": False})
+    broker = BrokerServer(config, spark=spark, view_namespace="sparkonly_").start()  # type: ignore[arg-type]
+    with connect(broker.target, token="admin-token") as client:
+        yield client, broker
+    broker.stop(0)
+    broker.follower.stop()
+
+
+def _publish(env: BrokerEnv, desc, segments, *others: BrokerServer) -> None:  # type: ignore[no-untyped-def]
+    """Register and announce a table, then wait until every broker's follower sees all of it."""
+    server = env.server_client
+    server.register_table(desc)
+    server.announce(segments)
+    server.report(desc.name, {0: (LWM, LWM), 1: (1500, 1500)})
+
+    def ready(follower) -> bool:  # type: ignore[no-untyped-def]
+        if desc.name not in follower.tables():
+            return False
+        view = follower.view(desc.name)
+        return view.lwm == LWM and len(view.visible_segments) > 0
+
+    for broker in (env.broker, *others):
+        assert broker.follower.wait_for(ready, 10), f"the broker never saw {desc.name}"
+
+
+@pytest.fixture(scope="module")
+def ingested(broker_env: BrokerEnv, spark, spark_only) -> list[dict]:  # type: ignore[no-untyped-def]
+    """A table written by ``ingest.segments.write_segments``: two time chunks x three key
+    partitions, multi-version rows, registered and announced through the server-side client."""
+    rows = _versions(random.Random(42), 300)
+    tagged = [
+        {**row, "_chunk": (row["id"] % 2) * DAY_MS, "_seg": row["id"] * 7919 % 3} for row in rows
+    ]
+    frame = spark.createDataFrame(
+        tagged,
+        "id bigint, owner string, balance bigint, validFrom bigint, validUntil bigint, "
+        "_chunk bigint, _seg int",
+    )
+    directory = broker_env.root / "ingested"
+    columns = ["id", "owner", "balance", "validFrom", "validUntil"]
+    written = write_segments(frame, columns, str(directory), 3, Storage(spark))
+    segments = [
+        Segment(
+            table="ingested",
+            interval=Interval(chunk, chunk + DAY_MS),
+            version=VERSION,
+            partition=partition,
+            core_partitions=3,
+            location=segment.locations,
+            row_count=1,
+        )
+        for (chunk, partition), segment in written.items()
+    ]
+    assert len(segments) == 6 and all(s.location[0].startswith("file:") for s in segments)
+    _publish(broker_env, descriptor("ingested"), segments, spark_only[1])
+    return rows
+
+
+def _direct_answers(broker_env: BrokerEnv) -> int:
+    return broker_env.broker.engine.direct_answers  # type: ignore[union-attr]
+
+
+def _same(a: pa.Table, b: pa.Table) -> bool:
+    return a.schema == b.schema and sorted(a.to_pylist(), key=str) == sorted(b.to_pylist(), key=str)
+
+
+@pytest.mark.parametrize("snapshot", SNAPSHOTS)
+def test_key_lookups_equal_sparks_answer_on_ingested_multi_version_data(
+    broker_env, client, spark_only, ingested, snapshot
+):
+    keys = sorted({row["id"] for row in ingested})
+    probes = [*random.Random(snapshot).sample(keys, 4), 10_000]
+    for key in probes:
+        sql = f"SELECT * FROM ingested VERSION AS OF {snapshot} WHERE id = {key}"
+        before = _direct_answers(broker_env)
+        direct = client.query(sql)
+        assert _direct_answers(broker_env) == before + 1, sql
+        assert _same(direct, spark_only[0].query(sql)), sql
+        expected = [row for row in visible(ingested, snapshot) if row["id"] == key]
+        assert as_rows(direct) == oracle(expected), sql
+    for sql in (
+        f"SELECT balance, ingested.id AS key FROM ingested VERSION AS OF {snapshot} "
+        f"WHERE id IN ({probes[0]}, {probes[1]}, 10000)",
+        f"SELECT * FROM ingested VERSION AS OF {snapshot} AS i WHERE i.id = {probes[2]} "
+        f"AND owner = 'o{probes[2]}' LIMIT 5",
+    ):
+        before = _direct_answers(broker_env)
+        direct = client.query(sql)
+        assert _direct_answers(broker_env) == before + 1, sql
+        assert _same(direct, spark_only[0].query(sql)), sql
+
+
+def test_default_snapshot_lookup_answers_at_the_lwm(broker_env, client, ingested):
+    key = next(row["id"] for row in ingested if row["validUntil"] is None)
+    before = _direct_answers(broker_env)
+    result = client.execute(f"SELECT id, owner, balance FROM ingested WHERE id = {key}")
+    assert _direct_answers(broker_env) == before + 1
+    assert result.snapshot == LWM
+    expected = [row for row in visible(ingested, LWM) if row["id"] == key]
+    assert as_rows(result.table) == oracle(expected)
+    assert result.trailer.row_count == len(expected)
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT * FROM ingested WHERE id = '5'",
+        "SELECT * FROM ingested WHERE id = 5 ORDER BY validFrom",
+        "SELECT id FROM ingested WHERE id = 5 OR id = 6",
+        "SELECT id, balance FROM table_changes('ingested', 0, 1200) WHERE id = 5",
+    ],
+)
+def test_other_queries_run_on_spark_with_the_same_answers(
+    broker_env, client, spark_only, ingested, sql
+):
+    before = _direct_answers(broker_env)
+    result = client.query(sql)
+    assert _direct_answers(broker_env) == before
+    assert _same(result, spark_only[0].query(sql))
+
+
+def test_a_missing_file_still_makes_the_timeline_fall_back(broker_env: BrokerEnv, client):
+    """The overwrite's file vanishes after its footer was cached: the lookup reports the segment
+    unreadable, the timeline falls back to the overwritten segment and the answer comes from it."""
+    table = UpsertTable("direct_fb", Path(broker_env.root))
+    _publish(broker_env, table.desc, table.segments)
+    assert broker_env.broker.follower.wait_for(
+        lambda f: len(f.view("direct_fb").visible_segments) == 2, 10
+    )
+    sql = "SELECT * FROM direct_fb WHERE id = 3"
+    before = _direct_answers(broker_env)
+    first = client.query(sql)
+    assert _direct_answers(broker_env) == before + 1
+    assert as_rows(first) == oracle(r for r in table.rows_visible_at(LWM) if r["id"] == 3)
+    os.remove(table.o0.location[0])
+    result = client.execute(sql)
+    assert result.metadata.retried
+    assert list(result.metadata.unreadable_segments) == [str(table.o0.id)]
+    fallen_back = table.rows_visible_at(LWM, overwrite=False)
+    assert as_rows(result.table) == oracle(r for r in fallen_back if r["id"] == 3)
+
+
+def test_a_file_missing_before_its_footer_was_read_also_falls_back(broker_env, client):
+    desc = descriptor("direct_gone")
+    rows = [
+        {"id": i, "owner": f"x{i}", "balance": i, "validFrom": 500, "validUntil": None}
+        for i in range(5)
+    ]
+    path = write_rows(Path(broker_env.root) / "direct_gone" / "p0.parquet", desc, rows)
+    segment = Segment(
+        table="direct_gone",
+        interval=Interval(0, DAY_MS),
+        version=VERSION,
+        partition=0,
+        core_partitions=1,
+        location=(path,),
+        row_count=5,
+    )
+    _publish(broker_env, desc, [segment])
+    os.remove(path)
+    result = client.execute("SELECT * FROM direct_gone WHERE id = 1")
+    assert list(result.metadata.unreadable_segments) == [str(segment.id)]
+    assert result.table.num_rows == 0
