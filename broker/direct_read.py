@@ -16,8 +16,9 @@ scheduling, every file's footer, row-by-row decoding). This reader answers the n
 Whenever the files or the query fall outside what is reproduced exactly (remote files, a column
 missing from a file or stored with another type, a literal of another type than its column, too
 many candidate rows), :meth:`DirectReader.read` returns None and the query runs on Spark. A file
-that cannot be opened raises :class:`broker.views.UnreadableFiles`, exactly as Spark's failure
-would, so the timeline falls back and the query is retried.
+that is missing raises :class:`broker.views.UnreadableFiles`, exactly as Spark's failure
+would, so the timeline falls back and the query is retried; a file that is there but that pyarrow
+cannot read is left to Spark to judge.
 """
 
 from __future__ import annotations
@@ -49,6 +50,18 @@ _INTEGER_RANGES = {
 _STRING_TYPES = (pa.string(), pa.large_string())
 
 
+class _Decline(Exception):
+    """This reader cannot answer; Spark will (and will judge a file it could not read)."""
+
+
+def _unreadable(path: str, detail: str) -> Exception:
+    """A missing file is reported at once (the timeline falls back); any other failure is left to
+    Spark, whose reader may accept what pyarrow does not, and whose verdict the broker trusts."""
+    if os.path.exists(local_path(path)):
+        return _Decline(detail)
+    return UnreadableFiles([path], detail)
+
+
 class FooterCache:
     """Parquet footers of segment files by path, least recently used dropped past ``capacity``."""
 
@@ -68,7 +81,7 @@ class FooterCache:
         try:
             metadata = pq.read_metadata(local_path(path))
         except (OSError, pa.ArrowException) as error:
-            raise UnreadableFiles([path], f"cannot read the Parquet footer: {error}") from None
+            raise _unreadable(path, f"cannot read the Parquet footer: {error}") from None
         footer = _Footer.of(metadata)
         with self._lock:
             self.reads += 1
@@ -139,6 +152,14 @@ class DirectReader:
         """The lookup's answer at ``snapshot`` over ``files`` with ``schema``; None: ask Spark."""
         if not all(is_local(path) for path in files):
             return None
+        try:
+            return self._read(lookup, files, snapshot, schema)
+        except _Decline:
+            return None
+
+    def _read(
+        self, lookup: KeyLookup, files: Sequence[str], snapshot: int, schema: pa.Schema
+    ) -> pa.Table | None:
         sources = list(schema.names) if lookup.projection is None else list(lookup.projection)
         if len(sources) != len(schema):
             return None
@@ -235,7 +256,7 @@ def _read_file(
         parquet = pq.ParquetFile(local_path(path), metadata=plan.footer.metadata)
         table = parquet.read_row_groups(list(plan.row_groups), columns=columns, use_threads=False)
     except (OSError, pa.ArrowException) as error:
-        raise UnreadableFiles([path], f"cannot read the Parquet file: {error}") from None
+        raise _unreadable(path, f"cannot read the Parquet file: {error}") from None
     valid_from = table.column(plan.filters[VALID_FROM.lower()])
     valid_until = table.column(plan.filters[VALID_UNTIL.lower()])
     keep = pc.and_kleene(

@@ -210,6 +210,9 @@ class QueryEngine:
         self.executor = SparkExecutor(spark)
         self.views = SegmentViews(spark, namespace=view_namespace, mirrors=self.executor.mirrors)
         self.direct = DirectReader(max_rows=config.spark.direct_lookup_max_rows)
+        self._direct_enabled = config.spark.direct_lookups and _embedded(spark)
+        """Only with embedded Spark: its files are this machine's files (on a cluster or behind
+        Spark Connect a local path may name a file the broker cannot see)."""
         self.direct_answers = 0
         """Queries answered by :attr:`direct` (a test and benchmark probe)."""
         self.admission = Admission(config.limits.max_concurrent, config.limits.queue_size)
@@ -377,7 +380,7 @@ class QueryEngine:
 
     def _direct_lookup(self, prepared: Prepared) -> Callable[[pa.Schema], pa.Table | None] | None:
         """A reader of ``prepared`` straight from its files, when it is a plain key lookup."""
-        if not self.config.spark.direct_lookups or len(prepared.tables) != 1:
+        if not self._direct_enabled or len(prepared.tables) != 1:
             return None
         table, view = prepared.tables[0], prepared.table_views[0]
         if table.snapshot is None or len(prepared.plan.tables_read) != 1:
@@ -408,6 +411,15 @@ class QueryEngine:
     def spark_plan(self, prepared: Prepared) -> str:
         with self.views.lease(prepared.table_views):
             return self.executor.explain(prepared.sql)
+
+
+def _embedded(spark: Any) -> bool:
+    if type(spark).__module__.startswith("pyspark.sql.connect"):
+        return False
+    try:
+        return str(spark.sparkContext.master).startswith("local")
+    except Exception:  # a session without a context is not an embedded one
+        return False
 
 
 def _read_info(read: Any, view: Any) -> TableReadInfo:

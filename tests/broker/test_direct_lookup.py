@@ -19,6 +19,7 @@ from broker.client import HorizonClient, connect
 from broker.direct_read import DirectReader, RowGroupStats, may_be_visible, may_contain
 from broker.key_lookup import KeyLookup, Predicate, plan_key_lookup
 from broker.server import BrokerServer
+from broker.views import UnreadableFiles
 from ingest.segments import write_segments
 from ingest.storage import Storage
 from tests.broker.conftest import LWM, BrokerEnv, broker_config
@@ -383,3 +384,15 @@ def test_a_file_missing_before_its_footer_was_read_also_falls_back(broker_env, c
     result = client.execute("SELECT * FROM direct_gone WHERE id = 1")
     assert list(result.metadata.unreadable_segments) == [str(segment.id)]
     assert result.table.num_rows == 0
+
+
+def test_a_missing_file_is_reported_but_a_file_pyarrow_cannot_read_is_left_to_spark(tmp_path):
+    reader = DirectReader()
+    lookup = KeyLookup("t", None, (Predicate("id", (1,)),))
+    garbage = tmp_path / "garbage.parquet"
+    garbage.write_bytes(b"not parquet at all")
+    assert reader.read(lookup, [str(garbage)], 1000, SCHEMA) is None
+    missing = str(tmp_path / "missing.parquet")
+    with pytest.raises(UnreadableFiles) as raised:
+        reader.read(lookup, [f"file:{missing}"], 1000, SCHEMA)
+    assert raised.value.paths == (f"file:{missing}",)
