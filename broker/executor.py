@@ -123,7 +123,7 @@ class ResultLimits:
 
 
 LOOKUP_CONF: dict[str, str] = {"spark.sql.codegen.wholeStage": "false"}
-"""The lookup session's settings (see :mod:`broker.lookup` for why)."""
+"""The lookup session's settings (see :mod:`broker.query_shape` for why)."""
 
 
 class SparkExecutor:

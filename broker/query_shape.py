@@ -5,6 +5,9 @@ the rest), so it is dominated by Spark's fixed per-query costs. The largest of t
 a whole-stage code class: the key literal is inlined into the generated Java, so every new key
 compiles a new class. Lookups therefore run on a session with whole-stage code generation off,
 while scans and aggregates keep it (there it pays for itself many times over).
+
+The plainest lookups over local files do not reach Spark's executors at all: see
+:mod:`broker.key_lookup` and :mod:`broker.direct_read`.
 """
 
 from __future__ import annotations
