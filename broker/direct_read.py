@@ -251,15 +251,52 @@ def _stats(group: Any, leaf: int | None) -> RowGroupStats:
 def _read_file(
     path: str, plan: _FilePlan, predicates: Sequence[Predicate], snapshot: int, schema: pa.Schema
 ) -> pa.Table:
-    columns = list(dict.fromkeys([*plan.outputs, *plan.filters.values()]))
+    """Two passes: the filter columns of every candidate row group, then the result columns of
+    only the row groups that hold a match (in unsorted segments most hold none)."""
+    filter_columns = list(dict.fromkeys(plan.filters.values()))
     try:
         parquet = pq.ParquetFile(local_path(path), metadata=plan.footer.metadata)
-        table = parquet.read_row_groups(list(plan.row_groups), columns=columns, use_threads=False)
+        filters = parquet.read_row_groups(
+            list(plan.row_groups), columns=filter_columns, use_threads=False
+        )
     except (OSError, pa.ArrowException) as error:
         raise _unreadable(path, f"cannot read the Parquet file: {error}") from None
+    # A NULL condition drops the row, as in SQL's WHERE.
+    keep = pc.fill_null(_condition(filters, plan, predicates, snapshot), False)
+    hit_groups, hit_masks = [], []
+    offset = 0
+    for group in plan.row_groups:
+        rows = plan.footer.metadata.row_group(group).num_rows
+        mask = keep.slice(offset, rows)
+        offset += rows
+        if pc.any(mask).as_py():
+            hit_groups.append(group)
+            hit_masks.extend(mask.chunks)
+    if not hit_groups:
+        return schema.empty_table()
+    needed = [name for name in dict.fromkeys(plan.outputs) if name not in filter_columns]
+    if needed:
+        try:
+            values = parquet.read_row_groups(hit_groups, columns=needed, use_threads=False)
+        except (OSError, pa.ArrowException) as error:
+            raise _unreadable(path, f"cannot read the Parquet file: {error}") from None
+        selected_values = values.filter(pa.chunked_array(hit_masks, pa.bool_()))
+    selected_filters = filters.filter(keep)
+    arrays = []
+    for name, target in zip(plan.outputs, schema, strict=True):
+        source = selected_filters if name in filter_columns else selected_values
+        column = source.column(name)
+        arrays.append(column if column.type == target.type else column.cast(target.type))
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def _condition(
+    table: pa.Table, plan: _FilePlan, predicates: Sequence[Predicate], snapshot: int
+) -> pa.ChunkedArray:
+    """The visibility rule and the key predicates, with SQL's three-valued AND/OR."""
     valid_from = table.column(plan.filters[VALID_FROM.lower()])
     valid_until = table.column(plan.filters[VALID_UNTIL.lower()])
-    keep = pc.and_kleene(
+    condition = pc.and_kleene(
         pc.less_equal(valid_from, snapshot),
         pc.or_kleene(pc.is_null(valid_until), pc.greater(valid_until, snapshot)),
     )
@@ -269,13 +306,8 @@ def _read_file(
             match = pc.equal(column, pa.scalar(predicate.values[0], column.type))
         else:
             match = pc.is_in(column, value_set=pa.array(predicate.values, column.type))
-        keep = pc.and_kleene(keep, match)
-    selected = table.filter(keep)  # rows whose condition is NULL are dropped, as in SQL
-    arrays = []
-    for name, target in zip(plan.outputs, schema, strict=True):
-        column = selected.column(name)
-        arrays.append(column if column.type == target.type else column.cast(target.type))
-    return pa.Table.from_arrays(arrays, schema=schema)
+        condition = pc.and_kleene(condition, match)
+    return condition
 
 
 def _same_type(stored: pa.DataType, expected: pa.DataType) -> bool:

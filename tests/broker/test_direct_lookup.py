@@ -155,9 +155,10 @@ def _versions(rng: random.Random, keys: int) -> list[dict]:
     sort_by_key=st.booleans(),
     snapshot=st.sampled_from(SNAPSHOTS),
     keys=st.lists(st.integers(-1, 60), min_size=1, max_size=3),
+    projection=st.sampled_from([("owner", "id", "validFrom"), ("validUntil", "id"), ("balance",)]),
 )
 def test_reader_returns_exactly_the_visible_versions_of_the_keys(
-    tmp_path, seed, row_group, sort_by_key, snapshot, keys
+    tmp_path, seed, row_group, sort_by_key, snapshot, keys, projection
 ):
     rng = random.Random(seed)
     rows = _versions(rng, 60)
@@ -170,14 +171,13 @@ def test_reader_returns_exactly_the_visible_versions_of_the_keys(
         table = pa.Table.from_pylist(part, schema=SCHEMA)
         pq.write_table(table, path, row_group_size=row_group)
         files.append(str(path))
-    lookup = KeyLookup("t", ("owner", "id", "validFrom"), (Predicate("id", tuple(keys)),))
-    schema = pa.schema([("owner", pa.string()), ("id", pa.int64()), ("validFrom", pa.int64())])
+    lookup = KeyLookup("t", projection, (Predicate("id", tuple(keys)),))
+    schema = pa.schema([SCHEMA.field(name) for name in projection])
     answer = DirectReader().read(lookup, files, snapshot, schema)
     assert answer is not None and answer.schema == schema
     expected = [row for row in visible(rows, snapshot) if row["id"] in keys]
     assert sorted(answer.to_pylist(), key=str) == sorted(
-        ({"owner": r["owner"], "id": r["id"], "validFrom": r["validFrom"]} for r in expected),
-        key=str,
+        ({name: row[name] for name in projection} for row in expected), key=str
     )
 
 
