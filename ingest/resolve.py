@@ -19,6 +19,7 @@ number of the segment holding the current version; null for tombstones) and ``_k
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,11 +37,9 @@ class Resolution:
 
     versions: Any
     """Rows to store: user columns, validFrom, validUntil, source position, ``_kp``, ``_chunk``."""
-    index_entries: Any
-    """The new key index entry of every key whose current version changed (``_seg`` not set)."""
-    carried: Any
-    """The key index entries of the read partitions whose current version the batch did not change
-    (keys not in the batch, or only with records that lost)."""
+    index: Any
+    """The new key index: pk, the index columns and ``_carried`` (the key's entry did not change).
+    ``_seg`` of a changed entry is left null for the caller to fill in."""
     updates: Any
     """validUntil updates of versions stored by earlier batches: pk, ``_chunk``, ``_seg``,
     validFrom (the old version's), validUntil (the new one), ``_kp``."""
@@ -49,12 +48,23 @@ class Resolution:
 
 
 def comparison_struct(table: TableDefinition) -> Any:
-    """The comparison value of each row: a struct compared field by field (nulls lowest)."""
+    """The comparison value of each row, compared with :func:`at_least` (nulls lowest).
+
+    One comparison column is used as it is (cheaper to sort, compare and cache than a struct);
+    several become a struct compared field by field.
+    """
     from pyspark.sql import functions as F
 
     if not table.comparison_columns:
-        return F.struct(F.lit(0).alias("_none"))
+        return F.lit(0)
+    if len(table.comparison_columns) == 1:
+        return F.col(table.comparison_columns[0])
     return F.struct(*[F.col(name) for name in table.comparison_columns])
+
+
+def at_least(value: Any, other: Any) -> Any:
+    """``value >= other`` with nulls lowest; never null (a null ``other`` is beaten by anything)."""
+    return other.isNull() | (value.isNotNull() & (value >= other))
 
 
 def delete_flag(table: TableDefinition) -> Any:
@@ -103,67 +113,97 @@ def append_only(batch: Any, table: TableDefinition) -> Any:
     )
 
 
-def resolve(batch: Any, index: Any, table: TableDefinition) -> Resolution:
-    """Resolve one batch of an upsert table against the key index (see the module docstring)."""
+def resolve(
+    batch: Any, index: Any, table: TableDefinition, *, cluster_by: Sequence[str] = ()
+) -> Resolution:
+    """Resolve one batch of an upsert table against the key index (see the module docstring).
+
+    The batch's own records are ordered first (one sort, by key and source order), which needs no
+    index: a record is on the batch's *chain* when it compares ``>=`` every earlier record of its
+    key. Chain values never decrease, so the records the index lets through (``>=`` its entry) are
+    a suffix of the chain: after the join, acceptance, the first accepted record (which ends the
+    stored version) and the last one (the new index entry) are each decided row by row.
+
+    ``cluster_by`` names columns that are functions of the key (a bucket of the key partition,
+    see :mod:`ingest.bucketing`) both sides are already partitioned by: keying the window and the
+    join on them too lets Spark keep that partitioning instead of shuffling again.
+    """
     from pyspark import StorageLevel
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     pk = list(table.primary_key)
-    renamed = index.select(*pk, *[F.col(name).alias("_i" + name) for name in INDEX_COLUMNS])
-    rows = (
+    keys = [*cluster_by, *pk]
+    ordered = Window.partitionBy(*keys).orderBy("_ord")
+    cmp, prev = F.col("_cmp"), F.col("_prev")
+    chained = (
         batch.withColumn("_cmp", comparison_struct(table))
         .withColumn("_del", delete_flag(table))
+        .withColumn("_prev", F.max("_cmp").over(ordered.rowsBetween(Window.unboundedPreceding, -1)))
+        .withColumn("_isFirst", F.row_number().over(ordered) == 1)
+        .withColumn("_chain", at_least(cmp, prev))
         .withColumn("_inBatch", F.lit(True))
     )
+    # The next chain record's commit timestamp (linear, unlike a min over the following rows).
+    chained = chained.withColumn(
+        "_next", F.expr("lead(CASE WHEN _chain THEN _ts END, 1, NULL, true)").over(ordered)
+    )
+    renamed = index.select(*keys, *[F.col(name).alias("_i" + name) for name in INDEX_COLUMNS])
     # A full join: the keys the batch does not touch come through too, so the new key index is
-    # written from this one shuffle instead of reading and joining the old index a second time.
-    joined = rows.join(renamed, on=pk, how="full")
+    # written from this one pass instead of reading and joining the old index a second time.
+    joined = chained.join(renamed, on=keys, how="full")
     in_batch = F.coalesce(F.col("_inBatch"), F.lit(False))
-
-    ordered = Window.partitionBy(*pk).orderBy("_ord")
-    before = ordered.rowsBetween(Window.unboundedPreceding, -1)
-    after = ordered.rowsBetween(1, Window.unboundedFollowing)
-    whole = Window.partitionBy(*pk)
-
-    previous_best = F.max("_cmp").over(before)
-    best = F.when(previous_best.isNull(), F.col("_i_cmp")).otherwise(
-        F.when(F.col("_i_cmp").isNull(), previous_best).otherwise(
-            F.greatest(previous_best, F.col("_i_cmp"))
-        )
-    )
-    accepted = best.isNull() | (F.col("_cmp") >= best)
-    flagged = joined.withColumn("_acc", in_batch & accepted)
-    accepted_ts = F.when(F.col("_acc"), F.col("_ts"))
-    accepted_ord = F.when(F.col("_acc"), F.col("_ord"))
+    indexed = F.col("_i_validFrom").isNotNull()
+    index_cmp = F.col("_i_cmp")
+    accepted = in_batch & F.col("_chain") & (~indexed | at_least(cmp, index_cmp))
+    # The first accepted record: no earlier record of the key, or the index beat them all.
+    first = F.col("_acc") & (F.col("_isFirst") | (indexed & ~at_least(prev, index_cmp)))
+    chain_end = in_batch & F.col("_chain") & F.col("_next").isNull()
+    user = [name for name in table.column_names if name not in pk]
     resolved = (
-        flagged.withColumn("_next", F.min(accepted_ts).over(after))
-        .withColumn("_first", F.min(accepted_ord).over(whole))
-        .withColumn("_firstRow", F.min("_ord").over(whole))
-        .persist(StorageLevel.MEMORY_AND_DISK_DESER)
+        joined.withColumn("_acc", F.coalesce(accepted, F.lit(False)))
+        .select(
+            *keys,
+            *user,
+            "_ts",
+            "_next",
+            "_cmp",
+            "_del",
+            SOURCE_FILE,
+            SOURCE_POSITION,
+            F.coalesce(F.col("_kp"), F.col("_i_kp")).alias("_kp"),
+            "_chunk",
+            in_batch.alias("_inBatch"),
+            "_acc",
+            first.alias("_first"),
+            # Keys whose entry stays: not in the batch, or no record accepted (then the chain's
+            # last record lost too: exactly one row per key).
+            (indexed & (~in_batch | (chain_end & ~F.col("_acc")))).alias("_carry"),
+            *[F.col("_i" + name) for name in INDEX_COLUMNS if name != "_kp"],
+        )
+        .persist(StorageLevel.MEMORY_AND_DISK)
     )
 
-    user = list(table.column_names)
-    source = [SOURCE_FILE, SOURCE_POSITION, "_kp", "_chunk"]
+    columns = list(table.column_names)
+    source = [SOURCE_FILE, SOURCE_POSITION, "_kp", "_chunk", *cluster_by]
     # Superseded inside its own transaction: an empty interval, treated like an out-of-order loss.
     empty = F.coalesce(F.col("_next") == F.col("_ts"), F.lit(False))
     kept = resolved.filter(F.col("_acc") & ~F.col("_del") & ~empty).select(
-        *user,
+        *columns,
         F.col("_ts").alias(VALID_FROM),
         F.col("_next").alias(VALID_UNTIL),
         *source,
     )
     if table.out_of_order is OutOfOrder.STORE:
-        lost = resolved.filter(in_batch & (~F.col("_acc") | empty) & ~F.col("_del")).select(
-            *user, F.col("_ts").alias(VALID_FROM), F.col("_ts").alias(VALID_UNTIL), *source
-        )
+        lost = resolved.filter(
+            F.col("_inBatch") & (~F.col("_acc") | empty) & ~F.col("_del")
+        ).select(*columns, F.col("_ts").alias(VALID_FROM), F.col("_ts").alias(VALID_UNTIL), *source)
         versions = kept.unionByName(lost)
     else:
         versions = kept
 
     updates = resolved.filter(
-        F.col("_acc")
-        & (F.col("_ord") == F.col("_first"))
+        F.col("_first")
         & F.col("_i_seg").isNotNull()
         & ~F.coalesce(F.col("_i_deleted"), F.lit(True))
     ).select(
@@ -174,23 +214,22 @@ def resolve(batch: Any, index: Any, table: TableDefinition) -> Resolution:
         F.col("_ts").alias(VALID_UNTIL),
         "_kp",
     )
-    entries = resolved.filter(F.col("_acc") & F.col("_next").isNull()).select(
+    # The new key index in one pass: the entry of every key whose current version changed (its
+    # ``_seg`` is the batch's new segment, known once partitions are allocated: left null here),
+    # and the old entry of every other indexed key.
+    carry = F.col("_carry")
+    index_rows = resolved.filter(carry | (F.col("_acc") & F.col("_next").isNull())).select(
         *pk,
-        "_cmp",
-        F.col("_ts").alias("_validFrom"),
-        F.col("_del").alias("_deleted"),
-        "_chunk",
+        F.when(carry, F.col("_i_cmp")).otherwise(F.col("_cmp")).alias("_cmp"),
+        F.when(carry, F.col("_i_validFrom")).otherwise(F.col("_ts")).alias("_validFrom"),
+        F.when(carry, F.col("_i_deleted")).otherwise(F.col("_del")).alias("_deleted"),
+        F.when(carry, F.col("_i_chunk")).otherwise(F.col("_chunk")).alias("_chunk"),
+        F.when(carry, F.col("_i_seg")).alias("_seg"),
         "_kp",
+        carry.alias("_carried"),
+        *cluster_by,
     )
-    # Keys whose entry stays: not in the batch, or only losing records in it (once per key).
-    carried = resolved.filter(
-        F.col("_i_validFrom").isNotNull()
-        & F.col("_first").isNull()
-        & (~in_batch | (F.col("_ord") == F.col("_firstRow")))
-    ).select(*pk, *[F.col("_i" + name).alias(name) for name in INDEX_COLUMNS])
-    return Resolution(
-        versions=versions, index_entries=entries, updates=updates, carried=carried, cached=resolved
-    )
+    return Resolution(versions=versions, index=index_rows, updates=updates, cached=resolved)
 
 
 def empty_index(batch: Any, table: TableDefinition) -> Any:
