@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ingest import updater
+from ingest.bucketing import BUCKET_COLUMN, bucket_column, bucket_layout
 from ingest.granularity import chunk_interval, spark_chunk_start
 from ingest.manifest import (
     COMMIT,
@@ -70,6 +71,17 @@ STEPS = (
 )
 """Named kill points, in the order a batch (then its updater run) passes them."""
 _ROW_BITS = 33  # monotonically_increasing_id(): partition id in the upper bits, row in the lower 33
+
+
+def allow_partial_cluster_keys(*sessions: Any) -> None:
+    """Let a join reuse a split by a bucket column that is a function of its other keys.
+
+    Both sides of the key index join (and of the updater's join) are split by a bucket of the key
+    partition (:mod:`ingest.bucketing`); by default Spark shuffles them again by every join key.
+    Other plans are unaffected by the setting.
+    """
+    for session in sessions:
+        session.conf.set("spark.sql.requireAllClusterKeysForCoPartition", "false")
 
 
 class SimulatedCrash(Internal):
@@ -361,6 +373,7 @@ class IngestJob:
         from pyspark.sql import functions as F
 
         table = self.table
+        allow_partial_cluster_keys(self.spark, frame.sparkSession)
         rows = self._enrich(frame, needed).persist(StorageLevel.MEMORY_AND_DISK_DESER)
         cache.append(rows)
         with self._action("read and count"):
@@ -406,8 +419,13 @@ class IngestJob:
         )
 
         if table.upsert:
+            layout = bucket_layout(touched, self._resolution_tasks(len(touched)))
+            stamped = stamped.withColumn(BUCKET_COLUMN, bucket_column(layout)).repartition(
+                layout.tasks, BUCKET_COLUMN
+            )
             index = self._read_index(touched, stamped)
-            resolution = resolve(stamped, index, table)
+            index = index.withColumn(BUCKET_COLUMN, bucket_column(layout))
+            resolution = resolve(stamped, index, table, cluster_by=[BUCKET_COLUMN])
             cache.append(resolution.cached)
             versions = resolution.versions
             updates = resolution.updates
@@ -449,17 +467,24 @@ class IngestJob:
                 directories["segments"],
                 len(allocation),
                 self.storage,
+                # Upsert batches are already split by key partition (see ingest.bucketing).
+                shuffle=not table.upsert,
             )
         self._step("after_segments")
 
         key_index: dict[int, str] = {}
         updates_dir: str | None = None
         if resolution is not None:
-            entries = resolution.index_entries.join(
-                F.broadcast(mapping), on=["_chunk", "_kp"], how="left"
-            ).withColumn("_seg", F.when(~F.col("_deleted"), F.col("_seg")))
-            merged = resolution.carried.unionByName(
-                entries.select(*table.primary_key, *INDEX_COLUMNS)
+            new_seg = mapping.withColumnRenamed("_seg", "_newSeg")
+            merged = (
+                resolution.index.join(F.broadcast(new_seg), on=["_chunk", "_kp"], how="left")
+                .withColumn(
+                    "_seg",
+                    F.when(F.col("_carried"), F.col("_seg")).when(
+                        ~F.col("_deleted"), F.col("_newSeg")
+                    ),
+                )
+                .select(*table.primary_key, *INDEX_COLUMNS)
             )
             with self._action("write key index"):
                 (
@@ -588,6 +613,7 @@ class IngestJob:
                 self.table.name, interval, self.table.version, count
             ),
         )
+        allow_partial_cluster_keys(self.spark)
         directory = f"{self.root}/segments/{self.server_id}/u{seq:010d}"
         self.manifest.write(seq, PREPARE, {"kind": UPDATE, "directories": [directory]})
         self._step("update_after_prepare")
@@ -696,6 +722,11 @@ class IngestJob:
         else:
             value = column.cast("long")
         return F.coalesce(value, commit_ms)
+
+    def _resolution_tasks(self, partitions: int) -> int:
+        """Spark tasks resolving a batch: one per key partition, at most two per core."""
+        cores = max(1, int(self.spark.sparkContext.defaultParallelism))
+        return max(1, min(partitions, 2 * cores))
 
     def _read_index(self, partitions: Sequence[int], like: Any) -> Any:
         paths = [self.state.key_index[kp].path for kp in partitions if kp in self.state.key_index]

@@ -47,10 +47,17 @@ class WrittenSegment:
 
 
 def write_segments(
-    frame: Any, columns: Sequence[str], directory: str, segment_count: int, storage: Storage
+    frame: Any,
+    columns: Sequence[str],
+    directory: str,
+    segment_count: int,
+    storage: Storage,
+    *,
+    shuffle: bool = True,
 ) -> dict[tuple[int, int], WrittenSegment]:
     """Write ``frame`` (which has ``_chunk`` and ``_seg``) as one file per (chunk, partition).
 
+    ``shuffle=False`` when every segment's rows are already in one Spark task (no repartition).
     Returns what was written, keyed by ``(chunk_start, partition)``.
     """
     from pyspark.sql import functions as F
@@ -59,9 +66,10 @@ def write_segments(
         SEGMENT_DIR_COLUMN,
         F.concat(F.col("_chunk").cast("string"), F.lit("_"), F.col("_seg").cast("string")),
     )
+    if shuffle:
+        tagged = tagged.repartition(max(1, min(segment_count, 512)), SEGMENT_DIR_COLUMN)
     (
-        tagged.repartition(max(1, min(segment_count, 512)), SEGMENT_DIR_COLUMN)
-        .sortWithinPartitions(SEGMENT_DIR_COLUMN, F.col(VALID_UNTIL).isNotNull(), VALID_FROM)
+        tagged.sortWithinPartitions(SEGMENT_DIR_COLUMN, F.col(VALID_UNTIL).isNotNull(), VALID_FROM)
         .select(*columns, SEGMENT_DIR_COLUMN)
         .write.mode("overwrite")
         .option("parquet.block.size", ROW_GROUP_BYTES)

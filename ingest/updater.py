@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ingest.bucketing import BUCKET_COLUMN, bucket_layout
 from ingest.granularity import chunk_interval
 from ingest.resolve import segment_schema, stored_columns
 from ingest.segments import WrittenSegment, tag_of_file, write_segments
@@ -87,9 +88,15 @@ def rewrite_segments(
     directory: str,
     storage: Storage,
 ) -> dict[tuple[int, int], WrittenSegment]:
-    """Rewrite every planned segment with its updates applied; returns the written files."""
+    """Rewrite every planned segment with its updates applied; returns the written files.
+
+    The rows of each rewritten segment and its updates are brought to one Spark task (one shuffle
+    of each side, see :mod:`ingest.bucketing`), joined there and written there as one file.
+    """
     from pyspark.sql import functions as F
 
+    cores = max(1, int(spark.sparkContext.defaultParallelism))
+    layout = bucket_layout(sorted(plan.current), max(1, min(len(plan.current), 2 * cores)))
     files = [path for segment in plan.current.values() for path in segment.location]
     mapping_rows = []
     for (chunk, root), segment in plan.current.items():
@@ -97,10 +104,13 @@ def rewrite_segments(
             tag = tag_of_file(path)
             if tag is None:
                 raise Internal(f"segment file {path} is not in a segment directory")
-            mapping_rows.append((tag[0], tag[1], chunk, root, plan.new_partition[(chunk, root)]))
+            new = plan.new_partition[(chunk, root)]
+            mapping_rows.append((tag[0], tag[1], chunk, root, new, layout.values[(chunk, root)]))
     mapping = spark.createDataFrame(
-        sorted(set(mapping_rows)), "_fchunk long, _fpart int, _chunk long, _root int, _seg int"
+        sorted(set(mapping_rows)),
+        f"_fchunk long, _fpart int, _chunk long, _root int, _seg int, {BUCKET_COLUMN} int",
     )
+    targets = mapping.select("_chunk", "_root", BUCKET_COLUMN).distinct()
     columns = stored_columns(table)
     path = F.col("_metadata.file_path")
     pattern = r"/segment=(-?\d+)_(\d+)/"
@@ -113,19 +123,24 @@ def rewrite_segments(
             F.regexp_extract(path, pattern, 2).cast("int").alias("_fpart"),
         )
         .join(F.broadcast(mapping), on=["_fchunk", "_fpart"])
+        .repartition(layout.tasks, BUCKET_COLUMN)
     )
     pk = list(table.primary_key)
-    pending = updates.select(
-        F.col("_chunk"),
-        F.col("_seg").alias("_root"),
-        *pk,
-        F.col(VALID_FROM),
-        F.col(VALID_UNTIL).alias("_newUntil"),
+    pending = (
+        updates.select(
+            F.col("_chunk"),
+            F.col("_seg").alias("_root"),
+            *pk,
+            F.col(VALID_FROM),
+            F.col(VALID_UNTIL).alias("_newUntil"),
+        )
+        .join(F.broadcast(targets), on=["_chunk", "_root"])
+        .repartition(layout.tasks, BUCKET_COLUMN)
     )
-    applied = data.join(pending, on=["_chunk", "_root", *pk, VALID_FROM], how="left").withColumn(
-        VALID_UNTIL, F.coalesce(F.col(VALID_UNTIL), F.col("_newUntil"))
-    )
-    return write_segments(applied, columns, directory, len(plan.current), storage)
+    applied = data.join(
+        pending, on=[BUCKET_COLUMN, "_chunk", "_root", *pk, VALID_FROM], how="left"
+    ).withColumn(VALID_UNTIL, F.coalesce(F.col(VALID_UNTIL), F.col("_newUntil")))
+    return write_segments(applied, columns, directory, len(plan.current), storage, shuffle=False)
 
 
 def overwrite_segment(

@@ -55,7 +55,7 @@ class Seen:
 class Change:
     user_id: str
     balance: int
-    seq: int
+    seq: int | None
     deleted: bool = False
 
     def as_row(self) -> dict[str, Any]:
@@ -65,14 +65,15 @@ class Change:
 
 def replay(changes: Sequence[tuple[int, Change]], snapshot: int | None = None) -> dict[str, Change]:
     """The current version of each key after the changes with commit ts <= snapshot."""
-    best: dict[str, int] = {}
+    best: dict[str, tuple[bool, int]] = {}
     current: dict[str, Change | None] = {}
     for ts, change in sorted(changes, key=lambda item: item[0]):
         if snapshot is not None and ts > snapshot:
             continue
-        if change.user_id in best and change.seq < best[change.user_id]:
+        rank = (change.seq is not None, change.seq or 0)  # a null seq is the oldest
+        if change.user_id in best and rank < best[change.user_id]:
             continue  # out of order: loses
-        best[change.user_id] = change.seq
+        best[change.user_id] = rank
         current[change.user_id] = None if change.deleted else change
     return {key: value for key, value in current.items() if value is not None}
 
