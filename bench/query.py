@@ -2,27 +2,37 @@
 
 On the same data, in the same Spark session:
 
-* **horizon** – the client's query rewritten by Horizon's SQL rewriter, reading the versioned
-  segments (about three versions per key) through the visibility filter at the latest snapshot;
+* **horizon** – what the broker runs: the client's query rewritten by Horizon's SQL rewriter
+  (catalog built from a follower table view, visibility filter at the snapshot) over the temp view
+  the broker's :class:`~broker.views.SegmentViews` builds from the visible segment files;
 * **row_number** – what a user writes without Horizon over a table of all versions:
   ``ROW_NUMBER() OVER (PARTITION BY pk ORDER BY comparison DESC) = 1``;
 * **floor** – a pre-materialized latest-only table (what perfect compaction would leave).
 
-for a full aggregate, a filtered aggregate and a point lookup, at 1M and 5M rows. The three answers
-are compared before any timing is trusted. The segment layout sorts current versions (``validUntil
-IS NULL``) ahead of history and writes small row groups, so the Parquet row-group statistics on
-``validUntil`` let Spark skip superseded rows.
+for a full aggregate, a filtered aggregate and a point lookup, at 1M and 5M rows (about three
+versions per key, committed in an order unrelated to the key, like a real change stream). The
+three answers are compared before any timing is trusted, and the variants run interleaved, round
+by round, so load on the machine hits all three alike.
 
-Run: ``python -m bench.query [--quick] [--sizes 1000000,5000000]``.
+The segments are laid out as ingestion writes them (``ingest/segments.py``): one file per segment
+(key partition), current versions (``validUntil IS NULL``) first, then history, 8 MiB row groups.
+The Parquet page statistics (column indexes) on ``validUntil`` let Spark skip the history pages,
+and every segment holds its share of current rows, so the scan tasks stay balanced across cores.
+Layout ``key_sorted`` (the default) orders the current section by primary key, so the id page
+statistics also serve key lookups; ``ingest`` orders it by ``validFrom`` as ingestion does today.
+
+Run: ``python -m bench.query [--quick] [--sizes 1000000,5000000] [--layout ingest]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import shutil
+import statistics
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +40,12 @@ from bench.report import print_table, summarize, write_results
 
 VERSIONS_PER_KEY = 3
 REGIONS = 16
+SEGMENTS = 8
+"""Key partitions of the benchmark table: one segment file each."""
+BATCH_SPAN = 10_000_000_000
+"""Commit timestamps of version ``v`` lie in ``[v * BATCH_SPAN, v * BATCH_SPAN + 1e9)``."""
+TABLE_FILES = 8
+LAYOUTS = ("key_sorted", "ingest")
 QUERIES: dict[str, str] = {
     "full_aggregate": (
         "SELECT region, COUNT(*) AS n, SUM(amount) AS total FROM accounts GROUP BY region"
@@ -42,67 +58,10 @@ QUERIES: dict[str, str] = {
 }
 
 
-def build_data(spark: Any, rows: int, root: Path) -> dict[str, Any]:
-    """Write the versioned segments, the all-versions table and the latest-only table."""
-    from pyspark.sql import functions as F
+def descriptor() -> Any:
+    from watermark.catalog import ColumnSpec, TableDescriptor
 
-    keys = rows // VERSIONS_PER_KEY
-    base = spark.range(keys).withColumnRenamed("id", "id")
-    # Three versions per key; commit timestamps grow with the version so chains are contiguous.
-    versions = base.crossJoin(spark.range(VERSIONS_PER_KEY).withColumnRenamed("id", "v"))
-    start = (F.col("id") * 7 + F.col("v") * 10_000_000).cast("long")
-    versioned = versions.select(
-        F.col("id"),
-        (F.abs(F.xxhash64("id")) % REGIONS).cast("int").alias("region_no"),
-        (F.abs(F.xxhash64("id", "v")) % 10_000).cast("long").alias("amount"),
-        start.alias("updated_at"),
-        start.alias("validFrom"),
-        F.when(
-            F.col("v") < VERSIONS_PER_KEY - 1, (F.col("id") * 7 + (F.col("v") + 1) * 10_000_000)
-        )
-        .cast("long")
-        .alias("validUntil"),
-    ).withColumn("region", F.concat(F.lit("r"), F.col("region_no").cast("string")))
-    versioned = versioned.drop("region_no")
-    snapshot = (keys * 7) + VERSIONS_PER_KEY * 10_000_000
-
-    segments = root / "segments"
-    (
-        versioned.repartitionByRange(8, F.col("validUntil").isNotNull(), "id")
-        .sortWithinPartitions(F.col("validUntil").isNotNull(), "id")
-        .write.option("parquet.block.size", 4 * 1024 * 1024)
-        .parquet(str(segments))
-    )
-    all_versions = root / "all_versions"
-    (
-        versioned.drop("validFrom", "validUntil")
-        .repartitionByRange(8, "id")
-        .sortWithinPartitions("id")
-        .write.option("parquet.block.size", 4 * 1024 * 1024)
-        .parquet(str(all_versions))
-    )
-    latest = root / "latest"
-    (
-        versioned.where(F.col("validUntil").isNull())
-        .drop("validFrom", "validUntil")
-        .repartitionByRange(8, "id")
-        .sortWithinPartitions("id")
-        .write.option("parquet.block.size", 4 * 1024 * 1024)
-        .parquet(str(latest))
-    )
-    files = sorted(str(path) for path in segments.glob("*.parquet"))
-    return {"keys": keys, "snapshot": snapshot, "segment_files": files, "root": root}
-
-
-def horizon_rewriter(spark: Any, data: dict[str, Any]) -> Callable[[str], str]:
-    """Register the segment view and return a function that rewrites a client query."""
-    from broker.sql import Catalog, CatalogTable, rewrite
-    from broker.sql.functions_from_spark import function_policy_from_spark
-    from watermark.catalog import ColumnSpec
-
-    view = "__horizon_accounts_g1"
-    spark.read.parquet(*data["segment_files"]).createOrReplaceTempView(view)
-    table = CatalogTable(
+    return TableDescriptor(
         name="accounts",
         columns=(
             ColumnSpec("id", "bigint"),
@@ -111,85 +70,252 @@ def horizon_rewriter(spark: Any, data: dict[str, Any]) -> Callable[[str], str]:
             ColumnSpec("region", "string"),
         ),
         primary_key=("id",),
-        upsert=True,
+        comparison_columns=("updated_at",),
+        key_partitions=SEGMENTS,
+    )
+
+
+def segment_order(layout: str, primary_key: tuple[str, ...]) -> list[Any]:
+    """Sort order inside a segment file: current versions first, then history by ``validFrom``.
+
+    ``key_sorted`` orders the current section by primary key (history has NULL there), ``ingest``
+    by ``validFrom`` like ``ingest.segments.write_segments`` today.
+    """
+    from pyspark.sql import functions as F
+
+    from watermark.catalog import VALID_FROM, VALID_UNTIL
+
+    is_history = F.col(VALID_UNTIL).isNotNull()
+    if layout == "ingest":
+        return [is_history, F.col(VALID_FROM)]
+    current_key = [F.when(~is_history, F.col(name)) for name in primary_key]
+    return [is_history, *current_key, F.col(VALID_FROM)]
+
+
+def build_data(spark: Any, rows: int, root: Path, layout: str = LAYOUTS[0]) -> dict[str, Any]:
+    """Write the versioned segments, the all-versions table and the latest-only table."""
+    from pyspark.sql import functions as F
+
+    from ingest.partitioning import key_partition
+    from ingest.segments import ROW_GROUP_BYTES, SEGMENT_DIR_COLUMN
+
+    table = descriptor()
+    keys = rows // VERSIONS_PER_KEY
+    versions = spark.range(keys).crossJoin(
+        spark.range(VERSIONS_PER_KEY).withColumnRenamed("id", "v")
+    )
+
+    def commit_ts(version: Any) -> Any:
+        # Commit order within a batch is unrelated to the key, as in a real change stream.
+        jitter = F.pmod(F.xxhash64(F.col("id"), version), F.lit(1_000_000_000))
+        return (version * F.lit(BATCH_SPAN) + jitter).cast("long")
+
+    start = commit_ts(F.col("v"))
+    versioned = versions.select(
+        F.col("id"),
+        (F.abs(F.xxhash64("id", "v")) % 10_000).cast("long").alias("amount"),
+        start.alias("updated_at"),
+        F.concat(F.lit("r"), (F.abs(F.xxhash64("id")) % REGIONS).cast("string")).alias("region"),
+        start.alias("validFrom"),
+        F.when(F.col("v") < VERSIONS_PER_KEY - 1, commit_ts(F.col("v") + 1)).alias("validUntil"),
+    )
+    snapshot = VERSIONS_PER_KEY * BATCH_SPAN
+
+    # As ingest.segments.write_segments: one directory (and file) per segment.
+    segments_dir = root / "segments"
+    columns = [*table.column_names, "validFrom", "validUntil"]
+    (
+        versioned.withColumn(
+            SEGMENT_DIR_COLUMN, key_partition(table.primary_key, SEGMENTS).cast("string")
+        )
+        .repartition(SEGMENTS, SEGMENT_DIR_COLUMN)
+        .sortWithinPartitions(SEGMENT_DIR_COLUMN, *segment_order(layout, table.primary_key))
+        .select(*columns, SEGMENT_DIR_COLUMN)
+        .write.option("parquet.block.size", ROW_GROUP_BYTES)
+        .partitionBy(SEGMENT_DIR_COLUMN)
+        .parquet(str(segments_dir))
+    )
+    all_versions = versioned.drop("validFrom", "validUntil")
+    latest = versioned.where(F.col("validUntil").isNull()).drop("validFrom", "validUntil")
+    for name, frame in (("all_versions", all_versions), ("latest", latest)):
+        (
+            frame.repartitionByRange(TABLE_FILES, "id")
+            .sortWithinPartitions("id")
+            .write.option("parquet.block.size", 4 * 1024 * 1024)
+            .parquet(str(root / name))
+        )
+    files = {
+        int(path.parent.name.split("=", 1)[1]): str(path)
+        for path in segments_dir.glob(f"{SEGMENT_DIR_COLUMN}=*/*.parquet")
+    }
+    return {"keys": keys, "snapshot": snapshot, "segment_files": files, "table": table}
+
+
+def table_view(data: dict[str, Any]) -> Any:
+    """The follower's picture of the benchmark table: one segment per key partition."""
+    from timeline.interval import Interval
+    from timeline.segment import Segment
+    from watermark.follower import TableView
+
+    segments = tuple(
+        Segment(
+            table="accounts",
+            interval=Interval(0, 86_400_000),
+            version="v1",
+            partition=partition,
+            location=(path,),
+        )
+        for partition, path in sorted(data["segment_files"].items())
+    )
+    return TableView(
+        table="accounts",
+        descriptor=data["table"],
+        generation=1,
+        visible_segments=segments,
         lwm=data["snapshot"],
         retention_horizon=0,
-        source_view=view,
-        segments=tuple(Path(f).name for f in data["segment_files"]),
-        files=tuple(data["segment_files"]),
+        staleness_s=0.0,
+        laggard=None,
     )
-    catalog = Catalog([table])
+
+
+@contextmanager
+def horizon_rewriter(spark: Any, data: dict[str, Any]) -> Iterator[Callable[[str], str]]:
+    """Hold the broker's segment view of the table and yield the broker's query rewriter."""
+    from broker.catalog_builder import build_catalog
+    from broker.sql import rewrite
+    from broker.sql.functions_from_spark import function_policy_from_spark
+    from broker.views import SegmentViews
+
+    view = table_view(data)
+    catalog = build_catalog([view])
     policy = function_policy_from_spark(spark)
-    return lambda sql: rewrite(sql, catalog, functions=policy).sql
+    views = SegmentViews(spark)
+    with views.lease([view]):
+        yield lambda sql: rewrite(sql, catalog, functions=policy).sql
+    views.clear()
 
 
-def time_query(spark: Any, sql: str, repeats: int) -> tuple[list[float], list[Any]]:
-    rows = spark.sql(sql).collect()  # warm-up: plans, file listing, JIT
-    samples = []
+def time_variants(
+    spark: Any, variants: dict[str, str], repeats: int
+) -> tuple[dict[str, list[float]], dict[str, list[Any]]]:
+    """Time each variant ``repeats`` times, interleaved round by round, after one warm-up run."""
+    answers = {name: spark.sql(sql).collect() for name, sql in variants.items()}
+    samples: dict[str, list[float]] = {name: [] for name in variants}
     for _ in range(repeats):
-        started = time.perf_counter()
-        rows = spark.sql(sql).collect()
-        samples.append((time.perf_counter() - started) * 1000)
-    return samples, rows
+        for name, sql in variants.items():
+            started = time.perf_counter()
+            spark.sql(sql).collect()
+            samples[name].append((time.perf_counter() - started) * 1000)
+    return samples, answers
 
 
-def run(sizes: list[int], repeats: int) -> dict[str, Any]:
+def scan_metrics(frame: Any) -> dict[str, int]:
+    """Files and rows the (executed) query's Parquet scans read, from Spark's SQL metrics."""
+    plan = frame._jdf.queryExecution().executedPlan()
+    totals = {"files": 0, "rows_scanned": 0}
+    pending = [plan]
+    while pending:
+        node = pending.pop()
+        name = node.nodeName()
+        if name == "AdaptiveSparkPlan":
+            pending.append(node.executedPlan())
+            continue
+        if "QueryStage" in name:
+            pending.append(node.plan())
+            continue
+        if name.startswith("Scan parquet"):
+            metrics = node.metrics()
+            totals["files"] += int(metrics.apply("numFiles").value())
+            totals["rows_scanned"] += int(metrics.apply("numOutputRows").value())
+        children = node.children()
+        pending.extend(children.apply(i) for i in range(children.size()))
+    return totals
+
+
+def run(sizes: list[int], repeats: int, layout: str) -> dict[str, Any]:
     from broker.spark_session import create_spark_session
 
     spark = create_spark_session(master="local[2]", app_name="horizon-bench-query")
-    results: dict[str, Any] = {}
+    results: dict[str, Any] = {"layout": layout}
     table_rows = []
     for size in sizes:
         root = Path(tempfile.mkdtemp(prefix=f"horizon-bench-query-{size}-"))
         try:
-            data = build_data(spark, size, root)
+            data = build_data(spark, size, root, layout)
             spark.read.parquet(str(root / "all_versions")).createOrReplaceTempView("all_versions")
             spark.read.parquet(str(root / "latest")).createOrReplaceTempView("latest_only")
-            rewrite_sql = horizon_rewriter(spark, data)
             row_number_source = (
                 "(SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY id ORDER BY "
                 "updated_at DESC) AS rn FROM all_versions) WHERE rn = 1) AS accounts"
             )
             per_size: dict[str, Any] = {}
-            for name, template in QUERIES.items():
-                client_sql = template.format(key=data["keys"] // 2)
-                variants = {
-                    "horizon": rewrite_sql(client_sql),
-                    "row_number": client_sql.replace("FROM accounts", f"FROM {row_number_source}"),
-                    "floor": client_sql.replace("FROM accounts", "FROM latest_only AS accounts"),
-                }
-                answers = {}
-                timings = {}
-                for variant, sql in variants.items():
-                    samples, rows = time_query(spark, sql, repeats)
-                    timings[variant] = summarize(samples)
-                    answers[variant] = sorted(tuple(row) for row in rows)
-                if not answers["horizon"] == answers["row_number"] == answers["floor"]:
-                    raise SystemExit(f"{name} at {size} rows: the three variants disagree")
-                ratio_row_number = timings["row_number"]["p50"] / timings["horizon"]["p50"]
-                ratio_floor = timings["horizon"]["p50"] / timings["floor"]["p50"]
-                per_size[name] = {
-                    "timings_ms": timings,
-                    "speedup_vs_row_number": ratio_row_number,
-                    "cost_vs_floor": ratio_floor,
-                }
-                table_rows.append(
-                    (
-                        f"{size:,}",
-                        name,
-                        f"{timings['horizon']['p50']:.0f}",
-                        f"{timings['row_number']['p50']:.0f}",
-                        f"{timings['floor']['p50']:.0f}",
-                        f"{ratio_row_number:.1f}x",
-                        f"{ratio_floor:.2f}x",
+            with horizon_rewriter(spark, data) as rewrite_sql:
+                for name, template in QUERIES.items():
+                    client_sql = template.format(key=data["keys"] // 2)
+                    variants = {
+                        "horizon": rewrite_sql(client_sql),
+                        "row_number": client_sql.replace(
+                            "FROM accounts", f"FROM {row_number_source}"
+                        ),
+                        "floor": client_sql.replace(
+                            "FROM accounts", "FROM latest_only AS accounts"
+                        ),
+                    }
+                    scans = {}
+                    for variant, sql in variants.items():
+                        frame = spark.sql(sql)
+                        frame.collect()
+                        scans[variant] = scan_metrics(frame)
+                    samples, rows = time_variants(spark, variants, repeats)
+                    answers = {v: sorted(tuple(row) for row in r) for v, r in rows.items()}
+                    if not answers["horizon"] == answers["row_number"] == answers["floor"]:
+                        raise SystemExit(f"{name} at {size} rows: the three variants disagree")
+                    timings = {variant: summarize(s) for variant, s in samples.items()}
+                    ratio_row_number = statistics.median(
+                        rn / h
+                        for rn, h in zip(samples["row_number"], samples["horizon"], strict=True)
                     )
-                )
+                    ratio_floor = statistics.median(
+                        h / f for h, f in zip(samples["horizon"], samples["floor"], strict=True)
+                    )
+                    per_size[name] = {
+                        "timings_ms": timings,
+                        "speedup_vs_row_number": ratio_row_number,
+                        "cost_vs_floor": ratio_floor,
+                        "scans": scans,
+                        "horizon_sql": variants["horizon"],
+                    }
+                    table_rows.append(
+                        (
+                            f"{size:,}",
+                            name,
+                            f"{timings['horizon']['p50']:.0f}",
+                            f"{timings['row_number']['p50']:.0f}",
+                            f"{timings['floor']['p50']:.0f}",
+                            f"{ratio_row_number:.1f}x",
+                            f"{ratio_floor:.2f}x",
+                            f"{scans['horizon']['rows_scanned']:,}",
+                            f"{scans['floor']['rows_scanned']:,}",
+                        )
+                    )
             results[str(size)] = per_size
         finally:
             shutil.rmtree(root, ignore_errors=True)
     print_table(
-        "Consistent read vs ROW_NUMBER vs latest-only floor (p50 ms, local[2])",
-        ["rows", "query", "horizon", "row_number", "floor", "row_number/horizon", "horizon/floor"],
+        f"Consistent read vs ROW_NUMBER vs latest-only floor (p50 ms, local[2], layout {layout}; "
+        "ratios are medians of per-round ratios)",
+        [
+            "rows",
+            "query",
+            "horizon",
+            "row_number",
+            "floor",
+            "rn/horizon",
+            "horizon/floor",
+            "rows read h",
+            "rows read f",
+        ],
         table_rows,
     )
     spark.stop()
@@ -200,14 +326,15 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes for a smoke run")
     parser.add_argument("--sizes", help="comma-separated row counts (default 1000000,5000000)")
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--layout", choices=LAYOUTS, default=LAYOUTS[0], help="segment layout")
     args = parser.parse_args(argv)
     if args.sizes:
         sizes = [int(part) for part in args.sizes.split(",")]
     else:
         sizes = [60_000] if args.quick else [1_000_000, 5_000_000]
     repeats = 2 if args.quick else args.repeats
-    results = run(sizes, repeats)
+    results = run(sizes, repeats, args.layout)
     results["targets"] = {"full_aggregate_speedup_vs_row_number_at_5M": ">= 10x"}
     path = write_results("query", results)
     print(f"wrote {path}")
