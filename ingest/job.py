@@ -20,10 +20,11 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ingest import updater
+from ingest import garbage, retention, updater
 from ingest.bucketing import BUCKET_COLUMN, bucket_column, bucket_layout
 from ingest.granularity import chunk_interval, spark_chunk_start
 from ingest.manifest import (
+    COLLECT,
     COMMIT,
     DONE,
     INGEST,
@@ -171,11 +172,17 @@ class IngestJob:
             if partition in progress:
                 reported = progress[partition]
                 self.clock.observe(max(int(reported.ingested or 0), int(reported.applied or 0)))
+        if self.state.retention_horizon:
+            # Before any roll-forward publishes history dropped below it (and into a Redis that
+            # may have lost it).
+            self.client.report_retention_horizon(self.table.name, self.state.retention_horizon)
         if self.state.unpublished is not None:
-            self._publish(self.state.unpublished)
+            self._publish(self.state.unpublished)  # a collect has nothing to publish
         self._report()
         if self.state.unpublished is not None:
             self._done(self.state.unpublished)
+        else:
+            self._maintain()
 
     def _clean_up(self, prepare: Record) -> None:
         """Delete a dead attempt's files, then its prepare record (in that order: retryable)."""
@@ -467,6 +474,7 @@ class IngestJob:
                 directories["segments"],
                 len(allocation),
                 self.storage,
+                primary_key=table.primary_key,
                 # Upsert batches are already split by key partition (see ingest.bucketing).
                 shuffle=not table.upsert,
             )
@@ -578,11 +586,48 @@ class IngestJob:
             self.client.replace(add=add, remove=remove)
 
     def _done(self, record: Record) -> None:
-        self.manifest.write(record.seq, DONE, {"kind": record.kind})
-        if self.state.unpublished is record or (
-            self.state.unpublished is not None and self.state.unpublished.seq == record.seq
-        ):
-            self.state.unpublished = None
+        """Finish a transaction, then collect garbage and checkpoint if due (between
+        transactions, which is the only time either may run)."""
+        done = self.manifest.write(record.seq, DONE, {"kind": record.kind, "at_ms": _wall_ms()})
+        self.state.apply_done(done)
+        self._maintain()
+
+    # -- commit log upkeep -------------------------------------------------------------------
+
+    def _maintain(self) -> None:
+        self.collect_garbage()
+        if self.state.checkpoint_due(self.table.checkpoint_interval):
+            self.checkpoint()
+
+    def checkpoint(self) -> Record:
+        """Write the commit log's state as a checkpoint, then delete the records it covers."""
+        record = self.manifest.write_checkpoint(self.state)
+        self.state.checkpointed(record)
+        self.manifest.prune(record)
+        return record
+
+    def collect_garbage(self, *, now_ms: int | None = None) -> int:
+        """Delete the files of replaced segments whose grace period is over; returns how many
+        updates' garbage went. Recorded by a ``collect`` transaction after the deletes (which are
+        idempotent: a crash in between only makes the next collection delete them again)."""
+        now = _wall_ms() if now_ms is None else now_ms
+        grace = self.table.gc_grace_ms
+        if not garbage.collection_due(self.state.garbage, now, grace):
+            return 0
+        in_use = [
+            location
+            for segment in self.client.announced_segments(self.table.name)
+            for location in segment.location
+        ]
+        collection = garbage.collectable(self.state.garbage, now, grace, in_use)
+        if not collection.seqs:
+            return 0
+        garbage.delete_files(self.storage, collection.locations)
+        seq = self.state.next_seq
+        record = self.manifest.write(seq, COMMIT, {"kind": COLLECT, "collected": collection.seqs})
+        self.state.apply_commit(record)
+        self.state.apply_done(self.manifest.write(seq, DONE, {"kind": COLLECT, "at_ms": now}))
+        return len(collection.seqs)
 
     def _report(self) -> None:
         progress = self.state.progress(self.partitions)
@@ -603,7 +648,7 @@ class IngestJob:
         targets = [
             (int(chunk), int(seg))
             for s in applied
-            for chunk, seg in self.state.pending[s].get("targets", [])
+            for chunk, seg in self.state.pending[s].get("targets") or []
         ]
         plan = updater.plan_updates(
             targets,
@@ -614,12 +659,19 @@ class IngestJob:
             ),
         )
         allow_partial_cluster_keys(self.spark)
+        horizon = self._retention_horizon()
         directory = f"{self.root}/segments/{self.server_id}/u{seq:010d}"
         self.manifest.write(seq, PREPARE, {"kind": UPDATE, "directories": [directory]})
         self._step("update_after_prepare")
         with self._action("updater rewrite"):
             written = updater.rewrite_segments(
-                self.spark, updates, plan, self.table, directory, self.storage
+                self.spark,
+                updates,
+                plan,
+                self.table,
+                directory,
+                self.storage,
+                keep=retention.kept_rows(horizon) if horizon else None,
             )
         self._step("update_after_files")
         by_partition = {item.partition: item for item in written.values()}
@@ -635,6 +687,7 @@ class IngestJob:
             "applied": applied,
             "add": [segment.to_dict() for segment in add],
             "remove": [segment.to_dict() for segment in remove],
+            "retention_horizon": horizon,
         }
         record = self.manifest.write(seq, COMMIT, body)
         self.state.apply_commit(record)
@@ -644,6 +697,19 @@ class IngestJob:
         self._report()
         self._done(record)
         return len(add)
+
+    def _retention_horizon(self) -> int:
+        """The horizon below which this rewrite drops history, reported to brokers first (so
+        they refuse snapshots below it before any rewrite without that history is announced)."""
+        if self.table.retention_ms is None:
+            return self.state.retention_horizon
+        lwm = retention.table_lwm(self.client, self.table.name)
+        horizon = retention.retention_horizon(
+            lwm, self.table.retention_ms, self.state.retention_horizon
+        )
+        if horizon > self.state.retention_horizon:
+            self.client.report_retention_horizon(self.table.name, horizon)
+        return horizon
 
     # -- helpers -----------------------------------------------------------------------------
 
@@ -760,3 +826,8 @@ class IngestJob:
             size_bytes=written.size_bytes,
             server=self.server_id,
         )
+
+
+def _wall_ms() -> int:
+    """Wall-clock milliseconds: grace periods of replaced files (never commit timestamps)."""
+    return time.time_ns() // 1_000_000

@@ -2,8 +2,9 @@
 
 Every segment's files live in their own directory ``<attempt dir>/segment=<chunk>_<partition>/``,
 so the directory name identifies the segment a file belongs to (the updater relies on it). Inside a
-file, current versions (``validUntil IS NULL``) come first, then history, each by ``validFrom``: the
-row groups' min/max statistics then let a reader skip history and not-yet-visible rows.
+file, current versions (``validUntil IS NULL``) come first, by key, then history by ``validFrom``:
+the row groups' min/max statistics then let a reader skip history, and a key lookup all but one
+row group of the current versions.
 """
 
 from __future__ import annotations
@@ -53,14 +54,26 @@ def write_segments(
     segment_count: int,
     storage: Storage,
     *,
+    primary_key: Sequence[str] = (),
     shuffle: bool = True,
 ) -> dict[tuple[int, int], WrittenSegment]:
     """Write ``frame`` (which has ``_chunk`` and ``_seg``) as one file per (chunk, partition).
 
-    ``shuffle=False`` when every segment's rows are already in one Spark task (no repartition).
-    Returns what was written, keyed by ``(chunk_start, partition)``.
+    Current versions come first, sorted by ``primary_key`` (row-group statistics on the key then
+    narrow a key lookup to about one row group per file), then history by ``validFrom`` (so time
+    travel skips what was not yet written). ``shuffle=False`` when every segment's rows are
+    already in one Spark task (no repartition). Returns what was written, keyed by
+    ``(chunk_start, partition)``.
     """
     from pyspark.sql import functions as F
+
+    current = F.col(VALID_UNTIL).isNull()
+    order = [
+        SEGMENT_DIR_COLUMN,
+        ~current,
+        *[F.when(current, F.col(name)) for name in primary_key],
+        VALID_FROM,
+    ]
 
     tagged = frame.withColumn(
         SEGMENT_DIR_COLUMN,
@@ -69,7 +82,7 @@ def write_segments(
     if shuffle:
         tagged = tagged.repartition(max(1, min(segment_count, 512)), SEGMENT_DIR_COLUMN)
     (
-        tagged.sortWithinPartitions(SEGMENT_DIR_COLUMN, F.col(VALID_UNTIL).isNotNull(), VALID_FROM)
+        tagged.sortWithinPartitions(*order)
         .select(*columns, SEGMENT_DIR_COLUMN)
         .write.mode("overwrite")
         .option("parquet.block.size", ROW_GROUP_BYTES)

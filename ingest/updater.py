@@ -87,8 +87,12 @@ def rewrite_segments(
     table: TableDefinition,
     directory: str,
     storage: Storage,
+    *,
+    keep: Any | None = None,
 ) -> dict[tuple[int, int], WrittenSegment]:
     """Rewrite every planned segment with its updates applied; returns the written files.
+
+    ``keep``, a Spark predicate, drops the rows failing it (history past retention).
 
     The rows of each rewritten segment and its updates are brought to one Spark task (one shuffle
     of each side, see :mod:`ingest.bucketing`), joined there and written there as one file.
@@ -140,7 +144,17 @@ def rewrite_segments(
     applied = data.join(
         pending, on=[BUCKET_COLUMN, "_chunk", "_root", *pk, VALID_FROM], how="left"
     ).withColumn(VALID_UNTIL, F.coalesce(F.col(VALID_UNTIL), F.col("_newUntil")))
-    return write_segments(applied, columns, directory, len(plan.current), storage, shuffle=False)
+    if keep is not None:
+        applied = applied.filter(keep)
+    return write_segments(
+        applied,
+        columns,
+        directory,
+        len(plan.current),
+        storage,
+        primary_key=table.primary_key,
+        shuffle=False,
+    )
 
 
 def overwrite_segment(
