@@ -17,6 +17,8 @@ Example::
     storage_root = "/data/horizon"  # any Hadoop URI Spark can write, e.g. s3a://bucket/horizon
     out_of_order = "store"          # or "drop"
     update_cadence = 1              # apply validUntil updates once N batches have some pending
+    checkpoint_interval = 100       # checkpoint the commit log every N finished transactions
+    gc_grace = "10m"                # or gc_grace_ms: keep replaced segments' files this long
     transaction_column = "txn"      # optional: changes sharing a value commit together
     version = "2024-01-01T00:00:00.000Z"
 
@@ -82,6 +84,12 @@ class TableDefinition:
     storage_root: str = "./horizon-data"
     out_of_order: OutOfOrder = OutOfOrder.STORE
     update_cadence: int = 1
+    checkpoint_interval: int = 100
+    """Checkpoint the commit log (and delete the records it covers) every N finished
+    transactions, so a restart or a handover reads a checkpoint and at most N transactions."""
+    gc_grace_ms: int = 600_000
+    """How long the files of a segment replaced by the updater outlive the replacement, so that
+    queries planned over it finish (0: delete at the next collection)."""
     transaction_column: str | None = None
     version: str = DEFAULT_VERSION
     properties: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
@@ -109,6 +117,10 @@ class TableDefinition:
             )
         if self.update_cadence < 1:
             raise InvalidArgument(f"table {self.name!r}: update_cadence must be >= 1")
+        if self.checkpoint_interval < 1:
+            raise InvalidArgument(f"table {self.name!r}: checkpoint_interval must be >= 1")
+        if self.gc_grace_ms < 0:
+            raise InvalidArgument(f"table {self.name!r}: gc_grace must not be negative")
         if self.retention_ms is not None and self.retention_ms <= 0:
             raise InvalidArgument(f"table {self.name!r}: retention must be positive")
         if not self.storage_root:
@@ -177,7 +189,7 @@ class TableDefinition:
             "name", "columns", "mode", "upsert", "primary_key", "comparison", "comparison_columns",
             "delete_column", "time_column", "granularity", "key_partitions", "retention",
             "retention_ms", "storage_root", "out_of_order", "update_cadence", "version",
-            "properties", "transaction_column",
+            "properties", "transaction_column", "checkpoint_interval", "gc_grace", "gc_grace_ms",
         }  # fmt: skip
         unknown = sorted(set(data) - known)
         if unknown:
@@ -206,10 +218,12 @@ class TableDefinition:
             time_column=data.get("time_column"),
             granularity=Granularity.parse(str(data.get("granularity", "DAY"))),
             key_partitions=_int(data.get("key_partitions", 1), "key_partitions"),
-            retention_ms=_retention(data),
+            retention_ms=_duration(data, "retention"),
             storage_root=storage_root or str(data.get("storage_root", "./horizon-data")),
             out_of_order=out_of_order,
             update_cadence=_int(data.get("update_cadence", 1), "update_cadence"),
+            checkpoint_interval=_int(data.get("checkpoint_interval", 100), "checkpoint_interval"),
+            gc_grace_ms=_or_default(_duration(data, "gc_grace"), 600_000),
             transaction_column=_optional_name(data.get("transaction_column"), "transaction_column"),
             version=format_instant(parse_instant(version)) if "T" in version else version,
             properties={str(k): str(v) for k, v in dict(data.get("properties", {})).items()},
@@ -248,13 +262,18 @@ def _int(raw: Any, role: str) -> int:
     return raw
 
 
-def _retention(data: dict[str, Any]) -> int | None:
-    if "retention_ms" in data:
-        return _int(data["retention_ms"], "retention_ms")
-    raw = data.get("retention")
+def _or_default(value: int | None, default: int) -> int:
+    return default if value is None else value
+
+
+def _duration(data: dict[str, Any], name: str) -> int | None:
+    """``<name>_ms`` (an integer) or ``<name>`` (e.g. "7d"), in milliseconds; None if absent."""
+    if f"{name}_ms" in data:
+        return _int(data[f"{name}_ms"], f"{name}_ms")
+    raw = data.get(name)
     if raw is None:
         return None
     match = _DURATION.match(str(raw))
     if not match:
-        raise InvalidArgument(f"retention {raw!r}: expected e.g. '7d', '12h', '30m'")
+        raise InvalidArgument(f"{name} {raw!r}: expected e.g. '7d', '12h', '30m'")
     return int(match.group(1)) * _UNIT_MS[match.group(2)]

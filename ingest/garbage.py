@@ -1,0 +1,79 @@
+"""Garbage collection of the files of segments an update replaced.
+
+The updater replaces a segment by announcing its rewrite and withdrawing it in one step; queries
+planned just before may still read the old files, so they are deleted only after a grace period.
+What to delete comes from the commit log (an update's commit names the segments it removed, its
+``done`` the time the replacement was published), so collection survives restarts. A file still
+used by an announced segment (of any server) is never deleted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from ingest.manifest import Garbage
+from ingest.segments import tag_of_file
+from ingest.storage import Storage
+
+
+@dataclass(frozen=True, slots=True)
+class Collection:
+    """What one collection deletes: the updates whose replaced files all go, and those files."""
+
+    seqs: tuple[int, ...]
+    locations: tuple[str, ...]
+
+
+def collectable(
+    garbage: Mapping[int, Garbage], now_ms: int, grace_ms: int, in_use: Iterable[str]
+) -> Collection:
+    """The garbage whose grace period is over and none of whose files an announced segment uses
+    (pure). Files are compared by the segment directory they live in (see :mod:`ingest.segments`).
+    """
+    used = {segment_directory(location) for location in in_use}
+    seqs: list[int] = []
+    locations: list[str] = []
+    for seq, item in sorted(garbage.items()):
+        if item.released_ms is None or item.released_ms + grace_ms > now_ms:
+            continue
+        if any(segment_directory(location) in used for location in item.locations):
+            continue
+        seqs.append(seq)
+        locations.extend(item.locations)
+    return Collection(tuple(seqs), tuple(locations))
+
+
+def segment_directory(location: str) -> str:
+    """The ``segment=<chunk>_<partition>`` directory of a segment file (the file itself if it is
+    not in one): every file of that directory belongs to the one segment."""
+    if tag_of_file(location) is None:
+        return location
+    return location.rsplit("/", 1)[0]
+
+
+def delete_files(storage: Storage, locations: Iterable[str]) -> None:
+    """Delete the files, their segment directories and attempt directories left with no segment.
+
+    Idempotent: absent files are fine, so a collection interrupted by a crash is simply redone.
+    """
+    attempts: set[str] = set()
+    for directory in sorted({segment_directory(location) for location in locations}):
+        storage.delete(directory)
+        if directory.rsplit("/", 1)[-1].startswith("segment="):
+            attempts.add(directory.rsplit("/", 1)[0])
+    for attempt in sorted(attempts):
+        children = storage.list_dir(attempt)
+        if not any(c.path.rstrip("/").rsplit("/", 1)[-1].startswith("segment=") for c in children):
+            storage.delete(attempt)
+
+
+def collection_due(garbage: Mapping[int, Garbage], now_ms: int, grace_ms: int) -> bool:
+    """Whether to collect now (pure): some garbage is past its grace period by a slack of a tenth
+    of it (at most a minute), so collections, each a commit log transaction and a read of the
+    announced segments, come in bunches rather than after every update."""
+    slack = min(grace_ms // 10, 60_000)
+    return any(
+        item.released_ms is not None and item.released_ms + grace_ms + slack <= now_ms
+        for item in garbage.values()
+    )
