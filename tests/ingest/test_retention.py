@@ -1,0 +1,147 @@
+"""Garbage collection of replaced segments and history retention, on a real job.
+
+Collection: with no grace period the files of every segment the updater replaced go at once (or at
+the next start, driven by the commit log), never a file an announced segment uses, and every
+answer stays right. Retention: with a tiny retention, rewritten segments lose the history below a
+horizon the brokers enforce, and every snapshot at or above it still matches the replay.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ingest.garbage import collectable, collection_due
+from ingest.job import IngestJob
+from ingest.manifest import Garbage
+from ingest.retention import retention_horizon
+from tests.ingest.conftest import (
+    Change,
+    accounts_table,
+    assert_broker_sees,
+    broker_view,
+    replay,
+    visible_at,
+    write_changelog,
+)
+
+
+def parquet_files(root: Path) -> set[str]:
+    return {f"file:{path}" for path in (root / "accounts" / "segments").rglob("*.parquet")}
+
+
+def announced_files(job: IngestJob) -> set[str]:
+    return {
+        loc for segment in job.client.announced_segments("accounts") for loc in segment.location
+    }
+
+
+def updates(round_: int, keys: int = 4) -> list[Change]:
+    return [Change(f"k{i}", 100 * round_ + i, round_) for i in range(keys)]
+
+
+# -- garbage collection ----------------------------------------------------------------------
+
+
+def test_collection_waits_for_the_grace_period_and_spares_files_still_announced():
+    garbage = {
+        1: Garbage(("file:/t/b1/segment=0_0/a.parquet",), released_ms=1_000),
+        2: Garbage(("file:/t/b2/segment=0_1/b.parquet",), released_ms=5_000),
+        3: Garbage(("file:/t/u3/segment=0_32768/c.parquet",), released_ms=None),
+        4: Garbage(("file:/t/b4/segment=0_2/d.parquet",), released_ms=1_000),
+    }
+    in_use = ["file:/t/b4/segment=0_2/another-file.parquet"]  # same segment directory
+    found = collectable(garbage, now_ms=3_000, grace_ms=2_000, in_use=in_use)
+    assert found.seqs == (1,)
+    assert found.locations == ("file:/t/b1/segment=0_0/a.parquet",)
+    assert collectable(garbage, 10_000, 0, []).seqs == (1, 2, 4)  # never unpublished ones
+    assert not collection_due(garbage, 3_000, 2_000 * 10)
+    assert collection_due(garbage, 3_000, 0)
+
+
+def test_replaced_segment_files_go_after_a_zero_grace_period_and_answers_stay_right(
+    spark, server, follower, tmp_path
+):
+    store = tmp_path / "store"
+    source = tmp_path / "changelog"
+    keep = accounts_table(store, gc_grace="1h")
+    job = IngestJob(spark, keep, server("s1"))
+    history: list[tuple[int, Change]] = []
+    for round_ in range(2):
+        write_changelog(source, f"{round_:03d}.json", updates(round_))
+        result = job.run_directory(str(source), "json")
+        history += [(result.base + i, c) for i, c in enumerate(updates(round_))]
+    replaced = parquet_files(store) - announced_files(job)
+    assert replaced and job.state.garbage  # within the grace period: kept, and remembered
+
+    # A restart with no grace period collects what the commit log remembers.
+    table = accounts_table(store, gc_grace_ms=0)
+    job = IngestJob(spark, table, server("s1")).start()
+    assert not job.state.garbage
+    assert parquet_files(store) == announced_files(job)
+    assert_broker_sees(spark, follower, job.client, "accounts", history)
+
+    for round_ in range(2, 3):
+        write_changelog(source, f"{round_:03d}.json", updates(round_))
+        result = job.run_directory(str(source), "json")
+        assert result.updated_segments > 0
+        history += [(result.base + i, c) for i, c in enumerate(updates(round_))]
+        assert parquet_files(store) == announced_files(job)  # nothing replaced is left
+        assert_broker_sees(spark, follower, job.client, "accounts", history)
+    assert not (store / "accounts" / "segments" / "s1" / "b0000000001").exists()
+    restarted = IngestJob(spark, table, server("s1")).start()
+    assert restarted.state == job.state
+
+
+# -- history retention -----------------------------------------------------------------------
+
+
+def test_the_horizon_trails_the_table_lwm_by_the_retention_and_never_moves_back():
+    assert retention_horizon(10 << 16, 3, 0) == 7 << 16
+    assert retention_horizon(10 << 16, 3, 8 << 16) == 8 << 16
+    assert retention_horizon(None, 3, 5) == 5
+    assert retention_horizon(10 << 16, None, 0) == 0
+    assert retention_horizon(2 << 16, 3, 0) == 0
+
+
+def snapshots_match_the_replay(
+    rows: list[dict[str, Any]], history: list[tuple[int, Change]], low: int, high: int
+) -> None:
+    moments = {low, high} | {ts + d for ts, _ in history for d in (-1, 0, 1)}
+    for snapshot in sorted(s for s in moments if low <= s <= high):
+        visible = visible_at(rows, snapshot)
+        keys = [row["user_id"] for row in visible]
+        assert len(keys) == len(set(keys)), snapshot
+        assert {row["user_id"]: Change(**row) for row in visible} == replay(history, snapshot), (
+            snapshot
+        )
+
+
+def test_rewritten_segments_drop_history_below_the_enforced_horizon_only(
+    spark, server, follower, tmp_path
+):
+    table = accounts_table(tmp_path / "store", key_partitions=1, retention_ms=1)
+    source = tmp_path / "changelog"
+    job = IngestJob(spark, table, server("s1"))
+    rounds = [
+        updates(0),  # k0..k3
+        [Change(f"k{i}", 10 + i, 1) for i in (0, 1)],  # the first segment keeps k2, k3 current
+        [Change(f"k{i}", 20 + i, 2) for i in (2, 3)],  # so this rewrites it again
+    ]
+    history: list[tuple[int, Change]] = []
+    for round_, changes in enumerate(rounds):
+        write_changelog(source, f"{round_:03d}.json", changes)
+        result = job.run_directory(str(source), "json")
+        history += [(result.base + i, c) for i, c in enumerate(changes)]
+
+    seen = assert_broker_sees(spark, follower, job.client, "accounts", history)
+    view = broker_view(follower, job.client, "accounts")
+    horizon = view.retention_horizon
+    assert horizon == job.state.retention_horizon > 0
+    stored = {(row["user_id"], row["seq"]) for row in seen.stored}
+    # k0's and k1's first versions ended at the second batch, below the horizon of the third
+    # batch's rewrite of their segment: gone. k2's and k3's ended inside the window: kept.
+    assert stored == {("k2", 0), ("k3", 0), ("k0", 1), ("k1", 1), ("k2", 2), ("k3", 2)}
+    assert all(row["validUntil"] is None or row["validUntil"] > horizon for row in seen.stored)
+    # Every snapshot a broker still allows matches the replay.
+    snapshots_match_the_replay(seen.stored, history, horizon, view.lwm)
