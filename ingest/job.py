@@ -44,6 +44,7 @@ from ingest.resolve import (
     SOURCE_POSITION,
     append_only,
     empty_index,
+    outputs,
     resolve,
     stored_columns,
     updates_schema,
@@ -425,6 +426,17 @@ class IngestJob:
             "_chunk", spark_chunk_start(table.granularity, self._time_ms())
         )
 
+        directories = {
+            "segments": f"{self.root}/segments/{self.server_id}/b{seq:010d}",
+            "index": f"{self.root}/_keyindex/{self.server_id}/b{seq:010d}",
+            "updates": f"{self.root}/_updates/{self.server_id}/b{seq:010d}",
+            "staging": f"{self.root}/_staging/{self.server_id}/b{seq:010d}",
+        }
+        self.manifest.write(
+            seq, PREPARE, {"kind": INGEST, "directories": sorted(directories.values())}
+        )
+        self._step("after_prepare")
+        resolution = None
         if table.upsert:
             layout = bucket_layout(touched, self._resolution_tasks(len(touched)))
             stamped = stamped.withColumn(BUCKET_COLUMN, bucket_column(layout)).repartition(
@@ -432,18 +444,21 @@ class IngestJob:
             )
             index = self._read_index(touched, stamped)
             index = index.withColumn(BUCKET_COLUMN, bucket_column(layout))
-            resolution = resolve(stamped, index, table, cluster_by=[BUCKET_COLUMN])
-            cache.append(resolution.cached)
+            resolved = resolve(stamped, index, table, cluster_by=[BUCKET_COLUMN])
+            # Staged once as Parquet, then read by each output: cheaper than Spark's cache.
+            with self._action("resolve"):
+                resolved.write.mode("overwrite").parquet(directories["staging"])
+            staged = self.spark.read.schema(resolved.schema).parquet(directories["staging"])
+            resolution = outputs(staged, table, cluster_by=[BUCKET_COLUMN])
             versions = resolution.versions
             updates = resolution.updates
         else:
-            index = resolution = None
             versions = append_only(stamped, table)
             updates = stamped.limit(0).select(
                 "_chunk", F.lit(0).alias("_seg"), "_kp", F.col("_ts").alias("validUntil")
             )
 
-        with self._action("resolve and summarise"):
+        with self._action("summarise"):
             summary = self._summary(versions, updates)
         counts = [row for row in summary if row["what"] == "v"]
         allocation = self._allocate(sorted((c["_chunk"], c["_kp"]) for c in counts))
@@ -458,15 +473,6 @@ class IngestJob:
             [(chunk, kp, number) for (chunk, kp), number in allocation.items()],
             "_chunk long, _kp int, _seg int",
         )
-        directories = {
-            "segments": f"{self.root}/segments/{self.server_id}/b{seq:010d}",
-            "index": f"{self.root}/_keyindex/{self.server_id}/b{seq:010d}",
-            "updates": f"{self.root}/_updates/{self.server_id}/b{seq:010d}",
-        }
-        self.manifest.write(
-            seq, PREPARE, {"kind": INGEST, "directories": sorted(directories.values())}
-        )
-        self._step("after_prepare")
         with self._action("write segments"):
             written = write_segments(
                 versions.join(F.broadcast(mapping), on=["_chunk", "_kp"]),
@@ -506,6 +512,7 @@ class IngestJob:
                 updates_dir = directories["updates"]
                 with self._action("write updates"):
                     updates.write.mode("overwrite").parquet(updates_dir)
+        self.storage.delete(directories["staging"])  # listed in the prepare: a crash is cleaned
         self._step("after_files")
 
         segments = {

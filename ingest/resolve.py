@@ -33,7 +33,7 @@ INDEX_COLUMNS = ("_cmp", "_validFrom", "_deleted", "_chunk", "_seg", "_kp")
 
 @dataclass(frozen=True, slots=True)
 class Resolution:
-    """The three outputs of one batch's resolution (lazy DataFrames over one cached frame)."""
+    """The outputs of one batch's resolution (lazy DataFrames over the resolved frame)."""
 
     versions: Any
     """Rows to store: user columns, validFrom, validUntil, source position, ``_kp``, ``_chunk``."""
@@ -43,8 +43,6 @@ class Resolution:
     updates: Any
     """validUntil updates of versions stored by earlier batches: pk, ``_chunk``, ``_seg``,
     validFrom (the old version's), validUntil (the new one), ``_kp``."""
-    cached: Any
-    """The frame to unpersist when the batch is done."""
 
 
 def comparison_struct(table: TableDefinition) -> Any:
@@ -128,7 +126,6 @@ def resolve(
     see :mod:`ingest.bucketing`) both sides are already partitioned by: keying the window and the
     join on them too lets Spark keep that partitioning instead of shuffling again.
     """
-    from pyspark import StorageLevel
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
@@ -160,29 +157,32 @@ def resolve(
     first = F.col("_acc") & (F.col("_isFirst") | (indexed & ~at_least(prev, index_cmp)))
     chain_end = in_batch & F.col("_chain") & F.col("_next").isNull()
     user = [name for name in table.column_names if name not in pk]
-    resolved = (
-        joined.withColumn("_acc", F.coalesce(accepted, F.lit(False)))
-        .select(
-            *keys,
-            *user,
-            "_ts",
-            "_next",
-            "_cmp",
-            "_del",
-            SOURCE_FILE,
-            SOURCE_POSITION,
-            F.coalesce(F.col("_kp"), F.col("_i_kp")).alias("_kp"),
-            "_chunk",
-            in_batch.alias("_inBatch"),
-            "_acc",
-            first.alias("_first"),
-            # Keys whose entry stays: not in the batch, or no record accepted (then the chain's
-            # last record lost too: exactly one row per key).
-            (indexed & (~in_batch | (chain_end & ~F.col("_acc")))).alias("_carry"),
-            *[F.col("_i" + name) for name in INDEX_COLUMNS if name != "_kp"],
-        )
-        .persist(StorageLevel.MEMORY_AND_DISK)
+    return joined.withColumn("_acc", F.coalesce(accepted, F.lit(False))).select(
+        *keys,
+        *user,
+        "_ts",
+        "_next",
+        "_cmp",
+        "_del",
+        SOURCE_FILE,
+        SOURCE_POSITION,
+        F.coalesce(F.col("_kp"), F.col("_i_kp")).alias("_kp"),
+        "_chunk",
+        in_batch.alias("_inBatch"),
+        "_acc",
+        first.alias("_first"),
+        # Keys whose entry stays: not in the batch, or no record accepted (then the chain's
+        # last record lost too: exactly one row per key).
+        (indexed & (~in_batch | (chain_end & ~F.col("_acc")))).alias("_carry"),
+        *[F.col("_i" + name) for name in INDEX_COLUMNS if name != "_kp"],
     )
+
+
+def outputs(resolved: Any, table: TableDefinition, *, cluster_by: Sequence[str] = ()) -> Resolution:
+    """The segment rows, key index and updates of a resolved frame (see :func:`resolve`)."""
+    from pyspark.sql import functions as F
+
+    pk = list(table.primary_key)
 
     columns = list(table.column_names)
     source = [SOURCE_FILE, SOURCE_POSITION, "_kp", "_chunk", *cluster_by]
@@ -229,7 +229,7 @@ def resolve(
         carry.alias("_carried"),
         *cluster_by,
     )
-    return Resolution(versions=versions, index=index_rows, updates=updates, cached=resolved)
+    return Resolution(versions=versions, index=index_rows, updates=updates)
 
 
 def empty_index(batch: Any, table: TableDefinition) -> Any:
