@@ -253,9 +253,7 @@ class IngestJob:
         seq = self.state.next_seq
         self.step_seconds, self._last_step = {}, time.perf_counter()
         self.action_seconds = {}
-        with self._cached() as cache:
-            result = self._ingest(frame, seq, sources, needed, cache)
-        return result
+        return self._ingest(frame, seq, sources, needed)
 
     def tick(self) -> BatchResult:
         """An empty batch: nothing new arrived, so every owned partition's progress moves to now
@@ -341,16 +339,6 @@ class IngestJob:
     # -- the batch ---------------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def _cached(self) -> Iterator[list[Any]]:
-        frames: list[Any] = []
-        try:
-            yield frames
-        finally:
-            for frame in frames:
-                with contextlib.suppress(Exception):
-                    frame.unpersist()
-
-    @contextlib.contextmanager
     def _action(self, name: str) -> Iterator[None]:
         """Label the Spark jobs of one action (visible in logs and the UI) and time it."""
         context = self.spark.sparkContext
@@ -375,15 +363,16 @@ class IngestJob:
         seq: int,
         sources: tuple[str, ...],
         needed: list[int],
-        cache: list[Any],
     ) -> BatchResult:
-        from pyspark import StorageLevel
         from pyspark.sql import functions as F
 
         table = self.table
         allow_partial_cluster_keys(self.spark, frame.sparkSession)
-        rows = self._enrich(frame, needed).persist(StorageLevel.MEMORY_AND_DISK_DESER)
-        cache.append(rows)
+        # Not cached: the source is read twice (here and by the resolution), which costs less
+        # than caching it. Sources must give the same rows when read again (files, Kafka offsets
+        # and foreachBatch frames do); the summary below checks the row count and fails the batch
+        # loudly otherwise.
+        rows = self._enrich(frame, needed)
         with self._action("read and count"):
             groups = (
                 rows.groupBy(SOURCE_FILE, "_pid", "_kp")
@@ -436,7 +425,7 @@ class IngestJob:
             seq, PREPARE, {"kind": INGEST, "directories": sorted(directories.values())}
         )
         self._step("after_prepare")
-        resolution = None
+        resolution = staged = None
         if table.upsert:
             layout = bucket_layout(touched, self._resolution_tasks(len(touched)))
             stamped = stamped.withColumn(BUCKET_COLUMN, bucket_column(layout)).repartition(
@@ -447,7 +436,9 @@ class IngestJob:
             resolved = resolve(stamped, index, table, cluster_by=[BUCKET_COLUMN])
             # Staged once as Parquet, then read by each output: cheaper than Spark's cache.
             with self._action("resolve"):
-                resolved.write.mode("overwrite").parquet(directories["staging"])
+                resolved.write.mode("overwrite").option("compression", "none").parquet(
+                    directories["staging"]
+                )
             staged = self.spark.read.schema(resolved.schema).parquet(directories["staging"])
             resolution = outputs(staged, table, cluster_by=[BUCKET_COLUMN])
             versions = resolution.versions
@@ -459,7 +450,13 @@ class IngestJob:
             )
 
         with self._action("summarise"):
-            summary = self._summary(versions, updates)
+            summary = self._summary(versions, updates, staged if table.upsert else None)
+        read_again = sum(row["n"] for row in summary if row["what"] == "b")
+        if table.upsert and read_again != total_rows:
+            raise Internal(
+                f"table {table.name!r}: the batch's source gave {total_rows} rows when counted and "
+                f"{read_again} when read again: it must be deterministic (persist it first)"
+            )
         counts = [row for row in summary if row["what"] == "v"]
         allocation = self._allocate(sorted((c["_chunk"], c["_kp"]) for c in counts))
         row_counts = {(c["_chunk"], allocation[(c["_chunk"], c["_kp"])]): c["n"] for c in counts}
@@ -743,11 +740,12 @@ class IngestJob:
             enriched = enriched.filter(F.col("_kp").isin(list(partitions)))
         return enriched
 
-    def _summary(self, versions: Any, updates: Any) -> list[Any]:
-        """One Spark job for both: segment sizes, and the updates' targets and oldest timestamps."""
+    def _summary(self, versions: Any, updates: Any, staged: Any | None) -> list[Any]:
+        """One Spark job for all: segment sizes, the updates' targets and oldest timestamps, and
+        the number of batch rows the resolution saw."""
         from pyspark.sql import functions as F
 
-        return (
+        summary = (
             versions.groupBy("_chunk", "_kp")
             .agg(F.count("*").alias("n"))
             .select(
@@ -762,8 +760,21 @@ class IngestJob:
                 .agg(F.min("validUntil").alias("n"))
                 .select(F.lit("u").alias("what"), "_chunk", "_kp", "_seg", "n")
             )
-            .collect()
         )
+        if staged is not None:
+            summary = summary.unionByName(
+                staged.filter(F.col("_inBatch"))
+                .select(
+                    F.lit("b").alias("what"),
+                    F.lit(None).cast("long").alias("_chunk"),
+                    F.lit(None).cast("int").alias("_kp"),
+                    F.lit(None).cast("int").alias("_seg"),
+                    F.lit(1).cast("long").alias("n"),
+                )
+                .groupBy("what", "_chunk", "_kp", "_seg")
+                .agg(F.sum("n").alias("n"))
+            )
+        return summary.collect()
 
     def _commit_ts(self) -> Any:
         """Each change's commit timestamp from its source order ``_ord`` (base + position).
