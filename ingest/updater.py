@@ -26,6 +26,9 @@ from timeline.interval import Interval
 from timeline.segment import Segment
 from watermark.catalog import VALID_FROM, VALID_UNTIL
 
+BROADCAST_UPDATES = 1_000_000
+"""Pending updates (narrow rows: key, segment, two timestamps) small enough to broadcast."""
+
 
 @dataclass(frozen=True, slots=True)
 class UpdatePlan:
@@ -94,8 +97,11 @@ def rewrite_segments(
 
     ``keep``, a Spark predicate, drops the rows failing it (history past retention).
 
-    The rows of each rewritten segment and its updates are brought to one Spark task (one shuffle
-    of each side, see :mod:`ingest.bucketing`), joined there and written there as one file.
+    Up to :data:`BROADCAST_UPDATES` pending updates are broadcast to the tasks reading the
+    segments, so the segments' rows are never shuffled (each file is read whole by one task:
+    a segment gets one file per task that read part of it). More updates than that: the rows of
+    each rewritten segment and its updates are brought to one Spark task (one shuffle of each
+    side, see :mod:`ingest.bucketing`), joined there and written there as one file.
     """
     from pyspark.sql import functions as F
 
@@ -127,23 +133,23 @@ def rewrite_segments(
             F.regexp_extract(path, pattern, 2).cast("int").alias("_fpart"),
         )
         .join(F.broadcast(mapping), on=["_fchunk", "_fpart"])
-        .repartition(layout.tasks, BUCKET_COLUMN)
     )
     pk = list(table.primary_key)
-    pending = (
-        updates.select(
-            F.col("_chunk"),
-            F.col("_seg").alias("_root"),
-            *pk,
-            F.col(VALID_FROM),
-            F.col(VALID_UNTIL).alias("_newUntil"),
+    pending = updates.select(
+        F.col("_chunk"),
+        F.col("_seg").alias("_root"),
+        *pk,
+        F.col(VALID_FROM),
+        F.col(VALID_UNTIL).alias("_newUntil"),
+    ).join(F.broadcast(targets), on=["_chunk", "_root"])
+    keys = [BUCKET_COLUMN, "_chunk", "_root", *pk, VALID_FROM]
+    if updates.count() <= BROADCAST_UPDATES:  # from the files' footers: no scan
+        joined = data.join(F.broadcast(pending), on=keys, how="left")
+    else:
+        joined = data.repartition(layout.tasks, BUCKET_COLUMN).join(
+            pending.repartition(layout.tasks, BUCKET_COLUMN), on=keys, how="left"
         )
-        .join(F.broadcast(targets), on=["_chunk", "_root"])
-        .repartition(layout.tasks, BUCKET_COLUMN)
-    )
-    applied = data.join(
-        pending, on=[BUCKET_COLUMN, "_chunk", "_root", *pk, VALID_FROM], how="left"
-    ).withColumn(VALID_UNTIL, F.coalesce(F.col(VALID_UNTIL), F.col("_newUntil")))
+    applied = joined.withColumn(VALID_UNTIL, F.coalesce(F.col(VALID_UNTIL), F.col("_newUntil")))
     if keep is not None:
         applied = applied.filter(keep)
     return write_segments(

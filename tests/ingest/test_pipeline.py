@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
+from ingest import updater
 from ingest.job import IngestJob
 from tests.ingest.conftest import (
     COLUMNS,
@@ -103,10 +106,15 @@ def test_out_of_order_records_are_dropped_when_configured(spark, server, followe
     assert sorted(r["balance"] for r in stored) == [1]
 
 
+@pytest.mark.parametrize("broadcast_updates", [True, False], ids=["broadcast", "shuffled"])
 def test_insert_update_delete_insert_keeps_a_chain_visible_at_every_snapshot(
-    spark, server, follower, tmp_path
+    spark, server, follower, tmp_path, monkeypatch, broadcast_updates
 ):
-    """Kudu's example: INSERT 1, UPDATE 2, DELETE, INSERT 3 - across batches and inside one."""
+    """Kudu's example: INSERT 1, UPDATE 2, DELETE, INSERT 3 - across batches and inside one.
+
+    Also with the updater's join of many updates (shuffled instead of broadcast)."""
+    if not broadcast_updates:
+        monkeypatch.setattr(updater, "BROADCAST_UPDATES", -1)
     table = accounts_table(tmp_path)
     client = server("s1")
     job = IngestJob(spark, table, client).start()
