@@ -86,6 +86,7 @@ def _ingest(r: dict[str, Any]) -> list[Row]:
         for item in r.get("throughput", [])
     ]  # fmt: skip
     rows.append(("event -> visible at LWM p50 / p99", f"{_num(_get(r, 'latency_s', 'p50'), ' s')} / {_num(_get(r, 'latency_s', 'p99'), ' s')}", "-"))  # fmt: skip
+    rows.append(("event -> visible, first event after the stream starts", _num(_get(r, "latency_s", "first_event_s"), " s"), "-"))  # fmt: skip
     for item in r.get("amplification", []):
         rows.append((f"bytes rewritten per updated row, cadence {item.get('cadence')}", _num(item.get("bytes_per_updated_row"), " B", 0), "-"))  # fmt: skip
     return rows

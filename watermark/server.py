@@ -16,7 +16,8 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 import redis
@@ -206,11 +207,16 @@ class ServerClient:
         with self._lock:
             for table in {segment.table for segment in added}:
                 self._remember_table(table)
-            self._run("SEGMENTS", self._segment_args(added, removed))
+            previous = dict(self._segments)
             for segment in removed:
                 self._segments.pop((segment.table, segment_key(segment)), None)
             for segment in added:
                 self._segments[(segment.table, segment_key(segment))] = segment
+            with self._remembered_first(lambda: self._restore_segments(previous)):
+                self._run("SEGMENTS", self._segment_args(added, removed))
+
+    def _restore_segments(self, previous: dict[tuple[str, str], Segment]) -> None:
+        self._segments = previous
 
     def report(self, table: str, progress: Mapping[int, tuple[int, int]]) -> None:
         """Report ``partition -> (ingested, applied)`` HLCs; unowned partitions become ours."""
@@ -228,19 +234,35 @@ class ServerClient:
             padded_hlc(max(ingested, applied))
         with self._lock:
             self._remember_table(table)
-            self._run("REPORT", args)
+            owned = set(self._owned.get(table, set()))
+            reported = dict(self._progress.get(table, {}))
+
+            def restore() -> None:
+                self._owned[table], self._progress[table] = owned, reported
+
             self._owned.setdefault(table, set()).update(progress)
             self._progress.setdefault(table, {}).update(
                 {p: (int(i), int(a)) for p, (i, a) in progress.items()}
             )
+            with self._remembered_first(restore):
+                self._run("REPORT", args)
 
     def report_retention_horizon(self, table: str, horizon: int) -> None:
         """History below ``horizon`` (an HLC) may be gone from this server's segments."""
         padded_hlc(horizon)
         with self._lock:
             event = _dumps({"table": table, "horizon": str(horizon)})
-            self._run("RETENTION", [table, str(horizon), event])
+            previous = self._retention.get(table)
+
+            def restore() -> None:
+                if previous is None:
+                    self._retention.pop(table, None)
+                else:
+                    self._retention[table] = previous
+
             self._retention[table] = horizon
+            with self._remembered_first(restore):
+                self._run("RETENTION", [table, str(horizon), event])
 
     def allocate_partitions(
         self, table: str, interval: Interval, version: str, count: int
@@ -373,6 +395,22 @@ class ServerClient:
         text = self._read(lambda r: r.hget(self._keys.tables, table))
         if text is not None:
             self._tables[table] = TableDescriptor.from_json(text)
+
+    @contextmanager
+    def _remembered_first(self, restore: Callable[[], None]) -> Iterator[None]:
+        """Around a call whose effect is already in the in-memory state that gets re-published.
+
+        Redis may apply a call and lose the reply; if it then loses its data, the re-publish that
+        precedes the retry must already include the call, or brokers would see the server's state
+        go back. A call Redis refuses (anything but unavailability) is taken back out.
+        """
+        try:
+            yield
+        except Unavailable:
+            raise
+        except BaseException:
+            restore()
+            raise
 
     def _read(self, operation: Callable[[redis.Redis], Any]) -> Any:
         return self._with_retries(lambda: _decode(operation(self._redis)))
