@@ -3,8 +3,9 @@
 Every segment's files live in their own directory ``<attempt dir>/segment=<chunk>_<partition>/``,
 so the directory name identifies the segment a file belongs to (the updater relies on it). Inside a
 file, current versions (``validUntil IS NULL``) come first, by key, then history by ``validFrom``:
-the row groups' min/max statistics then let a reader skip history, and a key lookup all but one
-row group of the current versions.
+Parquet's min/max statistics (per row group, and per page through the column indexes Spark's
+reader uses) then let a reader skip history, and a key lookup all but a page or two of the current
+versions.
 """
 
 from __future__ import annotations
