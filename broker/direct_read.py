@@ -35,7 +35,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from broker.key_lookup import KeyLookup, Predicate
-from broker.views import UnreadableFiles
+from broker.views import UnreadableFiles, is_local, local_path
 from watermark.catalog import VALID_FROM, VALID_UNTIL
 
 DEFAULT_MAX_ROWS = 1_000_000
@@ -324,15 +324,3 @@ def _literals_fit(column_type: pa.DataType, values: Sequence[Any]) -> bool:
     if column_type in _STRING_TYPES:
         return all(type(v) is str for v in values)
     return False
-
-
-def is_local(path: str) -> bool:
-    return "://" not in path or path.startswith("file:")
-
-
-def local_path(path: str) -> str:
-    if path.startswith("file://"):
-        return path[len("file://") :]
-    if path.startswith("file:"):
-        return path[len("file:") :]
-    return os.fspath(path)

@@ -192,7 +192,7 @@ def classify_read_error(error: BaseException, files: Sequence[str]) -> BaseExcep
         return error
     named = [path for path in files if _mentions(message, path)]
     if not named:
-        named = [path for path in files if _is_local(path) and not os.path.exists(_local(path))]
+        named = [path for path in files if is_local(path) and not os.path.exists(local_path(path))]
     if not named:
         if "PATH_NOT_FOUND" in message or "FILE_NOT_EXIST" in message:
             return Unavailable(f"Spark cannot read a file it was given: {_first_line(message)}")
@@ -201,8 +201,8 @@ def classify_read_error(error: BaseException, files: Sequence[str]) -> BaseExcep
 
 
 def _mentions(message: str, path: str) -> bool:
-    local = _local(path)
-    candidates = {path, local, os.path.abspath(local)} if _is_local(path) else {path}
+    local = local_path(path)
+    candidates = {path, local, os.path.abspath(local)} if is_local(path) else {path}
     for candidate in candidates:
         # The path must end where the message's token ends (no prefix-of-a-longer-name hits).
         if re.search(re.escape(candidate) + r"(?![\w.\-/])", message):
@@ -210,11 +210,13 @@ def _mentions(message: str, path: str) -> bool:
     return False
 
 
-def _is_local(path: str) -> bool:
+def is_local(path: str) -> bool:
+    """A path on this machine's file system (plain, or a ``file:`` URI)."""
     return "://" not in path or path.startswith("file:")
 
 
-def _local(path: str) -> str:
+def local_path(path: str) -> str:
+    """The file system path of a local ``path`` (``file:`` prefixes removed)."""
     if path.startswith("file://"):
         return path[len("file://") :]
     if path.startswith("file:"):
