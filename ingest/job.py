@@ -440,7 +440,7 @@ class IngestJob:
                     directories["staging"]
                 )
             staged = self.spark.read.schema(resolved.schema).parquet(directories["staging"])
-            resolution = outputs(staged, table, cluster_by=[BUCKET_COLUMN])
+            resolution = outputs(staged, table)
             versions = resolution.versions
             updates = resolution.updates
         else:
@@ -478,7 +478,7 @@ class IngestJob:
                 len(allocation),
                 self.storage,
                 primary_key=table.primary_key,
-                # Upsert batches are already split by key partition (see ingest.bucketing).
+                # Each staged file holds whole key partitions (ingest.bucketing): no shuffle.
                 shuffle=not table.upsert,
             )
         self._step("after_segments")

@@ -12,8 +12,8 @@ Input columns of the batch: the user columns plus ``_ts`` (commit timestamp), ``
 increasing in source order), ``_kp`` (key partition), ``_chunk`` (time chunk start) and the source
 position columns. Records of a key are ordered by ``_ord``: several records of one transaction share
 a ``_ts``, so an accepted record superseded inside its own transaction gets ``validUntil ==
-validFrom`` (never visible, like an out-of-order record: stored or dropped the same way). The key index has one row
-per key: ``_cmp``, ``_validFrom``, ``_deleted``, ``_chunk``, ``_seg`` (first-generation partition
+validFrom`` (never visible, like an out-of-order record: stored or dropped the same way). The key
+index has one row per key: ``_cmp``, ``_validFrom``, ``_deleted``, ``_chunk``, ``_seg`` (first-generation partition
 number of the segment holding the current version; null for tombstones) and ``_kp``.
 """
 
@@ -113,8 +113,12 @@ def append_only(batch: Any, table: TableDefinition) -> Any:
 
 def resolve(
     batch: Any, index: Any, table: TableDefinition, *, cluster_by: Sequence[str] = ()
-) -> Resolution:
+) -> Any:
     """Resolve one batch of an upsert table against the key index (see the module docstring).
+
+    Returns the resolved frame (lazy): one row per batch record and per indexed key, with the
+    decisions :func:`outputs` turns into segment rows, key index entries and updates. The caller
+    computes it once and stages it (cheaper than Spark's cache for a frame this wide).
 
     The batch's own records are ordered first (one sort, by key and source order), which needs no
     index: a record is on the batch's *chain* when it compares ``>=`` every earlier record of its
@@ -178,14 +182,14 @@ def resolve(
     )
 
 
-def outputs(resolved: Any, table: TableDefinition, *, cluster_by: Sequence[str] = ()) -> Resolution:
+def outputs(resolved: Any, table: TableDefinition) -> Resolution:
     """The segment rows, key index and updates of a resolved frame (see :func:`resolve`)."""
     from pyspark.sql import functions as F
 
     pk = list(table.primary_key)
 
     columns = list(table.column_names)
-    source = [SOURCE_FILE, SOURCE_POSITION, "_kp", "_chunk", *cluster_by]
+    source = [SOURCE_FILE, SOURCE_POSITION, "_kp", "_chunk"]
     # Superseded inside its own transaction: an empty interval, treated like an out-of-order loss.
     empty = F.coalesce(F.col("_next") == F.col("_ts"), F.lit(False))
     kept = resolved.filter(F.col("_acc") & ~F.col("_del") & ~empty).select(
@@ -227,7 +231,6 @@ def outputs(resolved: Any, table: TableDefinition, *, cluster_by: Sequence[str] 
         F.when(carry, F.col("_i_seg")).alias("_seg"),
         "_kp",
         carry.alias("_carried"),
-        *cluster_by,
     )
     return Resolution(versions=versions, index=index_rows, updates=updates)
 
