@@ -1,8 +1,9 @@
 """From the follower's table views to the rewriter's catalog (pure).
 
 Each table view is one atomic picture of a table (descriptor, timeline generation, visible
-segments, LWM, retention horizon); the catalog entry names the temp view that will hold exactly
-those segments, so the rewritten SQL and the files Spark reads always belong together.
+segments, LWM, retention horizon); the catalog entry names the temp view(s) that will hold exactly
+those segments (:func:`broker.view_layout.view_layout`, which the view cache uses too), so the
+rewritten SQL and the files Spark reads always belong together.
 """
 
 from __future__ import annotations
@@ -11,19 +12,22 @@ from collections.abc import Iterable
 from typing import Any
 
 from broker.sql.catalog import Catalog, CatalogTable
-from broker.views import segment_files, view_name
+from broker.view_layout import segment_files, view_layout, view_name
 
 
 def catalog_table(table_view: Any, namespace: str = "") -> CatalogTable:
     """The catalog entry of one follower table view."""
     segments = tuple(table_view.visible_segments)
+    layout = view_layout(table_view, namespace)
     return CatalogTable.from_descriptor(
         table_view.descriptor,
         lwm=table_view.lwm,
         retention_horizon=int(table_view.retention_horizon or 0),
-        source_view=view_name(table_view.table, table_view.generation, namespace),
+        source_view=layout.rest.name if layout.rest is not None else "",
         segments=tuple(str(segment.id) for segment in segments),
         files=segment_files(segments),
+        settled_view=layout.settled.name if layout.settled is not None else "",
+        settled_through=layout.settled_through,
     )
 
 

@@ -28,8 +28,9 @@ from broker.key_lookup import plan_key_lookup
 from broker.query_shape import is_key_lookup, is_ordered
 from broker.sql.errors import NoLowWatermark
 from broker.sql.model import QueryPlan, RewriteLimits, RewriteResult
+from broker.view_layout import ViewPart, view_layout
 from broker.views import SegmentViews, UnreadableFiles, ViewMissing, schema_ddl, segment_files
-from timeline.errors import HorizonError, InvalidArgument, Unavailable
+from timeline.errors import HorizonError, Internal, InvalidArgument, Unavailable
 
 log = logging.getLogger("horizon.broker.engine")
 
@@ -42,7 +43,12 @@ SNAPSHOT_NONE = "none"
 
 @dataclass(frozen=True, slots=True)
 class TableReadInfo:
-    """What one table of a query reads (the metadata a client sees)."""
+    """What one table of a query reads (the metadata a client sees).
+
+    ``segments``/``files`` are all the table's visible segments; ``parts`` says which temp view
+    reads which of them (one part, or the rest and the settled ones apart), and ``view`` is the
+    main one (the first part).
+    """
 
     table: str
     snapshot: int | None
@@ -56,6 +62,7 @@ class TableReadInfo:
     staleness_s: float
     laggard: Any
     change_windows: tuple[tuple[int, int], ...] = ()
+    parts: tuple[ViewPart, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,7 +261,7 @@ class QueryEngine:
             if read.snapshot is not None:
                 self.follower.lwm(view.table)  # regression policy, staleness, no LWM
             table_views.append(view)
-            reads.append(_read_info(read, view))
+            reads.append(_read_info(read, view, self.views.namespace))
         return Prepared(
             query_id=query_id or uuid.uuid4().hex[:16],
             original_sql=sql,
@@ -422,8 +429,14 @@ def _embedded(spark: Any) -> bool:
         return False
 
 
-def _read_info(read: Any, view: Any) -> TableReadInfo:
+def _read_info(read: Any, view: Any, namespace: str) -> TableReadInfo:
     segments = tuple(view.visible_segments)
+    layout = view_layout(view, namespace)
+    if read.views and tuple(read.views) != layout.names:
+        raise Internal(
+            f"table {view.table}: the rewrite reads views {', '.join(read.views)} but the "
+            f"segment layout has {', '.join(layout.names)}"
+        )
     return TableReadInfo(
         table=view.table,
         snapshot=read.snapshot,
@@ -437,4 +450,5 @@ def _read_info(read: Any, view: Any) -> TableReadInfo:
         staleness_s=float(view.staleness_s),
         laggard=view.laggard,
         change_windows=tuple(read.change_windows),
+        parts=layout.parts,
     )

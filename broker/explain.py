@@ -80,3 +80,31 @@ def segment_reasons(snapshot: Any, visible: Iterable[Any]) -> dict[str, str]:
     for key in wanted - reasons.keys():
         reasons[key] = "visible in the timeline (changed since the query was planned)"
     return reasons
+
+
+def view_notes(parts: Iterable[Any], lwm: int | None) -> dict[str, str]:
+    """``{segment id: note}`` saying which temp view reads each segment, when a table's settled
+    segments are read apart (``broker.view_layout``); empty when the table has one view."""
+    parts = tuple(parts)
+    settled = [part for part in parts if part.settled]
+    if not settled:
+        return {}
+    threshold = max(segment.max_valid_from for part in settled for segment in part.segments)
+    notes: dict[str, str] = {}
+    for part in parts:
+        for segment in part.segments:
+            if part.settled:
+                notes[str(segment.id)] = (
+                    f"read through view {part.name}: settled (greatest validFrom "
+                    f"{segment.max_valid_from} <= LWM {lwm}), so at snapshots >= {threshold} "
+                    "only validUntil is tested"
+                )
+            else:
+                known = segment.max_valid_from
+                why = (
+                    "greatest validFrom unknown" if known is None else f"greatest validFrom {known}"
+                )
+                notes[str(segment.id)] = (
+                    f"read through view {part.name} with the full visibility predicate ({why})"
+                )
+    return notes

@@ -37,7 +37,7 @@ def interval_message(interval: Interval) -> pb.Interval:
 
 
 def segment_message(segment: Any) -> pb.Segment:
-    return pb.Segment(
+    message = pb.Segment(
         id=str(segment.id),
         table=segment.table,
         interval=interval_message(segment.interval),
@@ -53,6 +53,10 @@ def segment_message(segment: Any) -> pb.Segment:
         size_bytes=segment.size_bytes,
         server=segment.server,
     )
+    max_valid_from = getattr(segment, "max_valid_from", None)
+    if max_valid_from is not None:
+        message.max_valid_from = max_valid_from
+    return message
 
 
 def laggard_message(laggard: Any) -> pb.Laggard | None:
@@ -98,18 +102,23 @@ def metadata_message(
     return message
 
 
-def substituted_table_message(read: TableReadInfo) -> pb.SubstitutedTable:
-    message = pb.SubstitutedTable(
-        table=read.table,
-        view=read.view,
-        timeline_generation=read.generation,
-        schema_ddl=read.schema_ddl,
-        files=list(read.files),
-        segments=[segment_message(segment) for segment in read.segments],
-    )
-    if read.snapshot is not None:
-        message.snapshot = read.snapshot
-    return message
+def substituted_table_messages(read: TableReadInfo) -> list[pb.SubstitutedTable]:
+    """One entry per temp view the rewritten SQL reads for this table, with that view's files
+    (two when the table's settled segments are read through a view of their own)."""
+    messages = []
+    for part in read.parts:
+        message = pb.SubstitutedTable(
+            table=read.table,
+            view=part.name,
+            timeline_generation=read.generation,
+            schema_ddl=read.schema_ddl,
+            files=list(part.files),
+            segments=[segment_message(segment) for segment in part.segments],
+        )
+        if read.snapshot is not None:
+            message.snapshot = read.snapshot
+        messages.append(message)
+    return messages
 
 
 def table_info_message(view: Any) -> pb.TableInfo:

@@ -22,7 +22,7 @@ from broker.auth import Authenticator, Principal, check_inspect
 from broker.engine import Execution, QueryEngine
 from broker.errors import stream_errors, unary_errors
 from broker.executor import CANCELLED, QueryScope
-from broker.explain import segment_reasons
+from broker.explain import segment_reasons, view_notes
 from timeline.errors import InvalidArgument, NotFound
 from timeline.interval import Interval
 
@@ -132,6 +132,8 @@ class QueryServicer(rpc.QueryServiceServicer):
         for read in prepared.tables:
             snapshot = self.engine.follower.timeline_snapshot(read.table)
             reasons = segment_reasons(snapshot, read.segments)
+            for key, note in view_notes(read.parts, read.lwm).items():
+                reasons[key] = f"{reasons[key]}; {note}"
             tables.append(
                 pb.TableExplain(
                     read=messages.table_read_message(read),
@@ -163,7 +165,11 @@ class QueryServicer(rpc.QueryServiceServicer):
         return pb.RewriteQueryResponse(
             sql=prepared.sql,
             metadata=messages.metadata_message(prepared),
-            tables=[messages.substituted_table_message(read) for read in prepared.tables],
+            tables=[
+                entry
+                for read in prepared.tables
+                for entry in messages.substituted_table_messages(read)
+            ],
         )
 
 

@@ -1,9 +1,13 @@
-"""Spark temp views over a table's visible segments, one per (table, timeline generation).
+"""Spark temp views over a table's visible segments, one set per (table, timeline generation,
+settled threshold).
 
-The rewritten SQL reads ``__horizon_<table>_g<generation>`` instead of the table. A view is built
-once (``spark.read.parquet(files)`` with the descriptor's explicit schema, so Spark neither infers
-the schema nor opens a footer to plan) and reused by every query until the table's timeline
-changes. Older generations are dropped once no running query holds them.
+The rewritten SQL reads ``__horizon_<table>_g<generation>`` instead of the table; when some
+segments are settled (``broker.view_layout``), it reads them through a second view and the others
+through the first, both named after the threshold too. A view is built once
+(``spark.read.parquet(files)`` with the descriptor's explicit schema, so Spark neither infers the
+schema nor opens a footer to plan) and reused by every query until the table's timeline changes or
+its LWM passes another segment's greatest validFrom. Older layouts are dropped once no running
+query holds them.
 """
 
 from __future__ import annotations
@@ -11,23 +15,25 @@ from __future__ import annotations
 import os
 import re
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import Any
 
+from broker.view_layout import VIEW_PREFIX, segment_files, view_layout, view_name
 from timeline.errors import HorizonError, Unavailable
 from watermark.catalog import VALIDITY_COLUMNS, TableDescriptor
 
-VIEW_PREFIX = "__horizon_"
-
-
-def view_name(table: str, generation: int, namespace: str = "") -> str:
-    """The temp view that holds ``table``'s visible segments at timeline ``generation``.
-
-    ``namespace`` separates brokers that share one Spark session (each follows its own state).
-    """
-    return f"{VIEW_PREFIX}{namespace}{table.lower()}_g{generation}"
+__all__ = [
+    "VIEW_PREFIX",
+    "SegmentViews",
+    "UnreadableFiles",
+    "ViewMissing",
+    "classify_read_error",
+    "schema_ddl",
+    "segment_files",
+    "view_name",
+]
 
 
 def schema_ddl(descriptor: TableDescriptor) -> str:
@@ -35,15 +41,6 @@ def schema_ddl(descriptor: TableDescriptor) -> str:
     columns = [f"`{column.name}` {column.type}" for column in descriptor.columns]
     columns += [f"`{name}` bigint" for name in VALIDITY_COLUMNS]
     return ", ".join(columns)
-
-
-def segment_files(segments: Iterable[Any]) -> tuple[str, ...]:
-    """Every file of ``segments``, in segment order, without duplicates."""
-    seen: dict[str, None] = {}
-    for segment in segments:
-        for path in segment.location:
-            seen.setdefault(path, None)
-    return tuple(seen)
 
 
 class ViewMissing(Unavailable):
@@ -67,8 +64,14 @@ class UnreadableFiles(HorizonError):
 class _Entry:
     table: str
     generation: int
-    name: str
+    settled_through: int | None
+    names: tuple[str, ...]
     leases: int = 0
+
+    @property
+    def age(self) -> tuple[int, int]:
+        """Newer timeline generations first, then higher thresholds (the LWM moves up)."""
+        return (self.generation, -1 if self.settled_through is None else self.settled_through)
 
 
 class SegmentViews:
@@ -80,30 +83,30 @@ class SegmentViews:
         """Every session the views are registered in (``mirrors`` share the Spark context)."""
         self.namespace = namespace
         self._lock = threading.RLock()
-        self._entries: dict[tuple[str, int], _Entry] = {}
+        self._entries: dict[tuple[str, int, int | None], _Entry] = {}
         self.builds = 0
-        """How many views were built (a test and benchmark probe: reuse keeps it flat)."""
+        """How many view sets were built (a test and benchmark probe: reuse keeps it flat)."""
 
     def view_name(self, table: str, generation: int) -> str:
         return view_name(table, generation, self.namespace)
 
     def forget(self, name: str) -> None:
-        """Drop a cache entry whose view vanished, so the next lease rebuilds it."""
+        """Drop a cache entry one of whose views vanished, so the next lease rebuilds it."""
         with self._lock:
             for key, entry in list(self._entries.items()):
-                if entry.name == name:
+                if name in entry.names:
                     del self._entries[key]
 
     def names(self) -> list[str]:
         with self._lock:
-            return sorted(entry.name for entry in self._entries.values())
+            return sorted(name for entry in self._entries.values() for name in entry.names)
 
     @contextmanager
     def lease(self, tables: Sequence[Any]) -> Iterator[tuple[list[str], float]]:
-        """Make sure a view exists for each table view (``follower.view(t)``) and hold them.
+        """Make sure the views of each table view (``follower.view(t)``) exist and hold them.
 
         Yields the view names and the seconds spent building (0.0 when all were cached).
-        While held, the views survive newer generations; they are dropped when released.
+        While held, the views survive newer layouts; they are dropped when released.
         """
         import time
 
@@ -112,7 +115,8 @@ class SegmentViews:
         try:
             for table_view in tables:
                 entries.append(self._acquire(table_view))
-            yield [entry.name for entry in entries], time.perf_counter() - started
+            names = [name for entry in entries for name in entry.names]
+            yield names, time.perf_counter() - started
         finally:
             with self._lock:
                 for entry in entries:
@@ -120,17 +124,26 @@ class SegmentViews:
                     self._evict_older(entry.table)
 
     def _acquire(self, table_view: Any) -> _Entry:
-        key = (table_view.table.lower(), int(table_view.generation))
+        layout = view_layout(table_view, self.namespace)
+        table = table_view.table.lower()
+        key = (table, int(table_view.generation), layout.settled_through)
         with self._lock:
             entry = self._entries.get(key)
             if entry is None:
-                name = self.view_name(table_view.table, table_view.generation)
-                self._build(name, table_view.descriptor, table_view.visible_segments)
-                entry = _Entry(key[0], key[1], name)
+                built: list[str] = []
+                try:
+                    for part in layout.parts:
+                        self._build(part.name, table_view.descriptor, part.segments)
+                        built.append(part.name)
+                except BaseException:
+                    for name in built:
+                        self._drop(name)
+                    raise
+                entry = _Entry(table, key[1], key[2], layout.names)
                 self._entries[key] = entry
                 self.builds += 1
             entry.leases += 1
-            self._evict_older(key[0])
+            self._evict_older(table)
             return entry
 
     def _build(self, name: str, descriptor: TableDescriptor, segments: Sequence[Any]) -> None:
@@ -147,21 +160,22 @@ class SegmentViews:
             raise classify_read_error(error, files) from None
 
     def _evict_older(self, table: str) -> None:
-        """Drop this table's views older than its newest one that no query holds."""
-        generations = [gen for (name, gen) in self._entries if name == table]
-        if not generations:
+        """Drop this table's views older than its newest layout that no query holds."""
+        entries = [(key, entry) for key, entry in self._entries.items() if entry.table == table]
+        if not entries:
             return
-        newest = max(generations)
-        for generation in generations:
-            entry = self._entries[(table, generation)]
-            if generation < newest and entry.leases == 0:
-                del self._entries[(table, generation)]
-                self._drop(entry.name)
+        newest = max(entry.age for _, entry in entries)
+        for key, entry in entries:
+            if entry.age < newest and entry.leases == 0:
+                del self._entries[key]
+                for name in entry.names:
+                    self._drop(name)
 
     def clear(self) -> None:
         with self._lock:
             for entry in self._entries.values():
-                self._drop(entry.name)
+                for name in entry.names:
+                    self._drop(name)
             self._entries.clear()
 
     def _drop(self, name: str) -> None:

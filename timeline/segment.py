@@ -7,6 +7,7 @@ range covering the first-generation partitions they replace, minor version >= 1)
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -54,6 +55,9 @@ class Segment:
     row_count: int = 0
     size_bytes: int = 0
     server: str = ""
+    max_valid_from: int | None = None
+    """The greatest ``validFrom`` of any row in the segment (None: unknown). A reader may skip
+    the ``validFrom <= S`` test on this segment's rows for any snapshot ``S`` at or above it."""
 
     def __post_init__(self) -> None:
         if self.root_start is None:
@@ -64,6 +68,10 @@ class Segment:
             object.__setattr__(self, "location", (self.location,))
         elif not isinstance(self.location, tuple):
             object.__setattr__(self, "location", tuple(self.location))
+        if self.max_valid_from is not None:
+            object.__setattr__(
+                self, "max_valid_from", _optional_int(self.max_valid_from, "max_valid_from")
+            )
         _validate(self)
 
     @property
@@ -82,7 +90,8 @@ class Segment:
     def same_shard(self, other: Segment) -> bool:
         """True when ``other`` describes the same chunk: identical id and shard fields.
 
-        Payload fields (location, sizes, server) are ignored, like Druid's chunk equality.
+        Payload fields (location, sizes, server, max_valid_from) are ignored, like Druid's chunk
+        equality.
         """
         return self is other or (
             self.partition == other.partition
@@ -107,8 +116,11 @@ class Segment:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict that :meth:`from_dict` turns back into an equal segment."""
-        return {
+        """A JSON-ready dict that :meth:`from_dict` turns back into an equal segment.
+
+        ``max_valid_from`` is written only when known, so descriptions without it are unchanged.
+        """
+        data: dict[str, Any] = {
             "table": self.table,
             "interval": [self.interval.start_ms, self.interval.end_ms],
             "version": self.version,
@@ -123,6 +135,9 @@ class Segment:
             "size_bytes": self.size_bytes,
             "server": self.server,
         }
+        if self.max_valid_from is not None:
+            data["max_valid_from"] = self.max_valid_from
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Segment:
@@ -142,12 +157,26 @@ class Segment:
                 row_count=int(data.get("row_count", 0)),
                 size_bytes=int(data.get("size_bytes", 0)),
                 server=str(data.get("server", "")),
+                max_valid_from=_optional_int(data.get("max_valid_from"), "max_valid_from"),
             )
         except (KeyError, TypeError, ValueError) as error:
             raise InvalidArgument(f"malformed segment description: {error!r}") from None
 
     def __str__(self) -> str:
         return str(self.id)
+
+
+def _optional_int(value: Any, name: str) -> int | None:
+    """``value`` as a plain int (any integer type, numpy's included), or None; a float, string or
+    bool is refused, not coerced (a rounded maximum would let a reader skip a test it must make)."""
+    if value is None:
+        return None
+    if not isinstance(value, bool):
+        try:
+            return operator.index(value)
+        except TypeError:
+            pass
+    raise InvalidArgument(f"{name} must be an integer, got {value!r}")
 
 
 def _validate(segment: Segment) -> None:
@@ -196,3 +225,5 @@ def _validate(segment: Segment) -> None:
             fail(f"atomic_update_group_size {size} must be > 0 or -1 (unknown)")
     if segment.row_count < 0 or segment.size_bytes < 0:
         fail("row_count and size_bytes must not be negative")
+    if segment.max_valid_from is not None and segment.max_valid_from < 0:
+        fail(f"max_valid_from {segment.max_valid_from} is negative (commit timestamps are not)")

@@ -27,6 +27,12 @@ class CatalogTable:
     ``lwm`` is the table's current low-watermark (None while unknown), ``retention_horizon`` the
     lowest snapshot still readable. ``source_view`` is the Spark temp view over the table's visible
     segment files (``segments``/``files`` are reported in the plan for passthrough clients).
+
+    When some segments are *settled* (their greatest ``validFrom`` is known and at most the LWM,
+    see ``broker.view_layout``), they are read through ``settled_view`` instead, and
+    ``settled_through`` is the greatest ``validFrom`` of any of their rows: at snapshots at or
+    above it those rows need no ``validFrom`` test. ``source_view`` then holds only the other
+    segments, and is empty when there are none.
     """
 
     name: str
@@ -38,14 +44,21 @@ class CatalogTable:
     source_view: str
     segments: tuple[str, ...] = ()
     files: tuple[str, ...] = ()
+    settled_view: str = ""
+    settled_through: int | None = None
 
     def __post_init__(self) -> None:
         if not self.columns:
             raise InvalidArgument(f"catalog table {self.name!r} has no columns")
         if self.upsert and not self.primary_key:
             raise InvalidArgument(f"upsert table {self.name!r} needs a primary key")
-        if not self.source_view:
+        if not self.source_view and not self.settled_view:
             raise InvalidArgument(f"catalog table {self.name!r} has no source view")
+        if self.settled_view and self.settled_through is None:
+            raise InvalidArgument(
+                f"catalog table {self.name!r}: a settled view needs the greatest validFrom "
+                "of its rows"
+            )
 
     @classmethod
     def from_descriptor(
@@ -57,6 +70,8 @@ class CatalogTable:
         source_view: str,
         segments: Iterable[str] = (),
         files: Iterable[str] = (),
+        settled_view: str = "",
+        settled_through: int | None = None,
     ) -> CatalogTable:
         """The catalog entry of a table a server published, with the broker's current state."""
         return cls(
@@ -69,11 +84,23 @@ class CatalogTable:
             source_view=source_view,
             segments=tuple(segments),
             files=tuple(files),
+            settled_view=settled_view,
+            settled_through=settled_through,
         )
 
     @property
     def column_names(self) -> tuple[str, ...]:
         return tuple(column.name for column in self.columns)
+
+    @property
+    def main_view(self) -> str:
+        """The view a query's metadata names: the source view, or the settled one if alone."""
+        return self.source_view or self.settled_view
+
+    @property
+    def views(self) -> tuple[str, ...]:
+        """Every temp view a scan of this table reads."""
+        return tuple(name for name in (self.source_view, self.settled_view) if name)
 
 
 class Catalog:

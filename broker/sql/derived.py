@@ -28,6 +28,7 @@ COMMIT_TIMESTAMP = "_commit_timestamp"
 _VERSION = "__horizon_v"
 _NEIGHBOUR = "__horizon_n"
 _AT = "__horizon_at"
+_SOURCE = "__horizon_src"
 
 
 def quote(name: str) -> str:
@@ -44,22 +45,64 @@ def visibility_predicate(snapshot: int, qualifier: str = "") -> str:
     would show versions before they were inserted.
     """
     valid_from = qualifier + quote(VALID_FROM)
+    return f"{valid_from} <= {snapshot} AND {alive_predicate(snapshot, qualifier)}"
+
+
+def alive_predicate(snapshot: int, qualifier: str = "") -> str:
+    """The ``validUntil`` half of :func:`visibility_predicate`: not yet replaced at ``snapshot``."""
     valid_until = qualifier + quote(VALID_UNTIL)
-    return f"{valid_from} <= {snapshot} AND ({valid_until} IS NULL OR {valid_until} > {snapshot})"
+    return f"({valid_until} IS NULL OR {valid_until} > {snapshot})"
+
+
+def _scan_columns(table: CatalogTable, validity: bool = True) -> str:
+    names = (*table.column_names, VALID_FROM, VALID_UNTIL) if validity else table.column_names
+    return ", ".join(quote(name) for name in names)
 
 
 def visible_scan_sql(table: CatalogTable, snapshot: int) -> str:
-    """The versions of an upsert table visible at ``snapshot``, user columns plus validity."""
-    columns = ", ".join(quote(name) for name in (*table.column_names, VALID_FROM, VALID_UNTIL))
-    return (
-        f"(SELECT {columns} FROM {quote(table.source_view)} WHERE {visibility_predicate(snapshot)})"
+    """The versions of an upsert table visible at ``snapshot``, user columns plus validity.
+
+    Settled segments (``table.settled_view``: no row has ``validFrom`` above
+    ``table.settled_through``) are read apart: at a snapshot at or above that bound the
+    ``validFrom`` test is true for all their rows, so only the ``validUntil`` test remains;
+    below it they keep the full predicate. The other segments always keep it.
+    """
+    columns = _scan_columns(table)
+    if not table.settled_view:
+        return (
+            f"(SELECT {columns} FROM {quote(table.source_view)} "
+            f"WHERE {visibility_predicate(snapshot)})"
+        )
+    assert table.settled_through is not None
+    settled_predicate = (
+        alive_predicate(snapshot)
+        if snapshot >= table.settled_through
+        else visibility_predicate(snapshot)
     )
+    branches = [f"SELECT {columns} FROM {quote(table.settled_view)} WHERE {settled_predicate}"]
+    if table.source_view:
+        branches.append(
+            f"SELECT {columns} FROM {quote(table.source_view)} "
+            f"WHERE {visibility_predicate(snapshot)}"
+        )
+    return "(" + " UNION ALL ".join(branches) + ")"
+
+
+def _all_rows(table: CatalogTable, validity: bool = True, alias: str = "") -> str:
+    """A relation over every row of the table's views: the one view itself, or the union of its
+    views as a subquery (named ``alias`` when given)."""
+    views = table.views
+    if len(views) == 1:
+        return quote(views[0])
+    columns = _scan_columns(table, validity)
+    union = " UNION ALL ".join(f"SELECT {columns} FROM {quote(view)}" for view in views)
+    return f"({union}) AS {alias}" if alias else f"({union})"
 
 
 def append_scan_sql(table: CatalogTable) -> str:
     """An append-only table: every row of its visible segments, user columns only."""
-    columns = ", ".join(quote(name) for name in table.column_names)
-    return f"(SELECT {columns} FROM {quote(table.source_view)})"
+    columns = _scan_columns(table, validity=False)
+    return f"(SELECT {columns} FROM {_all_rows(table, validity=False, alias=_SOURCE)})"
 
 
 def change_feed_sql(table: CatalogTable, start: int, end: int) -> str:
@@ -69,8 +112,11 @@ def change_feed_sql(table: CatalogTable, start: int, end: int) -> str:
     (non-empty) version of its key ended at that instant; a version ending in the window is a
     ``delete``, or an ``update_preimage`` when another (non-empty) version of its key began then.
     Empty versions (``validFrom = validUntil``) never appear and never count as neighbours.
+    A split table (settled segments in a view of their own) is read from the union of its views:
+    the feed needs every version, whatever its ``validFrom``.
     """
-    source = quote(table.source_view)
+    source = _all_rows(table)
+    source_alone = _all_rows(table, alias=_SOURCE)
     valid_from, valid_until = quote(VALID_FROM), quote(VALID_UNTIL)
     user = [quote(name) for name in table.column_names]
     keys = [quote(name) for name in table.primary_key]
@@ -87,7 +133,7 @@ def change_feed_sql(table: CatalogTable, start: int, end: int) -> str:
         f"CASE WHEN {_NEIGHBOUR}.{_AT} IS NULL THEN 'insert' ELSE 'update_postimage' END "
         f"AS {CHANGE_TYPE}, {_VERSION}.{valid_from} AS {COMMIT_TIMESTAMP} "
         f"FROM {source} AS {_VERSION} LEFT JOIN ("
-        f"SELECT DISTINCT {key_list}, {valid_until} AS {_AT} FROM {source} "
+        f"SELECT DISTINCT {key_list}, {valid_until} AS {_AT} FROM {source_alone} "
         f"WHERE {valid_until} > {valid_from} AND {in_window(valid_until)}"
         f") AS {_NEIGHBOUR} ON {key_match} AND {_NEIGHBOUR}.{_AT} = {_VERSION}.{valid_from} "
         f"WHERE {in_window(valid_from, _VERSION + '.')} AND ({_VERSION}.{valid_until} IS NULL "
@@ -98,7 +144,7 @@ def change_feed_sql(table: CatalogTable, start: int, end: int) -> str:
         f"CASE WHEN {_NEIGHBOUR}.{_AT} IS NULL THEN 'delete' ELSE 'update_preimage' END "
         f"AS {CHANGE_TYPE}, {_VERSION}.{valid_until} AS {COMMIT_TIMESTAMP} "
         f"FROM {source} AS {_VERSION} LEFT JOIN ("
-        f"SELECT DISTINCT {key_list}, {valid_from} AS {_AT} FROM {source} "
+        f"SELECT DISTINCT {key_list}, {valid_from} AS {_AT} FROM {source_alone} "
         f"WHERE {non_empty} AND {in_window(valid_from)}"
         f") AS {_NEIGHBOUR} ON {key_match} AND {_NEIGHBOUR}.{_AT} = {_VERSION}.{valid_until} "
         f"WHERE {in_window(valid_until, _VERSION + '.')} "

@@ -25,7 +25,9 @@ class TableRead:
 
     ``snapshot`` is the snapshot of the table's plain references (None for an append-only table
     or when it is read only through ``table_changes``); ``change_windows`` lists the ``(from, to]``
-    windows of its ``table_changes`` calls.
+    windows of its ``table_changes`` calls. ``source_view`` is the table's main temp view (see
+    ``CatalogTable.main_view``); ``views`` lists every temp view its scans read (two when its
+    settled segments are read apart).
     """
 
     name: str
@@ -36,6 +38,7 @@ class TableRead:
     files: tuple[str, ...]
     references: int
     change_windows: tuple[tuple[int, int], ...] = ()
+    views: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

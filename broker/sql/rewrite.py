@@ -53,7 +53,7 @@ def _plan(state: RewriteState) -> QueryPlan:
             TableRead(
                 name=table.name,
                 upsert=table.upsert,
-                source_view=table.source_view,
+                source_view=table.main_view,
                 snapshot=state.snapshot if scanned and table.upsert else None,
                 segments=table.segments,
                 files=table.files,
@@ -61,6 +61,7 @@ def _plan(state: RewriteState) -> QueryPlan:
                 change_windows=tuple(
                     ref.change_window for ref in references if ref.change_window is not None
                 ),
+                views=table.views,
             )
         )
     return QueryPlan(

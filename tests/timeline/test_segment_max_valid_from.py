@@ -1,0 +1,67 @@
+"""``Segment.max_valid_from``: an optional payload field that survives the round trip, is left out
+of descriptions that do not know it, and never changes a segment's shard identity."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from timeline.errors import InvalidArgument
+from timeline.interval import Interval
+from timeline.segment import Segment
+
+BASE = Segment(
+    table="t",
+    interval=Interval(0, 86_400_000),
+    version="v1",
+    partition=3,
+    core_partitions=4,
+    location=("/data/t/p3.parquet",),
+    row_count=10,
+)
+
+
+def test_a_segment_without_max_valid_from_round_trips_and_its_description_is_unchanged():
+    data = BASE.to_dict()
+    assert "max_valid_from" not in data
+    back = Segment.from_dict(json.loads(json.dumps(data)))
+    assert back == BASE and back.max_valid_from is None
+
+
+@pytest.mark.parametrize("value", [0, 1_200, (1_700_000_000_000 << 16) | 42])
+def test_a_known_max_valid_from_round_trips_through_json(value):
+    segment = replace(BASE, max_valid_from=value)
+    data = json.loads(json.dumps(segment.to_dict()))
+    assert data["max_valid_from"] == value
+    back = Segment.from_dict(data)
+    assert back == segment and back.max_valid_from == value
+
+
+def test_max_valid_from_is_payload_not_shard_identity():
+    known = replace(BASE, max_valid_from=900)
+    assert known.same_shard(BASE) and BASE.same_shard(known)
+    assert known.shard_key() == BASE.shard_key()
+    assert known != BASE, "still part of the description"
+
+
+def test_numpy_integers_become_plain_ints():
+    segment = replace(BASE, max_valid_from=np.int64(77))
+    assert type(segment.max_valid_from) is int and segment.max_valid_from == 77
+    json.dumps(segment.to_dict())
+
+
+@pytest.mark.parametrize("value", [1.5, 900.0, "900", True, [900]])
+def test_a_max_valid_from_that_is_not_an_integer_is_refused(value):
+    with pytest.raises(InvalidArgument, match="max_valid_from"):
+        replace(BASE, max_valid_from=value)
+    data = {**BASE.to_dict(), "max_valid_from": value}
+    with pytest.raises(InvalidArgument, match="max_valid_from"):
+        Segment.from_dict(data)
+
+
+def test_a_negative_max_valid_from_is_refused():
+    with pytest.raises(InvalidArgument, match="negative"):
+        replace(BASE, max_valid_from=-1)
