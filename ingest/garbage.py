@@ -1,10 +1,15 @@
-"""Garbage collection of the files of segments an update replaced.
+"""Garbage collection: files of segments an update replaced, and private files nothing needs.
 
 The updater replaces a segment by announcing its rewrite and withdrawing it in one step; queries
 planned just before may still read the old files, so they are deleted only after a grace period.
 What to delete comes from the commit log (an update's commit names the segments it removed, its
 ``done`` the time the replacement was published), so collection survives restarts. A file still
 used by an announced segment (of any server) is never deleted.
+
+A server's private files (its key index and its pending validUntil updates) are read by that server
+alone, so they go as soon as its commit log no longer references them: after each transaction, every
+directory of one batch that the state does not name is swept (:func:`sweep_unreferenced`). Without
+this, a key index rewritten every batch would fill the disk at the rate of the table's size.
 """
 
 from __future__ import annotations
@@ -77,3 +82,40 @@ def collection_due(garbage: Mapping[int, Garbage], now_ms: int, grace_ms: int) -
         item.released_ms is not None and item.released_ms + grace_ms + slack <= now_ms
         for item in garbage.values()
     )
+
+
+def unreferenced(
+    listed: Iterable[str], children: Mapping[str, Iterable[str]], referenced: Iterable[str]
+) -> list[str]:
+    """The directories to delete (pure): each listed batch directory that is not referenced, or
+    only the unreferenced children of one that has a referenced child (``children`` maps a batch
+    directory to its entries)."""
+    keep = {path.rstrip("/") for path in referenced}
+    doomed: list[str] = []
+    for directory in listed:
+        directory = directory.rstrip("/")
+        if directory in keep:
+            continue
+        entries = [entry.rstrip("/") for entry in children.get(directory, ())]
+        if any(entry in keep for entry in entries):
+            doomed.extend(entry for entry in entries if entry not in keep)
+        else:
+            doomed.append(directory)
+    return doomed
+
+
+def sweep_unreferenced(storage: Storage, base: str, referenced: Iterable[str]) -> int:
+    """Delete the batch directories under ``base`` (and their children) that ``referenced`` does
+    not name; returns how many paths went. Idempotent, like every delete here."""
+    referenced = list(referenced)
+    keep = {path.rstrip("/") for path in referenced}
+    listed = [info.path for info in storage.list_dir(base)]
+    children = {
+        path.rstrip("/"): [info.path for info in storage.list_dir(path)]
+        for path in listed
+        if any(kept.startswith(path.rstrip("/") + "/") for kept in keep)
+    }
+    doomed = unreferenced(listed, children, referenced)
+    for path in doomed:
+        storage.delete(path)
+    return len(doomed)

@@ -600,6 +600,7 @@ class IngestJob:
 
     def _maintain(self) -> None:
         self.collect_garbage()
+        self.sweep_private_files()
         if self.state.checkpoint_due(self.table.checkpoint_interval):
             self.checkpoint()
 
@@ -632,6 +633,21 @@ class IngestJob:
         self.state.apply_commit(record)
         self.state.apply_done(self.manifest.write(seq, DONE, {"kind": COLLECT, "at_ms": now}))
         return len(collection.seqs)
+
+    def sweep_private_files(self) -> int:
+        """Delete this server's key index and update directories its state no longer names (a
+        newer index replaced them, or the updater applied them); returns how many paths went.
+        Between transactions only: an attempt in flight is named by nothing yet."""
+        referenced = [version.path for version in self.state.key_index.values()]
+        referenced += [
+            item["updates"] for item in self.state.pending.values() if item.get("updates")
+        ]
+        return sum(
+            garbage.sweep_unreferenced(
+                self.storage, f"{self.root}/{kind}/{self.server_id}", referenced
+            )
+            for kind in ("_keyindex", "_updates")
+        )
 
     def _report(self) -> None:
         progress = self.state.progress(self.partitions)

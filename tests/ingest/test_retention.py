@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ingest.garbage import collectable, collection_due
+from ingest.garbage import collectable, collection_due, unreferenced
 from ingest.job import IngestJob
 from ingest.manifest import Garbage
 from ingest.retention import retention_horizon
@@ -91,6 +91,55 @@ def test_replaced_segment_files_go_after_a_zero_grace_period_and_answers_stay_ri
     assert not (store / "accounts" / "segments" / "s1" / "b0000000001").exists()
     restarted = IngestJob(spark, table, server("s1")).start()
     assert restarted.state == job.state
+
+
+def test_a_batch_directory_goes_unless_it_or_one_of_its_children_is_referenced():
+    listed = ["r/b1", "r/b2", "r/b3"]
+    children = {"r/b2": ["r/b2/_kpDir=0", "r/b2/_kpDir=1", "r/b2/_SUCCESS"]}
+    referenced = ["r/b2/_kpDir=0", "r/b3", "other/b9/_kpDir=1"]
+    assert unreferenced(listed, children, referenced) == [
+        "r/b1",
+        "r/b2/_kpDir=1",
+        "r/b2/_SUCCESS",
+    ]
+    assert unreferenced(listed, {}, []) == listed
+
+
+def private_directories(store: Path, kind: str) -> set[str]:
+    base = store / "accounts" / kind / "s1"
+    if kind == "_keyindex":
+        return {f"file:{path}" for path in base.glob("b*/_kpDir=*")}
+    return {f"file:{path}" for path in base.glob("b*")}
+
+
+def test_replaced_key_indexes_and_applied_updates_are_deleted_and_answers_stay_right(
+    spark, server, follower, tmp_path
+):
+    store = tmp_path / "store"
+    source = tmp_path / "changelog"
+    table = accounts_table(store, update_cadence=2)
+    job = IngestJob(spark, table, server("s1"))
+    history: list[tuple[int, Change]] = []
+    for round_ in range(4):
+        write_changelog(source, f"{round_:03d}.json", updates(round_))
+        result = job.run_directory(str(source), "json")
+        history += [(result.base + i, c) for i, c in enumerate(updates(round_))]
+        indexes = {version.path for version in job.state.key_index.values()}
+        assert private_directories(store, "_keyindex") == indexes
+        pending = {item["updates"] for item in job.state.pending.values()}
+        assert private_directories(store, "_updates") == pending
+        assert bool(pending) == (round_ % 2 == 1)  # cadence 2: applied every second batch
+    assert_broker_sees(spark, follower, job.client, "accounts", history)
+
+    # A restart reads the one index left per partition and goes on resolving against it.
+    job = IngestJob(spark, table, server("s1")).start()
+    write_changelog(source, "004.json", updates(4))
+    result = job.run_directory(str(source), "json")
+    history += [(result.base + i, c) for i, c in enumerate(updates(4))]
+    assert private_directories(store, "_keyindex") == {
+        version.path for version in job.state.key_index.values()
+    }
+    assert_broker_sees(spark, follower, job.client, "accounts", history)
 
 
 # -- history retention -----------------------------------------------------------------------
