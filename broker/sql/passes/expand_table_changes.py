@@ -68,6 +68,17 @@ def expand_table_changes(tree: exp.Expression) -> exp.Expression:
     >>> tree = sqlglot.parse_one("SELECT * FROM table_changes('t', 1, 5) AS c", read="spark")
     >>> expand_table_changes(resolve_references(tree, Catalog([t]))).sql("spark")[:40]
     'SELECT * FROM (SELECT __horizon_v.k, CAS'
+
+    A table with settled segments in a view of their own is read from the union of both views
+    (the feed needs every version):
+
+    >>> from dataclasses import replace
+    >>> s = replace(t, source_view="__horizon_t_g1_t8", settled_view="__horizon_t_g1_t8_s",
+    ...             settled_through=8)
+    >>> tree = sqlglot.parse_one("SELECT * FROM table_changes('t', 1, 5) AS c", read="spark")
+    >>> sql = expand_table_changes(resolve_references(tree, Catalog([s]))).sql("spark")
+    >>> "FROM (SELECT k, validFrom, validUntil FROM __horizon_t_g1_t8 UNION ALL SELECT k, validFrom, validUntil FROM __horizon_t_g1_t8_s) AS __horizon_v" in sql
+    True
     """
     for reference in state_of(tree).references:
         if reference.kind is not ReferenceKind.CHANGES:

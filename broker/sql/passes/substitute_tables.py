@@ -12,7 +12,8 @@ from broker.sql.state import ReferenceKind, state_of
 def substitute_tables(tree: exp.Expression) -> exp.Expression:
     """Turn every scan reference into ``(SELECT cols, validFrom, validUntil FROM <source view>
     WHERE <visible at S>) AS <alias or table name>`` (append-only tables: no predicate, user
-    columns only).
+    columns only; a table with settled segments: the union of its two views, see
+    :func:`broker.sql.derived.visible_scan_sql`).
 
     The filter sits inside the derived table, so it belongs to that scan alone: an outer join
     keeps its meaning, and nothing the user writes around the reference can remove it. The Table
@@ -28,6 +29,20 @@ def substitute_tables(tree: exp.Expression) -> exp.Expression:
     >>> tree = sqlglot.parse_one("SELECT k FROM t", read="spark")
     >>> substitute_tables(choose_snapshot(resolve_references(tree, Catalog([t])))).sql("spark")
     'SELECT k FROM (SELECT k, validFrom, validUntil FROM __horizon_t_g1 WHERE validFrom <= 10 AND (validUntil IS NULL OR validUntil > 10)) AS t'
+
+    A table whose settled segments (no validFrom above 8) have a view of their own reads them
+    without the validFrom test at snapshots from 8 on, and with it below 8:
+
+    >>> from dataclasses import replace
+    >>> s = replace(t, source_view="__horizon_t_g1_t8", settled_view="__horizon_t_g1_t8_s",
+    ...             settled_through=8)
+    >>> tree = sqlglot.parse_one("SELECT k FROM t", read="spark")
+    >>> substitute_tables(choose_snapshot(resolve_references(tree, Catalog([s])))).sql("spark")
+    'SELECT k FROM (SELECT k, validFrom, validUntil FROM __horizon_t_g1_t8_s WHERE (validUntil IS NULL OR validUntil > 10) UNION ALL SELECT k, validFrom, validUntil FROM __horizon_t_g1_t8 WHERE validFrom <= 10 AND (validUntil IS NULL OR validUntil > 10)) AS t'
+    >>> tree = sqlglot.parse_one("SELECT k FROM t VERSION AS OF 7", read="spark")
+    >>> sql = substitute_tables(choose_snapshot(resolve_references(tree, Catalog([s])))).sql()
+    >>> sql.count("validFrom <= 7 AND (validUntil IS NULL OR validUntil > 7)")
+    2
     """
     state = state_of(tree)
     for reference in state.references:
