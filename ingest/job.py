@@ -54,6 +54,7 @@ from ingest.storage import Storage
 from ingest.table import TableDefinition
 from timeline.errors import Internal, InvalidArgument
 from timeline.segment import Segment
+from watermark.catalog import VALID_FROM
 from watermark.hlc import HybridLogicalClock
 from watermark.server import ServerClient
 
@@ -460,6 +461,7 @@ class IngestJob:
         counts = [row for row in summary if row["what"] == "v"]
         allocation = self._allocate(sorted((c["_chunk"], c["_kp"]) for c in counts))
         row_counts = {(c["_chunk"], allocation[(c["_chunk"], c["_kp"])]): c["n"] for c in counts}
+        newest = {(c["_chunk"], allocation[(c["_chunk"], c["_kp"])]): c["newest"] for c in counts}
         pending_min: dict[int, int] = {}
         targets: set[tuple[int, int]] = set()
         for row in summary:
@@ -513,7 +515,8 @@ class IngestJob:
         self._step("after_files")
 
         segments = {
-            tag: self._first_generation(item, row_counts[tag]) for tag, item in written.items()
+            tag: self._first_generation(item, row_counts[tag], newest[tag])
+            for tag, item in written.items()
         }
         return self._commit_ingest(
             seq,
@@ -763,18 +766,26 @@ class IngestJob:
 
         summary = (
             versions.groupBy("_chunk", "_kp")
-            .agg(F.count("*").alias("n"))
+            .agg(F.count("*").alias("n"), F.max(VALID_FROM).alias("newest"))
             .select(
                 F.lit("v").alias("what"),
                 "_chunk",
                 "_kp",
                 F.lit(None).cast("int").alias("_seg"),
                 "n",
+                "newest",
             )
             .unionByName(
                 updates.groupBy("_chunk", "_seg", "_kp")
                 .agg(F.min("validUntil").alias("n"))
-                .select(F.lit("u").alias("what"), "_chunk", "_kp", "_seg", "n")
+                .select(
+                    F.lit("u").alias("what"),
+                    "_chunk",
+                    "_kp",
+                    "_seg",
+                    "n",
+                    F.lit(None).cast("long").alias("newest"),
+                )
             )
         )
         if staged is not None:
@@ -786,8 +797,9 @@ class IngestJob:
                     F.lit(None).cast("int").alias("_kp"),
                     F.lit(None).cast("int").alias("_seg"),
                     F.lit(1).cast("long").alias("n"),
+                    F.lit(None).cast("long").alias("newest"),
                 )
-                .groupBy("what", "_chunk", "_kp", "_seg")
+                .groupBy("what", "_chunk", "_kp", "_seg", "newest")
                 .agg(F.sum("n").alias("n"))
             )
         return summary.collect()
@@ -849,7 +861,9 @@ class IngestJob:
             allocation.update({(chunk, kp): n for kp, n in zip(kps, numbers, strict=True)})
         return allocation
 
-    def _first_generation(self, written: WrittenSegment, rows: int) -> Segment:
+    def _first_generation(
+        self, written: WrittenSegment, rows: int, max_valid_from: int | None
+    ) -> Segment:
         return Segment(
             table=self.table.name,
             interval=chunk_interval(self.table.granularity, written.chunk_start),
@@ -859,6 +873,7 @@ class IngestJob:
             row_count=rows,
             size_bytes=written.size_bytes,
             server=self.server_id,
+            max_valid_from=max_valid_from,
         )
 
 

@@ -181,4 +181,6 @@ def overwrite_segment(
         row_count=old.row_count,
         size_bytes=written.size_bytes,
         server=server_id,
+        # A rewrite changes validUntil and drops rows: the old bound still holds.
+        max_valid_from=old.max_valid_from,
     )

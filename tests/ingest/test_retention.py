@@ -105,6 +105,23 @@ def test_a_batch_directory_goes_unless_it_or_one_of_its_children_is_referenced()
     assert unreferenced(listed, {}, []) == listed
 
 
+def assert_segments_know_their_newest_version(job: IngestJob) -> None:
+    """Every announced segment, first generation or rewrite, states its greatest validFrom (the
+    broker skips the validFrom test on segments settled below the snapshot)."""
+    import pyarrow.parquet as pq
+
+    for segment in job.client.announced_segments("accounts"):
+        newest = max(
+            max(
+                pq.read_table(path.removeprefix("file:"), columns=["validFrom"])[
+                    "validFrom"
+                ].to_pylist()
+            )
+            for path in segment.location
+        )
+        assert segment.max_valid_from == newest, segment
+
+
 def private_directories(store: Path, kind: str) -> set[str]:
     base = store / "accounts" / kind / "s1"
     if kind == "_keyindex":
@@ -129,6 +146,7 @@ def test_replaced_key_indexes_and_applied_updates_are_deleted_and_answers_stay_r
         pending = {item["updates"] for item in job.state.pending.values()}
         assert private_directories(store, "_updates") == pending
         assert bool(pending) == (round_ % 2 == 1)  # cadence 2: applied every second batch
+        assert_segments_know_their_newest_version(job)
     assert_broker_sees(spark, follower, job.client, "accounts", history)
 
     # A restart reads the one index left per partition and goes on resolving against it.
