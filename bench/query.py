@@ -151,6 +151,18 @@ def build_data(spark: Any, rows: int, root: Path, layout: str = LAYOUTS[0]) -> d
     return {"keys": keys, "snapshot": snapshot, "segment_files": files, "table": table}
 
 
+def newest_valid_from(path: str) -> int:
+    """A segment file's greatest validFrom, from its footer (ingestion announces it as well)."""
+    import pyarrow.parquet as pq
+
+    metadata = pq.ParquetFile(path).metadata
+    column = metadata.schema.names.index("validFrom")
+    return max(
+        metadata.row_group(group).column(column).statistics.max
+        for group in range(metadata.num_row_groups)
+    )
+
+
 def table_view(data: dict[str, Any]) -> Any:
     """The follower's picture of the benchmark table: one segment per key partition."""
     from timeline.interval import Interval
@@ -164,6 +176,7 @@ def table_view(data: dict[str, Any]) -> Any:
             version="v1",
             partition=partition,
             location=(path,),
+            max_valid_from=newest_valid_from(path),
         )
         for partition, path in sorted(data["segment_files"].items())
     )
