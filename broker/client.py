@@ -130,7 +130,8 @@ class HorizonClient:
     def passthrough(self, spark: Any, sql: str) -> Any:
         """Run ``sql`` on the caller's own Spark session with the broker's rewrite.
 
-        Registers a temp view per substituted table over the exact segment files the broker
+        Registers a temp view per entry of the rewrite (one per substituted view: two for a
+        table whose settled segments are read apart) over the exact segment files the broker
         chose (with the table's explicit schema), then runs the rewritten SQL. Returns the
         DataFrame.
         """
@@ -184,7 +185,9 @@ class HorizonClient:
 
 
 def register_passthrough_views(spark: Any, rewritten: pb.RewriteQueryResponse) -> list[str]:
-    """Create the temp views a rewritten query reads, on ``spark``; returns their names."""
+    """Create the temp views a rewritten query reads, on ``spark``; returns their names.
+
+    Each entry names one view and the files it must read; a table may have two entries."""
     names = []
     for table in rewritten.tables:
         if table.files:
