@@ -28,8 +28,8 @@ from broker.key_lookup import plan_key_lookup
 from broker.query_shape import is_key_lookup, is_ordered
 from broker.sql.errors import NoLowWatermark
 from broker.sql.model import QueryPlan, RewriteLimits, RewriteResult
-from broker.view_layout import ViewPart, view_layout
-from broker.views import SegmentViews, UnreadableFiles, ViewMissing, schema_ddl, segment_files
+from broker.view_layout import ViewPart, segment_files, view_layout
+from broker.views import SegmentViews, UnreadableFiles, ViewMissing, schema_ddl
 from timeline.errors import HorizonError, Internal, InvalidArgument, Unavailable
 
 log = logging.getLogger("horizon.broker.engine")

@@ -20,7 +20,7 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import Any
 
-from broker.view_layout import VIEW_PREFIX, segment_files, view_layout, view_name
+from broker.view_layout import VIEW_PREFIX, segment_files, view_layout
 from timeline.errors import HorizonError, Unavailable
 from watermark.catalog import VALIDITY_COLUMNS, TableDescriptor
 
@@ -31,8 +31,6 @@ __all__ = [
     "ViewMissing",
     "classify_read_error",
     "schema_ddl",
-    "segment_files",
-    "view_name",
 ]
 
 
@@ -86,9 +84,6 @@ class SegmentViews:
         self._entries: dict[tuple[str, int, int | None], _Entry] = {}
         self.builds = 0
         """How many view sets were built (a test and benchmark probe: reuse keeps it flat)."""
-
-    def view_name(self, table: str, generation: int) -> str:
-        return view_name(table, generation, self.namespace)
 
     def forget(self, name: str) -> None:
         """Drop a cache entry one of whose views vanished, so the next lease rebuilds it."""

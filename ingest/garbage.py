@@ -107,15 +107,14 @@ def unreferenced(
 def sweep_unreferenced(storage: Storage, base: str, referenced: Iterable[str]) -> int:
     """Delete the batch directories under ``base`` (and their children) that ``referenced`` does
     not name; returns how many paths went. Idempotent, like every delete here."""
-    referenced = list(referenced)
     keep = {path.rstrip("/") for path in referenced}
-    listed = [info.path for info in storage.list_dir(base)]
-    children = {
-        path.rstrip("/"): [info.path for info in storage.list_dir(path)]
+    listed = [info.path.rstrip("/") for info in storage.list_dir(base)]
+    children = {  # listed only where a child can be kept
+        path: [info.path for info in storage.list_dir(path)]
         for path in listed
-        if any(kept.startswith(path.rstrip("/") + "/") for kept in keep)
+        if any(kept.startswith(path + "/") for kept in keep)
     }
-    doomed = unreferenced(listed, children, referenced)
+    doomed = unreferenced(listed, children, keep)
     for path in doomed:
         storage.delete(path)
     return len(doomed)

@@ -797,10 +797,10 @@ class IngestJob:
                     F.lit(None).cast("int").alias("_kp"),
                     F.lit(None).cast("int").alias("_seg"),
                     F.lit(1).cast("long").alias("n"),
-                    F.lit(None).cast("long").alias("newest"),
                 )
-                .groupBy("what", "_chunk", "_kp", "_seg", "newest")
+                .groupBy("what", "_chunk", "_kp", "_seg")
                 .agg(F.sum("n").alias("n"))
+                .withColumn("newest", F.lit(None).cast("long"))
             )
         return summary.collect()
 

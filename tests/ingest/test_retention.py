@@ -43,6 +43,16 @@ def updates(round_: int, keys: int = 4) -> list[Change]:
 # -- garbage collection ----------------------------------------------------------------------
 
 
+def ingest_round(
+    job: IngestJob, source: Path, round_: int, history: list[tuple[int, Change]]
+) -> Any:
+    """Land round ``round_``'s changelog file, ingest it, and add its changes to ``history``."""
+    write_changelog(source, f"{round_:03d}.json", updates(round_))
+    result = job.run_directory(str(source), "json")
+    history += [(result.base + i, c) for i, c in enumerate(updates(round_))]
+    return result
+
+
 def test_collection_waits_for_the_grace_period_and_spares_files_still_announced():
     garbage = {
         1: Garbage(("file:/t/b1/segment=0_0/a.parquet",), released_ms=1_000),
@@ -68,9 +78,7 @@ def test_replaced_segment_files_go_after_a_zero_grace_period_and_answers_stay_ri
     job = IngestJob(spark, keep, server("s1"))
     history: list[tuple[int, Change]] = []
     for round_ in range(2):
-        write_changelog(source, f"{round_:03d}.json", updates(round_))
-        result = job.run_directory(str(source), "json")
-        history += [(result.base + i, c) for i, c in enumerate(updates(round_))]
+        ingest_round(job, source, round_, history)
     replaced = parquet_files(store) - announced_files(job)
     assert replaced and job.state.garbage  # within the grace period: kept, and remembered
 
@@ -82,10 +90,7 @@ def test_replaced_segment_files_go_after_a_zero_grace_period_and_answers_stay_ri
     assert_broker_sees(spark, follower, job.client, "accounts", history)
 
     for round_ in range(2, 3):
-        write_changelog(source, f"{round_:03d}.json", updates(round_))
-        result = job.run_directory(str(source), "json")
-        assert result.updated_segments > 0
-        history += [(result.base + i, c) for i, c in enumerate(updates(round_))]
+        assert ingest_round(job, source, round_, history).updated_segments > 0
         assert parquet_files(store) == announced_files(job)  # nothing replaced is left
         assert_broker_sees(spark, follower, job.client, "accounts", history)
     assert not (store / "accounts" / "segments" / "s1" / "b0000000001").exists()
@@ -138,9 +143,7 @@ def test_replaced_key_indexes_and_applied_updates_are_deleted_and_answers_stay_r
     job = IngestJob(spark, table, server("s1"))
     history: list[tuple[int, Change]] = []
     for round_ in range(4):
-        write_changelog(source, f"{round_:03d}.json", updates(round_))
-        result = job.run_directory(str(source), "json")
-        history += [(result.base + i, c) for i, c in enumerate(updates(round_))]
+        ingest_round(job, source, round_, history)
         indexes = {version.path for version in job.state.key_index.values()}
         assert private_directories(store, "_keyindex") == indexes
         pending = {item["updates"] for item in job.state.pending.values()}
@@ -151,9 +154,7 @@ def test_replaced_key_indexes_and_applied_updates_are_deleted_and_answers_stay_r
 
     # A restart reads the one index left per partition and goes on resolving against it.
     job = IngestJob(spark, table, server("s1")).start()
-    write_changelog(source, "004.json", updates(4))
-    result = job.run_directory(str(source), "json")
-    history += [(result.base + i, c) for i, c in enumerate(updates(4))]
+    ingest_round(job, source, 4, history)
     assert private_directories(store, "_keyindex") == {
         version.path for version in job.state.key_index.values()
     }
