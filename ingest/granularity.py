@@ -85,6 +85,18 @@ def chunk_interval(granularity: Granularity, start_ms: int) -> Interval:
     return Interval(start_ms, _epoch_ms(datetime(year, month, 1, tzinfo=UTC)))
 
 
+def chunks_between(granularity: Granularity, first_ms: int, last_ms: int) -> list[int]:
+    """The starts of every chunk holding a time in ``[first_ms, last_ms]``, in order (pure).
+
+    >>> chunks_between(Granularity.DAY, 86_399_999, 86_400_000)
+    [0, 86400000]
+    """
+    starts = [chunk_start_ms(granularity, first_ms)]
+    while (end := chunk_interval(granularity, starts[-1]).end_ms) <= last_ms:
+        starts.append(end)
+    return starts
+
+
 def spark_chunk_start(granularity: Granularity, epoch_ms: Any) -> Any:
     """A Spark column: the chunk start (epoch ms, bigint) for an epoch-ms bigint column."""
     from pyspark.sql import functions as F

@@ -22,7 +22,8 @@ from typing import Any
 
 from ingest import garbage, retention, updater
 from ingest.bucketing import BUCKET_COLUMN, bucket_column, bucket_layout
-from ingest.granularity import chunk_interval, spark_chunk_start
+from ingest.granularity import Granularity, chunk_interval, chunks_between, spark_chunk_start
+from ingest.local_frames import local_frame
 from ingest.manifest import (
     COLLECT,
     COMMIT,
@@ -49,12 +50,12 @@ from ingest.resolve import (
     stored_columns,
     updates_schema,
 )
-from ingest.segments import WrittenSegment, write_segments
+from ingest.segments import WrittenSegment, footer_summary, write_segments
 from ingest.storage import Storage
 from ingest.table import TableDefinition
 from timeline.errors import Internal, InvalidArgument
 from timeline.segment import Segment
-from watermark.catalog import VALID_FROM
+from watermark.catalog import VALID_UNTIL
 from watermark.hlc import HybridLogicalClock
 from watermark.server import ServerClient
 
@@ -365,18 +366,20 @@ class IngestJob:
         sources: tuple[str, ...],
         needed: list[int],
     ) -> BatchResult:
+        from pyspark.sql import Observation
         from pyspark.sql import functions as F
 
         table = self.table
         allow_partial_cluster_keys(self.spark, frame.sparkSession)
         # Not cached: the source is read twice (here and by the resolution), which costs less
         # than caching it. Sources must give the same rows when read again (files, Kafka offsets
-        # and foreachBatch frames do); the summary below checks the row count and fails the batch
-        # loudly otherwise.
+        # and foreachBatch frames do); the resolution counts them again and fails the batch loudly
+        # otherwise.
         rows = self._enrich(frame, needed)
+        time_chunk = self._time_column_chunk()
         with self._action("read and count"):
             groups = (
-                rows.groupBy(SOURCE_FILE, "_pid", "_kp")
+                rows.groupBy(SOURCE_FILE, "_pid", "_kp", time_chunk.alias("_tchunk"))
                 .agg(
                     F.min("_row").alias("_lo"), F.max("_row").alias("_hi"), F.count("*").alias("_n")
                 )
@@ -405,8 +408,8 @@ class IngestJob:
         for source_file, pid, _, hi, _ in spans:
             offsets.append((source_file, pid, base + running))
             running += hi + 1
-        offset_frame = self.spark.createDataFrame(
-            offsets, f"{SOURCE_FILE} string, _pid int, _off long"
+        offset_frame = local_frame(
+            self.spark, offsets, [(SOURCE_FILE, "string"), ("_pid", "int"), ("_off", "long")]
         )
         stamped = rows.join(F.broadcast(offset_frame), on=[SOURCE_FILE, "_pid"]).withColumn(
             "_ord", F.col("_off") + F.col("_row")
@@ -426,7 +429,14 @@ class IngestJob:
             seq, PREPARE, {"kind": INGEST, "directories": sorted(directories.values())}
         )
         self._step("after_prepare")
-        resolution = staged = None
+        allocation = self._allocate(segment_slots(groups, table.granularity, base, high))
+        mapping = local_frame(
+            self.spark,
+            [(chunk, kp, number) for (chunk, kp), number in allocation.items()],
+            [("_chunk", "long"), ("_kp", "int"), ("_seg", "int")],
+        )
+        resolution = None
+        read_again = total_rows
         if table.upsert:
             layout = bucket_layout(touched, self._resolution_tasks(len(touched)))
             stamped = stamped.withColumn(BUCKET_COLUMN, bucket_column(layout)).repartition(
@@ -436,42 +446,22 @@ class IngestJob:
             index = index.withColumn(BUCKET_COLUMN, bucket_column(layout))
             resolved = resolve(stamped, index, table, cluster_by=[BUCKET_COLUMN])
             # Staged once as Parquet, then read by each output: cheaper than Spark's cache.
+            seen = Observation()
             with self._action("resolve"):
-                resolved.write.mode("overwrite").option("compression", "none").parquet(
-                    directories["staging"]
-                )
+                resolved.observe(seen, F.count_if("_inBatch").alias("rows")).write.mode(
+                    "overwrite"
+                ).option("compression", "none").parquet(directories["staging"])
+            read_again = int(seen.get["rows"])
             staged = self.spark.read.schema(resolved.schema).parquet(directories["staging"])
             resolution = outputs(staged, table)
             versions = resolution.versions
-            updates = resolution.updates
         else:
             versions = append_only(stamped, table)
-            updates = stamped.limit(0).select(
-                "_chunk", F.lit(0).alias("_seg"), "_kp", F.col("_ts").alias("validUntil")
-            )
-
-        with self._action("summarise"):
-            summary = self._summary(versions, updates, staged if table.upsert else None)
-        read_again = sum(row["n"] for row in summary if row["what"] == "b")
-        if table.upsert and read_again != total_rows:
+        if read_again != total_rows:
             raise Internal(
                 f"table {table.name!r}: the batch's source gave {total_rows} rows when counted and "
                 f"{read_again} when read again: it must be deterministic (persist it first)"
             )
-        counts = [row for row in summary if row["what"] == "v"]
-        allocation = self._allocate(sorted((c["_chunk"], c["_kp"]) for c in counts))
-        row_counts = {(c["_chunk"], allocation[(c["_chunk"], c["_kp"])]): c["n"] for c in counts}
-        newest = {(c["_chunk"], allocation[(c["_chunk"], c["_kp"])]): c["newest"] for c in counts}
-        pending_min: dict[int, int] = {}
-        targets: set[tuple[int, int]] = set()
-        for row in summary:
-            if row["what"] == "u":
-                targets.add((row["_chunk"], row["_seg"]))
-                pending_min[row["_kp"]] = min(pending_min.get(row["_kp"], row["n"]), row["n"])
-        mapping = self.spark.createDataFrame(
-            [(chunk, kp, number) for (chunk, kp), number in allocation.items()],
-            "_chunk long, _kp int, _seg int",
-        )
         with self._action("write segments"):
             written = write_segments(
                 versions.join(F.broadcast(mapping), on=["_chunk", "_kp"]),
@@ -487,6 +477,8 @@ class IngestJob:
 
         key_index: dict[int, str] = {}
         updates_dir: str | None = None
+        pending_min: dict[int, int] = {}
+        targets: list[tuple[int, int]] = []
         if resolution is not None:
             new_seg = mapping.withColumnRenamed("_seg", "_newSeg")
             merged = (
@@ -507,17 +499,16 @@ class IngestJob:
                     .parquet(directories["index"])
                 )
             key_index = {kp: f"{directories['index']}/_kpDir={kp}" for kp in touched}
+            with self._action("write updates"):
+                targets, pending_min = self._write_updates(
+                    resolution.updates, touched, directories["updates"]
+                )
             if pending_min:
                 updates_dir = directories["updates"]
-                with self._action("write updates"):
-                    updates.write.mode("overwrite").parquet(updates_dir)
         self.storage.delete(directories["staging"])  # listed in the prepare: a crash is cleaned
         self._step("after_files")
 
-        segments = {
-            tag: self._first_generation(item, row_counts[tag], newest[tag])
-            for tag, item in written.items()
-        }
+        segments = {tag: self._first_generation(item) for tag, item in written.items()}
         return self._commit_ingest(
             seq,
             sources,
@@ -529,7 +520,7 @@ class IngestJob:
             key_index,
             updates_dir,
             pending_min,
-            sorted(targets),
+            targets,
         )
 
     def _commit_ingest(
@@ -703,7 +694,8 @@ class IngestJob:
             item = by_partition.get(plan.new_partition[target])
             if item is None:
                 raise Internal(f"the rewrite of segment {old} wrote no file")
-            add.append(updater.overwrite_segment(old, item, self.server_id, self.table))
+            rows, _ = footer_summary(self.storage, item)
+            add.append(updater.overwrite_segment(old, item, rows, self.server_id, self.table))
             remove.append(old)
         body = {
             "kind": UPDATE,
@@ -759,50 +751,36 @@ class IngestJob:
             enriched = enriched.filter(F.col("_kp").isin(list(partitions)))
         return enriched
 
-    def _summary(self, versions: Any, updates: Any, staged: Any | None) -> list[Any]:
-        """One Spark job for all: segment sizes, the updates' targets and oldest timestamps, and
-        the number of batch rows the resolution saw."""
+    def _write_updates(
+        self, updates: Any, partitions: Sequence[int], directory: str
+    ) -> tuple[list[tuple[int, int]], dict[int, int]]:
+        """Write the batch's validUntil updates; returns the segments they target and each key
+        partition's oldest update, observed by the write itself (no second scan)."""
+        from pyspark.sql import Observation
         from pyspark.sql import functions as F
 
-        summary = (
-            versions.groupBy("_chunk", "_kp")
-            .agg(F.count("*").alias("n"), F.max(VALID_FROM).alias("newest"))
-            .select(
-                F.lit("v").alias("what"),
-                "_chunk",
-                "_kp",
-                F.lit(None).cast("int").alias("_seg"),
-                "n",
-                "newest",
-            )
-            .unionByName(
-                updates.groupBy("_chunk", "_seg", "_kp")
-                .agg(F.min("validUntil").alias("n"))
-                .select(
-                    F.lit("u").alias("what"),
-                    "_chunk",
-                    "_kp",
-                    "_seg",
-                    "n",
-                    F.lit(None).cast("long").alias("newest"),
-                )
-            )
-        )
-        if staged is not None:
-            summary = summary.unionByName(
-                staged.filter(F.col("_inBatch"))
-                .select(
-                    F.lit("b").alias("what"),
-                    F.lit(None).cast("long").alias("_chunk"),
-                    F.lit(None).cast("int").alias("_kp"),
-                    F.lit(None).cast("int").alias("_seg"),
-                    F.lit(1).cast("long").alias("n"),
-                )
-                .groupBy("what", "_chunk", "_kp", "_seg")
-                .agg(F.sum("n").alias("n"))
-                .withColumn("newest", F.lit(None).cast("long"))
-            )
-        return summary.collect()
+        seen = Observation()
+        oldest = [
+            F.min(F.when(F.col("_kp") == kp, F.col(VALID_UNTIL))).alias(f"oldest_{kp}")
+            for kp in partitions
+        ]
+        updates.observe(
+            seen,
+            F.count(F.lit(1)).alias("rows"),
+            F.collect_set(F.struct(F.col("_chunk"), F.col("_seg"))).alias("targets"),
+            *oldest,
+        ).write.mode("overwrite").parquet(directory)
+        metrics = seen.get
+        if not metrics["rows"]:
+            self.storage.delete(directory)
+            return [], {}
+        targets = sorted((int(t["_chunk"]), int(t["_seg"])) for t in metrics["targets"])
+        pending_min = {
+            kp: int(metrics[f"oldest_{kp}"])
+            for kp in partitions
+            if metrics[f"oldest_{kp}"] is not None
+        }
+        return targets, pending_min
 
     def _commit_ts(self) -> Any:
         """Each change's commit timestamp from its source order ``_ord`` (base + position).
@@ -824,16 +802,30 @@ class IngestJob:
         from pyspark.sql import functions as F
 
         commit_ms = F.shiftright(F.col("_ts"), 16)
+        value = self._time_column_ms()
+        return commit_ms if value is None else F.coalesce(value, commit_ms)
+
+    def _time_column_ms(self) -> Any | None:
+        """The time column as epoch ms (``None`` for tables chunked by commit time)."""
+        from pyspark.sql import functions as F
+
         name = self.table.time_column
         if name is None:
-            return commit_ms
+            return None
         kind = next(c.type for c in self.table.columns if c.name == name).lower()
         column = F.col(name)
         if kind.startswith("timestamp") or kind == "date":
-            value = F.unix_millis(column.cast("timestamp"))
-        else:
-            value = column.cast("long")
-        return F.coalesce(value, commit_ms)
+            return F.unix_millis(column.cast("timestamp"))
+        return column.cast("long")
+
+    def _time_column_chunk(self) -> Any:
+        """Each row's chunk by its time column; null where the commit time decides it."""
+        from pyspark.sql import functions as F
+
+        value = self._time_column_ms()
+        if value is None:
+            return F.lit(None).cast("long")
+        return F.when(value.isNotNull(), spark_chunk_start(self.table.granularity, value))
 
     def _resolution_tasks(self, partitions: int) -> int:
         """Spark tasks resolving a batch: one per key partition, at most two per core."""
@@ -861,9 +853,8 @@ class IngestJob:
             allocation.update({(chunk, kp): n for kp, n in zip(kps, numbers, strict=True)})
         return allocation
 
-    def _first_generation(
-        self, written: WrittenSegment, rows: int, max_valid_from: int | None
-    ) -> Segment:
+    def _first_generation(self, written: WrittenSegment) -> Segment:
+        rows, max_valid_from = footer_summary(self.storage, written)
         return Segment(
             table=self.table.name,
             interval=chunk_interval(self.table.granularity, written.chunk_start),
@@ -875,6 +866,23 @@ class IngestJob:
             server=self.server_id,
             max_valid_from=max_valid_from,
         )
+
+
+def segment_slots(
+    groups: Iterable[Any], granularity: Granularity, base: int, high: int
+) -> list[tuple[int, int]]:
+    """The ``(chunk start, key partition)`` pairs a batch may write a segment for.
+
+    ``groups`` have ``_kp`` and ``_tchunk`` (the chunk by the time column; null where the commit
+    time decides, and every commit timestamp of the batch lies in ``[base, high]``). A pair whose
+    records all lose or are deletes gets no segment: its partition number is simply never used.
+    """
+    by_commit = chunks_between(granularity, base >> 16, high >> 16)
+    slots: set[tuple[int, int]] = set()
+    for group in groups:
+        chunks = by_commit if group["_tchunk"] is None else [int(group["_tchunk"])]
+        slots.update((chunk, int(group["_kp"])) for chunk in chunks)
+    return sorted(slots)
 
 
 def _wall_ms() -> int:

@@ -93,6 +93,18 @@ def write_segments(
     return collect_written(directory, storage)
 
 
+def footer_summary(storage: Storage, written: WrittenSegment) -> tuple[int, int | None]:
+    """A segment's row count and greatest ``validFrom``, from its files' footers (no scan).
+
+    The greatest ``validFrom`` is ``None`` (unknown) when a footer keeps no statistics for it.
+    """
+    footers = [storage.parquet_footer(path, VALID_FROM) for path in written.locations]
+    rows = sum(count for count, _ in footers)
+    if any(count and greatest is None for count, greatest in footers):
+        return rows, None
+    return rows, max((int(g) for _, g in footers if g is not None), default=None)
+
+
 def collect_written(directory: str, storage: Storage) -> dict[tuple[int, int], WrittenSegment]:
     grouped: dict[tuple[int, int], list[FileInfo]] = {}
     for info in storage.list_files(directory, suffix=".parquet"):

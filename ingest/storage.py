@@ -70,6 +70,31 @@ class Storage:
             found.append(FileInfo(str(status.getPath().toString()), int(status.getLen())))
         return sorted(found, key=lambda info: info.path)
 
+    def parquet_footer(self, path: str, column: str) -> tuple[int, Any]:
+        """The row count of a Parquet file and the greatest value of ``column`` (``None`` when
+        the footer states none), from the footer alone."""
+        jpath = self._jvm.org.apache.hadoop.fs.Path(path)
+        parquet = self._jvm.org.apache.parquet.hadoop
+        reader = parquet.ParquetFileReader.open(
+            parquet.util.HadoopInputFile.fromPath(jpath, self._conf)
+        )
+        try:
+            blocks = list(reader.getFooter().getBlocks())
+        finally:
+            reader.close()
+        rows = sum(int(block.getRowCount()) for block in blocks)
+        maxima = []
+        for block in blocks:
+            for chunk in block.getColumns():
+                if chunk.getPath().toDotString() != column:
+                    continue
+                statistics = chunk.getStatistics()
+                if statistics is None or statistics.isEmpty():
+                    return rows, None  # a writer that kept no statistics: unknown
+                if statistics.hasNonNullValue():
+                    maxima.append(statistics.genericGetMax())
+        return rows, max(maxima, default=None)
+
     def write_atomically(self, path: str, text: str) -> None:
         """Write ``text`` to a temporary name, then rename it into place.
 

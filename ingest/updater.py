@@ -17,6 +17,7 @@ from typing import Any
 
 from ingest.bucketing import BUCKET_COLUMN, bucket_layout
 from ingest.granularity import chunk_interval
+from ingest.local_frames import local_frame
 from ingest.resolve import segment_schema, stored_columns
 from ingest.segments import WrittenSegment, tag_of_file, write_segments
 from ingest.storage import Storage
@@ -116,11 +117,17 @@ def rewrite_segments(
                 raise Internal(f"segment file {path} is not in a segment directory")
             new = plan.new_partition[(chunk, root)]
             mapping_rows.append((tag[0], tag[1], chunk, root, new, layout.values[(chunk, root)]))
-    mapping = spark.createDataFrame(
+    mapping = local_frame(
+        spark,
         sorted(set(mapping_rows)),
-        f"_fchunk long, _fpart int, _chunk long, _root int, _seg int, {BUCKET_COLUMN} int",
+        [("_fchunk", "long"), ("_fpart", "int"), ("_chunk", "long"), ("_root", "int"),
+         ("_seg", "int"), (BUCKET_COLUMN, "int")],
+    )  # fmt: skip
+    targets = local_frame(
+        spark,
+        sorted({(chunk, root, bucket) for _, _, chunk, root, _, bucket in mapping_rows}),
+        [("_chunk", "long"), ("_root", "int"), (BUCKET_COLUMN, "int")],
     )
-    targets = mapping.select("_chunk", "_root", BUCKET_COLUMN).distinct()
     columns = stored_columns(table)
     path = F.col("_metadata.file_path")
     pattern = r"/segment=(-?\d+)_(\d+)/"
@@ -141,13 +148,16 @@ def rewrite_segments(
         *pk,
         F.col(VALID_FROM),
         F.col(VALID_UNTIL).alias("_newUntil"),
-    ).join(F.broadcast(targets), on=["_chunk", "_root"])
-    keys = [BUCKET_COLUMN, "_chunk", "_root", *pk, VALID_FROM]
+    )
+    keys = ["_chunk", "_root", *pk, VALID_FROM]
     if updates.count() <= BROADCAST_UPDATES:  # from the files' footers: no scan
         joined = data.join(F.broadcast(pending), on=keys, how="left")
     else:
+        bucketed = pending.join(F.broadcast(targets), on=["_chunk", "_root"])
         joined = data.repartition(layout.tasks, BUCKET_COLUMN).join(
-            pending.repartition(layout.tasks, BUCKET_COLUMN), on=keys, how="left"
+            bucketed.repartition(layout.tasks, BUCKET_COLUMN),
+            on=[BUCKET_COLUMN, *keys],
+            how="left",
         )
     applied = joined.withColumn(VALID_UNTIL, F.coalesce(F.col(VALID_UNTIL), F.col("_newUntil")))
     if keep is not None:
@@ -164,9 +174,10 @@ def rewrite_segments(
 
 
 def overwrite_segment(
-    old: Segment, written: WrittenSegment, server_id: str, table: TableDefinition
+    old: Segment, written: WrittenSegment, rows: int, server_id: str, table: TableDefinition
 ) -> Segment:
-    """The description of a rewrite of ``old``: same root range, next minor version."""
+    """The description of a rewrite of ``old`` holding ``rows`` rows (retention may have dropped
+    some): same root range, next minor version."""
     return Segment(
         table=table.name,
         interval=old.interval,
@@ -178,7 +189,7 @@ def overwrite_segment(
         minor_version=old.minor_version + 1,
         atomic_update_group_size=1,
         location=written.locations,
-        row_count=old.row_count,
+        row_count=rows,
         size_bytes=written.size_bytes,
         server=server_id,
         # A rewrite changes validUntil and drops rows: the old bound still holds.

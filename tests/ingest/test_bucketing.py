@@ -40,3 +40,19 @@ def test_sparks_repartition_puts_each_key_partition_in_its_own_task(spark: Any) 
         .collect()
     )
     assert sorted((row._kp, row.task) for row in rows) == [(0, 0), (1, 1), (2, 2), (3, 3)]
+
+
+def test_local_frames_hold_their_rows_and_types_without_a_python_worker(spark):
+    from ingest.local_frames import local_frame
+
+    frame = local_frame(
+        spark, [("a", 1, 2**40), ("b", None, -1)], [("s", "string"), ("n", "int"), ("x", "long")]
+    )
+    assert [tuple(row) for row in frame.orderBy("s").collect()] == [
+        ("a", 1, 2**40),
+        ("b", None, -1),
+    ]
+    assert frame.schema.simpleString() == "struct<s:string,n:int,x:bigint>"
+    assert "LocalRelation" in frame._jdf.queryExecution().analyzed().toString()
+    empty = local_frame(spark, [], [("s", "string"), ("n", "int")])
+    assert empty.count() == 0 and empty.columns == ["s", "n"]

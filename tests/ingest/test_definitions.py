@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ingest.granularity import Granularity, chunk_interval, chunk_start_ms
+from ingest.granularity import Granularity, chunk_interval, chunk_start_ms, chunks_between
 from ingest.manifest import COMMIT, DONE, PREPARE, ManifestState, Record
 from ingest.table import OutOfOrder, TableDefinition
 from timeline.errors import InvalidArgument
@@ -84,6 +86,42 @@ def test_every_instant_lies_in_the_chunk_computed_for_it(granularity, instant):
     interval = chunk_interval(granularity, start)
     assert interval.start_ms <= instant < interval.end_ms
     assert chunk_start_ms(granularity, interval.end_ms) == interval.end_ms
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.sampled_from(list(Granularity)),
+    st.integers(min_value=0, max_value=4_000_000_000_000),
+    st.integers(min_value=0, max_value=90 * 86_400_000),
+)
+def test_chunks_between_lists_exactly_the_chunks_a_time_range_touches(granularity, first, span):
+    last = first + span
+    starts = chunks_between(granularity, first, last)
+    assert starts == sorted(set(starts))
+    assert starts[0] == chunk_start_ms(granularity, first)
+    assert starts[-1] == chunk_start_ms(granularity, last)
+    for before, after in itertools.pairwise(starts):
+        assert chunk_interval(granularity, before).end_ms == after  # no chunk skipped
+
+
+def test_segment_slots_take_the_time_column_chunk_or_every_commit_time_chunk():
+    from ingest.job import segment_slots
+
+    day = 86_400_000
+    base = (2 * day - 1) << 16  # the batch's commit timestamps cross midnight
+    high = (2 * day + 5) << 16
+    groups = [
+        {"_kp": 0, "_tchunk": 7 * day},
+        {"_kp": 0, "_tchunk": 7 * day},
+        {"_kp": 1, "_tchunk": None},
+        {"_kp": 2, "_tchunk": 3 * day},
+    ]
+    assert segment_slots(groups, Granularity.DAY, base, high) == [
+        (day, 1),
+        (2 * day, 1),
+        (3 * day, 2),
+        (7 * day, 0),
+    ]
 
 
 def test_spark_computes_the_same_chunk_starts_as_python(spark):

@@ -110,21 +110,22 @@ def test_a_batch_directory_goes_unless_it_or_one_of_its_children_is_referenced()
     assert unreferenced(listed, {}, []) == listed
 
 
-def assert_segments_know_their_newest_version(job: IngestJob) -> None:
-    """Every announced segment, first generation or rewrite, states its greatest validFrom (the
-    broker skips the validFrom test on segments settled below the snapshot)."""
+def assert_segments_describe_their_files(job: IngestJob) -> None:
+    """Every announced segment, first generation or rewrite, states its row count and greatest
+    validFrom as its files hold them (the broker skips the validFrom test on segments settled
+    below the snapshot; a rewrite that dropped history has fewer rows)."""
     import pyarrow.parquet as pq
 
     for segment in job.client.announced_segments("accounts"):
-        newest = max(
-            max(
-                pq.read_table(path.removeprefix("file:"), columns=["validFrom"])[
-                    "validFrom"
-                ].to_pylist()
-            )
+        valid_from = [
+            value
             for path in segment.location
-        )
-        assert segment.max_valid_from == newest, segment
+            for value in pq.read_table(path.removeprefix("file:"), columns=["validFrom"])[
+                "validFrom"
+            ].to_pylist()
+        ]
+        assert segment.max_valid_from == max(valid_from), segment
+        assert segment.row_count == len(valid_from), segment
 
 
 def private_directories(store: Path, kind: str) -> set[str]:
@@ -149,7 +150,7 @@ def test_replaced_key_indexes_and_applied_updates_are_deleted_and_answers_stay_r
         pending = {item["updates"] for item in job.state.pending.values()}
         assert private_directories(store, "_updates") == pending
         assert bool(pending) == (round_ % 2 == 1)  # cadence 2: applied every second batch
-        assert_segments_know_their_newest_version(job)
+        assert_segments_describe_their_files(job)
     assert_broker_sees(spark, follower, job.client, "accounts", history)
 
     # A restart reads the one index left per partition and goes on resolving against it.
