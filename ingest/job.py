@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ingest import garbage, retention, updater
-from ingest.bucketing import BUCKET_COLUMN, bucket_column, bucket_layout
+from ingest.bucketing import BUCKET_COLUMN, BucketLayout, bucket_column, bucket_layout
 from ingest.granularity import Granularity, chunk_interval, chunks_between, spark_chunk_start
 from ingest.local_frames import local_frame
 from ingest.manifest import (
@@ -31,7 +31,6 @@ from ingest.manifest import (
     INGEST,
     PREPARE,
     UPDATE,
-    KeyIndexVersion,
     Manifest,
     ManifestState,
     Record,
@@ -74,6 +73,8 @@ STEPS = (
     "update_after_replace",
 )
 """Named kill points, in the order a batch (then its updater run) passes them."""
+MAX_INDEX_LEVELS = 8
+"""Key index levels of a partition before a batch writes its full index again."""
 _ROW_BITS = 33  # monotonically_increasing_id(): partition id in the upper bits, row in the lower 33
 
 
@@ -210,7 +211,7 @@ class IngestJob:
                 theirs = other.key_index.get(partition)
                 mine = self.state.key_index.get(partition)
                 if theirs is not None and (mine is None or theirs.high > mine.high):
-                    self.state.key_index[partition] = KeyIndexVersion(theirs.path, theirs.high)
+                    self.state.key_index[partition] = theirs
                 consumed = other.consumed.get(partition, set())
                 self.state.consumed.setdefault(partition, set()).update(consumed)
                 self.clock.observe(other.ingested.get(partition, 0))
@@ -442,9 +443,15 @@ class IngestJob:
             stamped = stamped.withColumn(BUCKET_COLUMN, bucket_column(layout)).repartition(
                 layout.tasks, BUCKET_COLUMN
             )
-            index = self._read_index(touched, stamped)
-            index = index.withColumn(BUCKET_COLUMN, bucket_column(layout))
-            resolved = resolve(stamped, index, table, cluster_by=[BUCKET_COLUMN])
+            delta = all(
+                len(self.state.key_index[kp].levels) < MAX_INDEX_LEVELS
+                for kp in touched
+                if kp in self.state.key_index
+            )
+            index = self._read_index(touched, stamped, layout)
+            resolved = resolve(
+                stamped, index, table, cluster_by=[BUCKET_COLUMN], untouched_keys=not delta
+            )
             # Staged once as Parquet, then read by each output: cheaper than Spark's cache.
             seen = Observation()
             with self._action("resolve"):
@@ -475,30 +482,29 @@ class IngestJob:
             )
         self._step("after_segments")
 
-        key_index: dict[int, str] = {}
+        key_index: dict[int, tuple[str, ...]] = {}
         updates_dir: str | None = None
         pending_min: dict[int, int] = {}
         targets: list[tuple[int, int]] = []
         if resolution is not None:
             new_seg = mapping.withColumnRenamed("_seg", "_newSeg")
-            merged = (
-                resolution.index.join(F.broadcast(new_seg), on=["_chunk", "_kp"], how="left")
-                .withColumn(
-                    "_seg",
-                    F.when(F.col("_carried"), F.col("_seg")).when(
-                        ~F.col("_deleted"), F.col("_newSeg")
-                    ),
-                )
-                .select(*table.primary_key, *INDEX_COLUMNS)
+            merged = resolution.index.join(
+                F.broadcast(new_seg), on=["_chunk", "_kp"], how="left"
+            ).withColumn(
+                "_seg",
+                F.when(F.col("_carried"), F.col("_seg")).when(~F.col("_deleted"), F.col("_newSeg")),
             )
+            if delta:
+                merged = merged.filter(~F.col("_carried"))
             with self._action("write key index"):
                 (
-                    merged.withColumn("_kpDir", F.col("_kp"))
+                    merged.select(*table.primary_key, *INDEX_COLUMNS)
+                    .withColumn("_kpDir", F.col("_kp"))
                     .write.mode("overwrite")
                     .partitionBy("_kpDir")
                     .parquet(directories["index"])
                 )
-            key_index = {kp: f"{directories['index']}/_kpDir={kp}" for kp in touched}
+            key_index = self._new_key_index(directories["index"], touched, delta)
             with self._action("write updates"):
                 targets, pending_min = self._write_updates(
                     resolution.updates, touched, directories["updates"]
@@ -532,7 +538,7 @@ class IngestJob:
         high: int,
         rows: int,
         segments: dict[tuple[int, int], Segment],
-        key_index: dict[int, str],
+        key_index: dict[int, tuple[str, ...]],
         updates_dir: str | None,
         pending_min: dict[int, int],
         targets: list[tuple[int, int]],
@@ -546,7 +552,7 @@ class IngestJob:
             "rows": rows,
             "partitions": self.partitions,
             "segments": [segment.to_dict() for segment in segments.values()],
-            "key_index": {str(kp): path for kp, path in key_index.items()},
+            "key_index": {str(kp): list(levels) for kp, levels in key_index.items()},
             "updates": updates_dir,
             "pending_min": {str(kp): value for kp, value in pending_min.items()},
             "targets": [list(target) for target in targets],
@@ -632,7 +638,9 @@ class IngestJob:
         """Delete this server's key index and update directories its state no longer names (a
         newer index replaced them, or the updater applied them); returns how many paths went.
         Between transactions only: an attempt in flight is named by nothing yet."""
-        referenced = [version.path for version in self.state.key_index.values()]
+        referenced = [
+            level for version in self.state.key_index.values() for level in version.levels
+        ]
         referenced += [
             item["updates"] for item in self.state.pending.values() if item.get("updates")
         ]
@@ -832,12 +840,62 @@ class IngestJob:
         cores = max(1, int(self.spark.sparkContext.defaultParallelism))
         return max(1, min(partitions, 2 * cores))
 
-    def _read_index(self, partitions: Sequence[int], like: Any) -> Any:
-        paths = [self.state.key_index[kp].path for kp in partitions if kp in self.state.key_index]
-        if not paths:
-            return empty_index(like, self.table)
+    def _read_index(self, partitions: Sequence[int], like: Any, layout: BucketLayout) -> Any:
+        """The key index of ``partitions``, split like the batch: of several levels, each key's
+        newest entry (ranked in the split and order the join with the batch needs anyway)."""
+        from pyspark.sql import Window
+        from pyspark.sql import functions as F
+
         schema = empty_index(like, self.table).schema  # known: no schema-inference job
-        return self.spark.read.schema(schema).parquet(*paths)
+        stacks = [
+            self.state.key_index[kp].levels for kp in partitions if kp in self.state.key_index
+        ]
+        if not stacks:
+            return empty_index(like, self.table).withColumn(BUCKET_COLUMN, bucket_column(layout))
+        deepest = max(len(levels) for levels in stacks)
+        if deepest == 1:
+            index = self.spark.read.schema(schema).parquet(*[levels[0] for levels in stacks])
+            return index.withColumn(BUCKET_COLUMN, bucket_column(layout))
+        frames = [
+            self.spark.read.schema(schema)
+            .parquet(*[levels[level] for levels in stacks if len(levels) > level])
+            .withColumn("_level", F.lit(level))
+            for level in range(deepest)
+        ]
+        stacked = frames[0]
+        for frame in frames[1:]:
+            stacked = stacked.unionByName(frame)
+        keys = [BUCKET_COLUMN, *self.table.primary_key]
+        newest_first = Window.partitionBy(*keys).orderBy(F.col("_level").desc())
+        return (
+            stacked.withColumn(BUCKET_COLUMN, bucket_column(layout))
+            .repartition(layout.tasks, BUCKET_COLUMN)
+            .withColumn("_rank", F.row_number().over(newest_first))
+            .filter(F.col("_rank") == 1)
+            .drop("_rank", "_level")
+        )
+
+    def _new_key_index(
+        self, directory: str, touched: Sequence[int], delta: bool
+    ) -> dict[int, tuple[str, ...]]:
+        """The key index levels of each touched partition after this batch wrote ``directory``:
+        its partition directory replaces them (a full index) or goes on top (changed entries
+        only; a partition none of whose entries changed wrote nothing and keeps its levels)."""
+        written = {
+            info.path.rstrip("/").rsplit("/_kpDir=", 1)[-1]
+            for info in self.storage.list_dir(directory)
+            if "/_kpDir=" in info.path
+        }
+        levels: dict[int, tuple[str, ...]] = {}
+        for kp in touched:
+            path = f"{directory}/_kpDir={kp}"
+            below = self.state.key_index.get(kp)
+            if str(kp) not in written:
+                if not delta:
+                    raise Internal(f"the full key index of partition {kp} wrote no file")
+                continue
+            levels[kp] = (*below.levels, path) if delta and below is not None else (path,)
+        return levels
 
     def _allocate(self, pairs: Sequence[tuple[int, int]]) -> dict[tuple[int, int], int]:
         """A fresh first-generation partition number for every (chunk, key partition)."""

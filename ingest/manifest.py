@@ -161,10 +161,20 @@ def read_records(storage: Storage, directory: str) -> list[Record]:
 
 @dataclass(frozen=True, slots=True)
 class KeyIndexVersion:
-    """Where the key index of one key partition is, and the last commit timestamp it covers."""
+    """Where the key index of one key partition is, and the last commit timestamp it covers.
 
-    path: str
+    The index is a stack of levels, oldest first: a full index, then the entries later batches
+    changed (a batch writes only those, not the whole index again). A key's entry is the one in
+    the newest level holding it. A batch that finds too many levels writes a full index again.
+    """
+
+    levels: tuple[str, ...]
     high: int
+
+
+def key_index_levels(value: str | list[str]) -> tuple[str, ...]:
+    """The levels a commit or checkpoint names (a single path: a full index, the older form)."""
+    return (value,) if isinstance(value, str) else tuple(str(level) for level in value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,8 +251,8 @@ class ManifestState:
             self.high = max(self.high, high)
             for partition in body["partitions"]:
                 self.ingested[int(partition)] = high
-            for partition, path in body.get("key_index", {}).items():
-                self.key_index[int(partition)] = KeyIndexVersion(path, high)
+            for partition, levels in body.get("key_index", {}).items():
+                self.key_index[int(partition)] = KeyIndexVersion(key_index_levels(levels), high)
             if body.get("updates"):
                 self.pending[record.seq] = {key: body[key] for key in _PENDING_KEYS if key in body}
         elif record.kind == UPDATE:
@@ -283,7 +293,7 @@ class ManifestState:
             "next_seq": self.next_seq,
             "consumed": {str(p): sorted(sources) for p, sources in sorted(self.consumed.items())},
             "key_index": {
-                str(p): [version.path, version.high]
+                str(p): [list(version.levels), version.high]
                 for p, version in sorted(self.key_index.items())
             },
             "pending": {str(seq): body for seq, body in sorted(self.pending.items())},
@@ -303,8 +313,8 @@ class ManifestState:
             next_seq=max(int(body["next_seq"]), record.seq + 1),
             consumed={int(p): set(sources) for p, sources in body["consumed"].items()},
             key_index={
-                int(p): KeyIndexVersion(str(path), int(high))
-                for p, (path, high) in body["key_index"].items()
+                int(p): KeyIndexVersion(key_index_levels(levels), int(high))
+                for p, (levels, high) in body["key_index"].items()
             },
             pending={int(seq): dict(item) for seq, item in body["pending"].items()},
             high=int(body["high"]),

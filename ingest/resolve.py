@@ -112,7 +112,12 @@ def append_only(batch: Any, table: TableDefinition) -> Any:
 
 
 def resolve(
-    batch: Any, index: Any, table: TableDefinition, *, cluster_by: Sequence[str] = ()
+    batch: Any,
+    index: Any,
+    table: TableDefinition,
+    *,
+    cluster_by: Sequence[str] = (),
+    untouched_keys: bool = True,
 ) -> Any:
     """Resolve one batch of an upsert table against the key index (see the module docstring).
 
@@ -129,6 +134,10 @@ def resolve(
     ``cluster_by`` names columns that are functions of the key (a bucket of the key partition,
     see :mod:`ingest.bucketing`) both sides are already partitioned by: keying the window and the
     join on them too lets Spark keep that partitioning instead of shuffling again.
+
+    ``untouched_keys`` keeps the indexed keys the batch has no record of (a full join), so a full
+    new key index can be written from this one pass; without it only the batch's keys come
+    through (a left join), for a key index that stores just the entries that changed.
     """
     from pyspark.sql import Window
     from pyspark.sql import functions as F
@@ -150,9 +159,7 @@ def resolve(
         "_next", F.expr("lead(CASE WHEN _chain THEN _ts END, 1, NULL, true)").over(ordered)
     )
     renamed = index.select(*keys, *[F.col(name).alias("_i" + name) for name in INDEX_COLUMNS])
-    # A full join: the keys the batch does not touch come through too, so the new key index is
-    # written from this one pass instead of reading and joining the old index a second time.
-    joined = chained.join(renamed, on=keys, how="full")
+    joined = chained.join(renamed, on=keys, how="full" if untouched_keys else "left")
     in_batch = F.coalesce(F.col("_inBatch"), F.lit(False))
     indexed = F.col("_i_validFrom").isNotNull()
     index_cmp = F.col("_i_cmp")

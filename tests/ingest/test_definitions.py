@@ -152,7 +152,7 @@ def test_applied_stays_just_below_the_oldest_pending_update_until_the_updater_co
     state = ManifestState.from_records(records)
     assert state.progress([0, 1]) == {0: (200, 200), 1: (200, 149)}
     assert state.unpublished is None and state.dangling is None
-    assert state.key_index[0].path == "idx2"
+    assert state.key_index[0].levels == ("idx2",)
     records += [Record(3, COMMIT, {"kind": "update", "applied": [2], "add": [], "remove": []})]
     state = ManifestState.from_records(records)
     assert state.progress([0, 1]) == {0: (200, 200), 1: (200, 200)}

@@ -13,6 +13,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from ingest import job as job_module
 from ingest.job import IngestJob
 from tests.ingest.conftest import (
     Change,
@@ -45,10 +46,19 @@ changes_strategy = st.lists(
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
-@given(changes=changes_strategy, cuts=st.lists(st.integers(1, 13), max_size=2))
+@given(changes=changes_strategy, cuts=st.lists(st.integers(1, 13), max_size=3))
 def test_every_snapshot_shows_the_replay_of_the_changelog_up_to_it(
-    spark: Any, server: Any, follower: Any, tmp_path: Any, changes: list[Change], cuts: list[int]
+    spark: Any,
+    server: Any,
+    follower: Any,
+    tmp_path: Any,
+    monkeypatch: Any,
+    changes: list[Change],
+    cuts: list[int],
 ) -> None:
+    # Two key index levels at most: batches alternate between writing the changed entries on
+    # top of the index and writing it whole again.
+    monkeypatch.setattr(job_module, "MAX_INDEX_LEVELS", 2)
     n = next(_example)
     name = f"random{n}"
     table = accounts_table(tmp_path / name, name=name, out_of_order="store")

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ingest import job as job_module
 from ingest.garbage import collectable, collection_due, unreferenced
 from ingest.job import IngestJob
 from ingest.manifest import Garbage
@@ -136,8 +137,11 @@ def private_directories(store: Path, kind: str) -> set[str]:
 
 
 def test_replaced_key_indexes_and_applied_updates_are_deleted_and_answers_stay_right(
-    spark, server, follower, tmp_path
+    spark, server, follower, tmp_path, monkeypatch
 ):
+    # Two key index levels at most: batches alternate between writing the changed entries on
+    # top of the index and writing it whole again, which leaves the older levels unreferenced.
+    monkeypatch.setattr(job_module, "MAX_INDEX_LEVELS", 2)
     store = tmp_path / "store"
     source = tmp_path / "changelog"
     table = accounts_table(store, update_cadence=2)
@@ -145,21 +149,26 @@ def test_replaced_key_indexes_and_applied_updates_are_deleted_and_answers_stay_r
     history: list[tuple[int, Change]] = []
     for round_ in range(4):
         ingest_round(job, source, round_, history)
-        indexes = {version.path for version in job.state.key_index.values()}
-        assert private_directories(store, "_keyindex") == indexes
+        assert private_directories(store, "_keyindex") == index_levels(job)
+        assert {len(version.levels) for version in job.state.key_index.values()} == {
+            1 if round_ % 2 == 0 else 2
+        }
         pending = {item["updates"] for item in job.state.pending.values()}
         assert private_directories(store, "_updates") == pending
         assert bool(pending) == (round_ % 2 == 1)  # cadence 2: applied every second batch
         assert_segments_describe_their_files(job)
     assert_broker_sees(spark, follower, job.client, "accounts", history)
 
-    # A restart reads the one index left per partition and goes on resolving against it.
+    # A restart reads the levels left per partition and goes on resolving against them.
     job = IngestJob(spark, table, server("s1")).start()
+    assert {len(version.levels) for version in job.state.key_index.values()} == {2}
     ingest_round(job, source, 4, history)
-    assert private_directories(store, "_keyindex") == {
-        version.path for version in job.state.key_index.values()
-    }
+    assert private_directories(store, "_keyindex") == index_levels(job)
     assert_broker_sees(spark, follower, job.client, "accounts", history)
+
+
+def index_levels(job: IngestJob) -> set[str]:
+    return {level for version in job.state.key_index.values() for level in version.levels}
 
 
 # -- history retention -----------------------------------------------------------------------
