@@ -4,13 +4,14 @@ Modules (one idea each): ``table`` (TOML definition -> TableDefinition -> TableD
 ``granularity`` (time chunks), ``partitioning`` (key partition = pmod(xxhash64(pk), n)),
 ``resolve`` (key resolution as Spark transformations), ``segments`` (segment files), ``updater``
 (validUntil rewrites as overwrite segments), ``manifest`` (exactly-once commit log), ``storage``
-(Hadoop FileSystem), ``job`` (IngestJob), ``cli`` (``main_ingest``).
+(Hadoop FileSystem), ``local_frames`` (small driver tables), ``job`` (IngestJob), ``cli``
+(``main_ingest``).
 
 Storage layout under ``<storage_root>/<table>/``::
 
     segments/<server>/b<seq>/segment=<chunk start>_<partition>/part-*.parquet   first generation
     segments/<server>/u<seq>/segment=<chunk start>_<partition>/part-*.parquet   overwrites
-    _keyindex/<server>/b<seq>/_kpDir=<key partition>/part-*.parquet            key index versions
+    _keyindex/<server>/b<seq>/_kpDir=<key partition>/part-*.parquet            key index levels
     _updates/<server>/b<seq>/part-*.parquet                                   pending validUntil
     _manifest/<server>/<seq>-{prepare,commit,done}.json                       commit log
 """
