@@ -9,7 +9,7 @@ used by an announced segment (of any server) is never deleted.
 A server's private files (its key index and its pending validUntil updates) are read by that server
 alone, so they go as soon as its commit log no longer references them: after each transaction, every
 directory of one batch that the state does not name is swept (:func:`sweep_unreferenced`). Without
-this, a key index rewritten every batch would fill the disk at the rate of the table's size.
+this, key index levels replaced by a full index would fill the disk at the rate of the table's size.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ Every batch (and every updater run) is a two-record transaction in storage, unde
    the attempt will write. A prepare without its commit marks a dead attempt: on restart its
    directories are deleted, then the prepare itself; nothing of it was ever announced.
 2. ``<seq>-commit.json`` is written after every file is complete and **before** any announcement:
-   the segments, the key index versions, the pending ``validUntil`` updates, the consumed sources
+   the segments, the key index levels, the pending ``validUntil`` updates, the consumed sources
    and the commit-timestamp range. A commit is the point of no return: on restart a commit without
    its ``done`` is rolled forward (announce or replace, then report), which is idempotent.
 3. ``<seq>-done.json`` is written once the commit is announced and reported (with the wall-clock

@@ -123,11 +123,6 @@ def rewrite_segments(
         [("_fchunk", "long"), ("_fpart", "int"), ("_chunk", "long"), ("_root", "int"),
          ("_seg", "int"), (BUCKET_COLUMN, "int")],
     )  # fmt: skip
-    targets = local_frame(
-        spark,
-        sorted({(chunk, root, bucket) for _, _, chunk, root, _, bucket in mapping_rows}),
-        [("_chunk", "long"), ("_root", "int"), (BUCKET_COLUMN, "int")],
-    )
     columns = stored_columns(table)
     path = F.col("_metadata.file_path")
     pattern = r"/segment=(-?\d+)_(\d+)/"
@@ -153,6 +148,11 @@ def rewrite_segments(
     if updates.count() <= BROADCAST_UPDATES:  # from the files' footers: no scan
         joined = data.join(F.broadcast(pending), on=keys, how="left")
     else:
+        targets = local_frame(
+            spark,
+            sorted({(chunk, root, bucket) for _, _, chunk, root, _, bucket in mapping_rows}),
+            [("_chunk", "long"), ("_root", "int"), (BUCKET_COLUMN, "int")],
+        )
         bucketed = pending.join(F.broadcast(targets), on=["_chunk", "_root"])
         joined = data.repartition(layout.tasks, BUCKET_COLUMN).join(
             bucketed.repartition(layout.tasks, BUCKET_COLUMN),
