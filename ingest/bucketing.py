@@ -76,10 +76,19 @@ def bucket_layout(partitions: Sequence[Any], tasks: int) -> BucketLayout:
 
 
 def bucket_column(layout: BucketLayout, key_partition: str = "_kp") -> Any:
-    """A Spark int column: the bucket value of each row's key partition."""
+    """A Spark int column: the bucket value of each row's key partition (null for a partition
+    the layout does not hold).
+
+    One array literal indexed by the key partition: a single expression to send to the JVM and
+    constant work per row, however many key partitions the batch touches.
+    """
     from pyspark.sql import functions as F
 
-    expression = F.lit(None).cast("int")
-    for kp, value in sorted(layout.values.items()):
-        expression = F.when(F.col(key_partition) == kp, F.lit(value)).otherwise(expression)
-    return expression.cast("int")
+    size = max(layout.values, default=-1) + 1
+    slots = ["CAST(NULL AS INT)"] * size
+    for kp, value in layout.values.items():
+        slots[kp] = str(value)
+    if not slots:
+        return F.lit(None).cast("int")
+    kp = f"`{key_partition}`"
+    return F.expr(f"IF({kp} >= 0, try_element_at(array({', '.join(slots)}), {kp} + 1), NULL)")

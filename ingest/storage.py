@@ -34,6 +34,10 @@ class Storage:
         fs, jpath = self._path(path)
         return str(fs.makeQualified(jpath).toString())
 
+    def uri(self, path: str) -> str:
+        """``path`` as a URI (percent-encoded), the form of Spark's ``_metadata.file_path``."""
+        return str(self._jvm.org.apache.hadoop.fs.Path(path).toUri().toString())
+
     def exists(self, path: str) -> bool:
         fs, jpath = self._path(path)
         return bool(fs.exists(jpath))
@@ -83,16 +87,20 @@ class Storage:
         finally:
             reader.close()
         rows = sum(int(block.getRowCount()) for block in blocks)
+        if not blocks:
+            return rows, None
+        # Every block lists the same columns in the same order: find the one wanted once.
+        paths = [chunk.getPath().toDotString() for chunk in blocks[0].getColumns()]
+        if column not in paths:
+            return rows, None
+        position = paths.index(column)
         maxima = []
         for block in blocks:
-            for chunk in block.getColumns():
-                if chunk.getPath().toDotString() != column:
-                    continue
-                statistics = chunk.getStatistics()
-                if statistics is None or statistics.isEmpty():
-                    return rows, None  # a writer that kept no statistics: unknown
-                if statistics.hasNonNullValue():
-                    maxima.append(statistics.genericGetMax())
+            statistics = block.getColumns().get(position).getStatistics()
+            if statistics is None or statistics.isEmpty():
+                return rows, None  # a writer that kept no statistics: unknown
+            if statistics.hasNonNullValue():
+                maxima.append(statistics.genericGetMax())
         return rows, max(maxima, default=None)
 
     def write_atomically(self, path: str, text: str) -> None:

@@ -19,7 +19,7 @@ from ingest.bucketing import BUCKET_COLUMN, bucket_layout
 from ingest.granularity import chunk_interval
 from ingest.local_frames import local_frame
 from ingest.resolve import segment_schema, stored_columns
-from ingest.segments import WrittenSegment, tag_of_file, write_segments
+from ingest.segments import WrittenSegment, write_segments
 from ingest.storage import Storage
 from ingest.table import TableDefinition
 from timeline.errors import Internal
@@ -109,51 +109,53 @@ def rewrite_segments(
     cores = max(1, int(spark.sparkContext.defaultParallelism))
     layout = bucket_layout(sorted(plan.current), max(1, min(len(plan.current), 2 * cores)))
     files = [path for segment in plan.current.values() for path in segment.location]
-    mapping_rows = []
-    for (chunk, root), segment in plan.current.items():
-        for path in segment.location:
-            tag = tag_of_file(path)
-            if tag is None:
-                raise Internal(f"segment file {path} is not in a segment directory")
-            new = plan.new_partition[(chunk, root)]
-            mapping_rows.append((tag[0], tag[1], chunk, root, new, layout.values[(chunk, root)]))
+    # Each row learns its segment from its file: a broadcast join on the path, as Spark's
+    # ``_metadata.file_path`` spells it (the URI form), costs far less than parsing it per row.
+    mapping_rows = [
+        (
+            storage.uri(path),
+            chunk,
+            root,
+            plan.new_partition[(chunk, root)],
+            layout.values[(chunk, root)],
+        )
+        for (chunk, root), segment in sorted(plan.current.items())
+        for path in segment.location
+    ]
     mapping = local_frame(
         spark,
-        sorted(set(mapping_rows)),
-        [("_fchunk", "long"), ("_fpart", "int"), ("_chunk", "long"), ("_root", "int"),
-         ("_seg", "int"), (BUCKET_COLUMN, "int")],
+        mapping_rows,
+        [("_file", "string"), ("_chunk", "long"), ("_root", "int"), ("_seg", "int"),
+         (BUCKET_COLUMN, "int")],
     )  # fmt: skip
     columns = stored_columns(table)
-    path = F.col("_metadata.file_path")
-    pattern = r"/segment=(-?\d+)_(\d+)/"
+    unmapped = F.raise_error(F.concat(F.lit("a segment row from an unplanned file: "), "_file"))
     data = (
         spark.read.schema(segment_schema(table))
         .parquet(*files)
-        .select(
-            *columns,
-            F.regexp_extract(path, pattern, 1).cast("long").alias("_fchunk"),
-            F.regexp_extract(path, pattern, 2).cast("int").alias("_fpart"),
-        )
-        .join(F.broadcast(mapping), on=["_fchunk", "_fpart"])
+        .select(*columns, F.col("_metadata.file_path").alias("_file"))
+        .join(F.broadcast(mapping), on="_file", how="left")
+        .withColumn("_seg", F.when(F.col("_seg").isNull(), unmapped).otherwise(F.col("_seg")))
     )
     pk = list(table.primary_key)
-    pending = updates.select(
-        F.col("_chunk"),
-        F.col("_seg").alias("_root"),
-        *pk,
-        F.col(VALID_FROM),
-        F.col(VALID_UNTIL).alias("_newUntil"),
-    )
-    keys = ["_chunk", "_root", *pk, VALID_FROM]
+    # A version is stored once and superseded once, so (key, validFrom) finds the one row an
+    # update is for; a row that shares them (an empty interval from the same transaction) has a
+    # validUntil already, which the coalesce below keeps.
+    keys = [*pk, VALID_FROM]
+    pending = updates.select(*keys, F.col(VALID_UNTIL).alias("_newUntil"))
     if updates.count() <= BROADCAST_UPDATES:  # from the files' footers: no scan
         joined = data.join(F.broadcast(pending), on=keys, how="left")
     else:
         targets = local_frame(
             spark,
-            sorted({(chunk, root, bucket) for _, _, chunk, root, _, bucket in mapping_rows}),
+            sorted({(chunk, root, bucket) for _, chunk, root, _, bucket in mapping_rows}),
             [("_chunk", "long"), ("_root", "int"), (BUCKET_COLUMN, "int")],
         )
-        bucketed = pending.join(F.broadcast(targets), on=["_chunk", "_root"])
+        bucketed = (
+            updates.withColumnRenamed("_seg", "_root")
+            .join(F.broadcast(targets), on=["_chunk", "_root"])
+            .select(BUCKET_COLUMN, *keys, F.col(VALID_UNTIL).alias("_newUntil"))
+        )
         joined = data.repartition(layout.tasks, BUCKET_COLUMN).join(
             bucketed.repartition(layout.tasks, BUCKET_COLUMN),
             on=[BUCKET_COLUMN, *keys],

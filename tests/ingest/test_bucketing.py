@@ -56,3 +56,19 @@ def test_local_frames_hold_their_rows_and_types_without_a_python_worker(spark):
     assert "LocalRelation" in frame._jdf.queryExecution().analyzed().toString()
     empty = local_frame(spark, [], [("s", "string"), ("n", "int")])
     assert empty.count() == 0 and empty.columns == ["s", "n"]
+
+
+def test_bucket_column_maps_each_held_key_partition_to_its_value_and_others_to_null(spark):
+    from pyspark.sql import functions as F
+
+    layout = bucket_layout([1, 5, 6], 2)
+    rows = (
+        spark.range(9)
+        .select((F.col("id") - 1).cast("int").alias("_kp"))
+        .withColumn("_bucket", bucket_column(layout))
+        .collect()
+    )
+    assert {row._kp: row._bucket for row in rows} == {
+        -1: None, 0: None, 1: layout.values[1], 2: None, 3: None, 4: None,
+        5: layout.values[5], 6: layout.values[6], 7: None,
+    }  # fmt: skip

@@ -143,6 +143,21 @@ def test_insert_update_delete_insert_keeps_a_chain_visible_at_every_snapshot(
     assert seen.lwm >= max(ts for ts, _ in log)
 
 
+def test_the_updater_finds_each_rows_segment_under_a_root_that_needs_uri_escaping(
+    spark, server, follower, tmp_path
+):
+    """Rows learn their segment from Spark's file path, which is percent-encoded."""
+    table = accounts_table(tmp_path / "a root%20with space", key_partitions=3)
+    client = server("s1")
+    job = IngestJob(spark, table, client).start()
+    log: list[tuple[int, Change]] = []
+    run(job, spark, [Change(f"k{i}", i, 1) for i in range(12)], log)
+    second = run(job, spark, [Change(f"k{i}", 100 + i, 2) for i in range(0, 12, 2)], log)
+    assert second.updated_segments == 3
+    seen = assert_broker_sees(spark, follower, client, "accounts", log)
+    assert len(seen.stored) == 18
+
+
 def test_a_slow_updater_cadence_holds_the_low_watermark_below_pending_updates(
     spark, server, follower, tmp_path
 ):
