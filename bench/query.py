@@ -19,7 +19,8 @@ The segments are laid out as ingestion writes them (``ingest/segments.py``): one
 The Parquet page statistics (column indexes) on ``validUntil`` let Spark skip the history pages,
 and every segment holds its share of current rows, so the scan tasks stay balanced across cores.
 Layout ``key_sorted`` (the default) orders the current section by primary key, so the id page
-statistics also serve key lookups; ``ingest`` orders it by ``validFrom`` as ingestion does today.
+statistics also serve key lookups (as ingestion writes them); ``ingest`` orders it by ``validFrom``,
+the layout ingestion wrote before it sorted by key.
 
 Run: ``python -m bench.query [--quick] [--sizes 1000000,5000000] [--layout ingest]``.
 """
@@ -78,8 +79,8 @@ def descriptor() -> Any:
 def segment_order(layout: str, primary_key: tuple[str, ...]) -> list[Any]:
     """Sort order inside a segment file: current versions first, then history by ``validFrom``.
 
-    ``key_sorted`` orders the current section by primary key (history has NULL there), ``ingest``
-    by ``validFrom`` like ``ingest.segments.write_segments`` today.
+    ``key_sorted`` orders the current section by primary key (history has NULL there) like
+    ``ingest.segments.write_segments``; ``ingest`` by ``validFrom``, its earlier layout.
     """
     from pyspark.sql import functions as F
 
