@@ -79,9 +79,9 @@ def write_segments(
     Current versions come first, sorted by ``primary_key`` (row-group statistics on the key then
     narrow a key lookup to about one row group per file), then history by ``validFrom`` (so time
     travel skips what was not yet written). A current version whose first key column is null
-    sorts among the history (a layout blemish, never a wrong answer). ``shuffle=False`` when every segment's rows are
-    already in one Spark task (no repartition). Returns what was written, keyed by
-    ``(chunk_start, partition)``.
+    sorts among the history (a layout blemish, never a wrong answer). ``shuffle=False`` when
+    every segment's rows are already in one Spark task (no repartition). Returns what was
+    written, keyed by ``(chunk_start, partition)``.
     """
     from pyspark.sql import functions as F
 

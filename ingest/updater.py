@@ -108,20 +108,22 @@ def rewrite_segments(
 
     cores = max(1, int(spark.sparkContext.defaultParallelism))
     layout = bucket_layout(sorted(plan.current), max(1, min(len(plan.current), 2 * cores)))
-    files = [path for segment in plan.current.values() for path in segment.location]
+    files = sorted({path for segment in plan.current.values() for path in segment.location})
     # Each row learns its segment from its file: a broadcast join on the path, as Spark's
     # ``_metadata.file_path`` spells it (the URI form), costs far less than parsing it per row.
-    mapping_rows = [
-        (
-            storage.uri(path),
-            chunk,
-            root,
-            plan.new_partition[(chunk, root)],
-            layout.values[(chunk, root)],
-        )
-        for (chunk, root), segment in sorted(plan.current.items())
-        for path in segment.location
-    ]
+    mapping_rows = sorted(
+        {
+            (
+                storage.uri(path),
+                chunk,
+                root,
+                plan.new_partition[(chunk, root)],
+                layout.values[(chunk, root)],
+            )
+            for (chunk, root), segment in plan.current.items()
+            for path in segment.location
+        }
+    )
     mapping = local_frame(
         spark,
         mapping_rows,
