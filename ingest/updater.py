@@ -116,7 +116,6 @@ def rewrite_segments(
             (
                 storage.uri(path),
                 chunk,
-                root,
                 plan.new_partition[(chunk, root)],
                 layout.values[(chunk, root)],
             )
@@ -127,9 +126,8 @@ def rewrite_segments(
     mapping = local_frame(
         spark,
         mapping_rows,
-        [("_file", "string"), ("_chunk", "long"), ("_root", "int"), ("_seg", "int"),
-         (BUCKET_COLUMN, "int")],
-    )  # fmt: skip
+        [("_file", "string"), ("_chunk", "long"), ("_seg", "int"), (BUCKET_COLUMN, "int")],
+    )
     columns = stored_columns(table)
     unmapped = F.raise_error(F.concat(F.lit("a segment row from an unplanned file: "), "_file"))
     data = (
@@ -150,7 +148,7 @@ def rewrite_segments(
     else:
         targets = local_frame(
             spark,
-            sorted({(chunk, root, bucket) for _, chunk, root, _, bucket in mapping_rows}),
+            sorted((chunk, root, layout.values[(chunk, root)]) for chunk, root in plan.current),
             [("_chunk", "long"), ("_root", "int"), (BUCKET_COLUMN, "int")],
         )
         bucketed = (
