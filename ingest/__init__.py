@@ -11,7 +11,8 @@ Storage layout under ``<storage_root>/<table>/``::
 
     segments/<server>/b<seq>/segment=<chunk start>_<partition>/part-*.parquet   first generation
     segments/<server>/u<seq>/segment=<chunk start>_<partition>/part-*.parquet   overwrites
-    _keyindex/<server>/b<seq>/_kpDir=<key partition>/part-*.parquet            key index levels
-    _updates/<server>/b<seq>/part-*.parquet                                   pending validUntil
+    _keyindex/<server>/r<seq>/_kpDir=<key partition>/part-*.parquet            a batch's resolution:
+                                                                              key index level and
+                                                                              pending validUntil
     _manifest/<server>/<seq>-{prepare,commit,done}.json                       commit log
 """

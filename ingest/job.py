@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
+import re
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -39,22 +40,22 @@ from ingest.manifest import (
 )
 from ingest.partitioning import key_partition
 from ingest.resolve import (
-    INDEX_COLUMNS,
     SOURCE_FILE,
     SOURCE_POSITION,
     append_only,
     empty_index,
     outputs,
+    resolution_schema,
     resolve,
     stored_columns,
+    supersedes_stored,
     updates_schema,
 )
-from ingest.segments import WrittenSegment, footer_summary, write_segments
+from ingest.segments import WrittenSegment, footer_summaries, write_segments
 from ingest.storage import Storage
 from ingest.table import TableDefinition
 from timeline.errors import Internal, InvalidArgument
 from timeline.segment import Segment
-from watermark.catalog import VALID_UNTIL
 from watermark.hlc import HybridLogicalClock
 from watermark.server import ServerClient
 
@@ -75,6 +76,8 @@ STEPS = (
 """Named kill points, in the order a batch (then its updater run) passes them."""
 MAX_INDEX_LEVELS = 8
 """Key index levels of a partition before a batch writes its full index again."""
+INDEX_PARTITION_DIR = "_kpDir"
+_RESOLUTION = re.compile(r"/_keyindex/[^/]+/r\d+(?:/|$)")
 _ROW_BITS = 33  # monotonically_increasing_id(): partition id in the upper bits, row in the lower 33
 
 
@@ -263,7 +266,7 @@ class IngestJob:
         (an idle source must not hold the low-watermark back)."""
         self.start()
         base = self.clock.now()
-        return self._commit_ingest(self.state.next_seq, (), [], base, base, 0, {}, {}, None, {}, [])
+        return self._commit_ingest(self.state.next_seq, (), [], base, base, 0, {}, {}, None, {})
 
     def run_directory(
         self, path: str, fmt: str = "parquet", *, options: dict[str, str] | None = None
@@ -403,7 +406,7 @@ class IngestJob:
         high = base + max(reserved, 1) - 1
         self.clock.observe(high)
         if total_rows == 0:
-            return self._commit_ingest(seq, sources, needed, base, high, 0, {}, {}, None, {}, [])
+            return self._commit_ingest(seq, sources, needed, base, high, 0, {}, {}, None, {})
 
         offsets, running = [], 0
         for source_file, pid, _, hi, _ in spans:
@@ -422,9 +425,8 @@ class IngestJob:
 
         directories = {
             "segments": f"{self.root}/segments/{self.server_id}/b{seq:010d}",
-            "index": f"{self.root}/_keyindex/{self.server_id}/b{seq:010d}",
-            "updates": f"{self.root}/_updates/{self.server_id}/b{seq:010d}",
-            "staging": f"{self.root}/_staging/{self.server_id}/b{seq:010d}",
+            # The resolved frame: also this batch's key index level and pending updates.
+            "resolution": resolution_directory(self.root, self.server_id, seq),
         }
         self.manifest.write(
             seq, PREPARE, {"kind": INGEST, "directories": sorted(directories.values())}
@@ -436,7 +438,9 @@ class IngestJob:
             [(chunk, kp, number) for (chunk, kp), number in allocation.items()],
             [("_chunk", "long"), ("_kp", "int"), ("_seg", "int")],
         )
-        resolution = None
+        key_index: dict[int, tuple[str, ...]] = {}
+        updates_dir: str | None = None
+        pending: dict[str, Any] = {}
         read_again = total_rows
         if table.upsert:
             layout = bucket_layout(touched, self._resolution_tasks(len(touched)))
@@ -450,20 +454,40 @@ class IngestJob:
             )
             index = self._read_index(touched, stamped, layout)
             resolved = resolve(
-                stamped, index, table, cluster_by=[BUCKET_COLUMN], untouched_keys=not delta
+                stamped, index, table, mapping, cluster_by=[BUCKET_COLUMN], untouched_keys=not delta
             )
-            # Staged once as Parquet, then read by each output: cheaper than Spark's cache.
             seen = Observation()
+            update = supersedes_stored()
+            # Declarative aggregates only: a set of targets here would cost a second a batch.
+            observed = resolved.observe(
+                seen,
+                F.count_if("_inBatch").alias("rows"),
+                F.count_if(update).alias("updates"),
+                F.min(F.when(update, F.col("_ts"))).alias("oldest"),
+            )
+
             with self._action("resolve"):
-                resolved.observe(seen, F.count_if("_inBatch").alias("rows")).write.mode(
-                    "overwrite"
-                ).option("compression", "none").parquet(directories["staging"])
-            read_again = int(seen.get["rows"])
-            staged = self.spark.read.schema(resolved.schema).parquet(directories["staging"])
-            resolution = outputs(staged, table)
-            versions = resolution.versions
+                (
+                    observed.withColumn(INDEX_PARTITION_DIR, F.col("_kp"))
+                    .write.mode("overwrite")
+                    .partitionBy(INDEX_PARTITION_DIR)
+                    .option("compression", "none")
+                    .parquet(directories["resolution"])
+                )
+            metrics = seen.get
+            read_again = int(metrics["rows"])
+            staged = self._read_resolutions([directories["resolution"]])
+            versions = outputs(staged, table).versions
+            key_index = self._new_key_index(directories["resolution"], touched, delta)
+            if metrics["updates"]:
+                updates_dir = directories["resolution"]
+                pending = {
+                    # Per partition, the batch's oldest update: held back no later than needed
+                    # by those with updates, a little longer by the others (until applied).
+                    "pending_min": {str(kp): int(metrics["oldest"]) for kp in touched},
+                }
         else:
-            versions = append_only(stamped, table)
+            versions = append_only(stamped, table).join(F.broadcast(mapping), on=["_chunk", "_kp"])
         if read_again != total_rows:
             raise Internal(
                 f"table {table.name!r}: the batch's source gave {total_rows} rows when counted and "
@@ -471,50 +495,23 @@ class IngestJob:
             )
         with self._action("write segments"):
             written = write_segments(
-                versions.join(F.broadcast(mapping), on=["_chunk", "_kp"]),
+                versions,
                 stored_columns(table),
                 directories["segments"],
                 len(allocation),
                 self.storage,
                 primary_key=table.primary_key,
-                # Each staged file holds whole key partitions (ingest.bucketing): no shuffle.
+                # Each resolution file holds whole key partitions (ingest.bucketing): no shuffle.
                 shuffle=not table.upsert,
             )
         self._step("after_segments")
-
-        key_index: dict[int, tuple[str, ...]] = {}
-        updates_dir: str | None = None
-        pending_min: dict[int, int] = {}
-        targets: list[tuple[int, int]] = []
-        if resolution is not None:
-            new_seg = mapping.withColumnRenamed("_seg", "_newSeg")
-            merged = resolution.index.join(
-                F.broadcast(new_seg), on=["_chunk", "_kp"], how="left"
-            ).withColumn(
-                "_seg",
-                F.when(F.col("_carried"), F.col("_seg")).when(~F.col("_deleted"), F.col("_newSeg")),
-            )
-            if delta:
-                merged = merged.filter(~F.col("_carried"))
-            with self._action("write key index"):
-                (
-                    merged.select(*table.primary_key, *INDEX_COLUMNS)
-                    .withColumn("_kpDir", F.col("_kp"))
-                    .write.mode("overwrite")
-                    .partitionBy("_kpDir")
-                    .parquet(directories["index"])
-                )
-            key_index = self._new_key_index(directories["index"], touched, delta)
-            with self._action("write updates"):
-                targets, pending_min = self._write_updates(
-                    resolution.updates, touched, directories["updates"]
-                )
-            if pending_min:
-                updates_dir = directories["updates"]
-        self.storage.delete(directories["staging"])  # listed in the prepare: a crash is cleaned
         self._step("after_files")
 
-        segments = {tag: self._first_generation(item) for tag, item in written.items()}
+        summaries = footer_summaries(self.storage, list(written.values()))
+        segments = {
+            tag: self._first_generation(item, rows, max_valid_from)
+            for (tag, item), (rows, max_valid_from) in zip(written.items(), summaries, strict=True)
+        }
         return self._commit_ingest(
             seq,
             sources,
@@ -525,8 +522,7 @@ class IngestJob:
             segments,
             key_index,
             updates_dir,
-            pending_min,
-            targets,
+            pending,
         )
 
     def _commit_ingest(
@@ -540,9 +536,10 @@ class IngestJob:
         segments: dict[tuple[int, int], Segment],
         key_index: dict[int, tuple[str, ...]],
         updates_dir: str | None,
-        pending_min: dict[int, int],
-        targets: list[tuple[int, int]],
+        pending: dict[str, Any],
     ) -> BatchResult:
+        """Commit a batch; ``pending`` holds its updates' ``pending_min``, empty when it has
+        none."""
         body = {
             "kind": INGEST,
             "sources": list(sources),
@@ -554,8 +551,8 @@ class IngestJob:
             "segments": [segment.to_dict() for segment in segments.values()],
             "key_index": {str(kp): list(levels) for kp, levels in key_index.items()},
             "updates": updates_dir,
-            "pending_min": {str(kp): value for kp, value in pending_min.items()},
-            "targets": [list(target) for target in targets],
+            "pending_min": {},
+            **pending,
         }
         record = self.manifest.write(seq, COMMIT, body)
         self.state.apply_commit(record)
@@ -666,12 +663,11 @@ class IngestJob:
         seq = self.state.next_seq
         applied = sorted(self.state.pending)
         paths = [self.state.pending[s]["updates"] for s in applied]
-        updates = self.spark.read.schema(updates_schema(self.table)).parquet(*paths)
-        targets = [
-            (int(chunk), int(seg))
-            for s in applied
-            for chunk, seg in self.state.pending[s].get("targets") or []
-        ]
+        updates = self._pending_updates(paths)
+        # The segments they are for, and how many there are: one small job on narrow columns.
+        with self._action("updater targets"):
+            per_target = updates.groupBy("_chunk", "_seg").count().collect()
+        targets = sorted((int(row["_chunk"]), int(row["_seg"])) for row in per_target)
         plan = updater.plan_updates(
             targets,
             self.table,
@@ -694,17 +690,22 @@ class IngestJob:
                 directory,
                 self.storage,
                 keep=retention.kept_rows(horizon) if horizon else None,
+                rows=sum(int(row["count"]) for row in per_target),
             )
         self._step("update_after_files")
         by_partition = {item.partition: item for item in written.values()}
-        add, remove = [], []
+        rewrites = []
         for target, old in sorted(plan.current.items()):
             item = by_partition.get(plan.new_partition[target])
             if item is None:
                 raise Internal(f"the rewrite of segment {old} wrote no file")
-            rows, _ = footer_summary(self.storage, item)
-            add.append(updater.overwrite_segment(old, item, rows, self.server_id, self.table))
-            remove.append(old)
+            rewrites.append((old, item))
+        summaries = footer_summaries(self.storage, [item for _, item in rewrites])
+        add = [
+            updater.overwrite_segment(old, item, rows, self.server_id, self.table)
+            for (old, item), (rows, _) in zip(rewrites, summaries, strict=True)
+        ]
+        remove = [old for old, _ in rewrites]
         body = {
             "kind": UPDATE,
             "applied": applied,
@@ -758,37 +759,6 @@ class IngestJob:
         if len(partitions) < table.key_partitions:
             enriched = enriched.filter(F.col("_kp").isin(list(partitions)))
         return enriched
-
-    def _write_updates(
-        self, updates: Any, partitions: Sequence[int], directory: str
-    ) -> tuple[list[tuple[int, int]], dict[int, int]]:
-        """Write the batch's validUntil updates; returns the segments they target and each key
-        partition's oldest update, observed by the write itself (no second scan)."""
-        from pyspark.sql import Observation
-        from pyspark.sql import functions as F
-
-        seen = Observation()
-        oldest = [
-            F.min(F.when(F.col("_kp") == kp, F.col(VALID_UNTIL))).alias(f"oldest_{kp}")
-            for kp in partitions
-        ]
-        updates.observe(
-            seen,
-            F.count(F.lit(1)).alias("rows"),
-            F.collect_set(F.struct(F.col("_chunk"), F.col("_seg"))).alias("targets"),
-            *oldest,
-        ).write.mode("overwrite").parquet(directory)
-        metrics = seen.get
-        if not metrics["rows"]:
-            self.storage.delete(directory)
-            return [], {}
-        targets = sorted((int(t["_chunk"]), int(t["_seg"])) for t in metrics["targets"])
-        pending_min = {
-            kp: int(metrics[f"oldest_{kp}"])
-            for kp in partitions
-            if metrics[f"oldest_{kp}"] is not None
-        }
-        return targets, pending_min
 
     def _commit_ts(self) -> Any:
         """Each change's commit timestamp from its source order ``_ord`` (base + position).
@@ -854,12 +824,12 @@ class IngestJob:
             return empty_index(like, self.table).withColumn(BUCKET_COLUMN, bucket_column(layout))
         deepest = max(len(levels) for levels in stacks)
         if deepest == 1:
-            index = self.spark.read.schema(schema).parquet(*[levels[0] for levels in stacks])
+            index = self._index_entries([levels[0] for levels in stacks], schema)
             return index.withColumn(BUCKET_COLUMN, bucket_column(layout))
         frames = [
-            self.spark.read.schema(schema)
-            .parquet(*[levels[level] for levels in stacks if len(levels) > level])
-            .withColumn("_level", F.lit(level))
+            self._index_entries(
+                [levels[level] for levels in stacks if len(levels) > level], schema
+            ).withColumn("_level", F.lit(level))
             for level in range(deepest)
         ]
         stacked = frames[0]
@@ -875,25 +845,64 @@ class IngestJob:
             .drop("_rank", "_level")
         )
 
+    def _index_entries(self, paths: Sequence[str], schema: Any) -> Any:
+        """The key index entries stored at ``paths``: derived from a batch's resolution, or read
+        from a key index file of the older layout (``schema``)."""
+        resolutions = [path for path in paths if is_resolution(path)]
+        older = [path for path in paths if not is_resolution(path)]
+        frames = []
+        if resolutions:
+            staged = self._read_resolutions(resolutions)
+            frames.append(outputs(staged, self.table).index)
+        if older:
+            frames.append(self.spark.read.schema(schema).parquet(*older))
+        entries = frames[0]
+        for frame in frames[1:]:
+            entries = entries.unionByName(frame)
+        return entries
+
+    def _read_resolutions(self, paths: Sequence[str]) -> Any:
+        """Batches' resolved frames (whole batch directories or single partitions of them)."""
+        # Found recursively: partition discovery refuses several batch directories at once.
+        return (
+            self.spark.read.schema(resolution_schema(self.table))
+            .option("recursiveFileLookup", "true")
+            .parquet(*paths)
+        )
+
+    def _pending_updates(self, paths: Sequence[str]) -> Any:
+        """The validUntil updates stored at ``paths``: derived from batches' resolutions, or read
+        from update files of the older layout."""
+        resolutions = [path for path in paths if is_resolution(path)]
+        older = [path for path in paths if not is_resolution(path)]
+        frames = []
+        if resolutions:
+            staged = self._read_resolutions(resolutions)
+            frames.append(outputs(staged, self.table).updates)
+        if older:
+            frames.append(self.spark.read.schema(updates_schema(self.table)).parquet(*older))
+        updates = frames[0]
+        for frame in frames[1:]:
+            updates = updates.unionByName(frame)
+        return updates
+
     def _new_key_index(
         self, directory: str, touched: Sequence[int], delta: bool
     ) -> dict[int, tuple[str, ...]]:
-        """The key index levels of each touched partition after this batch wrote ``directory``:
-        its partition directory replaces them (a full index) or goes on top (changed entries
-        only; a partition none of whose entries changed wrote nothing and keeps its levels)."""
+        """The key index levels of each touched partition after this batch wrote its resolution
+        to ``directory``: its partition directory goes on top of them, or replaces them when the
+        batch resolved against the whole index (then it holds every key)."""
         written = {
-            info.path.rstrip("/").rsplit("/_kpDir=", 1)[-1]
+            info.path.rstrip("/").rsplit(f"/{INDEX_PARTITION_DIR}=", 1)[-1]
             for info in self.storage.list_dir(directory)
-            if "/_kpDir=" in info.path
+            if f"/{INDEX_PARTITION_DIR}=" in info.path
         }
         levels: dict[int, tuple[str, ...]] = {}
         for kp in touched:
-            path = f"{directory}/_kpDir={kp}"
-            below = self.state.key_index.get(kp)
             if str(kp) not in written:
-                if not delta:
-                    raise Internal(f"the full key index of partition {kp} wrote no file")
-                continue
+                raise Internal(f"the resolution of key partition {kp} wrote no file")
+            path = f"{directory}/{INDEX_PARTITION_DIR}={kp}"
+            below = self.state.key_index.get(kp)
             levels[kp] = (*below.levels, path) if delta and below is not None else (path,)
         return levels
 
@@ -911,8 +920,9 @@ class IngestJob:
             allocation.update({(chunk, kp): n for kp, n in zip(kps, numbers, strict=True)})
         return allocation
 
-    def _first_generation(self, written: WrittenSegment) -> Segment:
-        rows, max_valid_from = footer_summary(self.storage, written)
+    def _first_generation(
+        self, written: WrittenSegment, rows: int, max_valid_from: int | None
+    ) -> Segment:
         return Segment(
             table=self.table.name,
             interval=chunk_interval(self.table.granularity, written.chunk_start),
@@ -941,6 +951,18 @@ def segment_slots(
         chunks = by_commit if group["_tchunk"] is None else [int(group["_tchunk"])]
         slots.update((chunk, int(group["_kp"])) for chunk in chunks)
     return sorted(slots)
+
+
+def resolution_directory(root: str, server_id: str, seq: int) -> str:
+    """Where batch ``seq`` writes its resolved frame (its key index level and pending updates),
+    one ``_kpDir=<key partition>`` directory per partition."""
+    return f"{root}/_keyindex/{server_id}/r{seq:010d}"
+
+
+def is_resolution(path: str) -> bool:
+    """Whether a key index level or pending updates path is a batch's resolution (else a file
+    of the older layout: key index entries or updates written on their own)."""
+    return _RESOLUTION.search(path) is not None
 
 
 def _wall_ms() -> int:

@@ -15,6 +15,11 @@ a ``_ts``, so an accepted record superseded inside its own transaction gets ``va
 validFrom`` (never visible, like an out-of-order record: stored or dropped the same way). The key
 index has one row per key: ``_cmp``, ``_validFrom``, ``_deleted``, ``_chunk``, ``_seg`` (first-generation partition
 number of the segment holding the current version; null for tombstones) and ``_kp``.
+
+A batch writes its resolved frame once (:func:`resolution_schema`), and that one write is also its key
+index level and its pending updates: :func:`outputs` derives the segment rows, the index entries and
+the updates from it, when the batch writes its segments and again whenever a later batch or the
+updater reads it. Writing the index and the updates as files of their own cost two more jobs.
 """
 
 from __future__ import annotations
@@ -36,10 +41,11 @@ class Resolution:
     """The outputs of one batch's resolution (lazy DataFrames over the resolved frame)."""
 
     versions: Any
-    """Rows to store: user columns, validFrom, validUntil, source position, ``_kp``, ``_chunk``."""
+    """Rows to store: user columns, validFrom, validUntil, source position, ``_kp``, ``_chunk``,
+    ``_seg``."""
     index: Any
-    """The new key index: pk, the index columns and ``_carried`` (the key's entry did not change).
-    ``_seg`` of a changed entry is left null for the caller to fill in."""
+    """Key index entries: pk and the index columns, one per key of the frame (a batch that
+    resolved only its own keys holds only theirs)."""
     updates: Any
     """validUntil updates of versions stored by earlier batches: pk, ``_chunk``, ``_seg``,
     validFrom (the old version's), validUntil (the new one), ``_kp``."""
@@ -86,8 +92,34 @@ def segment_schema(table: TableDefinition) -> str:
     )
 
 
+def comparison_type(table: TableDefinition) -> str:
+    """The Spark DDL type of :func:`comparison_struct`."""
+    types = {column.name: column.type for column in table.columns}
+    if not table.comparison_columns:
+        return "int"
+    if len(table.comparison_columns) == 1:
+        return types[table.comparison_columns[0]]
+    fields = ", ".join(f"`{name}`: {types[name]}" for name in table.comparison_columns)
+    return f"struct<{fields}>"
+
+
+def resolution_schema(table: TableDefinition) -> str:
+    """The Spark DDL of a written resolved frame (see :func:`resolve`), for reading it back in a
+    later batch: every column :func:`outputs` uses, by name."""
+    cmp = comparison_type(table)
+    user = ", ".join(f"`{column.name}` {column.type}" for column in table.columns)
+    return (
+        f"{user}, `_ts` bigint, `_next` bigint, `_cmp` {cmp}, `_del` boolean, "
+        f"`{SOURCE_FILE}` string, `{SOURCE_POSITION}` bigint, `_kp` int, `_chunk` bigint, "
+        "`_inBatch` boolean, `_acc` boolean, `_first` boolean, `_carry` boolean, "
+        f"`_i_cmp` {cmp}, `_i_validFrom` bigint, `_i_deleted` boolean, `_i_chunk` bigint, "
+        "`_i_seg` int, `_newSeg` int"
+    )
+
+
 def updates_schema(table: TableDefinition) -> str:
-    """The Spark DDL of a pending-updates file (see :attr:`Resolution.updates`)."""
+    """The Spark DDL of a pending-updates file written before updates were read from the resolved
+    frame (see :attr:`Resolution.updates`)."""
     types = {column.name: column.type for column in table.columns}
     key = ", ".join(f"`{name}` {types[name]}" for name in table.primary_key)
     return (
@@ -115,6 +147,7 @@ def resolve(
     batch: Any,
     index: Any,
     table: TableDefinition,
+    segments: Any,
     *,
     cluster_by: Sequence[str] = (),
     untouched_keys: bool = True,
@@ -123,7 +156,9 @@ def resolve(
 
     Returns the resolved frame (lazy): one row per batch record and per indexed key, with the
     decisions :func:`outputs` turns into segment rows, key index entries and updates. The caller
-    computes it once and stages it (cheaper than Spark's cache for a frame this wide).
+    computes it once and writes it (cheaper than Spark's cache for a frame this wide); the files
+    are the batch's key index level and pending updates too. ``segments`` maps each ``(_chunk,
+    _kp)`` of the batch to the partition number ``_seg`` of its new segment (``_newSeg``).
 
     The batch's own records are ordered first (one sort, by key and source order), which needs no
     index: a record is on the batch's *chain* when it compares ``>=`` every earlier record of its
@@ -168,25 +203,51 @@ def resolve(
     first = F.col("_acc") & (F.col("_isFirst") | (indexed & ~at_least(prev, index_cmp)))
     chain_end = in_batch & F.col("_chain") & F.col("_next").isNull()
     user = [name for name in table.column_names if name not in pk]
-    return joined.withColumn("_acc", F.coalesce(accepted, F.lit(False))).select(
-        *keys,
-        *user,
-        "_ts",
-        "_next",
-        "_cmp",
-        "_del",
-        SOURCE_FILE,
-        SOURCE_POSITION,
-        F.coalesce(F.col("_kp"), F.col("_i_kp")).alias("_kp"),
-        "_chunk",
-        in_batch.alias("_inBatch"),
-        "_acc",
-        first.alias("_first"),
-        # Keys whose entry stays: not in the batch, or no record accepted (then the chain's
-        # last record lost too: exactly one row per key).
-        (indexed & (~in_batch | (chain_end & ~F.col("_acc")))).alias("_carry"),
-        *[F.col("_i" + name) for name in INDEX_COLUMNS if name != "_kp"],
+    return (
+        joined.withColumn("_acc", F.coalesce(accepted, F.lit(False)))
+        .select(
+            *keys,
+            *user,
+            "_ts",
+            "_next",
+            "_cmp",
+            "_del",
+            SOURCE_FILE,
+            SOURCE_POSITION,
+            F.coalesce(F.col("_kp"), F.col("_i_kp")).alias("_kp"),
+            "_chunk",
+            in_batch.alias("_inBatch"),
+            "_acc",
+            first.alias("_first"),
+            # Keys whose entry stays: not in the batch, or no record accepted (then the chain's
+            # last record lost too: exactly one row per key).
+            (indexed & (~in_batch | (chain_end & ~F.col("_acc")))).alias("_carry"),
+            *[F.col("_i" + name) for name in INDEX_COLUMNS if name != "_kp"],
+        )
+        .join(
+            F.broadcast(segments.withColumnRenamed("_seg", "_newSeg")),
+            on=["_chunk", "_kp"],
+            how="left",
+        )
     )
+
+
+def supersedes_stored() -> Any:
+    """The rows of a resolved frame that end a version an earlier batch stored: its updates."""
+    from pyspark.sql import functions as F
+
+    return (
+        F.col("_first")
+        & F.col("_i_seg").isNotNull()
+        & ~F.coalesce(F.col("_i_deleted"), F.lit(True))
+    )
+
+
+def changes_entry() -> Any:
+    """The rows of a resolved frame that are a key's new key index entry."""
+    from pyspark.sql import functions as F
+
+    return F.col("_acc") & F.col("_next").isNull()
 
 
 def outputs(resolved: Any, table: TableDefinition) -> Resolution:
@@ -196,28 +257,22 @@ def outputs(resolved: Any, table: TableDefinition) -> Resolution:
     pk = list(table.primary_key)
 
     columns = list(table.column_names)
-    source = [SOURCE_FILE, SOURCE_POSITION, "_kp", "_chunk"]
+    source = [SOURCE_FILE, SOURCE_POSITION, "_kp", "_chunk", F.col("_newSeg").alias("_seg")]
     # Superseded inside its own transaction: an empty interval, treated like an out-of-order loss.
     empty = F.coalesce(F.col("_next") == F.col("_ts"), F.lit(False))
-    kept = resolved.filter(F.col("_acc") & ~F.col("_del") & ~empty).select(
+    kept = F.col("_acc") & ~F.col("_del") & ~empty
+    stored = kept
+    if table.out_of_order is OutOfOrder.STORE:
+        # Lost records are stored too, with an empty interval (one pass for both kinds).
+        stored = kept | (F.col("_inBatch") & (~F.col("_acc") | empty) & ~F.col("_del"))
+    versions = resolved.filter(stored).select(
         *columns,
         F.col("_ts").alias(VALID_FROM),
-        F.col("_next").alias(VALID_UNTIL),
+        F.when(kept, F.col("_next")).otherwise(F.col("_ts")).alias(VALID_UNTIL),
         *source,
     )
-    if table.out_of_order is OutOfOrder.STORE:
-        lost = resolved.filter(
-            F.col("_inBatch") & (~F.col("_acc") | empty) & ~F.col("_del")
-        ).select(*columns, F.col("_ts").alias(VALID_FROM), F.col("_ts").alias(VALID_UNTIL), *source)
-        versions = kept.unionByName(lost)
-    else:
-        versions = kept
 
-    updates = resolved.filter(
-        F.col("_first")
-        & F.col("_i_seg").isNotNull()
-        & ~F.coalesce(F.col("_i_deleted"), F.lit(True))
-    ).select(
+    updates = resolved.filter(supersedes_stored()).select(
         *pk,
         F.col("_i_chunk").alias("_chunk"),
         F.col("_i_seg").alias("_seg"),
@@ -225,19 +280,17 @@ def outputs(resolved: Any, table: TableDefinition) -> Resolution:
         F.col("_ts").alias(VALID_UNTIL),
         "_kp",
     )
-    # The new key index in one pass: the entry of every key whose current version changed (its
-    # ``_seg`` is the batch's new segment, known once partitions are allocated: left null here),
-    # and the old entry of every other indexed key.
+    # One entry per key: the new one of every key whose current version changed (in the
+    # batch's new segment unless deleted), the old one of every other key the frame holds.
     carry = F.col("_carry")
-    index_rows = resolved.filter(carry | (F.col("_acc") & F.col("_next").isNull())).select(
+    index_rows = resolved.filter(carry | changes_entry()).select(
         *pk,
         F.when(carry, F.col("_i_cmp")).otherwise(F.col("_cmp")).alias("_cmp"),
         F.when(carry, F.col("_i_validFrom")).otherwise(F.col("_ts")).alias("_validFrom"),
         F.when(carry, F.col("_i_deleted")).otherwise(F.col("_del")).alias("_deleted"),
         F.when(carry, F.col("_i_chunk")).otherwise(F.col("_chunk")).alias("_chunk"),
-        F.when(carry, F.col("_i_seg")).alias("_seg"),
+        F.when(carry, F.col("_i_seg")).when(~F.col("_del"), F.col("_newSeg")).alias("_seg"),
         "_kp",
-        carry.alias("_carried"),
     )
     return Resolution(versions=versions, index=index_rows, updates=updates)
 

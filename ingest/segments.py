@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +24,7 @@ ROW_GROUP_BYTES = 8 * 1024 * 1024
 CONCURRENT_WRITERS = 16
 """Segment (or key index) files one Spark task keeps open at once (see
 :func:`keep_row_order_in_partitioned_writes`)."""
+FOOTER_READERS = 8
 _TAG = re.compile(r"/segment=(-?\d+)_(\d+)/")
 
 
@@ -107,16 +109,29 @@ def write_segments(
     return collect_written(directory, storage)
 
 
-def footer_summary(storage: Storage, written: WrittenSegment) -> tuple[int, int | None]:
-    """A segment's row count and greatest ``validFrom``, from its files' footers (no scan).
+def footer_summaries(
+    storage: Storage, written: Sequence[WrittenSegment]
+) -> list[tuple[int, int | None]]:
+    """Each segment's row count and greatest ``validFrom``, from its files' footers (no scan).
 
     The greatest ``validFrom`` is ``None`` (unknown) when a footer keeps no statistics for it.
+    A footer takes a few round trips to the JVM, which serves several threads at once: the files
+    are read concurrently.
     """
-    footers = [storage.parquet_footer(path, VALID_FROM) for path in written.locations]
-    rows = sum(count for count, _ in footers)
-    if any(count and greatest is None for count, greatest in footers):
-        return rows, None
-    return rows, max((int(g) for _, g in footers if g is not None), default=None)
+    paths = [path for item in written for path in item.locations]
+    with ThreadPoolExecutor(max_workers=max(1, min(FOOTER_READERS, len(paths)))) as pool:
+        read = pool.map(lambda path: storage.parquet_footer(path, VALID_FROM), paths)
+        footers = dict(zip(paths, read, strict=True))
+    summaries = []
+    for item in written:
+        mine = [footers[path] for path in item.locations]
+        rows = sum(count for count, _ in mine)
+        if any(count and greatest is None for count, greatest in mine):
+            summaries.append((rows, None))
+        else:
+            greatest = max((int(g) for _, g in mine if g is not None), default=None)
+            summaries.append((rows, greatest))
+    return summaries
 
 
 def collect_written(directory: str, storage: Storage) -> dict[tuple[int, int], WrittenSegment]:

@@ -93,10 +93,13 @@ def rewrite_segments(
     storage: Storage,
     *,
     keep: Any | None = None,
+    rows: int | None = None,
 ) -> dict[tuple[int, int], WrittenSegment]:
     """Rewrite every planned segment with its updates applied; returns the written files.
 
-    ``keep``, a Spark predicate, drops the rows failing it (history past retention).
+    ``keep``, a Spark predicate, drops the rows failing it (history past retention). ``rows``
+    is how many updates there are, when the batches that produced them counted (else counted
+    here).
 
     Up to :data:`BROADCAST_UPDATES` pending updates are broadcast to the tasks reading the
     segments, so the segments' rows are never shuffled (each file is read whole by one task:
@@ -143,7 +146,7 @@ def rewrite_segments(
     # validUntil already, which the coalesce below keeps.
     keys = [*pk, VALID_FROM]
     pending = updates.select(*keys, F.col(VALID_UNTIL).alias("_newUntil"))
-    if updates.count() <= BROADCAST_UPDATES:  # from the files' footers: no scan
+    if (updates.count() if rows is None else rows) <= BROADCAST_UPDATES:
         joined = data.join(F.broadcast(pending), on=keys, how="left")
     else:
         targets = local_frame(

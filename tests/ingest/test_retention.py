@@ -129,11 +129,20 @@ def assert_segments_describe_their_files(job: IngestJob) -> None:
         assert segment.row_count == len(valid_from), segment
 
 
-def private_directories(store: Path, kind: str) -> set[str]:
-    base = store / "accounts" / kind / "s1"
-    if kind == "_keyindex":
-        return {f"file:{path}" for path in base.glob("b*/_kpDir=*")}
-    return {f"file:{path}" for path in base.glob("b*")}
+def private_directories(store: Path) -> set[str]:
+    """The key partition directories of the batches' resolutions on disk."""
+    base = store / "accounts" / "_keyindex" / "s1"
+    return {f"file:{path}" for path in base.glob("r*/_kpDir=*")}
+
+
+def still_needed(store: Path, job: IngestJob) -> set[str]:
+    """What the sweep must keep: every key index level and every pending batch's resolution."""
+    pending = {
+        f"file:{path}"
+        for item in job.state.pending.values()
+        for path in Path(item["updates"].removeprefix("file:")).glob("_kpDir=*")
+    }
+    return index_levels(job) | pending
 
 
 def test_replaced_key_indexes_and_applied_updates_are_deleted_and_answers_stay_right(
@@ -149,13 +158,11 @@ def test_replaced_key_indexes_and_applied_updates_are_deleted_and_answers_stay_r
     history: list[tuple[int, Change]] = []
     for round_ in range(4):
         ingest_round(job, source, round_, history)
-        assert private_directories(store, "_keyindex") == index_levels(job)
+        assert private_directories(store) == still_needed(store, job)
         assert {len(version.levels) for version in job.state.key_index.values()} == {
             1 if round_ % 2 == 0 else 2
         }
-        pending = {item["updates"] for item in job.state.pending.values()}
-        assert private_directories(store, "_updates") == pending
-        assert bool(pending) == (round_ % 2 == 1)  # cadence 2: applied every second batch
+        assert bool(job.state.pending) == (round_ % 2 == 1)  # cadence 2: applied every 2nd batch
         assert_segments_describe_their_files(job)
     assert_broker_sees(spark, follower, job.client, "accounts", history)
 
@@ -163,7 +170,7 @@ def test_replaced_key_indexes_and_applied_updates_are_deleted_and_answers_stay_r
     job = IngestJob(spark, table, server("s1")).start()
     assert {len(version.levels) for version in job.state.key_index.values()} == {2}
     ingest_round(job, source, 4, history)
-    assert private_directories(store, "_keyindex") == index_levels(job)
+    assert private_directories(store) == still_needed(store, job)
     assert_broker_sees(spark, follower, job.client, "accounts", history)
 
 
