@@ -1,0 +1,33 @@
+"""A batch's resolved frame is written once and read back by later batches (as a key index level)
+and by the updater (as pending updates): the schema they read it with must match what was written."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ingest.resolve import empty_index, resolution_schema, resolve
+from tests.ingest.conftest import accounts_table
+
+
+@pytest.mark.parametrize("comparison", [[], ["seq"], ["seq", "balance"]], ids=["none", "one", "two"])
+def test_the_resolution_schema_reads_every_written_column_with_its_written_type(
+    spark, tmp_path: Path, comparison: list[str]
+) -> None:
+    table = accounts_table(tmp_path, comparison=comparison)
+    batch = spark.createDataFrame(
+        [],
+        f"{table.spark_schema_ddl()}, `_ts` bigint, `_ord` bigint, `_kp` int, `_chunk` bigint, "
+        "`_sourceFile` string, `_sourcePosition` bigint",
+    )
+    segments = spark.createDataFrame([], "`_chunk` bigint, `_kp` int, `_seg` int")
+    resolved = resolve(batch, empty_index(batch, table), table, segments)
+
+    written = {field.name: field.dataType.simpleString() for field in resolved.schema.fields}
+    declared = spark.createDataFrame([], resolution_schema(table)).schema.fields
+    assert {field.name: field.dataType.simpleString() for field in declared} == {
+        name: written[name] for name in (field.name for field in declared)
+    }
+    # Everything written is declared, but for the batch's own split column (never read back).
+    assert set(written) - {field.name for field in declared} <= {"_bucket"}
