@@ -11,7 +11,9 @@ from ingest.resolve import empty_index, resolution_schema, resolve
 from tests.ingest.conftest import accounts_table
 
 
-@pytest.mark.parametrize("comparison", [[], ["seq"], ["seq", "balance"]], ids=["none", "one", "two"])
+@pytest.mark.parametrize(
+    "comparison", [[], ["seq"], ["seq", "balance"]], ids=["none", "one", "two"]
+)
 def test_the_resolution_schema_reads_every_written_column_with_its_written_type(
     spark, tmp_path: Path, comparison: list[str]
 ) -> None:
