@@ -49,7 +49,6 @@ from ingest.resolve import (
     resolve,
     stored_columns,
     supersedes_stored,
-    updates_schema,
 )
 from ingest.segments import WrittenSegment, footer_summaries, write_segments
 from ingest.storage import Storage
@@ -471,7 +470,6 @@ class IngestJob:
                     observed.withColumn(INDEX_PARTITION_DIR, F.col("_kp"))
                     .write.mode("overwrite")
                     .partitionBy(INDEX_PARTITION_DIR)
-                    .option("compression", "none")
                     .parquet(directories["resolution"])
                 )
             metrics = seen.get
@@ -645,7 +643,7 @@ class IngestJob:
             garbage.sweep_unreferenced(
                 self.storage, f"{self.root}/{kind}/{self.server_id}", referenced
             )
-            for kind in ("_keyindex", "_updates")
+            for kind in ("_keyindex",)
         )
 
     def _report(self) -> None:
@@ -663,7 +661,7 @@ class IngestJob:
         seq = self.state.next_seq
         applied = sorted(self.state.pending)
         paths = [self.state.pending[s]["updates"] for s in applied]
-        updates = self._pending_updates(paths)
+        updates = outputs(self._read_resolutions(paths), self.table).updates
         # The segments they are for, and how many there are: one small job on narrow columns.
         with self._action("updater targets"):
             per_target = updates.groupBy("_chunk", "_seg").count().collect()
@@ -816,7 +814,6 @@ class IngestJob:
         from pyspark.sql import Window
         from pyspark.sql import functions as F
 
-        schema = empty_index(like, self.table).schema  # known: no schema-inference job
         stacks = [
             self.state.key_index[kp].levels for kp in partitions if kp in self.state.key_index
         ]
@@ -824,11 +821,11 @@ class IngestJob:
             return empty_index(like, self.table).withColumn(BUCKET_COLUMN, bucket_column(layout))
         deepest = max(len(levels) for levels in stacks)
         if deepest == 1:
-            index = self._index_entries([levels[0] for levels in stacks], schema)
+            index = self._index_entries([levels[0] for levels in stacks])
             return index.withColumn(BUCKET_COLUMN, bucket_column(layout))
         frames = [
             self._index_entries(
-                [levels[level] for levels in stacks if len(levels) > level], schema
+                [levels[level] for levels in stacks if len(levels) > level]
             ).withColumn("_level", F.lit(level))
             for level in range(deepest)
         ]
@@ -845,46 +842,25 @@ class IngestJob:
             .drop("_rank", "_level")
         )
 
-    def _index_entries(self, paths: Sequence[str], schema: Any) -> Any:
-        """The key index entries stored at ``paths``: derived from a batch's resolution, or read
-        from a key index file of the older layout (``schema``)."""
-        resolutions = [path for path in paths if is_resolution(path)]
-        older = [path for path in paths if not is_resolution(path)]
-        frames = []
-        if resolutions:
-            staged = self._read_resolutions(resolutions)
-            frames.append(outputs(staged, self.table).index)
-        if older:
-            frames.append(self.spark.read.schema(schema).parquet(*older))
-        entries = frames[0]
-        for frame in frames[1:]:
-            entries = entries.unionByName(frame)
-        return entries
+    def _index_entries(self, paths: Sequence[str]) -> Any:
+        """The key index entries of levels (partition directories of batches' resolutions)."""
+        return outputs(self._read_resolutions(paths), self.table).index
 
     def _read_resolutions(self, paths: Sequence[str]) -> Any:
         """Batches' resolved frames (whole batch directories or single partitions of them)."""
+        unknown = [path for path in paths if not is_resolution(path)]
+        if unknown:
+            raise Internal(
+                f"table {self.table.name!r}: the commit log names files in a layout this version "
+                f"does not read (written before key index levels were batches' resolutions): "
+                f"{unknown[:3]}"
+            )
         # Found recursively: partition discovery refuses several batch directories at once.
         return (
             self.spark.read.schema(resolution_schema(self.table))
             .option("recursiveFileLookup", "true")
             .parquet(*paths)
         )
-
-    def _pending_updates(self, paths: Sequence[str]) -> Any:
-        """The validUntil updates stored at ``paths``: derived from batches' resolutions, or read
-        from update files of the older layout."""
-        resolutions = [path for path in paths if is_resolution(path)]
-        older = [path for path in paths if not is_resolution(path)]
-        frames = []
-        if resolutions:
-            staged = self._read_resolutions(resolutions)
-            frames.append(outputs(staged, self.table).updates)
-        if older:
-            frames.append(self.spark.read.schema(updates_schema(self.table)).parquet(*older))
-        updates = frames[0]
-        for frame in frames[1:]:
-            updates = updates.unionByName(frame)
-        return updates
 
     def _new_key_index(
         self, directory: str, touched: Sequence[int], delta: bool
@@ -960,8 +936,8 @@ def resolution_directory(root: str, server_id: str, seq: int) -> str:
 
 
 def is_resolution(path: str) -> bool:
-    """Whether a key index level or pending updates path is a batch's resolution (else a file
-    of the older layout: key index entries or updates written on their own)."""
+    """Whether a key index level or pending updates path is a batch's resolution (the older
+    layout wrote key index entries and updates as files of their own)."""
     return _RESOLUTION.search(path) is not None
 
 

@@ -117,17 +117,6 @@ def resolution_schema(table: TableDefinition) -> str:
     )
 
 
-def updates_schema(table: TableDefinition) -> str:
-    """The Spark DDL of a pending-updates file written before updates were read from the resolved
-    frame (see :attr:`Resolution.updates`)."""
-    types = {column.name: column.type for column in table.columns}
-    key = ", ".join(f"`{name}` {types[name]}" for name in table.primary_key)
-    return (
-        f"{key}, `_chunk` bigint, `_seg` int, `{VALID_FROM}` bigint, `{VALID_UNTIL}` bigint, "
-        "`_kp` int"
-    )
-
-
 def append_only(batch: Any, table: TableDefinition) -> Any:
     """Append tables: every record is its own version, current from its commit on."""
     from pyspark.sql import functions as F

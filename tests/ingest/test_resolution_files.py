@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from ingest.job import is_resolution, resolution_directory
 from ingest.resolve import empty_index, resolution_schema, resolve
 from tests.ingest.conftest import accounts_table
 
@@ -33,3 +34,12 @@ def test_the_resolution_schema_reads_every_written_column_with_its_written_type(
     }
     # Everything written is declared, but for the batch's own split column (never read back).
     assert set(written) - {field.name for field in declared} <= {"_bucket"}
+
+
+def test_only_batches_resolutions_are_read_as_key_index_levels_or_pending_updates() -> None:
+    root = "file:/data/horizon/accounts"
+    assert is_resolution(resolution_directory(root, "s1", 3))
+    assert is_resolution(f"{resolution_directory(root, 's-1', 12)}/_kpDir=2")
+    assert not is_resolution(f"{root}/_keyindex/s1/b0000000003/_kpDir=2")  # older layout
+    assert not is_resolution(f"{root}/_updates/s1/b0000000003")
+    assert not is_resolution(f"{root}/segments/s1/r0000000003")
