@@ -44,10 +44,12 @@ from ingest.resolve import (
     SOURCE_POSITION,
     append_only,
     empty_index,
-    outputs,
+    index_entries,
+    pending_updates,
     resolution_schema,
     resolve,
     stored_columns,
+    stored_versions,
     supersedes_stored,
 )
 from ingest.segments import WrittenSegment, footer_summaries, write_segments
@@ -475,7 +477,7 @@ class IngestJob:
             metrics = seen.get
             read_again = int(metrics["rows"])
             staged = self._read_resolutions([directories["resolution"]])
-            versions = outputs(staged, table).versions
+            versions = stored_versions(staged, table)
             key_index = self._new_key_index(directories["resolution"], touched, delta)
             if metrics["updates"]:
                 updates_dir = directories["resolution"]
@@ -661,7 +663,7 @@ class IngestJob:
         seq = self.state.next_seq
         applied = sorted(self.state.pending)
         paths = [self.state.pending[s]["updates"] for s in applied]
-        updates = outputs(self._read_resolutions(paths), self.table).updates
+        updates = pending_updates(self._read_resolutions(paths), self.table)
         # The segments they are for, and how many there are: one small job on narrow columns.
         with self._action("updater targets"):
             per_target = updates.groupBy("_chunk", "_seg").count().collect()
@@ -844,7 +846,7 @@ class IngestJob:
 
     def _index_entries(self, paths: Sequence[str]) -> Any:
         """The key index entries of levels (partition directories of batches' resolutions)."""
-        return outputs(self._read_resolutions(paths), self.table).index
+        return index_entries(self._read_resolutions(paths), self.table)
 
     def _read_resolutions(self, paths: Sequence[str]) -> Any:
         """Batches' resolved frames (whole batch directories or single partitions of them)."""

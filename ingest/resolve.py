@@ -17,15 +17,14 @@ index has one row per key: ``_cmp``, ``_validFrom``, ``_deleted``, ``_chunk``, `
 number of the segment holding the current version; null for tombstones) and ``_kp``.
 
 A batch writes its resolved frame once (:func:`resolution_schema`), and that one write is also its key
-index level and its pending updates: :func:`outputs` derives the segment rows, the index entries and
-the updates from it, when the batch writes its segments and again whenever a later batch or the
+index level and its pending updates: :func:`stored_versions`, :func:`index_entries` and :func:`pending_updates`
+derive the segment rows, the index entries and the updates from it, when the batch writes its segments and again whenever a later batch or the
 updater reads it. Writing the index and the updates as files of their own cost two more jobs.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from ingest.table import OutOfOrder, TableDefinition
@@ -34,21 +33,6 @@ from watermark.catalog import VALID_FROM, VALID_UNTIL
 SOURCE_FILE = "_sourceFile"
 SOURCE_POSITION = "_sourcePosition"
 INDEX_COLUMNS = ("_cmp", "_validFrom", "_deleted", "_chunk", "_seg", "_kp")
-
-
-@dataclass(frozen=True, slots=True)
-class Resolution:
-    """The outputs of one batch's resolution (lazy DataFrames over the resolved frame)."""
-
-    versions: Any
-    """Rows to store: user columns, validFrom, validUntil, source position, ``_kp``, ``_chunk``,
-    ``_seg``."""
-    index: Any
-    """Key index entries: pk and the index columns, one per key of the frame (a batch that
-    resolved only its own keys holds only theirs)."""
-    updates: Any
-    """validUntil updates of versions stored by earlier batches: pk, ``_chunk``, ``_seg``,
-    validFrom (the old version's), validUntil (the new one), ``_kp``."""
 
 
 def comparison_struct(table: TableDefinition) -> Any:
@@ -105,7 +89,7 @@ def comparison_type(table: TableDefinition) -> str:
 
 def resolution_schema(table: TableDefinition) -> str:
     """The Spark DDL of a written resolved frame (see :func:`resolve`), for reading it back in a
-    later batch: every column :func:`outputs` uses, by name."""
+    later batch: every column the readers below use, by name."""
     cmp = comparison_type(table)
     user = ", ".join(f"`{column.name}` {column.type}" for column in table.columns)
     return (
@@ -144,10 +128,11 @@ def resolve(
     """Resolve one batch of an upsert table against the key index (see the module docstring).
 
     Returns the resolved frame (lazy): one row per batch record and per indexed key, with the
-    decisions :func:`outputs` turns into segment rows, key index entries and updates. The caller
-    computes it once and writes it (cheaper than Spark's cache for a frame this wide); the files
-    are the batch's key index level and pending updates too. ``segments`` maps each ``(_chunk,
-    _kp)`` of the batch to the partition number ``_seg`` of its new segment (``_newSeg``).
+    decisions :func:`stored_versions`, :func:`index_entries` and :func:`pending_updates` turn
+    into segment rows, key index entries and updates. The caller computes it once and writes it
+    (cheaper than Spark's cache for a frame this wide); the files are the batch's key index level
+    and pending updates too. ``segments`` maps each ``(_chunk, _kp)`` of the batch to the
+    partition number ``_seg`` of its new segment (``_newSeg``).
 
     The batch's own records are ordered first (one sort, by key and source order), which needs no
     index: a record is on the batch's *chain* when it compares ``>=`` every earlier record of its
@@ -239,13 +224,11 @@ def changes_entry() -> Any:
     return F.col("_acc") & F.col("_next").isNull()
 
 
-def outputs(resolved: Any, table: TableDefinition) -> Resolution:
-    """The segment rows, key index and updates of a resolved frame (see :func:`resolve`)."""
+def stored_versions(resolved: Any, table: TableDefinition) -> Any:
+    """The rows a resolved frame stores in segments: user columns, validFrom, validUntil, source
+    position, ``_kp``, ``_chunk`` and ``_seg`` (the new segment's partition number)."""
     from pyspark.sql import functions as F
 
-    pk = list(table.primary_key)
-
-    columns = list(table.column_names)
     source = [SOURCE_FILE, SOURCE_POSITION, "_kp", "_chunk", F.col("_newSeg").alias("_seg")]
     # Superseded inside its own transaction: an empty interval, treated like an out-of-order loss.
     empty = F.coalesce(F.col("_next") == F.col("_ts"), F.lit(False))
@@ -254,26 +237,39 @@ def outputs(resolved: Any, table: TableDefinition) -> Resolution:
     if table.out_of_order is OutOfOrder.STORE:
         # Lost records are stored too, with an empty interval (one pass for both kinds).
         stored = kept | (F.col("_inBatch") & (~F.col("_acc") | empty) & ~F.col("_del"))
-    versions = resolved.filter(stored).select(
-        *columns,
+    return resolved.filter(stored).select(
+        *table.column_names,
         F.col("_ts").alias(VALID_FROM),
         F.when(kept, F.col("_next")).otherwise(F.col("_ts")).alias(VALID_UNTIL),
         *source,
     )
 
-    updates = resolved.filter(supersedes_stored()).select(
-        *pk,
+
+def pending_updates(resolved: Any, table: TableDefinition) -> Any:
+    """The validUntil updates of versions earlier batches stored: pk, ``_chunk``, ``_seg``,
+    validFrom (the old version's), validUntil (the new one's), ``_kp``."""
+    from pyspark.sql import functions as F
+
+    return resolved.filter(supersedes_stored()).select(
+        *table.primary_key,
         F.col("_i_chunk").alias("_chunk"),
         F.col("_i_seg").alias("_seg"),
         F.col("_i_validFrom").alias(VALID_FROM),
         F.col("_ts").alias(VALID_UNTIL),
         "_kp",
     )
-    # One entry per key: the new one of every key whose current version changed (in the
-    # batch's new segment unless deleted), the old one of every other key the frame holds.
+
+
+def index_entries(resolved: Any, table: TableDefinition) -> Any:
+    """Key index entries, one per key of the frame (a batch that resolved only its own keys
+    holds only theirs): pk and the index columns."""
+    from pyspark.sql import functions as F
+
+    # The new entry of every key whose current version changed (in the batch's new segment
+    # unless deleted), the old one of every other key the frame holds.
     carry = F.col("_carry")
-    index_rows = resolved.filter(carry | changes_entry()).select(
-        *pk,
+    return resolved.filter(carry | changes_entry()).select(
+        *table.primary_key,
         F.when(carry, F.col("_i_cmp")).otherwise(F.col("_cmp")).alias("_cmp"),
         F.when(carry, F.col("_i_validFrom")).otherwise(F.col("_ts")).alias("_validFrom"),
         F.when(carry, F.col("_i_deleted")).otherwise(F.col("_del")).alias("_deleted"),
@@ -281,7 +277,6 @@ def outputs(resolved: Any, table: TableDefinition) -> Resolution:
         F.when(carry, F.col("_i_seg")).when(~F.col("_del"), F.col("_newSeg")).alias("_seg"),
         "_kp",
     )
-    return Resolution(versions=versions, index=index_rows, updates=updates)
 
 
 def empty_index(batch: Any, table: TableDefinition) -> Any:
