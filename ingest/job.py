@@ -52,7 +52,12 @@ from ingest.resolve import (
     stored_versions,
     supersedes_stored,
 )
-from ingest.segments import WrittenSegment, footer_summaries, write_segments
+from ingest.segments import (
+    WrittenSegment,
+    footer_summaries,
+    keep_row_order_in_partitioned_writes,
+    write_segments,
+)
 from ingest.storage import Storage
 from ingest.table import TableDefinition
 from timeline.errors import Internal, InvalidArgument
@@ -376,6 +381,7 @@ class IngestJob:
 
         table = self.table
         allow_partial_cluster_keys(self.spark, frame.sparkSession)
+        keep_row_order_in_partitioned_writes(self.spark)  # before the resolution's write too
         # Not cached: the source is read twice (here and by the resolution), which costs less
         # than caching it. Sources must give the same rows when read again (files, Kafka offsets
         # and foreachBatch frames do); the resolution counts them again and fails the batch loudly

@@ -13,13 +13,15 @@ increasing in source order), ``_kp`` (key partition), ``_chunk`` (time chunk sta
 position columns. Records of a key are ordered by ``_ord``: several records of one transaction share
 a ``_ts``, so an accepted record superseded inside its own transaction gets ``validUntil ==
 validFrom`` (never visible, like an out-of-order record: stored or dropped the same way). The key
-index has one row per key: ``_cmp``, ``_validFrom``, ``_deleted``, ``_chunk``, ``_seg`` (first-generation partition
-number of the segment holding the current version; null for tombstones) and ``_kp``.
+index has one row per key: ``_cmp``, ``_validFrom``, ``_deleted``, ``_chunk``, ``_seg``
+(first-generation partition number of the segment holding the current version; null for
+tombstones) and ``_kp``.
 
-A batch writes its resolved frame once (:func:`resolution_schema`), and that one write is also its key
-index level and its pending updates: :func:`stored_versions`, :func:`index_entries` and :func:`pending_updates`
-derive the segment rows, the index entries and the updates from it, when the batch writes its segments and again whenever a later batch or the
-updater reads it. Writing the index and the updates as files of their own cost two more jobs.
+A batch writes its resolved frame once (:func:`resolution_schema`), and that one write is also its
+key index level and its pending updates: :func:`stored_versions`, :func:`index_entries` and
+:func:`pending_updates` derive the segment rows, the index entries and the updates from it, when
+the batch writes its segments and again whenever a later batch or the updater reads it. Writing the
+index and the updates as files of their own cost two more jobs.
 """
 
 from __future__ import annotations

@@ -70,8 +70,8 @@ def plan_updates(
     announced: Sequence[Segment],
     allocate: Callable[[Interval, int], list[int]],
 ) -> UpdatePlan:
-    """Find the segments to rewrite (``(chunk start, root partition)`` targets, recorded by the
-    batches that produced the updates) and reserve their overwrite partition numbers."""
+    """Find the segments to rewrite (``(chunk start, root partition)`` targets, found in the
+    pending updates) and reserve their overwrite partition numbers."""
     targets = sorted(set(targets))
     current = current_segments(announced, table, targets)
     new_partition: dict[tuple[int, int], int] = {}
@@ -98,8 +98,7 @@ def rewrite_segments(
     """Rewrite every planned segment with its updates applied; returns the written files.
 
     ``keep``, a Spark predicate, drops the rows failing it (history past retention). ``rows``
-    is how many updates there are, when the batches that produced them counted (else counted
-    here).
+    is how many updates there are, when the caller knows (else counted here).
 
     Up to :data:`BROADCAST_UPDATES` pending updates are broadcast to the tasks reading the
     segments, so the segments' rows are never shuffled (each file is read whole by one task:
