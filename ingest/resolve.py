@@ -228,10 +228,15 @@ def changes_entry() -> Any:
 
 def stored_versions(resolved: Any, table: TableDefinition) -> Any:
     """The rows a resolved frame stores in segments: user columns, validFrom, validUntil, source
-    position, ``_kp``, ``_chunk`` and ``_seg`` (the new segment's partition number)."""
+    position, ``_kp``, ``_chunk`` and ``_seg`` (the new segment's partition number; a row without
+    one fails the write rather than go missing)."""
     from pyspark.sql import functions as F
 
-    source = [SOURCE_FILE, SOURCE_POSITION, "_kp", "_chunk", F.col("_newSeg").alias("_seg")]
+    unplanned = F.raise_error(
+        F.concat(F.lit("no segment was reserved for time chunk "), F.col("_chunk").cast("string"))
+    )
+    segment = F.when(F.col("_newSeg").isNull(), unplanned).otherwise(F.col("_newSeg"))
+    source = [SOURCE_FILE, SOURCE_POSITION, "_kp", "_chunk", segment.alias("_seg")]
     # Superseded inside its own transaction: an empty interval, treated like an out-of-order loss.
     empty = F.coalesce(F.col("_next") == F.col("_ts"), F.lit(False))
     kept = F.col("_acc") & ~F.col("_del") & ~empty
