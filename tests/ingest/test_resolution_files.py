@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from ingest.job import is_resolution, resolution_directory
-from ingest.resolve import empty_index, resolution_schema, resolve
+from ingest.resolve import empty_index, resolution_schema, resolve, stored_versions
 from tests.ingest.conftest import accounts_table
 
 
@@ -43,3 +43,21 @@ def test_only_batches_resolutions_are_read_as_key_index_levels_or_pending_update
     assert not is_resolution(f"{root}/_keyindex/s1/b0000000003/_kpDir=2")  # older layout
     assert not is_resolution(f"{root}/_updates/s1/b0000000003")
     assert not is_resolution(f"{root}/segments/s1/r0000000003")
+
+
+def test_a_version_whose_time_chunk_has_no_reserved_segment_fails_instead_of_going_missing(
+    spark, tmp_path: Path
+) -> None:
+    table = accounts_table(tmp_path)
+    batch = spark.createDataFrame(
+        [("a", 10, 1, False, 5, 1, 0, 0, "changes.parquet", 0)],
+        f"{table.spark_schema_ddl()}, `_ts` bigint, `_ord` bigint, `_kp` int, `_chunk` bigint, "
+        "`_sourceFile` string, `_sourcePosition` bigint",
+    )
+    other_chunk = spark.createDataFrame(
+        [(86_400_000, 0, 7)], "`_chunk` bigint, `_kp` int, `_seg` int"
+    )
+    resolved = resolve(batch, empty_index(batch, table), table, other_chunk)
+
+    with pytest.raises(Exception, match="no segment was reserved for time chunk 0"):
+        stored_versions(resolved, table).collect()
