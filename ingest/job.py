@@ -447,7 +447,7 @@ class IngestJob:
         )
         key_index: dict[int, tuple[str, ...]] = {}
         updates_dir: str | None = None
-        pending: dict[str, Any] = {}
+        pending_min: dict[int, int] = {}
         read_again = total_rows
         if table.upsert:
             layout = bucket_layout(touched, self._resolution_tasks(len(touched)))
@@ -487,11 +487,9 @@ class IngestJob:
             key_index = self._new_key_index(directories["resolution"], touched, delta)
             if metrics["updates"]:
                 updates_dir = directories["resolution"]
-                pending = {
-                    # Per partition, the batch's oldest update: held back no later than needed
-                    # by those with updates, a little longer by the others (until applied).
-                    "pending_min": {str(kp): int(metrics["oldest"]) for kp in touched},
-                }
+                # Per partition, the batch's oldest update: held back no later than needed by
+                # those with updates, a little longer by the others (until applied).
+                pending_min = {kp: int(metrics["oldest"]) for kp in touched}
         else:
             versions = append_only(stamped, table).join(F.broadcast(mapping), on=["_chunk", "_kp"])
         if read_again != total_rows:
@@ -528,7 +526,7 @@ class IngestJob:
             segments,
             key_index,
             updates_dir,
-            pending,
+            pending_min,
         )
 
     def _commit_ingest(
@@ -542,10 +540,8 @@ class IngestJob:
         segments: dict[tuple[int, int], Segment],
         key_index: dict[int, tuple[str, ...]],
         updates_dir: str | None,
-        pending: dict[str, Any],
+        pending_min: dict[int, int],
     ) -> BatchResult:
-        """Commit a batch; ``pending`` holds its updates' ``pending_min``, empty when it has
-        none."""
         body = {
             "kind": INGEST,
             "sources": list(sources),
@@ -557,8 +553,7 @@ class IngestJob:
             "segments": [segment.to_dict() for segment in segments.values()],
             "key_index": {str(kp): list(levels) for kp, levels in key_index.items()},
             "updates": updates_dir,
-            "pending_min": {},
-            **pending,
+            "pending_min": {str(kp): value for kp, value in pending_min.items()},
         }
         record = self.manifest.write(seq, COMMIT, body)
         self.state.apply_commit(record)

@@ -9,7 +9,17 @@ import pytest
 
 from ingest.job import is_resolution, resolution_directory
 from ingest.resolve import empty_index, resolution_schema, resolve, stored_versions
+from ingest.table import TableDefinition
 from tests.ingest.conftest import accounts_table
+
+
+def batch_schema(table: TableDefinition) -> str:
+    """A batch as the job hands it to the resolution: user columns, commit timestamp, source
+    order, key partition, time chunk and source position."""
+    return (
+        f"{table.spark_schema_ddl()}, `_ts` bigint, `_ord` bigint, `_kp` int, `_chunk` bigint, "
+        "`_sourceFile` string, `_sourcePosition` bigint"
+    )
 
 
 @pytest.mark.parametrize(
@@ -21,8 +31,7 @@ def test_the_resolution_schema_reads_every_written_column_with_its_written_type(
     table = accounts_table(tmp_path, comparison=comparison)
     batch = spark.createDataFrame(
         [],
-        f"{table.spark_schema_ddl()}, `_ts` bigint, `_ord` bigint, `_kp` int, `_chunk` bigint, "
-        "`_sourceFile` string, `_sourcePosition` bigint",
+        batch_schema(table),
     )
     segments = spark.createDataFrame([], "`_chunk` bigint, `_kp` int, `_seg` int")
     resolved = resolve(batch, empty_index(batch, table), table, segments)
@@ -51,8 +60,7 @@ def test_a_version_whose_time_chunk_has_no_reserved_segment_fails_instead_of_goi
     table = accounts_table(tmp_path)
     batch = spark.createDataFrame(
         [("a", 10, 1, False, 5, 1, 0, 0, "changes.parquet", 0)],
-        f"{table.spark_schema_ddl()}, `_ts` bigint, `_ord` bigint, `_kp` int, `_chunk` bigint, "
-        "`_sourceFile` string, `_sourcePosition` bigint",
+        batch_schema(table),
     )
     other_chunk = spark.createDataFrame(
         [(86_400_000, 0, 7)], "`_chunk` bigint, `_kp` int, `_seg` int"
