@@ -331,7 +331,11 @@ class Follower:
             for entry_id, fields in entries:
                 entry_seq = int(entry_id.split(b"-")[0])
                 if entry_seq != state.seq + 1 or fields[b"e"].decode() != epoch:
-                    log.warning(
+                    # Synced before the log existed: its first event starts an epoch we could
+                    # not know. Rebuilding from empty is cheap and nothing was missed.
+                    first_log = not epoch and state.seq == 0 and entry_seq == 1
+                    log.log(
+                        logging.INFO if first_log else logging.WARNING,
                         "log discontinuity after event %d (next is %d): rebuilding",
                         state.seq,
                         entry_seq,

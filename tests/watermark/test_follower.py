@@ -270,3 +270,19 @@ def test_a_rebuilt_timeline_never_reuses_an_earlier_generation(
     view = follower.view("accounts")
     assert len(view.visible_segments) == 2
     assert view.generation > before
+
+
+def test_a_follower_started_before_any_server_follows_without_a_warning(
+    redis_url, make_server, make_follower, caplog
+):
+    follower = make_follower(redis_url)  # nothing in Redis yet: no epoch to know
+    with caplog.at_level("INFO", logger="watermark.follower"):
+        server = make_server(redis_url, "s1")
+        server.register()
+        server.register_table(table_descriptor())
+        server.announce([segment(partition=0, core_partitions=1)])
+        server.report("accounts", {0: (500, 400)})
+        synced(follower, redis_url)
+    assert follower.lwm("accounts") == 400
+    discontinuities = [r for r in caplog.records if "discontinuity" in r.getMessage()]
+    assert all(record.levelname == "INFO" for record in discontinuities)
