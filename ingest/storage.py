@@ -238,10 +238,17 @@ def _remove_checksum(local: str) -> None:
 
 
 def _delete_local(local: str) -> None:
+    """Delete a file or tree; what vanishes meanwhile (another deleter) is not an error."""
+
+    def vanished_is_fine(function: Any, path: str, error: Any) -> None:
+        if not isinstance(error[1], FileNotFoundError):
+            raise error[1]
+
     if os.path.isdir(local) and not os.path.islink(local):
-        shutil.rmtree(local, ignore_errors=False)
-    elif os.path.lexists(local):
-        os.remove(local)
+        shutil.rmtree(local, onerror=vanished_is_fine)
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(local)
     _remove_checksum(local)
 
 
