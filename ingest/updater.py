@@ -144,9 +144,8 @@ def rewrite_segments(
     # update is for; a row that shares them (an empty interval from the same transaction) has a
     # validUntil already, which the coalesce below keeps.
     keys = [*pk, VALID_FROM]
-    pending = updates.select(*keys, F.col(VALID_UNTIL).alias("_newUntil"))
     if (updates.count() if rows is None else rows) <= BROADCAST_UPDATES:
-        joined = data.join(F.broadcast(pending), on=keys, how="left")
+        joined = join_broadcast_updates(data, updates, pk)
     else:
         targets = local_frame(
             spark,
@@ -174,6 +173,32 @@ def rewrite_segments(
         storage,
         primary_key=table.primary_key,
         shuffle=False,
+    )
+
+
+def join_broadcast_updates(data: Any, updates: Any, primary_key: Sequence[str]) -> Any:
+    """Each segment row with its pending update's validUntil as ``_newUntil`` (null: none), the
+    updates broadcast to the tasks reading the segments.
+
+    The hash key is ``validFrom`` alone, a long: Spark then builds and probes its long-keyed map
+    instead of hashing every (key, validFrom) row, which cost about 0.25 s per 260,000 updates.
+    Changes of one transaction share a commit timestamp, so several updates can share a
+    validFrom: the key is compared as well, inside ``coalesce(a = b, false)``, which Spark keeps
+    out of the hash key (and which, like an equi-join, never matches null keys).
+    """
+    from pyspark.sql import functions as F
+
+    renamed = {name: f"_update_{name}" for name in primary_key}
+    pending = updates.select(
+        F.col(VALID_FROM).alias("_updateFrom"),
+        *[F.col(name).alias(alias) for name, alias in renamed.items()],
+        F.col(VALID_UNTIL).alias("_newUntil"),
+    )
+    condition = data[VALID_FROM] == pending["_updateFrom"]
+    for name, alias in renamed.items():
+        condition = condition & F.coalesce(data[name] == pending[alias], F.lit(False))
+    return data.join(F.broadcast(pending), on=condition, how="left").drop(
+        "_updateFrom", *renamed.values()
     )
 
 
