@@ -5,8 +5,9 @@ On a local Spark with 2 cores and a private redis-server:
 * **throughput**: rows/s of ``IngestJob.run_batch`` for pure inserts and for a 30% update mix
   (30% of the batch's rows update existing keys, the rest are new), end to end: commit timestamps,
   key resolution against the key index, the resolution file (the batch's key index level and
-  pending updates) and segment files, announcements, the segment updater and the progress report; the median of several batches on a warm JVM, with the
-  session's first batch (JIT compilation, Spark's code generation) reported apart as *cold*;
+  pending updates) and segment files, announcements, the segment updater and the progress
+  report; the median of several batches on a warm JVM, with the session's first batch (JIT
+  compilation, Spark's code generation) reported apart as *cold*;
 * **latency**: from an event file landing in a watched changelog directory (Structured Streaming,
   1-second trigger) to the event being visible at the served LWM, read as a broker would
   (follower view, Parquet rows, visibility rule); the first event after the stream starts is

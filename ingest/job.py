@@ -633,8 +633,8 @@ class IngestJob:
         return len(collection.seqs)
 
     def sweep_private_files(self) -> int:
-        """Delete this server's key index and update directories its state no longer names (a
-        newer index replaced them, or the updater applied them); returns how many paths went.
+        """Delete this server's batch resolutions (and partitions of them) its state no longer
+        names, neither as a key index level nor as pending updates; returns how many paths went.
         Between transactions only: an attempt in flight is named by nothing yet."""
         referenced = [
             level for version in self.state.key_index.values() for level in version.levels
@@ -642,11 +642,8 @@ class IngestJob:
         referenced += [
             item["updates"] for item in self.state.pending.values() if item.get("updates")
         ]
-        return sum(
-            garbage.sweep_unreferenced(
-                self.storage, f"{self.root}/{kind}/{self.server_id}", referenced
-            )
-            for kind in ("_keyindex",)
+        return garbage.sweep_unreferenced(
+            self.storage, f"{self.root}/_keyindex/{self.server_id}", referenced
         )
 
     def _report(self) -> None:

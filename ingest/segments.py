@@ -115,8 +115,8 @@ def footer_summaries(
     """Each segment's row count and greatest ``validFrom``, from its files' footers (no scan).
 
     The greatest ``validFrom`` is ``None`` (unknown) when a footer keeps no statistics for it.
-    A footer takes a few round trips to the JVM, which serves several threads at once: the files
-    are read concurrently.
+    The files are read concurrently: through Hadoop a footer takes a few round trips to the JVM,
+    which serves several threads at once (local footers are read by pyarrow, see ``Storage``).
     """
     paths = [path for item in written for path in item.locations]
     with ThreadPoolExecutor(max_workers=max(1, min(FOOTER_READERS, len(paths)))) as pool:
