@@ -14,15 +14,15 @@ versions per key, committed in an order unrelated to the key, like a real change
 three answers are compared before any timing is trusted, and the variants run interleaved, round
 by round, so load on the machine hits all three alike.
 
-The segments are laid out as ingestion writes them (``ingest/segments.py``): one file per segment
-(key partition), current versions (``validUntil IS NULL``) first, then history, 8 MiB row groups.
-The Parquet page statistics (column indexes) on ``validUntil`` let Spark skip the history pages,
-and every segment holds its share of current rows, so the scan tasks stay balanced across cores.
-Layout ``key_sorted`` (the default) orders the current section by primary key, so the id page
-statistics also serve key lookups (as ingestion writes them); ``ingest`` orders it by ``validFrom``,
-the layout ingestion wrote before it sorted by key.
+The segments are written by ingestion's own writer (``ingest.segments.write_segments``): one
+directory per segment (key partition) with an open file (current versions, by key, so the id
+statistics serve key lookups) and a closed file (history by ``validFrom``), 8 MiB row groups, and
+described as ingestion announces them (greatest ``validFrom``, open files, greatest
+``validUntil`` of the closed files). At the benchmark's snapshot every segment is settled and
+every closed file ended before it, so the broker reads the open files without any test and skips
+the closed ones.
 
-Run: ``python -m bench.query [--quick] [--sizes 1000000,5000000] [--layout ingest]``.
+Run: ``python -m bench.query [--quick] [--sizes 1000000,5000000]``.
 """
 
 from __future__ import annotations
@@ -46,7 +46,6 @@ SEGMENTS = 8
 BATCH_SPAN = 10_000_000_000
 """Commit timestamps of version ``v`` lie in ``[v * BATCH_SPAN, v * BATCH_SPAN + 1e9)``."""
 TABLE_FILES = 8
-LAYOUTS = ("key_sorted", "ingest")
 QUERIES: dict[str, str] = {
     "full_aggregate": (
         "SELECT region, COUNT(*) AS n, SUM(amount) AS total FROM accounts GROUP BY region"
@@ -76,29 +75,13 @@ def descriptor() -> Any:
     )
 
 
-def segment_order(layout: str, primary_key: tuple[str, ...]) -> list[Any]:
-    """Sort order inside a segment file: current versions first, then history by ``validFrom``.
-
-    ``key_sorted`` orders the current section by primary key (history has NULL there) like
-    ``ingest.segments.write_segments``; ``ingest`` by ``validFrom``, its earlier layout.
-    """
-    from pyspark.sql import functions as F
-
-    from watermark.catalog import VALID_FROM, VALID_UNTIL
-
-    is_history = F.col(VALID_UNTIL).isNotNull()
-    if layout == "ingest":
-        return [is_history, F.col(VALID_FROM)]
-    current_key = [F.when(~is_history, F.col(name)) for name in primary_key]
-    return [is_history, *current_key, F.col(VALID_FROM)]
-
-
-def build_data(spark: Any, rows: int, root: Path, layout: str = LAYOUTS[0]) -> dict[str, Any]:
+def build_data(spark: Any, rows: int, root: Path) -> dict[str, Any]:
     """Write the versioned segments, the all-versions table and the latest-only table."""
     from pyspark.sql import functions as F
 
     from ingest.partitioning import key_partition
-    from ingest.segments import ROW_GROUP_BYTES, SEGMENT_DIR_COLUMN
+    from ingest.segments import footer_summaries, write_segments
+    from ingest.storage import Storage
 
     table = descriptor()
     keys = rows // VERSIONS_PER_KEY
@@ -122,20 +105,18 @@ def build_data(spark: Any, rows: int, root: Path, layout: str = LAYOUTS[0]) -> d
     )
     snapshot = VERSIONS_PER_KEY * BATCH_SPAN
 
-    # As ingest.segments.write_segments: one directory (and file) per segment.
-    segments_dir = root / "segments"
-    columns = [*table.column_names, "validFrom", "validUntil"]
-    (
-        versioned.withColumn(
-            SEGMENT_DIR_COLUMN, key_partition(table.primary_key, SEGMENTS).cast("string")
-        )
-        .repartition(SEGMENTS, SEGMENT_DIR_COLUMN)
-        .sortWithinPartitions(SEGMENT_DIR_COLUMN, *segment_order(layout, table.primary_key))
-        .select(*columns, SEGMENT_DIR_COLUMN)
-        .write.option("parquet.block.size", ROW_GROUP_BYTES)
-        .partitionBy(SEGMENT_DIR_COLUMN)
-        .parquet(str(segments_dir))
+    storage = Storage(spark)
+    written = write_segments(
+        versioned.withColumn("_chunk", F.lit(0).cast("long")).withColumn(
+            "_seg", key_partition(table.primary_key, SEGMENTS)
+        ),
+        [*table.column_names, "validFrom", "validUntil"],
+        str(root / "segments"),
+        SEGMENTS,
+        storage,
+        primary_key=table.primary_key,
     )
+    summaries = footer_summaries(storage, list(written.values()))
     all_versions = versioned.drop("validFrom", "validUntil")
     latest = versioned.where(F.col("validUntil").isNull()).drop("validFrom", "validUntil")
     for name, frame in (("all_versions", all_versions), ("latest", latest)):
@@ -145,27 +126,17 @@ def build_data(spark: Any, rows: int, root: Path, layout: str = LAYOUTS[0]) -> d
             .write.option("parquet.block.size", 4 * 1024 * 1024)
             .parquet(str(root / name))
         )
-    files = {
-        int(path.parent.name.split("=", 1)[1]): str(path)
-        for path in segments_dir.glob(f"{SEGMENT_DIR_COLUMN}=*/*.parquet")
+    return {
+        "keys": keys,
+        "snapshot": snapshot,
+        "segments": list(zip(written.values(), summaries, strict=True)),
+        "table": table,
     }
-    return {"keys": keys, "snapshot": snapshot, "segment_files": files, "table": table}
-
-
-def newest_valid_from(path: str) -> int:
-    """A segment file's greatest validFrom, from its footer (ingestion announces it as well)."""
-    import pyarrow.parquet as pq
-
-    metadata = pq.ParquetFile(path).metadata
-    column = metadata.schema.names.index("validFrom")
-    return max(
-        metadata.row_group(group).column(column).statistics.max
-        for group in range(metadata.num_row_groups)
-    )
 
 
 def table_view(data: dict[str, Any]) -> Any:
-    """The follower's picture of the benchmark table: one segment per key partition."""
+    """The follower's picture of the benchmark table: one segment per key partition, described
+    as ingestion announces it."""
     from timeline.interval import Interval
     from timeline.segment import Segment
     from watermark.follower import TableView
@@ -175,11 +146,15 @@ def table_view(data: dict[str, Any]) -> Any:
             table="accounts",
             interval=Interval(0, 86_400_000),
             version="v1",
-            partition=partition,
-            location=(path,),
-            max_valid_from=newest_valid_from(path),
+            partition=written.partition,
+            location=written.locations,
+            row_count=summary.rows,
+            size_bytes=written.size_bytes,
+            max_valid_from=summary.max_valid_from,
+            open_files=written.open_locations,
+            max_valid_until=summary.max_valid_until,
         )
-        for partition, path in sorted(data["segment_files"].items())
+        for written, summary in data["segments"]
     )
     return TableView(
         table="accounts",
@@ -247,16 +222,16 @@ def scan_metrics(frame: Any) -> dict[str, int]:
     return totals
 
 
-def run(sizes: list[int], repeats: int, layout: str) -> dict[str, Any]:
+def run(sizes: list[int], repeats: int) -> dict[str, Any]:
     from broker.spark_session import create_spark_session
 
     spark = create_spark_session(master="local[2]", app_name="horizon-bench-query")
-    results: dict[str, Any] = {"layout": layout}
+    results: dict[str, Any] = {}
     table_rows = []
     for size in sizes:
         root = Path(tempfile.mkdtemp(prefix=f"horizon-bench-query-{size}-"))
         try:
-            data = build_data(spark, size, root, layout)
+            data = build_data(spark, size, root)
             spark.read.parquet(str(root / "all_versions")).createOrReplaceTempView("all_versions")
             spark.read.parquet(str(root / "latest")).createOrReplaceTempView("latest_only")
             row_number_source = (
@@ -317,7 +292,7 @@ def run(sizes: list[int], repeats: int, layout: str) -> dict[str, Any]:
         finally:
             shutil.rmtree(root, ignore_errors=True)
     print_table(
-        f"Consistent read vs ROW_NUMBER vs latest-only floor (p50 ms, local[2], layout {layout}; "
+        "Consistent read vs ROW_NUMBER vs latest-only floor (p50 ms, local[2]; "
         "ratios are medians of per-round ratios)",
         [
             "rows",
@@ -341,14 +316,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="small sizes for a smoke run")
     parser.add_argument("--sizes", help="comma-separated row counts (default 1000000,5000000)")
     parser.add_argument("--repeats", type=int, default=7)
-    parser.add_argument("--layout", choices=LAYOUTS, default=LAYOUTS[0], help="segment layout")
     args = parser.parse_args(argv)
     if args.sizes:
         sizes = [int(part) for part in args.sizes.split(",")]
     else:
         sizes = [60_000] if args.quick else [1_000_000, 5_000_000]
     repeats = 2 if args.quick else args.repeats
-    results = run(sizes, repeats, args.layout)
+    results = run(sizes, repeats)
     results["targets"] = {"full_aggregate_speedup_vs_row_number_at_5M": ">= 10x"}
     path = write_results("query", results)
     print(f"wrote {path}")

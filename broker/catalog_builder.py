@@ -28,6 +28,9 @@ def catalog_table(table_view: Any, namespace: str = "") -> CatalogTable:
         files=segment_files(segments),
         settled_view=layout.settled.name if layout.settled is not None else "",
         settled_through=layout.settled_through,
+        open_view=layout.open.name if layout.open is not None else "",
+        closed_view=layout.closed.name if layout.closed is not None else "",
+        closed_through=layout.closed_through,
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from broker.view_layout import CLOSED, OPEN, SETTLED
 from timeline.interval import format_instant
 
 
@@ -83,28 +84,47 @@ def segment_reasons(snapshot: Any, visible: Iterable[Any]) -> dict[str, str]:
 
 
 def view_notes(parts: Iterable[Any], lwm: int | None) -> dict[str, str]:
-    """``{segment id: note}`` saying which temp view reads each segment, when a table's settled
-    segments are read apart (``broker.view_layout``); empty when the table has one view."""
+    """``{segment id: note}`` saying which temp view reads each segment's files and what it
+    tests, when a table's files are split between views (``broker.view_layout``); empty when the
+    table has one view."""
     parts = tuple(parts)
-    settled = [part for part in parts if part.settled]
-    if not settled:
+    if len(parts) < 2:
         return {}
-    threshold = max(segment.max_valid_from for part in settled for segment in part.segments)
-    notes: dict[str, str] = {}
+    settled = [segment for part in parts if part.settled for segment in part.segments]
+    threshold = max((segment.max_valid_from for segment in settled), default=None)
+    closed = [segment for part in parts if part.kind == CLOSED for segment in part.segments]
+    closed_through = max((segment.max_valid_until for segment in closed), default=None)
+    notes: dict[str, list[str]] = {}
     for part in parts:
         for segment in part.segments:
-            if part.settled:
-                notes[str(segment.id)] = (
-                    f"read through view {part.name}: settled (greatest validFrom "
-                    f"{segment.max_valid_from} <= LWM {lwm}), so at snapshots >= {threshold} "
-                    "only validUntil is tested"
+            mine = [path for path in part.files if path in segment.location]
+            files = f"{len(mine)} file{'s' if len(mine) != 1 else ''}"
+            known = segment.max_valid_from
+            if part.kind == OPEN:
+                note = (
+                    f"{files} of open versions read through view {part.name}: settled "
+                    f"(greatest validFrom {known} <= LWM {lwm}), so at snapshots >= {threshold} "
+                    "nothing is tested"
+                )
+            elif part.kind == SETTLED:
+                note = (
+                    f"{files} read through view {part.name}: settled (greatest validFrom "
+                    f"{known} <= LWM {lwm}), so at snapshots >= {threshold} only validUntil "
+                    "is tested"
+                )
+            elif part.kind == CLOSED:
+                note = (
+                    f"{files} of closed versions read through view {part.name} (greatest "
+                    f"validUntil {segment.max_valid_until}), not read at snapshots >= "
+                    f"{closed_through}"
                 )
             else:
-                known = segment.max_valid_from
                 why = (
                     "greatest validFrom unknown" if known is None else f"greatest validFrom {known}"
                 )
-                notes[str(segment.id)] = (
-                    f"read through view {part.name} with the full visibility predicate ({why})"
+                note = (
+                    f"{files} read through view {part.name} with the full visibility "
+                    f"predicate ({why})"
                 )
-    return notes
+            notes.setdefault(str(segment.id), []).append(note)
+    return {key: "; ".join(texts) for key, texts in notes.items()}

@@ -52,10 +52,12 @@ def segment_message(segment: Any) -> pb.Segment:
         row_count=segment.row_count,
         size_bytes=segment.size_bytes,
         server=segment.server,
+        open_files=list(getattr(segment, "open_files", ())),
     )
-    max_valid_from = getattr(segment, "max_valid_from", None)
-    if max_valid_from is not None:
-        message.max_valid_from = max_valid_from
+    for bound in ("max_valid_from", "max_valid_until"):
+        value = getattr(segment, bound, None)
+        if value is not None:
+            setattr(message, bound, value)
     return message
 
 

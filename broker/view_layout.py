@@ -1,15 +1,24 @@
-"""Which Spark temp views hold a table's visible segments, and under which names (pure).
+"""Which Spark temp views hold a table's visible segment files, and under which names (pure).
 
 A segment is *settled* when its greatest ``validFrom`` (``Segment.max_valid_from``) is known and
 at or below the table's LWM. Let T be the greatest maximum among the settled segments: at any
-snapshot ``S >= T`` every row of a settled segment passes ``validFrom <= S``, so a scan of those
-segments needs only the ``validUntil`` test, and Spark need not decode ``validFrom`` for them.
-The settled segments are therefore read through a view of their own; the others (the *rest*)
-through the table's usual view, which keeps the full visibility predicate.
+snapshot ``S >= T`` every row of a settled segment passes ``validFrom <= S``. Ingestion also writes
+a segment's *open* versions (``validUntil IS NULL``) and its *closed* ones in separate files
+(``Segment.open_files``, ``Segment.max_valid_until``). The files are therefore read through up to
+four views, each with the least test that is still exact:
 
-A table without settled segments keeps exactly one view, ``__horizon_<table>_g<generation>``.
-With settled segments the names carry T as well, ``..._g<generation>_t<T>`` (rest) and
-``..._g<generation>_t<T>_s`` (settled): the LWM moves without a new timeline generation, so one
+* ``open`` – open files of settled segments: at ``S >= T`` every row is visible, no test at all;
+* ``settled`` – other files of settled segments that mix open and closed rows: only the
+  ``validUntil`` test at ``S >= T``;
+* ``closed`` – closed files of any segment whose greatest ``validUntil`` is known and at or
+  below the LWM: let C be the greatest; at ``S >= C`` no row is visible and the view is not read
+  at all (so at the LWM it never is);
+* ``rest`` – everything else (unsettled segments' other files): the full visibility predicate.
+
+Below T (or C) each view falls back to the full predicate, so one layout serves time travel too.
+A table whose files all belong to the rest keeps exactly one view, ``__horizon_<table>_g<gen>``;
+a split names the rest ``..._g<gen>_t<T>_u<C>`` (each bound omitted when there is none) and the
+others after it with a suffix: the LWM moves without a new timeline generation, so one
 generation can be split at several thresholds, and each split must have names of its own (a
 query rewritten for one split must never read the views of another).
 
@@ -25,6 +34,14 @@ from typing import Any
 
 VIEW_PREFIX = "__horizon_"
 SETTLED_SUFFIX = "_s"
+OPEN_SUFFIX = "_o"
+CLOSED_SUFFIX = "_c"
+
+REST = "rest"
+SETTLED = "settled"
+OPEN = "open"
+CLOSED = "closed"
+"""The kinds of :class:`ViewPart`, in the order their views are registered."""
 
 
 def view_name(table: str, generation: int, namespace: str = "") -> str:
@@ -52,38 +69,45 @@ def is_settled(segment: Any, lwm: int | None) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class ViewPart:
-    """One temp view of a table: its name and the segments whose files it reads."""
+    """One temp view of a table: its name, kind, and which files of which segments it reads."""
 
     name: str
+    kind: str
     segments: tuple[Any, ...]
-    settled: bool
+    files: tuple[str, ...]
 
     @property
-    def files(self) -> tuple[str, ...]:
-        return segment_files(self.segments)
+    def settled(self) -> bool:
+        """True when the part holds only settled segments' files (no ``validFrom`` test above T)."""
+        return self.kind in (SETTLED, OPEN)
 
 
 @dataclass(frozen=True, slots=True)
 class ViewLayout:
-    """How a table view's visible segments are split between temp views.
+    """How a table view's visible segment files are split between temp views.
 
-    ``rest`` holds the segments that keep the full predicate (every segment when nothing is
-    settled; None when every segment is settled); ``settled`` the settled ones (None when there
-    are none), and ``settled_through`` is their greatest ``max_valid_from`` (T).
+    Each part is None when it would read no file. ``settled_through`` is the greatest
+    ``max_valid_from`` of the settled segments (T; None when none is settled),
+    ``closed_through`` the greatest ``max_valid_until`` of the closed part's files (C).
     """
 
     rest: ViewPart | None
     settled: ViewPart | None = None
+    open: ViewPart | None = None
+    closed: ViewPart | None = None
     settled_through: int | None = None
+    closed_through: int | None = None
 
     @property
     def parts(self) -> tuple[ViewPart, ...]:
         """The views to build and register, rest first."""
-        return tuple(part for part in (self.rest, self.settled) if part is not None)
+        return tuple(
+            part for part in (self.rest, self.settled, self.open, self.closed) if part is not None
+        )
 
     @property
     def main_view(self) -> str:
-        """The view named in a query's metadata: the rest view, or the settled one if alone."""
+        """The view named in a query's metadata: the rest view, or the first other one."""
         return self.parts[0].name
 
     @property
@@ -94,19 +118,56 @@ class ViewLayout:
 def split_layout(
     table: str, generation: int, segments: Iterable[Any], lwm: int | None, namespace: str = ""
 ) -> ViewLayout:
-    """The layout of ``segments`` (a table's visible set at ``generation``) at LWM ``lwm``."""
+    """The layout of ``segments`` (a table's visible set at ``generation``) at LWM ``lwm``.
+
+    ``lwm`` None splits nothing (an append-only table tests no validity column anyway).
+    """
     segments = tuple(segments)
     base = view_name(table, generation, namespace)
-    settled = tuple(segment for segment in segments if is_settled(segment, lwm))
-    if not settled:
-        return ViewLayout(rest=ViewPart(base, segments, settled=False))
-    threshold = max(segment.max_valid_from for segment in settled)
-    rest = tuple(segment for segment in segments if not is_settled(segment, lwm))
-    split = f"{base}_t{threshold}"
+    if lwm is None:
+        return ViewLayout(rest=ViewPart(base, REST, segments, segment_files(segments)))
+    files: dict[str, dict[str, None]] = {kind: {} for kind in (REST, SETTLED, OPEN, CLOSED)}
+    owners: dict[str, dict[int, Any]] = {kind: {} for kind in files}
+    closed_bounds: list[int] = []
+    for segment in segments:
+        settled = is_settled(segment, lwm)
+        open_files = set(getattr(segment, "open_files", ()))
+        max_valid_until = getattr(segment, "max_valid_until", None)
+        for path in segment.location:
+            if path in open_files:
+                kind = OPEN if settled else REST
+            elif max_valid_until is not None and max_valid_until <= lwm:
+                kind = CLOSED
+                closed_bounds.append(max_valid_until)
+            else:
+                kind = SETTLED if settled else REST
+            files[kind].setdefault(path, None)
+            owners[kind].setdefault(id(segment), segment)
+    settled_through = max(
+        (segment.max_valid_from for segment in segments if is_settled(segment, lwm)), default=None
+    )
+    if not any(files[kind] for kind in (SETTLED, OPEN, CLOSED)):
+        return ViewLayout(rest=ViewPart(base, REST, segments, tuple(files[REST])))
+    closed_through = max(closed_bounds, default=None)
+    split = base
+    if settled_through is not None:
+        split += f"_t{settled_through}"
+    if closed_through is not None:
+        split += f"_u{closed_through}"
+    suffixes = {REST: "", SETTLED: SETTLED_SUFFIX, OPEN: OPEN_SUFFIX, CLOSED: CLOSED_SUFFIX}
+    parts = {
+        kind: ViewPart(split + suffixes[kind], kind, tuple(owners[kind].values()), tuple(paths))
+        if paths
+        else None
+        for kind, paths in files.items()
+    }
     return ViewLayout(
-        rest=ViewPart(split, rest, settled=False) if rest else None,
-        settled=ViewPart(split + SETTLED_SUFFIX, settled, settled=True),
-        settled_through=threshold,
+        rest=parts[REST],
+        settled=parts[SETTLED],
+        open=parts[OPEN],
+        closed=parts[CLOSED],
+        settled_through=settled_through,
+        closed_through=closed_through,
     )
 
 

@@ -1,9 +1,10 @@
 """Spark temp views over a table's visible segments, one set per (table, timeline generation,
-settled threshold).
+layout bounds).
 
-The rewritten SQL reads ``__horizon_<table>_g<generation>`` instead of the table; when some
-segments are settled (``broker.view_layout``), it reads them through a second view and the others
-through the first, both named after the threshold too. A view is built once
+The rewritten SQL reads ``__horizon_<table>_g<generation>`` instead of the table; when the files
+are split by what a scan must test (settled segments, open and closed files, see
+``broker.view_layout``), it reads one view per part, each named after the threshold too. A view
+is built once
 (``spark.read.parquet(files)`` with the descriptor's explicit schema, so Spark neither infers the
 schema nor opens a footer to plan) and reused by every query until the table's timeline changes or
 its LWM passes another segment's greatest validFrom. Older layouts are dropped once no running
@@ -20,7 +21,7 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import Any
 
-from broker.view_layout import VIEW_PREFIX, segment_files, view_layout
+from broker.view_layout import VIEW_PREFIX, view_layout
 from timeline.errors import HorizonError, Unavailable
 from watermark.catalog import VALIDITY_COLUMNS, TableDescriptor
 
@@ -62,14 +63,16 @@ class UnreadableFiles(HorizonError):
 class _Entry:
     table: str
     generation: int
-    settled_through: int | None
+    bounds: tuple[int, int]
+    """The layout's ``settled_through`` and ``closed_through``, -1 for none: both only grow
+    with the LWM within one generation."""
     names: tuple[str, ...]
     leases: int = 0
 
     @property
-    def age(self) -> tuple[int, int]:
-        """Newer timeline generations first, then higher thresholds (the LWM moves up)."""
-        return (self.generation, -1 if self.settled_through is None else self.settled_through)
+    def age(self) -> tuple[int, int, int]:
+        """Newer timeline generations first, then higher bounds (the LWM moves up)."""
+        return (self.generation, *self.bounds)
 
 
 class SegmentViews:
@@ -81,7 +84,7 @@ class SegmentViews:
         """Every session the views are registered in (``mirrors`` share the Spark context)."""
         self.namespace = namespace
         self._lock = threading.RLock()
-        self._entries: dict[tuple[str, int, int | None], _Entry] = {}
+        self._entries: dict[tuple[str, int, int, int], _Entry] = {}
         self.builds = 0
         """How many view sets were built (a test and benchmark probe: reuse keeps it flat)."""
 
@@ -121,29 +124,32 @@ class SegmentViews:
     def _acquire(self, table_view: Any) -> _Entry:
         layout = view_layout(table_view, self.namespace)
         table = table_view.table.lower()
-        key = (table, int(table_view.generation), layout.settled_through)
+        bounds = tuple(
+            -1 if bound is None else bound
+            for bound in (layout.settled_through, layout.closed_through)
+        )
+        key = (table, int(table_view.generation), *bounds)
         with self._lock:
             entry = self._entries.get(key)
             if entry is None:
                 built: list[str] = []
                 try:
                     for part in layout.parts:
-                        self._build(part.name, table_view.descriptor, part.segments)
+                        self._build(part.name, table_view.descriptor, part.files)
                         built.append(part.name)
                 except BaseException:
                     for name in built:
                         self._drop(name)
                     raise
-                entry = _Entry(table, key[1], key[2], layout.names)
+                entry = _Entry(table, key[1], (key[2], key[3]), layout.names)
                 self._entries[key] = entry
                 self.builds += 1
             entry.leases += 1
             self._evict_older(table)
             return entry
 
-    def _build(self, name: str, descriptor: TableDescriptor, segments: Sequence[Any]) -> None:
+    def _build(self, name: str, descriptor: TableDescriptor, files: Sequence[str]) -> None:
         ddl = schema_ddl(descriptor)
-        files = segment_files(segments)
         try:
             for session in self._sessions:
                 if files:

@@ -9,8 +9,10 @@ Modules (one idea each): ``table`` (TOML definition -> TableDefinition -> TableD
 
 Storage layout under ``<storage_root>/<table>/``::
 
-    segments/<server>/b<seq>/segment=<chunk start>_<partition>/part-*.parquet   first generation
-    segments/<server>/u<seq>/segment=<chunk start>_<partition>/part-*.parquet   overwrites
+    segments/<server>/b<seq>/segment=<chunk start>_<partition>/rows=<open|closed>/part-*.parquet
+                                                                              first generation
+    segments/<server>/u<seq>/segment=<chunk start>_<partition>/rows=<open|closed>/part-*.parquet
+                                                                              overwrites
     _keyindex/<server>/r<seq>/_kpDir=<key partition>/part-*.parquet            a batch's resolution:
                                                                               key index level and
                                                                               pending validUntil

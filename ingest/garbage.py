@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from ingest.manifest import Garbage
-from ingest.segments import tag_of_file
+from ingest.segments import segment_directory_of
 from ingest.storage import Storage
 
 
@@ -51,10 +51,9 @@ def collectable(
 
 def segment_directory(location: str) -> str:
     """The ``segment=<chunk>_<partition>`` directory of a segment file (the file itself if it is
-    not in one): every file of that directory belongs to the one segment."""
-    if tag_of_file(location) is None:
-        return location
-    return location.rsplit("/", 1)[0]
+    not in one): every file below that directory belongs to the one segment."""
+    directory = segment_directory_of(location)
+    return location if directory is None else directory
 
 
 def delete_files(storage: Storage, locations: Iterable[str]) -> None:

@@ -53,6 +53,7 @@ from ingest.resolve import (
     supersedes_stored,
 )
 from ingest.segments import (
+    FooterSummary,
     WrittenSegment,
     footer_summaries,
     keep_row_order_in_partitioned_writes,
@@ -513,8 +514,8 @@ class IngestJob:
 
         summaries = footer_summaries(self.storage, list(written.values()))
         segments = {
-            tag: self._first_generation(item, rows, max_valid_from)
-            for (tag, item), (rows, max_valid_from) in zip(written.items(), summaries, strict=True)
+            tag: self._first_generation(item, summary)
+            for (tag, item), summary in zip(written.items(), summaries, strict=True)
         }
         return self._commit_ingest(
             seq,
@@ -700,8 +701,8 @@ class IngestJob:
             rewrites.append((old, item))
         summaries = footer_summaries(self.storage, [item for _, item in rewrites])
         add = [
-            updater.overwrite_segment(old, item, rows, self.server_id, self.table)
-            for (old, item), (rows, _) in zip(rewrites, summaries, strict=True)
+            updater.overwrite_segment(old, item, summary, self.server_id, self.table)
+            for (old, item), summary in zip(rewrites, summaries, strict=True)
         ]
         remove = [old for old, _ in rewrites]
         body = {
@@ -896,19 +897,19 @@ class IngestJob:
             allocation.update({(chunk, kp): n for kp, n in zip(kps, numbers, strict=True)})
         return allocation
 
-    def _first_generation(
-        self, written: WrittenSegment, rows: int, max_valid_from: int | None
-    ) -> Segment:
+    def _first_generation(self, written: WrittenSegment, summary: FooterSummary) -> Segment:
         return Segment(
             table=self.table.name,
             interval=chunk_interval(self.table.granularity, written.chunk_start),
             version=self.table.version,
             partition=written.partition,
             location=written.locations,
-            row_count=rows,
+            row_count=summary.rows,
             size_bytes=written.size_bytes,
             server=self.server_id,
-            max_valid_from=max_valid_from,
+            max_valid_from=summary.max_valid_from,
+            open_files=written.open_locations,
+            max_valid_until=summary.max_valid_until,
         )
 
 

@@ -1,11 +1,13 @@
-"""Writing segment files: one Parquet file per segment, laid out for snapshot pruning.
+"""Writing segment files: open and closed versions apart, laid out for snapshot pruning.
 
 Every segment's files live in their own directory ``<attempt dir>/segment=<chunk>_<partition>/``,
-so the directory name identifies the segment a file belongs to (the updater relies on it). Inside a
-file, current versions (``validUntil IS NULL``) come first, by key, then history by ``validFrom``:
-Parquet's min/max statistics (per row group, and per page through the column indexes Spark's
-reader uses) then let a reader skip history, and a key lookup all but a page or two of the current
-versions.
+so the directory name identifies the segment a file belongs to (the updater relies on it). Below
+it, ``rows=open/`` holds the versions not yet replaced (``validUntil IS NULL``), by key, and
+``rows=closed/`` the others, by ``validFrom``. The segment's description names its open files and
+the greatest ``validUntil`` of its closed ones, so a reader at a recent snapshot reads the open
+files without any validity test and skips the closed ones whole (``broker.view_layout``); inside a
+file, Parquet's min/max statistics let a key lookup skip all but a page or two, and time travel
+what was not yet written.
 """
 
 from __future__ import annotations
@@ -20,12 +22,18 @@ from ingest.storage import FileInfo, Storage
 from watermark.catalog import VALID_FROM, VALID_UNTIL
 
 SEGMENT_DIR_COLUMN = "segment"
+ROWS_DIR_COLUMN = "rows"
+"""The second directory level of a segment: ``open`` or ``closed`` versions."""
+OPEN_ROWS = "open"
+CLOSED_ROWS = "closed"
+_OPEN_DIR = f"/{ROWS_DIR_COLUMN}={OPEN_ROWS}/"
 ROW_GROUP_BYTES = 8 * 1024 * 1024
 CONCURRENT_WRITERS = 16
 """Segment (or key index) files one Spark task keeps open at once (see
 :func:`keep_row_order_in_partitioned_writes`)."""
 FOOTER_READERS = 8
 _TAG = re.compile(r"/segment=(-?\d+)_(\d+)/")
+_SEGMENT_DIR = re.compile(r"^(.*/segment=-?\d+_\d+)/")
 
 
 def segment_tag(chunk_start: int, partition: int) -> str:
@@ -36,6 +44,13 @@ def tag_of_file(path: str) -> tuple[int, int] | None:
     """``(chunk_start, partition)`` of a segment file written by :func:`write_segments`."""
     match = _TAG.search(path)
     return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def segment_directory_of(path: str) -> str | None:
+    """The ``.../segment=<chunk>_<partition>`` directory holding a segment file written by
+    :func:`write_segments` (None for any other path)."""
+    match = _SEGMENT_DIR.match(path)
+    return match.group(1) if match else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +66,16 @@ class WrittenSegment:
     @property
     def locations(self) -> tuple[str, ...]:
         return tuple(info.path for info in self.files)
+
+    @property
+    def open_locations(self) -> tuple[str, ...]:
+        """The files holding only versions whose ``validUntil`` is NULL."""
+        return tuple(path for path in self.locations if is_open_file(path))
+
+
+def is_open_file(path: str) -> bool:
+    """True for a segment file :func:`write_segments` wrote under ``rows=open/``."""
+    return _OPEN_DIR in path
 
 
 def keep_row_order_in_partitioned_writes(session: Any) -> None:
@@ -76,20 +101,21 @@ def write_segments(
     primary_key: Sequence[str] = (),
     shuffle: bool = True,
 ) -> dict[tuple[int, int], WrittenSegment]:
-    """Write ``frame`` (which has ``_chunk`` and ``_seg``) as one file per (chunk, partition).
+    """Write ``frame`` (which has ``_chunk`` and ``_seg``) as an open and a closed file per
+    (chunk, partition), each omitted when it would be empty.
 
-    Current versions come first, sorted by ``primary_key`` (row-group statistics on the key then
-    narrow a key lookup to about one row group per file), then history by ``validFrom`` (so time
-    travel skips what was not yet written). A current version whose first key column is null
-    sorts among the history (a layout blemish, never a wrong answer). ``shuffle=False`` when
-    every segment's rows are already in one Spark task (no repartition). Returns what was
-    written, keyed by ``(chunk_start, partition)``.
+    Open versions are sorted by ``primary_key`` (row-group statistics on the key then narrow a
+    key lookup to about one row group per file), closed ones by ``validFrom`` (so time travel
+    skips what was not yet written). ``shuffle=False`` when every segment's rows are already in
+    one Spark task (no repartition). Returns what was written, keyed by
+    ``(chunk_start, partition)``.
     """
     from pyspark.sql import functions as F
 
-    current = F.col(VALID_UNTIL).isNull()
-    # Led by the key (nulls, i.e. history, last), so the sort compares by its prefix.
-    order = [*[F.when(current, F.col(name)).asc_nulls_last() for name in primary_key], VALID_FROM]
+    is_open = F.col(VALID_UNTIL).isNull()
+    # Led by the key (nulls, i.e. closed versions, last), so the sort compares by its prefix;
+    # the rows of each file keep their order (see keep_row_order_in_partitioned_writes).
+    order = [*[F.when(is_open, F.col(name)).asc_nulls_last() for name in primary_key], VALID_FROM]
     keep_row_order_in_partitioned_writes(frame.sparkSession)
 
     tagged = frame.withColumn(
@@ -100,38 +126,65 @@ def write_segments(
         tagged = tagged.repartition(max(1, min(segment_count, 512)), SEGMENT_DIR_COLUMN)
     (
         tagged.sortWithinPartitions(*order)
-        .select(*columns, SEGMENT_DIR_COLUMN)
+        .select(
+            *columns,
+            SEGMENT_DIR_COLUMN,
+            F.when(is_open, F.lit(OPEN_ROWS)).otherwise(F.lit(CLOSED_ROWS)).alias(ROWS_DIR_COLUMN),
+        )
         .write.mode("overwrite")
         .option("parquet.block.size", ROW_GROUP_BYTES)
-        .partitionBy(SEGMENT_DIR_COLUMN)
+        .partitionBy(SEGMENT_DIR_COLUMN, ROWS_DIR_COLUMN)
         .parquet(directory)
     )
     return collect_written(directory, storage)
 
 
-def footer_summaries(
-    storage: Storage, written: Sequence[WrittenSegment]
-) -> list[tuple[int, int | None]]:
-    """Each segment's row count and greatest ``validFrom``, from its files' footers (no scan).
+@dataclass(frozen=True, slots=True)
+class FooterSummary:
+    """What a segment's file footers say about it (no scan)."""
 
-    The greatest ``validFrom`` is ``None`` (unknown) when a footer keeps no statistics for it.
+    rows: int
+    max_valid_from: int | None
+    """The greatest ``validFrom`` of its rows (None: a footer keeps no statistics for it)."""
+    max_valid_until: int | None
+    """The greatest ``validUntil`` of its closed files' rows (None: it has none, or a footer
+    keeps no statistics for it)."""
+
+
+def footer_summaries(storage: Storage, written: Sequence[WrittenSegment]) -> list[FooterSummary]:
+    """Each segment's :class:`FooterSummary`, from its files' footers.
+
     The files are read concurrently: through Hadoop a footer takes a few round trips to the JVM,
     which serves several threads at once (local footers are read by pyarrow, see ``Storage``).
     """
     paths = [path for item in written for path in item.locations]
+
+    def read(path: str) -> tuple[int, tuple[Any, ...]]:
+        if is_open_file(path):
+            return storage.parquet_footer(path, VALID_FROM)
+        return storage.parquet_footer(path, VALID_FROM, VALID_UNTIL)
+
     with ThreadPoolExecutor(max_workers=max(1, min(FOOTER_READERS, len(paths)))) as pool:
-        read = pool.map(lambda path: storage.parquet_footer(path, VALID_FROM), paths)
-        footers = dict(zip(paths, read, strict=True))
+        footers = dict(zip(paths, pool.map(read, paths), strict=True))
     summaries = []
     for item in written:
         mine = [footers[path] for path in item.locations]
-        rows = sum(count for count, _ in mine)
-        if any(count and greatest is None for count, greatest in mine):
-            summaries.append((rows, None))
-        else:
-            greatest = max((int(g) for _, g in mine if g is not None), default=None)
-            summaries.append((rows, greatest))
+        closed = [footers[path] for path in item.locations if not is_open_file(path)]
+        summaries.append(
+            FooterSummary(
+                rows=sum(count for count, _ in mine),
+                max_valid_from=_greatest(mine, 0),
+                max_valid_until=_greatest(closed, 1) if closed else None,
+            )
+        )
     return summaries
+
+
+def _greatest(footers: Sequence[tuple[int, tuple[Any, ...]]], column: int) -> int | None:
+    """The greatest of the files' maxima of one column; None when a file with rows states none."""
+    if any(count and maxima[column] is None for count, maxima in footers):
+        return None
+    return max((int(m[column]) for _, m in footers if m[column] is not None), default=None)
 
 
 def collect_written(directory: str, storage: Storage) -> dict[tuple[int, int], WrittenSegment]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -123,12 +124,12 @@ class Storage:
             found.append(FileInfo(str(status.getPath().toString()), int(status.getLen())))
         return sorted(found, key=lambda info: info.path)
 
-    def parquet_footer(self, path: str, column: str) -> tuple[int, Any]:
-        """The row count of a Parquet file and the greatest value of ``column`` (``None`` when
-        the footer states none), from the footer alone."""
+    def parquet_footer(self, path: str, *columns: str) -> tuple[int, tuple[Any, ...]]:
+        """The row count of a Parquet file and the greatest value of each of ``columns`` (``None``
+        when the footer states none), from the footer alone."""
         local = self._local(path)
         if local is not None:
-            return _local_footer(local, column)
+            return _local_footer(local, columns)
         jpath = self._jvm.org.apache.hadoop.fs.Path(path)
         parquet = self._jvm.org.apache.parquet.hadoop
         reader = parquet.ParquetFileReader.open(
@@ -140,20 +141,24 @@ class Storage:
             reader.close()
         rows = sum(int(block.getRowCount()) for block in blocks)
         if not blocks:
-            return rows, None
-        # Every block lists the same columns in the same order: find the one wanted once.
+            return rows, (None,) * len(columns)
+        # Every block lists the same columns in the same order: find the wanted ones once.
         paths = [chunk.getPath().toDotString() for chunk in blocks[0].getColumns()]
-        if column not in paths:
-            return rows, None
-        position = paths.index(column)
-        maxima = []
-        for block in blocks:
-            statistics = block.getColumns().get(position).getStatistics()
-            if statistics is None or statistics.isEmpty():
-                return rows, None  # a writer that kept no statistics: unknown
-            if statistics.hasNonNullValue():
-                maxima.append(statistics.genericGetMax())
-        return rows, max(maxima, default=None)
+
+        def greatest(column: str) -> Any:
+            if column not in paths:
+                return None
+            position = paths.index(column)
+            maxima = []
+            for block in blocks:
+                statistics = block.getColumns().get(position).getStatistics()
+                if statistics is None or statistics.isEmpty():
+                    return None  # a writer that kept no statistics: unknown
+                if statistics.hasNonNullValue():
+                    maxima.append(statistics.genericGetMax())
+            return max(maxima, default=None)
+
+        return rows, tuple(greatest(column) for column in columns)
 
     def write_atomically(self, path: str, text: str) -> None:
         """Write ``text`` to a temporary name, then rename it into place.
@@ -252,25 +257,29 @@ def _delete_local(local: str) -> None:
     _remove_checksum(local)
 
 
-def _local_footer(local: str, column: str) -> tuple[int, Any]:
+def _local_footer(local: str, columns: Sequence[str]) -> tuple[int, tuple[Any, ...]]:
     """:meth:`Storage.parquet_footer` of a local file, read by pyarrow (same rules)."""
     import pyarrow.parquet as pq
 
     metadata = pq.read_metadata(local)
     rows = int(metadata.num_rows)
     if metadata.num_row_groups == 0:
-        return rows, None
+        return rows, (None,) * len(columns)
     names = [metadata.schema.column(i).path for i in range(metadata.num_columns)]
-    if column not in names:
-        return rows, None
-    position = names.index(column)
-    maxima = []
-    for group in range(metadata.num_row_groups):
-        statistics = metadata.row_group(group).column(position).statistics
-        if statistics is None:
-            return rows, None  # a writer that kept no statistics: unknown
-        if statistics.has_min_max:
-            maxima.append(statistics.max)
-        elif not statistics.has_null_count:
-            return rows, None
-    return rows, max(maxima, default=None)
+
+    def greatest(column: str) -> Any:
+        if column not in names:
+            return None
+        position = names.index(column)
+        maxima = []
+        for group in range(metadata.num_row_groups):
+            statistics = metadata.row_group(group).column(position).statistics
+            if statistics is None:
+                return None  # a writer that kept no statistics: unknown
+            if statistics.has_min_max:
+                maxima.append(statistics.max)
+            elif not statistics.has_null_count:
+                return None
+        return max(maxima, default=None)
+
+    return rows, tuple(greatest(column) for column in columns)

@@ -19,7 +19,7 @@ from ingest.bucketing import BUCKET_COLUMN, bucket_layout
 from ingest.granularity import chunk_interval
 from ingest.local_frames import local_frame
 from ingest.resolve import segment_schema, stored_columns
-from ingest.segments import WrittenSegment, write_segments
+from ingest.segments import FooterSummary, WrittenSegment, write_segments
 from ingest.storage import Storage
 from ingest.table import TableDefinition
 from timeline.errors import Internal
@@ -203,10 +203,14 @@ def join_broadcast_updates(data: Any, updates: Any, primary_key: Sequence[str]) 
 
 
 def overwrite_segment(
-    old: Segment, written: WrittenSegment, rows: int, server_id: str, table: TableDefinition
+    old: Segment,
+    written: WrittenSegment,
+    summary: FooterSummary,
+    server_id: str,
+    table: TableDefinition,
 ) -> Segment:
-    """The description of a rewrite of ``old`` holding ``rows`` rows (retention may have dropped
-    some): same root range, next minor version."""
+    """The description of a rewrite of ``old`` (retention may have dropped some rows): same root
+    range, next minor version."""
     return Segment(
         table=table.name,
         interval=old.interval,
@@ -218,9 +222,11 @@ def overwrite_segment(
         minor_version=old.minor_version + 1,
         atomic_update_group_size=1,
         location=written.locations,
-        row_count=rows,
+        row_count=summary.rows,
         size_bytes=written.size_bytes,
         server=server_id,
         # A rewrite changes validUntil and drops rows: the old bound still holds.
         max_valid_from=old.max_valid_from,
+        open_files=written.open_locations,
+        max_valid_until=summary.max_valid_until,
     )

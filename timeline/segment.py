@@ -58,20 +58,25 @@ class Segment:
     max_valid_from: int | None = None
     """The greatest ``validFrom`` of any row in the segment (None: unknown). A reader may skip
     the ``validFrom <= S`` test on this segment's rows for any snapshot ``S`` at or above it."""
+    open_files: tuple[str, ...] = ()
+    """The files of ``location`` in which every row's ``validUntil`` is NULL (ingestion writes
+    them apart): at a snapshot at or above ``max_valid_from`` all their rows are visible."""
+    max_valid_until: int | None = None
+    """The greatest ``validUntil`` of the rows in the other files, when every one of those rows
+    has one (None: unknown, or some row there is still open). At a snapshot at or above it no row
+    of those files is visible."""
 
     def __post_init__(self) -> None:
         if self.root_start is None:
             object.__setattr__(self, "root_start", self.partition)
         if self.root_end is None:
             object.__setattr__(self, "root_end", self.partition + 1)
-        if isinstance(self.location, str):
-            object.__setattr__(self, "location", (self.location,))
-        elif not isinstance(self.location, tuple):
-            object.__setattr__(self, "location", tuple(self.location))
-        if self.max_valid_from is not None:
-            object.__setattr__(
-                self, "max_valid_from", _optional_int(self.max_valid_from, "max_valid_from")
-            )
+        for name in ("location", "open_files"):
+            object.__setattr__(self, name, _paths(getattr(self, name)))
+        for name in ("max_valid_from", "max_valid_until"):
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, _optional_int(value, name))
         _validate(self)
 
     @property
@@ -90,7 +95,7 @@ class Segment:
     def same_shard(self, other: Segment) -> bool:
         """True when ``other`` describes the same chunk: identical id and shard fields.
 
-        Payload fields (location, sizes, server, max_valid_from) are ignored, like Druid's chunk
+        Payload fields (location, sizes, server, validity bounds) are ignored, like Druid's chunk
         equality.
         """
         return self is other or (
@@ -118,7 +123,8 @@ class Segment:
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict that :meth:`from_dict` turns back into an equal segment.
 
-        ``max_valid_from`` is written only when known, so descriptions without it are unchanged.
+        The validity bounds and ``open_files`` are written only when known, so descriptions
+        without them are unchanged.
         """
         data: dict[str, Any] = {
             "table": self.table,
@@ -137,6 +143,10 @@ class Segment:
         }
         if self.max_valid_from is not None:
             data["max_valid_from"] = self.max_valid_from
+        if self.open_files:
+            data["open_files"] = list(self.open_files)
+        if self.max_valid_until is not None:
+            data["max_valid_until"] = self.max_valid_until
         return data
 
     @classmethod
@@ -158,12 +168,19 @@ class Segment:
                 size_bytes=int(data.get("size_bytes", 0)),
                 server=str(data.get("server", "")),
                 max_valid_from=_optional_int(data.get("max_valid_from"), "max_valid_from"),
+                open_files=tuple(data.get("open_files", ())),
+                max_valid_until=_optional_int(data.get("max_valid_until"), "max_valid_until"),
             )
         except (KeyError, TypeError, ValueError) as error:
             raise InvalidArgument(f"malformed segment description: {error!r}") from None
 
     def __str__(self) -> str:
         return str(self.id)
+
+
+def _paths(value: Any) -> tuple[str, ...]:
+    """One path or an iterable of paths, as a tuple."""
+    return (value,) if isinstance(value, str) else tuple(value)
 
 
 def _optional_int(value: Any, name: str) -> int | None:
@@ -225,5 +242,10 @@ def _validate(segment: Segment) -> None:
             fail(f"atomic_update_group_size {size} must be > 0 or -1 (unknown)")
     if segment.row_count < 0 or segment.size_bytes < 0:
         fail("row_count and size_bytes must not be negative")
-    if segment.max_valid_from is not None and segment.max_valid_from < 0:
-        fail(f"max_valid_from {segment.max_valid_from} is negative (commit timestamps are not)")
+    for name in ("max_valid_from", "max_valid_until"):
+        value = getattr(segment, name)
+        if value is not None and value < 0:
+            fail(f"{name} {value} is negative (commit timestamps are not)")
+    strays = [path for path in segment.open_files if path not in segment.location]
+    if strays:
+        fail(f"open file(s) {', '.join(strays)} are not in the segment's location")

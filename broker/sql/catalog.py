@@ -28,11 +28,13 @@ class CatalogTable:
     lowest snapshot still readable. ``source_view`` is the Spark temp view over the table's visible
     segment files (``segments``/``files`` are reported in the plan for passthrough clients).
 
-    When some segments are *settled* (their greatest ``validFrom`` is known and at most the LWM,
-    see ``broker.view_layout``), they are read through ``settled_view`` instead, and
-    ``settled_through`` is the greatest ``validFrom`` of any of their rows: at snapshots at or
-    above it those rows need no ``validFrom`` test. ``source_view`` then holds only the other
-    segments, and is empty when there are none.
+    The files may be split between up to four views (``broker.view_layout``): settled segments
+    (greatest ``validFrom`` known and at most the LWM) are read through ``settled_view`` (files
+    mixing open and closed versions) and ``open_view`` (files of open versions only), and
+    ``settled_through`` is the greatest ``validFrom`` of their rows: at snapshots at or above it
+    those rows need no ``validFrom`` test. Files of closed versions only are read through
+    ``closed_view``; ``closed_through`` is their greatest ``validUntil``, at or above which none
+    of them is visible. ``source_view`` holds every other file, and is empty when there is none.
     """
 
     name: str
@@ -46,17 +48,25 @@ class CatalogTable:
     files: tuple[str, ...] = ()
     settled_view: str = ""
     settled_through: int | None = None
+    open_view: str = ""
+    closed_view: str = ""
+    closed_through: int | None = None
 
     def __post_init__(self) -> None:
         if not self.columns:
             raise InvalidArgument(f"catalog table {self.name!r} has no columns")
         if self.upsert and not self.primary_key:
             raise InvalidArgument(f"upsert table {self.name!r} needs a primary key")
-        if not self.source_view and not self.settled_view:
+        if not self.views:
             raise InvalidArgument(f"catalog table {self.name!r} has no source view")
-        if self.settled_view and self.settled_through is None:
+        if (self.settled_view or self.open_view) and self.settled_through is None:
             raise InvalidArgument(
                 f"catalog table {self.name!r}: a settled view needs the greatest validFrom "
+                "of its rows"
+            )
+        if self.closed_view and self.closed_through is None:
+            raise InvalidArgument(
+                f"catalog table {self.name!r}: a closed view needs the greatest validUntil "
                 "of its rows"
             )
 
@@ -72,6 +82,9 @@ class CatalogTable:
         files: Iterable[str] = (),
         settled_view: str = "",
         settled_through: int | None = None,
+        open_view: str = "",
+        closed_view: str = "",
+        closed_through: int | None = None,
     ) -> CatalogTable:
         """The catalog entry of a table a server published, with the broker's current state."""
         return cls(
@@ -86,6 +99,9 @@ class CatalogTable:
             files=tuple(files),
             settled_view=settled_view,
             settled_through=settled_through,
+            open_view=open_view,
+            closed_view=closed_view,
+            closed_through=closed_through,
         )
 
     @property
@@ -94,13 +110,14 @@ class CatalogTable:
 
     @property
     def main_view(self) -> str:
-        """The view a query's metadata names: the source view, or the settled one if alone."""
-        return self.source_view or self.settled_view
+        """The view a query's metadata names: the source view, or the first other one."""
+        return self.views[0]
 
     @property
     def views(self) -> tuple[str, ...]:
-        """Every temp view a scan of this table reads."""
-        return tuple(name for name in (self.source_view, self.settled_view) if name)
+        """Every temp view of this table, in the layout's order (``ViewLayout.names``)."""
+        names = (self.source_view, self.settled_view, self.open_view, self.closed_view)
+        return tuple(name for name in names if name)
 
 
 class Catalog:

@@ -62,29 +62,29 @@ def _scan_columns(table: CatalogTable, validity: bool = True) -> str:
 def visible_scan_sql(table: CatalogTable, snapshot: int) -> str:
     """The versions of an upsert table visible at ``snapshot``, user columns plus validity.
 
-    Settled segments (``table.settled_view``: no row has ``validFrom`` above
-    ``table.settled_through``) are read apart: at a snapshot at or above that bound the
-    ``validFrom`` test is true for all their rows, so only the ``validUntil`` test remains;
-    below it they keep the full predicate. The other segments always keep it.
+    Each of the table's views (``broker.view_layout``) gets the least test that is exact at
+    ``snapshot``: at or above ``table.settled_through`` the settled view needs only the
+    ``validUntil`` test and the open view none; at or above ``table.closed_through`` the closed
+    view holds no visible row and is not read. Below those bounds, and always for the source
+    view, the full predicate applies.
     """
     columns = _scan_columns(table)
-    if not table.settled_view:
-        return (
-            f"(SELECT {columns} FROM {quote(table.source_view)} "
-            f"WHERE {visibility_predicate(snapshot)})"
-        )
-    assert table.settled_through is not None
-    settled_predicate = (
-        alive_predicate(snapshot)
-        if snapshot >= table.settled_through
-        else visibility_predicate(snapshot)
-    )
-    branches = [f"SELECT {columns} FROM {quote(table.settled_view)} WHERE {settled_predicate}"]
-    if table.source_view:
-        branches.append(
-            f"SELECT {columns} FROM {quote(table.source_view)} "
-            f"WHERE {visibility_predicate(snapshot)}"
-        )
+    full = visibility_predicate(snapshot)
+    settled = table.settled_through is not None and snapshot >= table.settled_through
+    tests = [
+        (table.settled_view, alive_predicate(snapshot) if settled else full),
+        (table.open_view, "" if settled else f"{quote(VALID_FROM)} <= {snapshot}"),
+        (table.source_view, full),
+    ]
+    if table.closed_through is None or snapshot < table.closed_through:
+        tests.append((table.closed_view, full))
+    branches = [
+        f"SELECT {columns} FROM {quote(view)}" + (f" WHERE {test}" if test else "")
+        for view, test in tests
+        if view
+    ]
+    if not branches:  # only closed files, none visible: an empty scan with the table's columns
+        branches = [f"SELECT {columns} FROM {quote(table.main_view)} WHERE FALSE"]
     return "(" + " UNION ALL ".join(branches) + ")"
 
 

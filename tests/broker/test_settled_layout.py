@@ -1,7 +1,8 @@
 """Settled segments (greatest validFrom known and <= the LWM) are read through a view of their own
-without the ``validFrom <= S`` test when S is at or above their greatest validFrom: the layout and
-the SQL shape (pure), and, on real Spark, answers equal to the plain visibility rule for any
-split, LWM and snapshot (scans and the change feed)."""
+without the ``validFrom <= S`` test when S is at or above their greatest validFrom, their open
+files through one without any test, and closed files through one that is not read from their
+greatest validUntil on: the layout and the SQL shape (pure), and, on real Spark, answers equal to
+the plain visibility rule for any split, LWM and snapshot (scans and the change feed)."""
 
 from __future__ import annotations
 
@@ -110,6 +111,64 @@ def test_append_only_tables_are_never_split():
     assert layout.names == ("__horizon_t_g4",)
 
 
+def _apart(partition: int, max_valid_from: int | None, max_valid_until: int | None) -> Segment:
+    """A segment whose open and closed versions are in files of their own, as ingestion writes."""
+    base = f"/segments/t/p{partition}"
+    opened, closed = f"{base}/rows=open/a.parquet", f"{base}/rows=closed/a.parquet"
+    return Segment(
+        table="t",
+        interval=Interval(0, 86_400_000),
+        version="v1",
+        partition=partition,
+        location=(opened, closed),
+        max_valid_from=max_valid_from,
+        open_files=(opened,),
+        max_valid_until=max_valid_until,
+    )
+
+
+def test_open_files_of_settled_segments_and_closed_files_get_views_of_their_own():
+    settled = _apart(0, 900, 800)
+    unsettled = _apart(1, 1300, 1100)
+    mixed = _segment(2, 1000)
+    layout = view_layout(_table_view([settled, unsettled, mixed], 1200))
+    assert (layout.settled_through, layout.closed_through) == (1000, 1100)
+    assert layout.open is not None and layout.open.files == settled.open_files
+    assert layout.closed is not None
+    assert layout.closed.files == (settled.location[1], unsettled.location[1])
+    assert layout.closed.segments == (settled, unsettled)
+    assert layout.settled is not None and layout.settled.files == mixed.location
+    # An unsettled segment's open rows may begin after a snapshot: the full test stays.
+    assert layout.rest is not None and layout.rest.files == unsettled.open_files
+    base = "__horizon_t_g4_t1000_u1100"
+    assert layout.names == (base, f"{base}_s", f"{base}_o", f"{base}_c")
+    entry = catalog_table(_table_view([settled, unsettled, mixed], 1200))
+    assert entry.views == layout.names
+    assert (entry.open_view, entry.closed_view, entry.closed_through) == (
+        f"{base}_o",
+        f"{base}_c",
+        1100,
+    )
+
+
+def test_closed_files_split_a_table_without_settled_segments():
+    layout = view_layout(_table_view([_apart(0, None, 800)], 1200))
+    assert layout.names == ("__horizon_t_g4_u800", "__horizon_t_g4_u800_c")
+    assert layout.settled_through is None and layout.closed_through == 800
+
+
+@pytest.mark.parametrize("max_valid_until", [None, 1201])
+def test_closed_files_unknown_or_ending_after_the_lwm_keep_their_test(max_valid_until):
+    unsettled = _apart(0, 1300, max_valid_until)
+    layout = view_layout(_table_view([unsettled], 1200))
+    assert layout.names == ("__horizon_t_g4",)
+    assert layout.rest is not None and layout.rest.files == unsettled.location
+    settled = _apart(0, 1000, max_valid_until)
+    layout = view_layout(_table_view([settled], 1200))
+    assert layout.closed is None
+    assert layout.settled is not None and layout.settled.files == (settled.location[1],)
+
+
 def test_the_catalog_entry_names_the_layouts_views_and_its_threshold():
     entry = catalog_table(_table_view([_segment(0, 900), _segment(1, None)], 1200))
     assert entry.source_view == "__horizon_t_g4_t900"
@@ -130,6 +189,10 @@ def test_a_settled_view_without_its_threshold_is_refused():
         _catalog_table(settled_view="__horizon_t_g1_s")
     with pytest.raises(InvalidArgument, match="no source view"):
         _catalog_table(source_view="")
+    with pytest.raises(InvalidArgument, match="settled view"):
+        _catalog_table(open_view="__horizon_t_g1_o")
+    with pytest.raises(InvalidArgument, match="closed view"):
+        _catalog_table(closed_view="__horizon_t_g1_c")
 
 
 # -- the SQL shape (pure) ------------------------------------------------------------------------
@@ -174,6 +237,34 @@ def test_with_only_settled_segments_there_is_no_rest_branch():
     )
 
 
+def test_the_open_view_is_read_without_a_test_and_the_closed_view_not_from_its_bound():
+    table = _catalog_table(
+        source_view="",
+        open_view="__horizon_t_g1_t4_o",
+        closed_view="__horizon_t_g1_t4_c",
+        settled_through=4,
+        closed_through=9,
+    )
+    opened = "SELECT k, validFrom, validUntil FROM __horizon_t_g1_t4_o"
+    closed = "SELECT k, validFrom, validUntil FROM __horizon_t_g1_t4_c"
+    assert visible_scan_sql(table, 9) == f"({opened})"
+    assert visible_scan_sql(table, 8) == (
+        f"({opened} UNION ALL {closed} WHERE "
+        "validFrom <= 8 AND (validUntil IS NULL OR validUntil > 8))"
+    )
+    assert visible_scan_sql(table, 3) == (
+        f"({opened} WHERE validFrom <= 3 UNION ALL {closed} WHERE "
+        "validFrom <= 3 AND (validUntil IS NULL OR validUntil > 3))"
+    )
+
+
+def test_a_table_of_closed_files_past_their_bound_scans_nothing():
+    table = _catalog_table(source_view="", closed_view="__horizon_t_g1_c", closed_through=9)
+    assert visible_scan_sql(table, 10) == (
+        "(SELECT k, validFrom, validUntil FROM __horizon_t_g1_c WHERE FALSE)"
+    )
+
+
 def test_the_change_feed_reads_the_union_of_both_views():
     table = _catalog_table(
         source_view="__horizon_t_g1_t4", settled_view="__horizon_t_g1_t4_s", settled_through=4
@@ -199,37 +290,66 @@ def policy(spark):  # type: ignore[no-untyped-def]
 
 
 @st.composite
-def split_histories(draw: st.DrawFn) -> tuple[list[tuple], list[int], list[bool], int, int]:
-    """Versions spread over three segments, which segments state their (true) greatest validFrom,
-    the LWM and a snapshot at or below it."""
+def split_histories(draw: st.DrawFn) -> tuple[list[tuple], list[Segment], dict, int, int]:
+    """Versions spread over three segments, the segments as ingestion may describe them, each
+    file's rows, the LWM and a snapshot at or below it.
+
+    A segment keeps its versions in one file, or its open and closed versions apart (each file
+    omitted when empty); it states its (true) greatest validFrom or not, and, when apart, the
+    (true) greatest validUntil of its closed file or not.
+    """
     rows = draw(version_chains())
     homes = draw(st.lists(st.integers(0, 2), min_size=len(rows), max_size=len(rows)))
-    known = draw(st.lists(st.booleans(), min_size=3, max_size=3))
-    lwm = draw(st.integers(0, 36))
+    mostly = st.lists(st.sampled_from([True, True, False]), min_size=3, max_size=3)
+    known, apart, until_known = draw(mostly), draw(mostly), draw(mostly)
+    # Often past every commit (times are at most 30), so that most segments settle.
+    lwm = draw(st.one_of(st.integers(0, 36), st.integers(30, 36)))
     snapshot = draw(st.integers(0, lwm))
-    return rows, homes, known, lwm, snapshot
+    segments, files = [], {}
+    for i in range(3):
+        mine = [row for row, home in zip(rows, homes, strict=True) if home == i]
+        closed = [row for row in mine if row[3] is not None]
+        if apart[i]:
+            kinds = {
+                f"/segments/t/p{i}/open.parquet": [row for row in mine if row[3] is None],
+                f"/segments/t/p{i}/closed.parquet": closed,
+            }
+            mine_files = {path: part for path, part in kinds.items() if part}
+        else:
+            mine_files = {f"/segments/t/p{i}.parquet": mine}
+        files.update(mine_files)
+        segments.append(
+            Segment(
+                table="t",
+                interval=Interval(0, 86_400_000),
+                version="v1",
+                partition=i,
+                location=tuple(mine_files),
+                max_valid_from=max(row[2] for row in mine) if known[i] and mine else None,
+                open_files=tuple(path for path in mine_files if path.endswith("open.parquet")),
+                max_valid_until=(
+                    max(row[3] for row in closed)
+                    if apart[i] and until_known[i] and closed
+                    else None
+                ),
+            )
+        )
+    return rows, segments, files, lwm, snapshot
 
 
 @settings(
-    max_examples=15,
+    max_examples=25,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
     phases=NO_SHRINK,
 )
 @given(history=split_histories(), start=st.integers(0, 20))
 def test_any_split_answers_exactly_like_the_visibility_rule(spark, policy, history, start) -> None:  # type: ignore[no-untyped-def]
-    rows, homes, known, lwm, snapshot = history
-    by_segment = [
-        [row for row, home in zip(rows, homes, strict=True) if home == i] for i in range(3)
-    ]
-    segments = [
-        _segment(i, max(row[2] for row in part) if known[i] and part else None)
-        for i, part in enumerate(by_segment)
-    ]
+    rows, segments, files, lwm, snapshot = history
     table_view = _table_view(segments, lwm)
     layout = view_layout(table_view)
     for part in layout.parts:
-        part_rows = [row for seg in part.segments for row in by_segment[seg.partition]]
+        part_rows = [row for path in part.files for row in files[path]]
         register_source(spark, part.name, "k int, v int", part_rows)
     catalog = Catalog([catalog_table(table_view)])
     try:

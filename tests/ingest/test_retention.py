@@ -60,12 +60,16 @@ def test_collection_waits_for_the_grace_period_and_spares_files_still_announced(
         2: Garbage(("file:/t/b2/segment=0_1/b.parquet",), released_ms=5_000),
         3: Garbage(("file:/t/u3/segment=0_32768/c.parquet",), released_ms=None),
         4: Garbage(("file:/t/b4/segment=0_2/d.parquet",), released_ms=1_000),
+        5: Garbage(("file:/t/b5/segment=0_3/rows=closed/e.parquet",), released_ms=1_000),
     }
-    in_use = ["file:/t/b4/segment=0_2/another-file.parquet"]  # same segment directory
+    in_use = [
+        "file:/t/b4/segment=0_2/another-file.parquet",  # same segment directory
+        "file:/t/b5/segment=0_3/rows=open/f.parquet",  # the same segment's other rows
+    ]
     found = collectable(garbage, now_ms=3_000, grace_ms=2_000, in_use=in_use)
     assert found.seqs == (1,)
     assert found.locations == ("file:/t/b1/segment=0_0/a.parquet",)
-    assert collectable(garbage, 10_000, 0, []).seqs == (1, 2, 4)  # never unpublished ones
+    assert collectable(garbage, 10_000, 0, []).seqs == (1, 2, 4, 5)  # never unpublished ones
     assert not collection_due(garbage, 3_000, 2_000 * 10)
     assert collection_due(garbage, 3_000, 0)
 
@@ -112,21 +116,37 @@ def test_a_batch_directory_goes_unless_it_or_one_of_its_children_is_referenced()
 
 
 def assert_segments_describe_their_files(job: IngestJob) -> None:
-    """Every announced segment, first generation or rewrite, states its row count and greatest
-    validFrom as its files hold them (the broker skips the validFrom test on segments settled
-    below the snapshot; a rewrite that dropped history has fewer rows)."""
+    """Every announced segment, first generation or rewrite, states its row count, greatest
+    validFrom, open files and the closed files' greatest validUntil as its files hold them (the
+    broker skips the validFrom test on segments settled below the snapshot, every test on their
+    open files and the closed files at snapshots past their bound; a rewrite that dropped
+    history has fewer rows)."""
     import pyarrow.parquet as pq
 
-    for segment in job.client.announced_segments("accounts"):
-        valid_from = [
-            value
+    segments = job.client.announced_segments("accounts")
+    assert any(segment.open_files for segment in segments), "no open versions written apart"
+    for segment in segments:
+        files = {
+            path: pq.read_table(path.removeprefix("file:"), columns=["validFrom", "validUntil"])
             for path in segment.location
-            for value in pq.read_table(path.removeprefix("file:"), columns=["validFrom"])[
-                "validFrom"
-            ].to_pylist()
-        ]
+        }
+        valid_from = [value for table in files.values() for value in table["validFrom"].to_pylist()]
         assert segment.max_valid_from == max(valid_from), segment
         assert segment.row_count == len(valid_from), segment
+        for path, table in files.items():
+            until = table["validUntil"].to_pylist()
+            assert until, f"{path} is empty"
+            if path in segment.open_files:
+                assert set(until) == {None}, path
+            else:
+                assert None not in until, path
+        closed = [
+            value
+            for path, table in files.items()
+            if path not in segment.open_files
+            for value in table["validUntil"].to_pylist()
+        ]
+        assert segment.max_valid_until == max(closed, default=None), segment
 
 
 def private_directories(store: Path) -> set[str]:

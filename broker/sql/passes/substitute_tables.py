@@ -43,6 +43,15 @@ def substitute_tables(tree: exp.Expression) -> exp.Expression:
     >>> sql = substitute_tables(choose_snapshot(resolve_references(tree, Catalog([s])))).sql()
     >>> sql.count("validFrom <= 7 AND (validUntil IS NULL OR validUntil > 7)")
     2
+
+    Files of open versions of settled segments are read without any test from 8 on, and files
+    of closed versions (none valid after 9) not at all from 9 on:
+
+    >>> o = replace(t, source_view="", open_view="__horizon_t_g1_t8_o",
+    ...             closed_view="__horizon_t_g1_t8_c", settled_through=8, closed_through=9)
+    >>> tree = sqlglot.parse_one("SELECT k FROM t", read="spark")
+    >>> substitute_tables(choose_snapshot(resolve_references(tree, Catalog([o])))).sql("spark")
+    'SELECT k FROM (SELECT k, validFrom, validUntil FROM __horizon_t_g1_t8_o) AS t'
     """
     state = state_of(tree)
     for reference in state.references:
