@@ -130,10 +130,10 @@ class HorizonClient:
     def passthrough(self, spark: Any, sql: str) -> Any:
         """Run ``sql`` on the caller's own Spark session with the broker's rewrite.
 
-        Registers a temp view per entry of the rewrite (one per substituted view: two for a
-        table whose settled segments are read apart) over the exact segment files the broker
-        chose (with the table's explicit schema), then runs the rewritten SQL. Returns the
-        DataFrame.
+        Registers a temp view per entry of the rewrite (one per substituted view: up to four
+        for a table whose files are split by ``broker.view_layout``) over the exact segment
+        files the broker chose (with the table's explicit schema), then runs the rewritten SQL.
+        Returns the DataFrame.
         """
         rewritten = self.rewrite(sql)
         register_passthrough_views(spark, rewritten)

@@ -46,8 +46,8 @@ class TableReadInfo:
     """What one table of a query reads (the metadata a client sees).
 
     ``segments``/``files`` are all the table's visible segments; ``parts`` says which temp view
-    reads which of them (one part, or the rest and the settled ones apart), and ``view`` is the
-    main one (the first part).
+    reads which of their files (one part, or up to four, see ``broker.view_layout``), and
+    ``view`` is the main one (the first part).
     """
 
     table: str

@@ -3,6 +3,7 @@ metadata) to the API's protobuf messages. Pure; the servicer stays thin."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -104,11 +105,14 @@ def metadata_message(
     return message
 
 
-def substituted_table_messages(read: TableReadInfo) -> list[pb.SubstitutedTable]:
-    """One entry per temp view the rewritten SQL reads for this table, with that view's files
-    (two when the table's settled segments are read through a view of their own)."""
+def substituted_table_messages(read: TableReadInfo, sql: str) -> list[pb.SubstitutedTable]:
+    """One entry per temp view of this table the rewritten ``sql`` reads, with that view's files
+    (up to four when the table's files are split, see ``broker.view_layout``; a view the
+    snapshot lets the rewrite skip, such as closed files past their end, is left out)."""
     messages = []
     for part in read.parts:
+        if not re.search(rf"(?<!\w){re.escape(part.name)}(?!\w)", sql):
+            continue
         message = pb.SubstitutedTable(
             table=read.table,
             view=part.name,

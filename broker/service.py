@@ -168,7 +168,7 @@ class QueryServicer(rpc.QueryServiceServicer):
             tables=[
                 entry
                 for read in prepared.tables
-                for entry in messages.substituted_table_messages(read)
+                for entry in messages.substituted_table_messages(read, prepared.sql)
             ],
         )
 

@@ -3,12 +3,11 @@ layout bounds).
 
 The rewritten SQL reads ``__horizon_<table>_g<generation>`` instead of the table; when the files
 are split by what a scan must test (settled segments, open and closed files, see
-``broker.view_layout``), it reads one view per part, each named after the threshold too. A view
-is built once
-(``spark.read.parquet(files)`` with the descriptor's explicit schema, so Spark neither infers the
-schema nor opens a footer to plan) and reused by every query until the table's timeline changes or
-its LWM passes another segment's greatest validFrom. Older layouts are dropped once no running
-query holds them.
+``broker.view_layout``), it reads one view per part, each named after the layout's bounds too. A
+view is built once (``spark.read.parquet(files)`` with the descriptor's explicit schema, so Spark
+neither infers the schema nor opens a footer to plan) and reused by every query until the table's
+timeline changes or its LWM passes another segment's greatest validFrom or closed files' greatest
+validUntil. Older layouts are dropped once no running query holds them.
 """
 
 from __future__ import annotations
@@ -124,10 +123,8 @@ class SegmentViews:
     def _acquire(self, table_view: Any) -> _Entry:
         layout = view_layout(table_view, self.namespace)
         table = table_view.table.lower()
-        bounds = tuple(
-            -1 if bound is None else bound
-            for bound in (layout.settled_through, layout.closed_through)
-        )
+        settled, closed = layout.settled_through, layout.closed_through
+        bounds = (-1 if settled is None else settled, -1 if closed is None else closed)
         key = (table, int(table_view.generation), *bounds)
         with self._lock:
             entry = self._entries.get(key)
@@ -141,7 +138,7 @@ class SegmentViews:
                     for name in built:
                         self._drop(name)
                     raise
-                entry = _Entry(table, key[1], (key[2], key[3]), layout.names)
+                entry = _Entry(table, key[1], bounds, layout.names)
                 self._entries[key] = entry
                 self.builds += 1
             entry.leases += 1

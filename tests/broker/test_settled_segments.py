@@ -75,26 +75,60 @@ def _rows() -> tuple[list[Row], list[Row], list[Row]]:
 
 
 class SplitTables:
-    """The same three segment files announced as four tables:
+    """The same three segment files announced as four tables, and their rows written as
+    ingestion does (open and closed versions apart) as a fifth:
 
     * ``settle_on``: ``a`` settled, ``b`` unknown, ``c`` above the LWM (a split with a rest view);
     * ``settle_off``: the same files without any ``max_valid_from`` (elision switched off);
     * ``settle_all``: ``a`` and ``b`` only, both with a known maximum (only a settled view);
-    * ``settle_all_off``: ``a`` and ``b`` without maxima.
+    * ``settle_all_off``: ``a`` and ``b`` without maxima;
+    * ``settle_apart``: ``a``, ``b`` (both settled, T = 1100) and ``c`` in open and closed files;
+      the closed files of ``a`` and ``b`` end by 1100 (C), those of ``c`` at 1300.
     """
 
     def __init__(self, root: Path) -> None:
         self.a_rows, self.b_rows, self.c_rows = _rows()
         desc = descriptor("settle_files")
         directory = root / "settle"
-        self.paths = [
-            write_rows(directory / f"{name}.parquet", desc, rows)
-            for name, rows in (("a", self.a_rows), ("b", self.b_rows), ("c", self.c_rows))
-        ]
+        parts = (("a", self.a_rows), ("b", self.b_rows), ("c", self.c_rows))
+        self.paths = [write_rows(directory / f"{name}.parquet", desc, rows) for name, rows in parts]
+        self.apart: list[tuple[str, str, int]] = []
+        """Per segment: its open file, its closed file and their greatest validUntil."""
+        for name, rows in parts:
+            closed = [row for row in rows if row["validUntil"] is not None]
+            self.apart.append(
+                (
+                    write_rows(
+                        directory / f"{name}-open.parquet",
+                        desc,
+                        [row for row in rows if row["validUntil"] is None],
+                    ),
+                    write_rows(directory / f"{name}-closed.parquet", desc, closed),
+                    max(row["validUntil"] for row in closed),
+                )
+            )
         self.rows = self.a_rows + self.b_rows + self.c_rows
         self.all_rows = self.a_rows + self.b_rows
 
     def segments(self, table: str) -> list[Segment]:
+        if table == "settle_apart":
+            return [
+                Segment(
+                    table=table,
+                    interval=CHUNK,
+                    version=VERSION,
+                    partition=partition,
+                    core_partitions=3,
+                    location=(opened, closed),
+                    row_count=1,
+                    max_valid_from=greatest_from,
+                    open_files=(opened,),
+                    max_valid_until=greatest_until,
+                )
+                for partition, ((opened, closed, greatest_until), greatest_from) in enumerate(
+                    zip(self.apart, (SETTLED_MAX, 1100, 1300), strict=True)
+                )
+            ]
         known = not table.endswith("_off")
         maxima = (SETTLED_MAX, 1100, 1300) if known else (None, None, None)
         if table == "settle_on":
@@ -138,7 +172,7 @@ def _publish(
 @pytest.fixture(scope="module")
 def split(broker_env: BrokerEnv) -> SplitTables:
     tables = SplitTables(broker_env.root)
-    for name in ("settle_on", "settle_off", "settle_all", "settle_all_off"):
+    for name in ("settle_on", "settle_off", "settle_all", "settle_all_off", "settle_apart"):
         _publish(broker_env, name, tables.segments(name))
     return tables
 
@@ -162,6 +196,7 @@ def test_time_travel_on_a_split_table_equals_the_unsplit_table_and_the_rule(
     for on, off, rows in (
         ("settle_on", "settle_off", split.rows),
         ("settle_all", "settle_all_off", split.all_rows),
+        ("settle_apart", "settle_off", split.rows),
     ):
         sql = "SELECT * FROM {} VERSION AS OF " + str(snapshot)
         got = client.query(sql.format(on))
@@ -171,8 +206,15 @@ def test_time_travel_on_a_split_table_equals_the_unsplit_table_and_the_rule(
         assert len(ids) == len(set(ids)), "one version per key"
 
 
+SPLITS = (
+    ("settle_on", "settle_off"),
+    ("settle_all", "settle_all_off"),
+    ("settle_apart", "settle_off"),
+)
+
+
 def test_default_snapshot_and_aggregates_equal_the_unsplit_table(broker_env, client, split):
-    for on, off in (("settle_on", "settle_off"), ("settle_all", "settle_all_off")):
+    for on, off in SPLITS:
         for sql in (
             "SELECT * FROM {}",
             "SELECT count(*) AS n, sum(balance) AS s, max(validFrom) AS f FROM {}",
@@ -188,7 +230,7 @@ def test_default_snapshot_and_aggregates_equal_the_unsplit_table(broker_env, cli
 
 
 def test_table_changes_of_a_split_table_read_every_segment(broker_env, client, split):
-    for on, off in (("settle_on", "settle_off"), ("settle_all", "settle_all_off")):
+    for on, off in SPLITS:
         for start, end in ((400, LWM), (899, 1000)):
             sql = (
                 "SELECT id, owner, _change_type, _commit_timestamp "
@@ -201,14 +243,15 @@ def test_table_changes_of_a_split_table_read_every_segment(broker_env, client, s
 
 def test_direct_key_lookups_see_every_visible_segment(broker_env, client, split):
     engine = broker_env.broker.engine
-    for snapshot in (800, SETTLED_MAX, 1000, 1150, LWM):
-        for key in (5, 15, 31, 41, 56):
-            sql = f"SELECT * FROM settle_on VERSION AS OF {snapshot} WHERE id = {key}"
-            before = engine.direct_answers
-            got = client.query(sql)
-            assert engine.direct_answers == before + 1, sql
-            expected = [row for row in visible(split.rows, snapshot) if row["id"] == key]
-            assert as_rows(got) == oracle(expected), sql
+    for table in ("settle_on", "settle_apart"):
+        for snapshot in (800, SETTLED_MAX, 1000, 1150, LWM):
+            for key in (5, 15, 31, 41, 56):
+                sql = f"SELECT * FROM {table} VERSION AS OF {snapshot} WHERE id = {key}"
+                before = engine.direct_answers
+                got = client.query(sql)
+                assert engine.direct_answers == before + 1, sql
+                expected = [row for row in visible(split.rows, snapshot) if row["id"] == key]
+                assert as_rows(got) == oracle(expected), sql
 
 
 # -- what Explain and the metadata say -----------------------------------------------------------
@@ -246,6 +289,34 @@ def test_the_rewrite_skips_valid_from_only_for_settled_segments_at_or_above_thei
     assert executed.metadata.tables[0].view == rest
 
 
+def test_open_files_are_read_without_a_test_and_closed_ones_not_past_their_end(
+    broker_env, client, split
+):
+    explain = client.explain("SELECT id FROM settle_apart")
+    (table,) = explain.tables
+    rest = table.read.view
+    assert rest.endswith("_t1100_u1100")
+    columns = "id, owner, balance, validFrom, validUntil"
+    sql = explain.rewritten_sql
+    assert f"SELECT {columns} FROM {rest}_o UNION ALL" in sql, "no test on settled open files"
+    assert f"FROM {rest} WHERE validFrom <= {LWM} AND (validUntil" in sql, "c keeps its test"
+    assert f"{rest}_c" not in sql, "closed files ending by the LWM are not read"
+    assert table.read.segment_count == 3 and table.read.file_count == 6
+    reasons = {chosen.segment.partition: chosen.reason for chosen in table.segments}
+    for partition in (0, 1):
+        assert f"file of open versions read through view {rest}_o" in reasons[partition]
+        assert f"file of closed versions read through view {rest}_c" in reasons[partition]
+    assert reasons[2].count(f"read through view {rest} with the full") == 1
+    bounds = {c.segment.partition: c.segment.max_valid_until for c in table.segments}
+    assert bounds == {0: 1100, 1: 1000, 2: 1300}
+
+    below = client.explain("SELECT id FROM settle_apart VERSION AS OF 1050")
+    assert f"FROM {rest}_o WHERE validFrom <= 1050 UNION ALL" in below.rewritten_sql
+    full = "validFrom <= 1050 AND (validUntil IS NULL OR validUntil > 1050)"
+    assert f"FROM {rest}_c WHERE {full}" in below.rewritten_sql
+    assert below.rewritten_sql.count(full) == 2
+
+
 def test_only_settled_segments_have_a_single_settled_view(broker_env, client, split):
     rewritten = client.rewrite("SELECT * FROM settle_all")
     (entry,) = rewritten.tables
@@ -266,6 +337,8 @@ def test_only_settled_segments_have_a_single_settled_view(broker_env, client, sp
         "SELECT a.id, b.balance FROM settle_on a JOIN settle_all b ON a.id = b.id",
         f"SELECT * FROM table_changes('settle_on', 500, {LWM})",
         "SELECT count(*) AS n FROM settle_all VERSION AS OF 1000",
+        "SELECT * FROM settle_apart",
+        "SELECT id, balance FROM settle_apart VERSION AS OF 1050 WHERE id < 50",
     ],
 )
 def test_passthrough_registers_each_view_and_gets_the_brokers_answer(
@@ -275,9 +348,7 @@ def test_passthrough_registers_each_view_and_gets_the_brokers_answer(
     views = [entry.view for entry in rewritten.tables]
     assert len(views) == len(set(views))
     for entry in rewritten.tables:
-        assert sorted(entry.files) == sorted(
-            path for segment in entry.segments for path in segment.location
-        )
+        assert set(entry.files) <= {path for s in entry.segments for path in s.location}
         assert entry.view in rewritten.sql
     on = [entry for entry in rewritten.tables if entry.table == "settle_on"]
     if on:
