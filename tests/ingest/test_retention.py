@@ -127,7 +127,9 @@ def assert_segments_describe_their_files(job: IngestJob) -> None:
     assert any(segment.open_files for segment in segments), "no open versions written apart"
     for segment in segments:
         files = {
-            path: pq.read_table(path.removeprefix("file:"), columns=["validFrom", "validUntil"])
+            path: pq.read_table(
+                path.removeprefix("file:"), columns=["user_id", "validFrom", "validUntil"]
+            )
             for path in segment.location
         }
         valid_from = [value for table in files.values() for value in table["validFrom"].to_pylist()]
@@ -136,10 +138,16 @@ def assert_segments_describe_their_files(job: IngestJob) -> None:
         for path, table in files.items():
             until = table["validUntil"].to_pylist()
             assert until, f"{path} is empty"
+            # Open files by key (key lookups prune row groups), closed ones by validFrom
+            # (time travel does).
             if path in segment.open_files:
                 assert set(until) == {None}, path
+                keys = table["user_id"].to_pylist()
+                assert keys == sorted(keys), f"{path} is not in key order"
             else:
                 assert None not in until, path
+                starts = table["validFrom"].to_pylist()
+                assert starts == sorted(starts), f"{path} is not in validFrom order"
         closed = [
             value
             for path, table in files.items()
