@@ -92,8 +92,8 @@ def throughput(
     workloads = (("pure inserts", 0.0), ("30% updates", 0.3))
     samples: dict[str, list[tuple[float, Any, dict[str, float]]]] = {w: [] for w, _ in workloads}
     for round_number in range(repeats + 1):
-        # The workloads take turns going first: on this machine runs at alternate positions of a
-        # session differed by 1-2.5 s whatever they ran, and a fixed order charges that to one.
+        # The workloads take turns going first, so that a position effect (A/B runs on this
+        # machine once showed alternate runs 1-2.5 s apart, whatever they ran) hits both alike.
         ordered = workloads if round_number % 2 == 0 else workloads[::-1]
         for label, fraction in ordered:
             name = f"r{round_number}-{int(fraction * 100)}"

@@ -111,42 +111,30 @@ class SplitTables:
         self.all_rows = self.a_rows + self.b_rows
 
     def segments(self, table: str) -> list[Segment]:
-        if table == "settle_apart":
-            return [
-                Segment(
-                    table=table,
-                    interval=CHUNK,
-                    version=VERSION,
-                    partition=partition,
-                    core_partitions=3,
-                    location=(opened, closed),
-                    row_count=1,
-                    max_valid_from=greatest_from,
-                    open_files=(opened,),
-                    max_valid_until=greatest_until,
-                )
-                for partition, ((opened, closed, greatest_until), greatest_from) in enumerate(
-                    zip(self.apart, (SETTLED_MAX, 1100, 1300), strict=True)
-                )
-            ]
+        apart = table == "settle_apart"
         known = not table.endswith("_off")
         maxima = (SETTLED_MAX, 1100, 1300) if known else (None, None, None)
         if table == "settle_on":
             maxima = (SETTLED_MAX, None, 1300)
         count = 2 if table.startswith("settle_all") else 3
-        return [
-            Segment(
-                table=table,
-                interval=CHUNK,
-                version=VERSION,
-                partition=partition,
-                core_partitions=count,
-                location=(self.paths[partition],),
-                row_count=1,
-                max_valid_from=maxima[partition],
+        segments = []
+        for partition in range(count):
+            opened, closed, greatest_until = self.apart[partition]
+            segments.append(
+                Segment(
+                    table=table,
+                    interval=CHUNK,
+                    version=VERSION,
+                    partition=partition,
+                    core_partitions=count,
+                    location=(opened, closed) if apart else (self.paths[partition],),
+                    row_count=1,
+                    max_valid_from=maxima[partition],
+                    open_files=(opened,) if apart else (),
+                    max_valid_until=greatest_until if apart else None,
+                )
             )
-            for partition in range(count)
-        ]
+        return segments
 
 
 def _publish(
