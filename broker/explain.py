@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from broker.view_layout import CLOSED, OPEN, SETTLED
+from broker.view_layout import CLOSED, OPEN, SETTLED, is_settled
 from timeline.interval import format_instant
 
 
@@ -90,8 +90,11 @@ def view_notes(parts: Iterable[Any], lwm: int | None) -> dict[str, str]:
     parts = tuple(parts)
     if len(parts) < 2:
         return {}
-    settled = [segment for part in parts if part.settled for segment in part.segments]
-    threshold = max((segment.max_valid_from for segment in settled), default=None)
+    # T as the layout computes it: over every settled segment, whichever views read its files.
+    threshold = max(
+        (s.max_valid_from for part in parts for s in part.segments if is_settled(s, lwm)),
+        default=None,
+    )
     closed = [segment for part in parts if part.kind == CLOSED for segment in part.segments]
     closed_through = max((segment.max_valid_until for segment in closed), default=None)
     notes: dict[str, list[str]] = {}

@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from broker.catalog_builder import catalog_table
+from broker.explain import view_notes
 from broker.sql import Catalog, CatalogTable, rewrite
 from broker.sql.derived import change_feed_sql, visible_scan_sql
 from broker.sql.functions_from_spark import function_policy_from_spark
@@ -149,6 +150,21 @@ def test_open_files_of_settled_segments_and_closed_files_get_views_of_their_own(
         f"{base}_c",
         1100,
     )
+
+
+def test_explain_notes_give_each_file_its_view_and_the_layouts_bounds():
+    opened = _apart(0, 900, 800)
+    closed_only = replace(
+        _apart(1, 1000, 1100), location=("/segments/t/p1/rows=closed/a.parquet",), open_files=()
+    )
+    layout = view_layout(_table_view([opened, closed_only], 1200))
+    assert layout.settled_through == 1000 and layout.closed_through == 1100
+    notes = view_notes(layout.parts, 1200)
+    first, second = notes[str(opened.id)], notes[str(closed_only.id)]
+    assert "1 file of open versions read through view" in first
+    assert "so at snapshots >= 1000 nothing is tested" in first  # T counts every settled segment
+    assert "1 file of closed versions" in first and "not read at snapshots >= 1100" in first
+    assert "open versions" not in second and "not read at snapshots >= 1100" in second
 
 
 def test_closed_files_split_a_table_without_settled_segments():
