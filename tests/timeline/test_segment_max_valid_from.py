@@ -1,5 +1,6 @@
-"""``Segment.max_valid_from``: an optional payload field that survives the round trip, is left out
-of descriptions that do not know it, and never changes a segment's shard identity."""
+"""``Segment.max_valid_from``, ``open_files`` and ``max_valid_until``: optional payload fields that
+survive the round trip, are left out of descriptions that do not know them, are validated, and
+never change a segment's shard identity."""
 
 from __future__ import annotations
 
@@ -65,3 +66,35 @@ def test_a_max_valid_from_that_is_not_an_integer_is_refused(value):
 def test_a_negative_max_valid_from_is_refused():
     with pytest.raises(InvalidArgument, match="negative"):
         replace(BASE, max_valid_from=-1)
+
+
+# -- open files and the closed files' greatest validUntil ----------------------------------------
+
+APART = replace(
+    BASE,
+    location=("/data/t/p3/rows=open/a.parquet", "/data/t/p3/rows=closed/a.parquet"),
+    open_files=["/data/t/p3/rows=open/a.parquet"],
+    max_valid_until=np.int64(1_150),
+)
+
+
+def test_open_files_and_max_valid_until_round_trip_and_are_left_out_when_unknown():
+    assert APART.open_files == ("/data/t/p3/rows=open/a.parquet",)
+    assert type(APART.max_valid_until) is int
+    data = json.loads(json.dumps(APART.to_dict()))
+    assert data["open_files"] == ["/data/t/p3/rows=open/a.parquet"]
+    assert data["max_valid_until"] == 1_150
+    assert Segment.from_dict(data) == APART
+    assert "open_files" not in BASE.to_dict() and "max_valid_until" not in BASE.to_dict()
+    assert APART.same_shard(BASE) and APART.shard_key() == BASE.shard_key()
+
+
+def test_an_open_file_outside_the_location_is_refused():
+    with pytest.raises(InvalidArgument, match="not in the segment's location"):
+        replace(APART, open_files=("/data/t/p4/rows=open/a.parquet",))
+
+
+@pytest.mark.parametrize("value", [-1, 2.5, "1150"])
+def test_a_max_valid_until_that_is_negative_or_not_an_integer_is_refused(value):
+    with pytest.raises(InvalidArgument, match="max_valid_until"):
+        replace(APART, max_valid_until=value)
