@@ -297,6 +297,8 @@ def test_open_files_are_read_without_a_test_and_closed_ones_not_past_their_end(
     assert reasons[2].count(f"read through view {rest} with the full") == 1
     bounds = {c.segment.partition: c.segment.max_valid_until for c in table.segments}
     assert bounds == {0: 1100, 1: 1000, 2: 1300}
+    opened = {c.segment.partition: list(c.segment.open_files) for c in table.segments}
+    assert opened == {partition: [files[0]] for partition, files in enumerate(split.apart)}
 
     below = client.explain("SELECT id FROM settle_apart VERSION AS OF 1050")
     assert f"FROM {rest}_o WHERE validFrom <= 1050 UNION ALL" in below.rewritten_sql
