@@ -102,9 +102,10 @@ def rewrite_segments(
 
     Up to :data:`BROADCAST_UPDATES` pending updates are broadcast to the tasks reading the
     segments, so the segments' rows are never shuffled (each file is read whole by one task:
-    a segment gets one file per task that read part of it). More updates than that: the rows of
-    each rewritten segment and its updates are brought to one Spark task (one shuffle of each
-    side, see :mod:`ingest.bucketing`), joined there and written there as one file.
+    a segment gets an open and a closed file per task that read part of it). More updates than
+    that: the rows of each rewritten segment and its updates are brought to one Spark task (one
+    shuffle of each side, see :mod:`ingest.bucketing`), joined there and written there as one
+    open and one closed file.
     """
     from pyspark.sql import functions as F
 
