@@ -28,7 +28,7 @@ from broker.key_lookup import plan_key_lookup
 from broker.query_shape import is_key_lookup, is_ordered
 from broker.sql.errors import NoLowWatermark
 from broker.sql.model import QueryPlan, RewriteLimits, RewriteResult
-from broker.view_layout import ViewPart, segment_files, view_layout
+from broker.view_layout import ViewLayout, ViewPart, segment_files, view_layout
 from broker.views import SegmentViews, UnreadableFiles, ViewMissing, schema_ddl
 from timeline.errors import HorizonError, Internal, InvalidArgument, Unavailable
 
@@ -45,7 +45,7 @@ SNAPSHOT_NONE = "none"
 class TableReadInfo:
     """What one table of a query reads (the metadata a client sees).
 
-    ``segments``/``files`` are all the table's visible segments; ``parts`` says which temp view
+    ``segments``/``files`` are all the table's visible segments; ``layout`` says which temp view
     reads which of their files (one part, or up to four, see ``broker.view_layout``), and
     ``view`` is the main one (the first part).
     """
@@ -62,7 +62,11 @@ class TableReadInfo:
     staleness_s: float
     laggard: Any
     change_windows: tuple[tuple[int, int], ...] = ()
-    parts: tuple[ViewPart, ...] = ()
+    layout: ViewLayout | None = None
+
+    @property
+    def parts(self) -> tuple[ViewPart, ...]:
+        return self.layout.parts if self.layout is not None else ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -450,5 +454,5 @@ def _read_info(read: Any, view: Any, namespace: str) -> TableReadInfo:
         staleness_s=float(view.staleness_s),
         laggard=view.laggard,
         change_windows=tuple(read.change_windows),
-        parts=layout.parts,
+        layout=layout,
     )

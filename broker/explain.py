@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from broker.view_layout import CLOSED, OPEN, SETTLED, is_settled
+from broker.view_layout import CLOSED, OPEN, SETTLED, ViewLayout
 from timeline.interval import format_instant
 
 
@@ -83,22 +83,15 @@ def segment_reasons(snapshot: Any, visible: Iterable[Any]) -> dict[str, str]:
     return reasons
 
 
-def view_notes(parts: Iterable[Any], lwm: int | None) -> dict[str, str]:
+def view_notes(layout: ViewLayout | None, lwm: int | None) -> dict[str, str]:
     """``{segment id: note}`` saying which temp view reads each segment's files and what it
     tests, when a table's files are split between views (``broker.view_layout``); empty when the
-    table has one view."""
-    parts = tuple(parts)
-    if len(parts) < 2:
+    table has one view. The bounds quoted are the layout's own T and C, which the SQL uses."""
+    if layout is None or len(layout.parts) < 2:
         return {}
-    # T as the layout computes it: over every settled segment, whichever views read its files.
-    threshold = max(
-        (s.max_valid_from for part in parts for s in part.segments if is_settled(s, lwm)),
-        default=None,
-    )
-    closed = [segment for part in parts if part.kind == CLOSED for segment in part.segments]
-    closed_through = max((segment.max_valid_until for segment in closed), default=None)
+    threshold, closed_through = layout.settled_through, layout.closed_through
     notes: dict[str, list[str]] = {}
-    for part in parts:
+    for part in layout.parts:
         for segment in part.segments:
             mine = [path for path in part.files if path in segment.location]
             files = f"{len(mine)} file{'s' if len(mine) != 1 else ''}"

@@ -132,7 +132,7 @@ class QueryServicer(rpc.QueryServiceServicer):
         for read in prepared.tables:
             snapshot = self.engine.follower.timeline_snapshot(read.table)
             reasons = segment_reasons(snapshot, read.segments)
-            for key, note in view_notes(read.parts, read.lwm).items():
+            for key, note in view_notes(read.layout, read.lwm).items():
                 reasons[key] = f"{reasons[key]}; {note}"
             tables.append(
                 pb.TableExplain(

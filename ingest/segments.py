@@ -32,8 +32,8 @@ CONCURRENT_WRITERS = 16
 """Segment (or key index) files one Spark task keeps open at once (see
 :func:`keep_row_order_in_partitioned_writes`)."""
 FOOTER_READERS = 8
-_TAG = re.compile(r"/segment=(-?\d+)_(\d+)/")
-_SEGMENT_DIR = re.compile(r"^(.*/segment=-?\d+_\d+)/")
+_SEGMENT_DIR = re.compile(r"^(.*/segment=(-?\d+)_(\d+))/")
+"""A segment file's ``.../segment=<chunk>_<partition>`` directory, chunk and partition."""
 
 
 def segment_tag(chunk_start: int, partition: int) -> str:
@@ -42,8 +42,8 @@ def segment_tag(chunk_start: int, partition: int) -> str:
 
 def tag_of_file(path: str) -> tuple[int, int] | None:
     """``(chunk_start, partition)`` of a segment file written by :func:`write_segments`."""
-    match = _TAG.search(path)
-    return (int(match.group(1)), int(match.group(2))) if match else None
+    match = _SEGMENT_DIR.match(path)
+    return (int(match.group(2)), int(match.group(3))) if match else None
 
 
 def segment_directory_of(path: str) -> str | None:

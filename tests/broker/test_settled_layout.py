@@ -159,7 +159,7 @@ def test_explain_notes_give_each_file_its_view_and_the_layouts_bounds():
     )
     layout = view_layout(_table_view([opened, closed_only], 1200))
     assert layout.settled_through == 1000 and layout.closed_through == 1100
-    notes = view_notes(layout.parts, 1200)
+    notes = view_notes(layout, 1200)
     first, second = notes[str(opened.id)], notes[str(closed_only.id)]
     assert "1 file of open versions read through view" in first
     assert "so at snapshots >= 1000 nothing is tested" in first  # T counts every settled segment
