@@ -5,7 +5,8 @@ Every call is one atomic Lua script that also appends its event to the log (see
 
 The client keeps its own current state in memory. When Redis has lost its data (its epoch changed or
 vanished) the next call, or the heartbeat thread, re-publishes all of it first, in causal order:
-registration, tables, segments, ownership, progress, retention, reservations.
+tables, segments, ownership, progress, retention, reservations, and registration last (to a broker,
+a server registered in the new data set is one that has re-published everything).
 """
 
 from __future__ import annotations
@@ -472,8 +473,6 @@ class ServerClient:
         ):
             return
         log.info("server %s re-publishes its state into epoch %s", self.server_id, self._epoch)
-        if self._registered:
-            self._exec("REGISTER", [_dumps({"server": self.server_id, "republished": True})])
         for descriptor in self._tables.values():
             self._exec("REGISTER_TABLE", [descriptor.name, descriptor.to_json()])
         if self._segments:
@@ -505,6 +504,10 @@ class ServerClient:
             self._exec("RETENTION", [table, str(horizon), event])
         for (table, key), next_free in self._reservations.items():
             self._exec("RESERVE", [table, key, str(next_free)])
+        # Registering comes last: a follower reads "registered in this data set" as "has
+        # re-published everything", and keeps carrying the server's old state until then.
+        if self._registered:
+            self._exec("REGISTER", [_dumps({"server": self.server_id, "republished": True})])
 
 
 def _progress_json(progress: Mapping[int, tuple[int, int]]) -> dict[str, list[str]]:

@@ -83,7 +83,7 @@ class ServerState:
                 {int(p): parse_progress(v) for p, v in _pairs(progress_pairs).items()}
             )
             state.retention[name] = {s: int(h) for s, h in _pairs(retention_pairs).items()}
-        if previous is not None and previous.epoch and previous.epoch != epoch:
+        if previous is not None:
             _carry_unpublished(previous, state, raw_segments)
         for name in state.descriptors:
             state.segments.setdefault(name, {})
@@ -247,7 +247,13 @@ def _pairs(flat: list[Any]) -> dict[str, Any]:
 def _carry_unpublished(
     previous: ServerState, state: ServerState, raw_segments: dict[str, list[Segment]]
 ) -> None:
-    """After a data loss, keep what servers that have not re-published yet had published."""
+    """After a data loss, keep what servers that have not re-published yet had published.
+
+    Within one data set a server never leaves the server list, so a live server that the
+    snapshot lacks is one whose data set was lost. A re-publishing server registers last; until
+    then its old segments and progress keep holding, however many snapshots the broker takes
+    meanwhile (the first can even see no epoch at all).
+    """
     missing = {
         server
         for server, status in previous.servers.items()
@@ -255,7 +261,9 @@ def _carry_unpublished(
     }
     if not missing:
         return
-    log.warning("state store lost its data; carrying state of %s until they re-publish", missing)
+    log.warning(
+        "state store lost its data; carrying state of %s until they re-publish", sorted(missing)
+    )
     for server in missing:
         state.servers[server] = previous.servers[server]
         if server in previous.heartbeats_ms:

@@ -33,10 +33,9 @@ def produce(
     return [threading.Thread(target=run, args=(k,)) for k in range(SERVERS)]
 
 
-def test_lwm_never_covers_a_change_whose_segment_is_not_in_the_timeline(
-    redis_url, make_server, make_follower
-):
-    follower = make_follower(redis_url)
+def watch_coverage(follower: Follower) -> tuple[list[str], list[int]]:
+    """After every change: each segment a served LWM covers is visible. Returns the violations
+    and the LWMs observed, filled in as the follower goes."""
     violations: list[str] = []
     observed: list[int] = []
 
@@ -52,6 +51,14 @@ def test_lwm_never_covers_a_change_whose_segment_is_not_in_the_timeline(
                     violations.append(f"lwm {view.lwm} but segment ({i}, {k}) missing")
 
     follower.add_listener(check)
+    return violations, observed
+
+
+def test_lwm_never_covers_a_change_whose_segment_is_not_in_the_timeline(
+    redis_url, make_server, make_follower
+):
+    follower = make_follower(redis_url)
+    violations, observed = watch_coverage(follower)
     threads = produce(make_server, redis_url)
     for thread in threads:
         thread.start()
@@ -91,6 +98,7 @@ def test_redis_restart_mid_stream_then_fresh_follower_matches_the_one_that_kept_
 ):
     process = private_redis(persistence=persistence)
     running = make_follower(process.url)
+    violations, observed = watch_coverage(running)
     threads = produce(make_server, process.url, pause_s=0.01)
     for thread in threads:
         thread.start()
@@ -112,6 +120,7 @@ def test_redis_restart_mid_stream_then_fresh_follower_matches_the_one_that_kept_
     assert comparable(restarted) == comparable(running)
     assert len(comparable(running)["accounts"]["segments"]) == SERVERS * STEPS
     assert running.watermarks("accounts").regressions == ()
+    assert violations == [] and observed == sorted(observed)
 
 
 def test_trimmed_log_forces_a_full_rebuild_with_nothing_missed(

@@ -185,6 +185,22 @@ def test_server_republishes_its_state_when_redis_lost_its_data(
     assert server.allocate_partitions("accounts", Interval(0, 3_600_000), "v1", 1) == [5]
 
 
+def test_a_republishing_server_registers_only_after_everything_else_is_back(
+    redis_url, make_server, redis_client
+):
+    """Brokers carry a lost server's old state until it is registered in the new data set."""
+    server = make_server(redis_url, "s1")
+    server.register()
+    server.register_table(table_descriptor())
+    server.announce([segment()])
+    server.claim_partitions("accounts", [0])
+    server.report("accounts", {0: (300, 250)})
+    redis_client.flushall()
+    server.heartbeat()
+    kinds = [fields[b"k"].decode() for _, fields in redis_client.xrange("horizon:log")]
+    assert kinds[:5] == ["table", "segments", "claim", "report", "register"], kinds
+
+
 def test_heartbeat_thread_republishes_within_a_heartbeat(redis_url, make_server, redis_client):
     server = make_server(redis_url, "s1")
     server.register()

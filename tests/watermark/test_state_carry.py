@@ -1,0 +1,131 @@
+"""A broker keeps a lost data set's state until each server has re-published (pure ServerState)."""
+
+from __future__ import annotations
+
+import json
+
+from tests.watermark.conftest import segment, table_descriptor
+from timeline.segment import Segment
+from watermark.state import ServerState
+
+NOW_MS = 1_000_000
+
+
+def snapshot(
+    epoch: str,
+    *,
+    servers: tuple[str, ...] = (),
+    progress: dict[int, str] | None = None,
+    segments: tuple[Segment, ...] = (),
+    with_table: bool = True,
+) -> list:
+    """A SNAPSHOT script reply: one table ``accounts`` (when registered) with its state."""
+    flat_servers = [v for s in servers for v in (s, "live")]
+    flat_heartbeats = [v for s in servers for v in (s, str(NOW_MS))]
+    if not with_table:
+        return [epoch, 0, NOW_MS, [], flat_servers, flat_heartbeats, []]
+    descriptor = table_descriptor()
+    values = [json.dumps(s.to_dict()) for s in segments]
+    pairs = [v for p, text in sorted((progress or {}).items()) for v in (str(p), text)]
+    return [
+        epoch,
+        0,
+        NOW_MS,
+        ["accounts", descriptor.to_json()],
+        flat_servers,
+        flat_heartbeats,
+        [["accounts", values, pairs, []]],
+    ]
+
+
+def reported(owner: str, value: int) -> str:
+    return f"{owner}|{value}|{value}|{NOW_MS}|"
+
+
+def claimed(owner: str) -> str:
+    return f"{owner}||||"
+
+
+def visible_servers(state: ServerState) -> list[str]:
+    return sorted(s.server or "" for s in state.timelines["accounts"].visible_segments())
+
+
+SEG_0 = segment(chunk=1, partition=0, server="s0")
+SEG_1 = segment(chunk=1, partition=1, server="s1")
+
+
+def before_the_loss() -> ServerState:
+    return ServerState.from_snapshot(
+        snapshot(
+            "e1",
+            servers=("s0", "s1"),
+            progress={0: reported("s0", 5), 1: reported("s1", 6)},
+            segments=(SEG_0, SEG_1),
+        )
+    )
+
+
+def test_a_server_that_has_not_re_published_keeps_holding_the_lwm_through_every_snapshot():
+    state = before_the_loss()
+    assert state.served["accounts"].served == 5
+    lost = ServerState.from_snapshot(snapshot("", with_table=False), previous=state)
+    assert visible_servers(lost) == ["s0", "s1"] and lost.served["accounts"].served == 5
+    # s0 re-published everything and moved on; s1 has re-announced nothing yet.
+    partway = ServerState.from_snapshot(
+        snapshot("e2", servers=("s0",), progress={0: reported("s0", 9)}, segments=(SEG_0,)),
+        previous=lost,
+    )
+    assert visible_servers(partway) == ["s0", "s1"]
+    assert partway.served["accounts"].served == 6  # s1's partition still holds it
+    # Another snapshot of the same data set: s1 has claimed its partition, not reported.
+    claiming = ServerState.from_snapshot(
+        snapshot(
+            "e2",
+            servers=("s0",),
+            progress={0: reported("s0", 9), 1: claimed("s1")},
+            segments=(SEG_0, SEG_1),
+        ),
+        previous=partway,
+    )
+    assert visible_servers(claiming) == ["s0", "s1"]
+    assert claiming.served["accounts"].served == 6 and claiming.served["accounts"].computed is None
+    done = ServerState.from_snapshot(
+        snapshot(
+            "e2",
+            servers=("s0", "s1"),
+            progress={0: reported("s0", 9), 1: reported("s1", 8)},
+            segments=(SEG_0, SEG_1),
+        ),
+        previous=claiming,
+    )
+    assert done.served["accounts"].served == 8
+    for step in (lost, partway, claiming, done):
+        assert step.served["accounts"].history == []
+
+
+def test_a_re_published_server_is_not_carried_any_more():
+    """What the server re-published replaces the old state: a segment it no longer has is gone."""
+    state = before_the_loss()
+    republished = ServerState.from_snapshot(
+        snapshot(
+            "e2",
+            servers=("s0", "s1"),
+            progress={0: reported("s0", 7), 1: reported("s1", 7)},
+            segments=(SEG_0,),
+        ),
+        previous=state,
+    )
+    assert visible_servers(republished) == ["s0"]
+    assert republished.served["accounts"].served == 7
+
+
+def test_a_decommissioned_server_is_not_carried_into_a_new_data_set():
+    state = before_the_loss()
+    state.apply("decommission", {}, "s1", NOW_MS)
+    assert state.progress["accounts"].get(1).owner is None
+    fresh = ServerState.from_snapshot(
+        snapshot("e2", servers=("s0",), progress={0: reported("s0", 7)}, segments=(SEG_0,)),
+        previous=state,
+    )
+    assert "s1" not in fresh.servers and fresh.progress["accounts"].get(1) is None
+    assert fresh.served["accounts"].served == 7
