@@ -833,7 +833,7 @@ class IngestJob:
         stacked = frames[0]
         for frame in frames[1:]:
             stacked = stacked.unionByName(frame)
-        keys = [BUCKET_COLUMN, *self.table.primary_key]
+        keys = [*self.table.primary_key, BUCKET_COLUMN]  # key first: see resolve()
         newest_first = Window.partitionBy(*keys).orderBy(F.col("_level").desc())
         return (
             stacked.withColumn(BUCKET_COLUMN, bucket_column(layout))

@@ -154,7 +154,9 @@ def resolve(
     from pyspark.sql import functions as F
 
     pk = list(table.primary_key)
-    keys = [*cluster_by, *pk]
+    # Key first: Spark sorts by these columns in this order, and compares the first one's prefix
+    # (a bucket ties on every comparison within a task).
+    keys = [*pk, *cluster_by]
     ordered = Window.partitionBy(*keys).orderBy("_ord")
     cmp, prev = F.col("_cmp"), F.col("_prev")
     chained = (

@@ -160,7 +160,7 @@ def rewrite_segments(
         )
         joined = data.repartition(layout.tasks, BUCKET_COLUMN).join(
             bucketed.repartition(layout.tasks, BUCKET_COLUMN),
-            on=[BUCKET_COLUMN, *keys],
+            on=[*keys, BUCKET_COLUMN],  # the sort's order: key first (see resolve.resolve)
             how="left",
         )
     applied = joined.withColumn(VALID_UNTIL, F.coalesce(F.col(VALID_UNTIL), F.col("_newUntil")))
