@@ -8,17 +8,21 @@ rewritten SQL and the files Spark reads always belong together.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from broker.sql.catalog import Catalog, CatalogTable
-from broker.view_layout import segment_files, view_layout, view_name
+from broker.view_layout import ViewLayout, segment_files, view_layout, view_name
 
 
-def catalog_table(table_view: Any, namespace: str = "") -> CatalogTable:
-    """The catalog entry of one follower table view."""
+def catalog_table(
+    table_view: Any, namespace: str = "", *, layout: ViewLayout | None = None
+) -> CatalogTable:
+    """The catalog entry of one follower table view (``layout``: its view layout, when the
+    caller has it already)."""
     segments = tuple(table_view.visible_segments)
-    layout = view_layout(table_view, namespace)
+    if layout is None:
+        layout = view_layout(table_view, namespace)
     return CatalogTable.from_descriptor(
         table_view.descriptor,
         lwm=table_view.lwm,
@@ -43,10 +47,17 @@ def unavailable_table(descriptor: Any) -> CatalogTable:
 
 
 def build_catalog(
-    table_views: Iterable[Any], unavailable: Iterable[Any] = (), *, namespace: str = ""
+    table_views: Iterable[Any],
+    unavailable: Iterable[Any] = (),
+    *,
+    namespace: str = "",
+    layout_of: Callable[[Any], ViewLayout] | None = None,
 ) -> Catalog:
     """The rewriter's catalog: one entry per table view, plus placeholders for ``unavailable``
-    descriptors."""
-    entries = [catalog_table(view, namespace) for view in table_views]
+    descriptors. ``layout_of`` gives a table view's layout (a cache's), else it is derived."""
+    entries = [
+        catalog_table(view, namespace, layout=layout_of(view) if layout_of else None)
+        for view in table_views
+    ]
     entries += [unavailable_table(descriptor) for descriptor in unavailable]
     return Catalog(entries)

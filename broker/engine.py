@@ -28,7 +28,7 @@ from broker.key_lookup import plan_key_lookup
 from broker.query_shape import is_key_lookup, is_ordered
 from broker.sql.errors import NoLowWatermark
 from broker.sql.model import QueryPlan, RewriteLimits, RewriteResult
-from broker.view_layout import ViewLayout, ViewPart, segment_files, view_layout
+from broker.view_layout import ViewLayout, ViewPart, segment_files
 from broker.views import SegmentViews, UnreadableFiles, ViewMissing, schema_ddl
 from timeline.errors import HorizonError, Internal, InvalidArgument, Unavailable
 
@@ -246,7 +246,10 @@ class QueryEngine:
         staleness = self._check_fresh()
         views, failures = self._table_views()
         catalog = build_catalog(
-            views.values(), [d for d, _ in failures.values()], namespace=self.views.namespace
+            views.values(),
+            [d for d, _ in failures.values()],
+            namespace=self.views.namespace,
+            layout_of=self.views.layout,
         )
         try:
             result = rewrite(sql, catalog, limits=self.rewrite_limits, functions=self.functions)
@@ -265,7 +268,7 @@ class QueryEngine:
             if read.snapshot is not None:
                 self.follower.lwm(view.table)  # regression policy, staleness, no LWM
             table_views.append(view)
-            reads.append(_read_info(read, view, self.views.namespace))
+            reads.append(_read_info(read, view, self.views.layout(view)))
         return Prepared(
             query_id=query_id or uuid.uuid4().hex[:16],
             original_sql=sql,
@@ -433,9 +436,8 @@ def _embedded(spark: Any) -> bool:
         return False
 
 
-def _read_info(read: Any, view: Any, namespace: str) -> TableReadInfo:
+def _read_info(read: Any, view: Any, layout: ViewLayout) -> TableReadInfo:
     segments = tuple(view.visible_segments)
-    layout = view_layout(view, namespace)
     if read.views and tuple(read.views) != layout.names:
         raise Internal(
             f"table {view.table}: the rewrite reads views {', '.join(read.views)} but the "

@@ -20,7 +20,7 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import Any
 
-from broker.view_layout import VIEW_PREFIX, view_layout
+from broker.view_layout import VIEW_PREFIX, ViewLayout, view_layout
 from timeline.errors import HorizonError, Unavailable
 from watermark.catalog import VALIDITY_COLUMNS, TableDescriptor
 
@@ -84,8 +84,30 @@ class SegmentViews:
         self.namespace = namespace
         self._lock = threading.RLock()
         self._entries: dict[tuple[str, int, int, int], _Entry] = {}
+        self._layouts: dict[str, tuple[tuple[int, int | None], ViewLayout]] = {}
         self.builds = 0
         """How many view sets were built (a test and benchmark probe: reuse keeps it flat)."""
+        self.layouts_computed = 0
+        """How many layouts were derived (a test probe: one per table and state, not per use)."""
+
+    def layout(self, table_view: Any) -> ViewLayout:
+        """The view layout of a follower table view, derived once per (generation, LWM).
+
+        A query needs it for the catalog of every table, the views it reads and its metadata.
+        Deriving it walks all of a table's files, so it is kept per table until the table's
+        generation or LWM moves (the generation names the visible segments, see ``_acquire``).
+        """
+        table = table_view.table.lower()
+        state = (int(table_view.generation), table_view.lwm)
+        with self._lock:
+            known = self._layouts.get(table)
+            if known is not None and known[0] == state:
+                return known[1]
+        layout = view_layout(table_view, self.namespace)
+        with self._lock:
+            self._layouts[table] = (state, layout)
+            self.layouts_computed += 1
+        return layout
 
     def forget(self, name: str) -> None:
         """Drop a cache entry one of whose views vanished, so the next lease rebuilds it."""
@@ -121,7 +143,7 @@ class SegmentViews:
                     self._evict_older(entry.table)
 
     def _acquire(self, table_view: Any) -> _Entry:
-        layout = view_layout(table_view, self.namespace)
+        layout = self.layout(table_view)
         table = table_view.table.lower()
         settled, closed = layout.settled_through, layout.closed_through
         bounds = (-1 if settled is None else settled, -1 if closed is None else closed)

@@ -97,10 +97,11 @@ def test_passthrough_on_the_clients_own_spark_returns_the_same_rows(broker_env, 
 def test_segment_views_are_reused_until_the_timeline_changes(broker_env: BrokerEnv, client):
     views = broker_env.broker.engine.views
     client.query("SELECT count(*) FROM accounts")
-    builds = views.builds
+    builds, layouts = views.builds, views.layouts_computed
     for _ in range(3):
         client.query("SELECT count(*) FROM accounts")
     assert views.builds == builds, "no view rebuilt while nothing changed"
+    assert views.layouts_computed == layouts, "no layout derived again while nothing changed"
 
     table = broker_env.tables["accounts"]
     follower = broker_env.broker.follower
@@ -110,6 +111,7 @@ def test_segment_views_are_reused_until_the_timeline_changes(broker_env: BrokerE
     assert follower.wait_for(lambda f: f.view("accounts").generation >= before + 2, 10)
     result = client.execute("SELECT * FROM accounts")
     assert views.builds == builds + 1
+    assert views.layouts_computed == layouts + 1, "the moved table's layout, derived once"
     assert result.metadata.tables[0].timeline_generation >= before + 2
     assert as_rows(result.table) == oracle(table.rows_visible_at(LWM))
     live = [name for name in views.names() if name.startswith("__horizon_accounts_")]
