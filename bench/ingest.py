@@ -33,6 +33,8 @@ from bench.report import print_table, summarize, write_results
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
+PARTS = ("throughput", "latency", "amplification")
+
 
 def accounts(root: Path, **overrides: Any) -> Any:
     from ingest.table import TableDefinition
@@ -263,10 +265,22 @@ def amplification(
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="small sizes for a short run")
+    parser.add_argument(
+        "--parts",
+        default=",".join(PARTS),
+        help=f"comma-separated subset of {', '.join(PARTS)} (default: all)",
+    )
+    parser.add_argument(
+        "--repeats", type=int, default=None, help="warm throughput rounds (default 3, quick 1)"
+    )
     args = parser.parse_args(argv)
+    parts = [part.strip() for part in args.parts.split(",") if part.strip()]
+    unknown = sorted(set(parts) - set(PARTS))
+    if unknown:
+        parser.error(f"unknown parts {unknown}: choose from {', '.join(PARTS)}")
     rows = 100_000 if args.quick else 1_000_000
     samples = 5 if args.quick else 20
-    repeats = 1 if args.quick else 3
+    repeats = args.repeats or (1 if args.quick else 3)
     keys, batches, updates = (50_000, 4, 2_000) if args.quick else (200_000, 8, 5_000)
 
     from broker.spark_session import create_spark_session
@@ -278,25 +292,37 @@ def main(argv: list[str] | None = None) -> None:
     )
     work = Path(tempfile.mkdtemp(prefix="horizon-bench-ingest-"))
     try:
-        speed = throughput(spark, redis_process.url, rows, work, repeats)
-        print_table(
-            f"ingest throughput (2 cores; median of {repeats} warm batches, first batch apart)",
-            ["workload", "rows", "seconds", "rows/s", "cold seconds", "cold rows/s"],
-            [[r["workload"], r["rows"], r["seconds"], r["rows_per_s"],
-              r.get("cold_seconds", "-"), r.get("cold_rows_per_s", "-")] for r in speed],
-        )  # fmt: skip
-        delay = latency(spark, redis_process.url, samples, work)
-        print_table(
-            "event landing -> visible at the LWM (seconds)", ["samples", "p50", "p99", "mean"],
-            [[delay["samples"], delay["p50"], delay["p99"], delay["mean"]]],
-        )  # fmt: skip
-        amp = amplification(spark, redis_process.url, keys, batches, updates, work)
-        print_table(
-            f"write amplification ({keys} keys, {batches} batches x {updates} updates)",
-            ["cadence", "bytes rewritten", "bytes/updated row", "max LWM lag s", "seconds"],
-            [[r["cadence"], r["bytes_rewritten"], r["bytes_per_updated_row"],
-              r["max_lwm_lag_s"], r["seconds"]] for r in amp],
-        )  # fmt: skip
+        speed: list[dict[str, Any]] = []
+        delay: dict[str, Any] = {}
+        amp: list[dict[str, Any]] = []
+        if "throughput" in parts:
+            speed = throughput(spark, redis_process.url, rows, work, repeats)
+            print_table(
+                f"ingest throughput (2 cores; median of {repeats} warm batches, first batch apart)",
+                ["workload", "rows", "seconds", "rows/s", "cold seconds", "cold rows/s"],
+                [[r["workload"], r["rows"], r["seconds"], r["rows_per_s"],
+                  r.get("cold_seconds", "-"), r.get("cold_rows_per_s", "-")] for r in speed],
+            )  # fmt: skip
+            for r in speed:
+                if "spark_actions_s" in r:
+                    print(f"  {r['workload']}: samples {r['samples_s']}, {r['spark_actions_s']}")
+        if "latency" in parts:
+            delay = latency(spark, redis_process.url, samples, work)
+            print_table(
+                "event landing -> visible at the LWM (seconds)", ["samples", "p50", "p99", "mean"],
+                [[delay["samples"], delay["p50"], delay["p99"], delay["mean"]]],
+            )  # fmt: skip
+        if "amplification" in parts:
+            amp = amplification(spark, redis_process.url, keys, batches, updates, work)
+            print_table(
+                f"write amplification ({keys} keys, {batches} batches x {updates} updates)",
+                ["cadence", "bytes rewritten", "bytes/updated row", "max LWM lag s", "seconds"],
+                [[r["cadence"], r["bytes_rewritten"], r["bytes_per_updated_row"],
+                  r["max_lwm_lag_s"], r["seconds"]] for r in amp],
+            )  # fmt: skip
+        if set(parts) != set(PARTS):
+            print("a partial run: bench/results/ingest.json is left as it was")
+            return
         path = write_results("ingest", {
             "quick": args.quick, "throughput": speed, "latency_s": delay, "amplification": amp,
         })  # fmt: skip
