@@ -59,6 +59,19 @@ from watermark.catalog import ColumnSpec, TableDescriptor
 DEFAULT_VERSION = "1970-01-01T00:00:00.000Z"
 _DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|h|d|w)\s*$")
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}
+RESERVED_COLUMNS = frozenset(
+    {
+        *("_acc", "_bucket", "_carry", "_chain", "_chunk", "_cmp", "_del", "_deleted", "_file"),
+        *("_first", "_hi", "_inBatch", "_isFirst", "_kp", "_kpDir", "_level", "_lo", "_n"),
+        *("_newSeg", "_newUntil", "_next", "_off", "_ord", "_pid", "_position", "_prev", "_rank"),
+        *("_root", "_row", "_rows", "_seg", "_sourceFile", "_sourcePosition", "_tchunk", "_ts"),
+        *("_updateFrom", "_validFrom", "_metadata"),
+    }
+)
+"""Column names the ingestion pipeline gives its own columns beside the user's (and Spark's file
+metadata column): a user column of one of these names would be overwritten or shadowed."""
+RESERVED_PREFIXES = ("_i_", "_update_")
+"""Prefixes of the pipeline's derived names (the key index's columns, the updater's keys)."""
 
 
 class OutOfOrder(StrEnum):
@@ -97,6 +110,15 @@ class TableDefinition:
     def __post_init__(self) -> None:
         descriptor = self.descriptor()  # validates names, key, comparison and time columns
         known = {column.name.lower(): column for column in self.columns}
+        reserved = {name.lower() for name in RESERVED_COLUMNS}
+        for column in self.columns:
+            name = column.name.lower()
+            if name in reserved or name.startswith(RESERVED_PREFIXES):
+                raise InvalidArgument(
+                    f"table {self.name!r}: column {column.name!r} has a name ingestion reserves "
+                    "for its own columns (those starting with an underscore that it uses, e.g. "
+                    "_ts, _kp, _chunk, _seg, and any starting with _i_ or _update_): rename it"
+                )
         if self.delete_column is not None:
             column = known.get(self.delete_column.lower())
             if column is None:

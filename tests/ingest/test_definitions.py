@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import itertools
+import re
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import ingest
 from ingest.granularity import Granularity, chunk_interval, chunk_start_ms, chunks_between
 from ingest.manifest import COMMIT, DONE, PREPARE, ManifestState, Record
-from ingest.table import OutOfOrder, TableDefinition
+from ingest.table import RESERVED_COLUMNS, RESERVED_PREFIXES, OutOfOrder, TableDefinition
 from timeline.errors import InvalidArgument
 
 TOML = """
@@ -74,6 +77,32 @@ def test_a_bad_definition_is_refused_with_a_message_naming_the_problem(change, m
     text = "\n".join([change, *lines])
     with pytest.raises(InvalidArgument, match=message):
         TableDefinition.from_toml(text)
+
+
+@pytest.mark.parametrize(
+    "name", ["_ts", "_KP", "_chunk", "_seg", "_metadata", "_i_cmp", "_update_x"]
+)
+def test_a_user_column_named_like_an_ingestion_column_is_refused_with_its_name(name):
+    with pytest.raises(InvalidArgument, match=f"column '{name}' has a name ingestion reserves"):
+        TableDefinition.from_toml(TOML + f'{name} = "bigint"\n')
+
+
+def test_a_user_column_with_an_unreserved_underscore_name_is_accepted():
+    assert "_id" in TableDefinition.from_toml(TOML + '_id = "string"\n').column_names
+
+
+def test_every_underscore_column_name_the_pipeline_spells_is_reserved():
+    """A new internal column must join RESERVED_COLUMNS, or a user column could be overwritten
+    by it without a word."""
+    spelled: set[str] = set()
+    for path in (Path(ingest.__file__).parent).glob("*.py"):
+        spelled |= set(re.findall(r"[\"'](_[A-Za-z][A-Za-z_]*)[\"']", path.read_text()))
+    unreserved = {
+        name
+        for name in spelled
+        if name not in RESERVED_COLUMNS and not name.startswith(RESERVED_PREFIXES)
+    }
+    assert unreserved <= {"_i", "_SUCCESS"}, f"not reserved: {sorted(unreserved)}"
 
 
 @settings(max_examples=200, deadline=None)
