@@ -9,9 +9,9 @@ Modules (one idea each): ``table`` (TOML definition -> TableDefinition -> TableD
 
 Storage layout under ``<storage_root>/<table>/``::
 
-    segments/<server>/b<seq>/segment=<chunk start>_<partition>/rows=<open|closed>/part-*.parquet
+    segments/<server>/b<seq>/_chunk=<chunk start>/_seg=<partition>/_rows=<open|closed>/*.parquet
                                                                               first generation
-    segments/<server>/u<seq>/segment=<chunk start>_<partition>/rows=<open|closed>/part-*.parquet
+    segments/<server>/u<seq>/_chunk=<chunk start>/_seg=<partition>/_rows=<open|closed>/*.parquet
                                                                               overwrites
     _keyindex/<server>/r<seq>/_kpDir=<key partition>/part-*.parquet            a batch's resolution:
                                                                               key index level and

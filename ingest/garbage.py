@@ -18,8 +18,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from ingest.manifest import Garbage
-from ingest.segments import segment_directory_of
+from ingest.segments import CHUNK_DIR_COLUMN, SEGMENT_DIR_COLUMN, segment_directory_of
 from ingest.storage import Storage
+
+_CHUNK = f"{CHUNK_DIR_COLUMN}="
+_SEGMENT = f"{SEGMENT_DIR_COLUMN}="
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,26 +53,35 @@ def collectable(
 
 
 def segment_directory(location: str) -> str:
-    """The ``segment=<chunk>_<partition>`` directory of a segment file (the file itself if it is
-    not in one): every file below that directory belongs to the one segment."""
+    """The ``_chunk=<chunk>/_seg=<partition>`` directory of a segment file (the file itself if it
+    is not in one): every file below that directory belongs to the one segment."""
     directory = segment_directory_of(location)
     return location if directory is None else directory
 
 
 def delete_files(storage: Storage, locations: Iterable[str]) -> None:
-    """Delete the files, their segment directories and attempt directories left with no segment.
+    """Delete the files, their segment directories, and the chunk and attempt directories above
+    them that are left with no segment.
 
     Idempotent: absent files are fine, so a collection interrupted by a crash is simply redone.
     """
-    attempts: set[str] = set()
+    chunks: set[str] = set()
     for directory in sorted({segment_directory(location) for location in locations}):
         storage.delete(directory)
-        if directory.rsplit("/", 1)[-1].startswith("segment="):
-            attempts.add(directory.rsplit("/", 1)[0])
+        if segment_directory_of(directory + "/") is not None:
+            chunks.add(directory.rsplit("/", 1)[0])
+    attempts = {chunk.rsplit("/", 1)[0] for chunk in chunks if _without(storage, chunk, _SEGMENT)}
     for attempt in sorted(attempts):
-        children = storage.list_dir(attempt)
-        if not any(c.path.rstrip("/").rsplit("/", 1)[-1].startswith("segment=") for c in children):
-            storage.delete(attempt)
+        _without(storage, attempt, _CHUNK)
+
+
+def _without(storage: Storage, directory: str, prefix: str) -> bool:
+    """Delete ``directory`` if none of its entries' names starts with ``prefix``; whether it went."""
+    children = storage.list_dir(directory)
+    if any(c.path.rstrip("/").rsplit("/", 1)[-1].startswith(prefix) for c in children):
+        return False
+    storage.delete(directory)
+    return True
 
 
 def collection_due(garbage: Mapping[int, Garbage], now_ms: int, grace_ms: int) -> bool:

@@ -1,9 +1,12 @@
 """Writing segment files: open and closed versions apart, laid out for snapshot pruning.
 
-Every segment's files live in their own directory ``<attempt dir>/segment=<chunk>_<partition>/``,
-so the directory name identifies the segment a file belongs to (the updater relies on it). Below
-it, ``rows=open/`` holds the versions not yet replaced (``validUntil IS NULL``), by key, and
-``rows=closed/`` the others, by ``validFrom``. The segment's description names its open files and
+Every segment's files live in their own directory ``<attempt dir>/_chunk=<chunk>/_seg=<partition>/``,
+so the directory names identify the segment a file belongs to (the updater relies on it). Below
+it, ``_rows=open/`` holds the versions not yet replaced (``validUntil IS NULL``), by key, and
+``_rows=closed/`` the others, by ``validFrom``. The directory levels are the write's partition
+columns: the chunk and partition number as the integers the rows carry (a per-row string such as
+``<chunk>_<partition>`` cost a quarter of a second per million rows to build), under names that
+ingestion reserves (so no user column can collide with them). The segment's description names its open files and
 the greatest ``validUntil`` of its closed ones, so a reader at a recent snapshot reads the open
 files without any validity test and skips the closed ones whole (``broker.view_layout``); inside a
 file, Parquet's min/max statistics let a key lookup skip all but a page or two, and time travel
@@ -13,17 +16,20 @@ what was not yet written.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from ingest.storage import FileInfo, Storage
 from watermark.catalog import VALID_FROM, VALID_UNTIL
 
-SEGMENT_DIR_COLUMN = "segment"
-ROWS_DIR_COLUMN = "rows"
-"""The second directory level of a segment: ``open`` or ``closed`` versions."""
+CHUNK_DIR_COLUMN = "_chunk"
+SEGMENT_DIR_COLUMN = "_seg"
+ROWS_DIR_COLUMN = "_rows"
+"""The last directory level of a segment: ``open`` or ``closed`` versions."""
 OPEN_ROWS = "open"
 CLOSED_ROWS = "closed"
 _OPEN_DIR = f"/{ROWS_DIR_COLUMN}={OPEN_ROWS}/"
@@ -32,12 +38,12 @@ CONCURRENT_WRITERS = 16
 """Segment (or key index) files one Spark task keeps open at once (see
 :func:`keep_row_order_in_partitioned_writes`)."""
 FOOTER_READERS = 8
-_SEGMENT_DIR = re.compile(r"^(.*/segment=(-?\d+)_(\d+))/")
-"""A segment file's ``.../segment=<chunk>_<partition>`` directory, chunk and partition."""
-
-
-def segment_tag(chunk_start: int, partition: int) -> str:
-    return f"{chunk_start}_{partition}"
+_SEGMENT_DIR = re.compile(rf"^(.*/{CHUNK_DIR_COLUMN}=(-?\d+)/{SEGMENT_DIR_COLUMN}=(\d+))/")
+"""A segment file's ``.../_chunk=<chunk>/_seg=<partition>`` directory, chunk and partition."""
+_OPEN_COST = "spark.sql.files.openCostInBytes"
+_SPLIT_BYTES = "spark.sql.files.maxPartitionBytes"
+_scoped_lock = threading.Lock()
+_scoped: dict[int, list[Any]] = {}
 
 
 def tag_of_file(path: str) -> tuple[int, int] | None:
@@ -47,7 +53,7 @@ def tag_of_file(path: str) -> tuple[int, int] | None:
 
 
 def segment_directory_of(path: str) -> str | None:
-    """The ``.../segment=<chunk>_<partition>`` directory holding a segment file written by
+    """The ``.../_chunk=<chunk>/_seg=<partition>`` directory holding a segment file written by
     :func:`write_segments` (None for any other path)."""
     match = _SEGMENT_DIR.match(path)
     return match.group(1) if match else None
@@ -74,7 +80,7 @@ class WrittenSegment:
 
 
 def is_open_file(path: str) -> bool:
-    """True for a segment file :func:`write_segments` wrote under ``rows=open/``."""
+    """True for a segment file :func:`write_segments` wrote under ``_rows=open/``."""
     return _OPEN_DIR in path
 
 
@@ -89,6 +95,38 @@ def keep_row_order_in_partitioned_writes(session: Any) -> None:
     """
     session.conf.set("spark.sql.optimizer.plannedWrite.enabled", "false")
     session.conf.set("spark.sql.maxConcurrentOutputFileWriters", str(CONCURRENT_WRITERS))
+
+
+@contextmanager
+def one_task_per_file(session: Any) -> Iterator[None]:
+    """Plan the file reads of the block with each file in a Spark task of its own (a file larger
+    than Spark's split size is still split).
+
+    A batch's resolution has one file per key partition, that is one segment per time chunk.
+    Packed several to a task (Spark's default for small files), the segments' rows interleave in
+    key order and the partitioned write switches its open file on nearly every row: about a
+    quarter of a second per million rows. Spark's open cost per file is raised to its split
+    size meanwhile; nested and concurrent blocks on one session share the change, and the last
+    to leave restores the setting.
+    """
+    key = id(session)
+    with _scoped_lock:
+        held = _scoped.get(key)
+        if held is None:
+            held = _scoped[key] = [0, session.conf.get(_OPEN_COST, None)]
+            session.conf.set(_OPEN_COST, session.conf.get(_SPLIT_BYTES))
+        held[0] += 1
+    try:
+        yield
+    finally:
+        with _scoped_lock:
+            held[0] -= 1
+            if held[0] == 0:
+                del _scoped[key]
+                if held[1] is None:
+                    session.conf.unset(_OPEN_COST)
+                else:
+                    session.conf.set(_OPEN_COST, held[1])
 
 
 def write_segments(
@@ -118,22 +156,19 @@ def write_segments(
     order = [*[F.when(is_open, F.col(name)).asc_nulls_last() for name in primary_key], VALID_FROM]
     keep_row_order_in_partitioned_writes(frame.sparkSession)
 
-    tagged = frame.withColumn(
-        SEGMENT_DIR_COLUMN,
-        F.concat(F.col("_chunk").cast("string"), F.lit("_"), F.col("_seg").cast("string")),
-    )
     if shuffle:
-        tagged = tagged.repartition(max(1, min(segment_count, 512)), SEGMENT_DIR_COLUMN)
+        frame = frame.repartition(max(1, min(segment_count, 512)), "_chunk", "_seg")
     (
-        tagged.sortWithinPartitions(*order)
+        frame.sortWithinPartitions(*order)
         .select(
             *columns,
-            SEGMENT_DIR_COLUMN,
+            F.col("_chunk").alias(CHUNK_DIR_COLUMN),
+            F.col("_seg").alias(SEGMENT_DIR_COLUMN),
             F.when(is_open, F.lit(OPEN_ROWS)).otherwise(F.lit(CLOSED_ROWS)).alias(ROWS_DIR_COLUMN),
         )
         .write.mode("overwrite")
         .option("parquet.block.size", ROW_GROUP_BYTES)
-        .partitionBy(SEGMENT_DIR_COLUMN, ROWS_DIR_COLUMN)
+        .partitionBy(CHUNK_DIR_COLUMN, SEGMENT_DIR_COLUMN, ROWS_DIR_COLUMN)
         .parquet(directory)
     )
     return collect_written(directory, storage)

@@ -115,7 +115,7 @@ def test_append_only_tables_are_never_split():
 def _apart(partition: int, max_valid_from: int | None, max_valid_until: int | None) -> Segment:
     """A segment whose open and closed versions are in files of their own, as ingestion writes."""
     base = f"/segments/t/p{partition}"
-    opened, closed = f"{base}/rows=open/a.parquet", f"{base}/rows=closed/a.parquet"
+    opened, closed = f"{base}/_rows=open/a.parquet", f"{base}/_rows=closed/a.parquet"
     return Segment(
         table="t",
         interval=Interval(0, 86_400_000),
@@ -155,7 +155,7 @@ def test_open_files_of_settled_segments_and_closed_files_get_views_of_their_own(
 def test_explain_notes_give_each_file_its_view_and_the_layouts_bounds():
     opened = _apart(0, 900, 800)
     closed_only = replace(
-        _apart(1, 1000, 1100), location=("/segments/t/p1/rows=closed/a.parquet",), open_files=()
+        _apart(1, 1000, 1100), location=("/segments/t/p1/_rows=closed/a.parquet",), open_files=()
     )
     layout = view_layout(_table_view([opened, closed_only], 1200))
     assert layout.settled_through == 1000 and layout.closed_through == 1100

@@ -97,7 +97,11 @@ class LogBuilder:
                 "applied": applied,
                 "add": [],
                 "remove": [
-                    {"location": [f"file:/s/u{self.seq + 1}/segment=0_{32768 + i}/f.parquet"]}
+                    {
+                        "location": [
+                            f"file:/s/u{self.seq + 1}/_chunk=0/_seg={32768 + i}/_rows=open/f.parquet"
+                        ]
+                    }
                     for i in range(removed)
                 ],
                 "retention_horizon": horizon,
@@ -168,10 +172,10 @@ def test_a_checkpoint_round_trips_through_json(builder):
 
 
 def test_an_update_done_starts_the_grace_of_the_segments_it_replaced():
-    remove = [{"location": ["file:/s/b1/segment=0_0/a.parquet"]}]
+    remove = [{"location": ["file:/s/b1/_chunk=0/_seg=0/_rows=open/a.parquet"]}]
     commit = Record(2, COMMIT, {"kind": UPDATE, "applied": [], "add": [], "remove": remove})
     state = ManifestState.from_records([commit])
-    assert state.garbage == {2: Garbage(("file:/s/b1/segment=0_0/a.parquet",), None)}
+    assert state.garbage == {2: Garbage(("file:/s/b1/_chunk=0/_seg=0/_rows=open/a.parquet",), None)}
     state = ManifestState.from_records([commit, Record(2, DONE, {"kind": UPDATE, "at_ms": 99})])
     assert state.garbage[2].released_ms == 99
     collect = Record(3, COMMIT, {"kind": COLLECT, "collected": [2]})

@@ -12,10 +12,11 @@ from pathlib import Path
 from typing import Any
 
 from ingest import job as job_module
-from ingest.garbage import collectable, collection_due, unreferenced
+from ingest.garbage import collectable, collection_due, delete_files, unreferenced
 from ingest.job import IngestJob
 from ingest.manifest import Garbage
 from ingest.retention import retention_horizon
+from ingest.storage import Storage
 from tests.ingest.conftest import (
     Change,
     accounts_table,
@@ -56,22 +57,55 @@ def ingest_round(
 
 def test_collection_waits_for_the_grace_period_and_spares_files_still_announced():
     garbage = {
-        1: Garbage(("file:/t/b1/segment=0_0/a.parquet",), released_ms=1_000),
-        2: Garbage(("file:/t/b2/segment=0_1/b.parquet",), released_ms=5_000),
-        3: Garbage(("file:/t/u3/segment=0_32768/c.parquet",), released_ms=None),
-        4: Garbage(("file:/t/b4/segment=0_2/d.parquet",), released_ms=1_000),
-        5: Garbage(("file:/t/b5/segment=0_3/rows=closed/e.parquet",), released_ms=1_000),
+        1: Garbage(("file:/t/b1/_chunk=0/_seg=0/_rows=open/a.parquet",), released_ms=1_000),
+        2: Garbage(("file:/t/b2/_chunk=0/_seg=1/_rows=open/b.parquet",), released_ms=5_000),
+        3: Garbage(("file:/t/u3/_chunk=0/_seg=32768/_rows=open/c.parquet",), released_ms=None),
+        4: Garbage(("file:/t/b4/_chunk=0/_seg=2/_rows=open/d.parquet",), released_ms=1_000),
+        5: Garbage(("file:/t/b5/_chunk=0/_seg=3/_rows=closed/e.parquet",), released_ms=1_000),
+        6: Garbage(("file:/t/b4/_chunk=86400000/_seg=2/_rows=open/g.parquet",), released_ms=1_000),
     }
     in_use = [
-        "file:/t/b4/segment=0_2/another-file.parquet",  # same segment directory
-        "file:/t/b5/segment=0_3/rows=open/f.parquet",  # the same segment's other rows
+        "file:/t/b4/_chunk=0/_seg=2/_rows=open/another-file.parquet",  # same segment directory
+        "file:/t/b5/_chunk=0/_seg=3/_rows=open/f.parquet",  # the same segment's other rows
     ]
     found = collectable(garbage, now_ms=3_000, grace_ms=2_000, in_use=in_use)
-    assert found.seqs == (1,)
-    assert found.locations == ("file:/t/b1/segment=0_0/a.parquet",)
-    assert collectable(garbage, 10_000, 0, []).seqs == (1, 2, 4, 5)  # never unpublished ones
+    # 6 shares the attempt and the partition number with 4, not the chunk: another segment.
+    assert found.seqs == (1, 6)
+    assert found.locations == (
+        "file:/t/b1/_chunk=0/_seg=0/_rows=open/a.parquet",
+        "file:/t/b4/_chunk=86400000/_seg=2/_rows=open/g.parquet",
+    )
+    assert collectable(garbage, 10_000, 0, []).seqs == (1, 2, 4, 5, 6)  # never unpublished ones
     assert not collection_due(garbage, 3_000, 2_000 * 10)
     assert collection_due(garbage, 3_000, 0)
+
+
+def test_deleting_segment_files_removes_chunk_and_attempt_directories_left_without_a_segment(
+    spark, tmp_path
+):
+    attempt = tmp_path / "b0000000001"
+    files = {
+        (chunk, part, rows): attempt / f"_chunk={chunk}" / f"_seg={part}" / f"_rows={rows}" / "x.parquet"
+        for chunk, part, rows in [(0, 0, "open"), (0, 0, "closed"), (0, 1, "open"), (86400000, 0, "open")]
+    }  # fmt: skip
+    for path in files.values():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"PAR1")
+    (attempt / "_SUCCESS").write_bytes(b"")
+    storage = Storage(spark)
+
+    def delete(*keys: tuple[int, int, str]) -> None:
+        delete_files(storage, [f"file:{files[key]}" for key in keys])
+
+    delete((0, 0, "open"), (0, 0, "closed"))
+    assert not (attempt / "_chunk=0" / "_seg=0").exists()
+    assert files[(0, 1, "open")].exists(), "the chunk's other segment stays"
+    delete((86400000, 0, "open"))
+    assert not (attempt / "_chunk=86400000").exists(), "a chunk left with no segment goes"
+    assert attempt.exists()
+    delete((0, 1, "open"))
+    assert not attempt.exists(), "an attempt left with no chunk goes"
+    delete((0, 1, "open"))  # idempotent: a collection redone after a crash
 
 
 def test_replaced_segment_files_go_after_a_zero_grace_period_and_answers_stay_right(

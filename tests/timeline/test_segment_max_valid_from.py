@@ -72,17 +72,17 @@ def test_a_negative_max_valid_from_is_refused():
 
 APART = replace(
     BASE,
-    location=("/data/t/p3/rows=open/a.parquet", "/data/t/p3/rows=closed/a.parquet"),
-    open_files=["/data/t/p3/rows=open/a.parquet"],
+    location=("/data/t/p3/_rows=open/a.parquet", "/data/t/p3/_rows=closed/a.parquet"),
+    open_files=["/data/t/p3/_rows=open/a.parquet"],
     max_valid_until=np.int64(1_150),
 )
 
 
 def test_open_files_and_max_valid_until_round_trip_and_are_left_out_when_unknown():
-    assert APART.open_files == ("/data/t/p3/rows=open/a.parquet",)
+    assert APART.open_files == ("/data/t/p3/_rows=open/a.parquet",)
     assert type(APART.max_valid_until) is int
     data = json.loads(json.dumps(APART.to_dict()))
-    assert data["open_files"] == ["/data/t/p3/rows=open/a.parquet"]
+    assert data["open_files"] == ["/data/t/p3/_rows=open/a.parquet"]
     assert data["max_valid_until"] == 1_150
     assert Segment.from_dict(data) == APART
     assert "open_files" not in BASE.to_dict() and "max_valid_until" not in BASE.to_dict()
@@ -91,7 +91,7 @@ def test_open_files_and_max_valid_until_round_trip_and_are_left_out_when_unknown
 
 def test_an_open_file_outside_the_location_is_refused():
     with pytest.raises(InvalidArgument, match="not in the segment's location"):
-        replace(APART, open_files=("/data/t/p4/rows=open/a.parquet",))
+        replace(APART, open_files=("/data/t/p4/_rows=open/a.parquet",))
 
 
 @pytest.mark.parametrize("value", [-1, 2.5, "1150"])
