@@ -57,7 +57,6 @@ from ingest.segments import (
     WrittenSegment,
     footer_summaries,
     keep_row_order_in_partitioned_writes,
-    one_task_per_file,
     write_segments,
 )
 from ingest.storage import Storage
@@ -499,7 +498,7 @@ class IngestJob:
                 f"table {table.name!r}: the batch's source gave {total_rows} rows when counted and "
                 f"{read_again} when read again: it must be deterministic (persist it first)"
             )
-        with self._action("write segments"), one_task_per_file(self.spark):
+        with self._action("write segments"):
             written = write_segments(
                 versions,
                 stored_columns(table),

@@ -16,10 +16,8 @@ what was not yet written.
 from __future__ import annotations
 
 import re
-import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,10 +38,6 @@ CONCURRENT_WRITERS = 16
 FOOTER_READERS = 8
 _SEGMENT_DIR = re.compile(rf"^(.*/{CHUNK_DIR_COLUMN}=(-?\d+)/{SEGMENT_DIR_COLUMN}=(\d+))/")
 """A segment file's ``.../_chunk=<chunk>/_seg=<partition>`` directory, chunk and partition."""
-_OPEN_COST = "spark.sql.files.openCostInBytes"
-_SPLIT_BYTES = "spark.sql.files.maxPartitionBytes"
-_scoped_lock = threading.Lock()
-_scoped: dict[int, list[Any]] = {}
 
 
 def tag_of_file(path: str) -> tuple[int, int] | None:
@@ -85,48 +79,12 @@ def is_open_file(path: str) -> bool:
 
 
 def keep_row_order_in_partitioned_writes(session: Any) -> None:
-    """Let a partitioned write keep each task's rows in their order: one open file per partition
-    (up to :data:`CONCURRENT_WRITERS`) instead of a sort by the partition column first.
-
-    A task mostly holds one segment. Sorted by segment first, every comparison of the sort ties on
-    its prefix and falls back to comparing whole rows: more than twice the time of a sort led by
-    the key. Past :data:`CONCURRENT_WRITERS` partitions in one task, Spark sorts the rest by
-    partition (the files stay right; their order inside may not).
+    """Let a partitioned write keep each task's rows in their order (up to
+    :data:`CONCURRENT_WRITERS` open files per task) instead of sorting them by the partition
+    columns first, which would undo the order :func:`write_segments` sorts them in.
     """
     session.conf.set("spark.sql.optimizer.plannedWrite.enabled", "false")
     session.conf.set("spark.sql.maxConcurrentOutputFileWriters", str(CONCURRENT_WRITERS))
-
-
-@contextmanager
-def one_task_per_file(session: Any) -> Iterator[None]:
-    """Plan the file reads of the block with each file in a Spark task of its own (a file larger
-    than Spark's split size is still split).
-
-    A batch's resolution has one file per key partition, that is one segment per time chunk.
-    Packed several to a task (Spark's default for small files), the segments' rows interleave in
-    key order and the partitioned write switches its open file on nearly every row: about a
-    quarter of a second per million rows. Spark's open cost per file is raised to its split
-    size meanwhile; nested and concurrent blocks on one session share the change, and the last
-    to leave restores the setting.
-    """
-    key = id(session)
-    with _scoped_lock:
-        held = _scoped.get(key)
-        if held is None:
-            held = _scoped[key] = [0, session.conf.get(_OPEN_COST, None)]
-            session.conf.set(_OPEN_COST, session.conf.get(_SPLIT_BYTES))
-        held[0] += 1
-    try:
-        yield
-    finally:
-        with _scoped_lock:
-            held[0] -= 1
-            if held[0] == 0:
-                del _scoped[key]
-                if held[1] is None:
-                    session.conf.unset(_OPEN_COST)
-                else:
-                    session.conf.set(_OPEN_COST, held[1])
 
 
 def write_segments(
@@ -147,19 +105,24 @@ def write_segments(
     skips what was not yet written). ``shuffle=False`` when every segment's rows are already in
     one Spark task (no repartition). Returns what was written, keyed by
     ``(chunk_start, partition)``.
+
+    A task's rows are sorted by segment first, so the write fills one file at a time: led by the
+    key, the rows of the segments a task holds (a task reads several small files) came
+    interleaved, and the write switched files on nearly every row. The segment columns tie on
+    every comparison, but a task's rows arrive in runs already sorted (each file it reads is),
+    which the sort merges cheaply: side by side, as fast as one task per file.
     """
     from pyspark.sql import functions as F
 
     is_open = F.col(VALID_UNTIL).isNull()
-    # Led by the key (nulls, i.e. closed versions, last), so the sort compares by its prefix;
-    # the rows of each file keep their order (see keep_row_order_in_partitioned_writes).
-    order = [*[F.when(is_open, F.col(name)).asc_nulls_last() for name in primary_key], VALID_FROM]
+    # Open versions by key, then closed ones (a null key sorts last) by validFrom.
+    by_key = [F.when(is_open, F.col(name)).asc_nulls_last() for name in primary_key]
     keep_row_order_in_partitioned_writes(frame.sparkSession)
 
     if shuffle:
         frame = frame.repartition(max(1, min(segment_count, 512)), "_chunk", "_seg")
     (
-        frame.sortWithinPartitions(*order)
+        frame.sortWithinPartitions("_chunk", "_seg", *by_key, VALID_FROM)
         .select(
             *columns,
             F.col("_chunk").alias(CHUNK_DIR_COLUMN),
