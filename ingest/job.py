@@ -40,23 +40,28 @@ from ingest.manifest import (
 )
 from ingest.partitioning import key_partition
 from ingest.resolve import (
+    PLAIN_RESOLUTION_COLUMNS,
     SOURCE_FILE,
     SOURCE_POSITION,
     append_only,
     empty_index,
     index_entries,
     pending_updates,
+    resolution_file,
     resolution_schema,
     resolve,
     stored_columns,
     stored_versions,
     supersedes_stored,
+    with_derived_columns,
 )
 from ingest.segments import (
     FooterSummary,
     WrittenSegment,
     footer_summaries,
     keep_row_order_in_partitioned_writes,
+    plain_encoded,
+    unique_key,
     write_segments,
 )
 from ingest.storage import Storage
@@ -476,8 +481,12 @@ class IngestJob:
 
             with self._action("resolve"):
                 (
-                    observed.withColumn(INDEX_PARTITION_DIR, F.col("_kp"))
+                    resolution_file(observed, [BUCKET_COLUMN])
+                    .withColumn(INDEX_PARTITION_DIR, F.col("_kp"))
                     .write.mode("overwrite")
+                    .options(
+                        **plain_encoded([*PLAIN_RESOLUTION_COLUMNS, *unique_key(table.primary_key)])
+                    )
                     .partitionBy(INDEX_PARTITION_DIR)
                     .parquet(directories["resolution"])
                 )
@@ -857,11 +866,12 @@ class IngestJob:
                 f"{unknown[:3]}"
             )
         # Found recursively: partition discovery refuses several batch directories at once.
-        return (
+        stored = (
             self.spark.read.schema(resolution_schema(self.table))
             .option("recursiveFileLookup", "true")
             .parquet(*paths)
         )
+        return with_derived_columns(stored, self.table)
 
     def _new_key_index(
         self, directory: str, touched: Sequence[int], delta: bool

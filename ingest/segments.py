@@ -21,6 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from ingest.resolve import SOURCE_POSITION
 from ingest.storage import FileInfo, Storage
 from watermark.catalog import VALID_FROM, VALID_UNTIL
 
@@ -87,6 +88,22 @@ def keep_row_order_in_partitioned_writes(session: Any) -> None:
     session.conf.set("spark.sql.maxConcurrentOutputFileWriters", str(CONCURRENT_WRITERS))
 
 
+def plain_encoded(columns: Sequence[str]) -> dict[str, str]:
+    """Parquet write options that store ``columns`` without a dictionary.
+
+    A column whose values are all distinct (commit timestamps, source positions, a one-column
+    primary key) fills a dictionary page for nothing: Parquet builds it for about the first 100,000
+    values of every row group, then encodes them again plainly. Other columns keep theirs.
+    """
+    return {f"parquet.enable.dictionary#{name}": "false" for name in columns}
+
+
+def unique_key(primary_key: Sequence[str]) -> tuple[str, ...]:
+    """The primary key when it is one column (distinct values); nothing for a composite key, whose
+    columns may each repeat (a tenant, a region)."""
+    return tuple(primary_key) if len(primary_key) == 1 else ()
+
+
 def write_segments(
     frame: Any,
     columns: Sequence[str],
@@ -131,10 +148,18 @@ def write_segments(
         )
         .write.mode("overwrite")
         .option("parquet.block.size", ROW_GROUP_BYTES)
+        .options(**plain_encoded(_plain_segment_columns(columns, primary_key)))
         .partitionBy(CHUNK_DIR_COLUMN, SEGMENT_DIR_COLUMN, ROWS_DIR_COLUMN)
         .parquet(directory)
     )
     return collect_written(directory, storage)
+
+
+def _plain_segment_columns(columns: Sequence[str], primary_key: Sequence[str]) -> list[str]:
+    """Segment columns of distinct values: the validity columns, the source position and a
+    one-column key (see :func:`plain_encoded`)."""
+    distinct = {VALID_FROM, VALID_UNTIL, SOURCE_POSITION, *unique_key(primary_key)}
+    return [name for name in columns if name in distinct]
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,11 +4,21 @@ and by the updater (as pending updates): the schema they read it with must match
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from ingest.job import is_resolution, resolution_directory
-from ingest.resolve import empty_index, resolution_schema, resolve, stored_versions
+from ingest.resolve import (
+    DERIVED_ON_READ,
+    empty_index,
+    index_entries,
+    resolution_file,
+    resolution_schema,
+    resolve,
+    stored_versions,
+    with_derived_columns,
+)
 from ingest.table import TableDefinition
 from tests.ingest.conftest import accounts_table
 
@@ -36,13 +46,66 @@ def test_the_resolution_schema_reads_every_written_column_with_its_written_type(
     segments = spark.createDataFrame([], "`_chunk` bigint, `_kp` int, `_seg` int")
     resolved = resolve(batch, empty_index(batch, table), table, segments)
 
-    written = {field.name: field.dataType.simpleString() for field in resolved.schema.fields}
+    file = resolution_file(resolved)
+    written = {field.name: field.dataType.simpleString() for field in file.schema.fields}
     declared = spark.createDataFrame([], resolution_schema(table)).schema.fields
-    assert {field.name: field.dataType.simpleString() for field in declared} == {
-        name: written[name] for name in (field.name for field in declared)
-    }
-    # Everything written is declared, but for the batch's own split column (never read back).
-    assert set(written) - {field.name for field in declared} <= {"_bucket"}
+    assert {field.name: field.dataType.simpleString() for field in declared} == written
+    derived = with_derived_columns(spark.createDataFrame([], resolution_schema(table)), table)
+    assert {f.name: f.dataType.simpleString() for f in derived.schema.fields} == {
+        name: type_ for name, type_ in _types(resolved).items() if name in derived.columns
+    }, "the derived columns have the types the resolution computed them with"
+
+
+def _types(frame: Any) -> dict[str, str]:
+    return {field.name: field.dataType.simpleString() for field in frame.schema.fields}
+
+
+@pytest.mark.parametrize(
+    "comparison", [[], ["seq"], ["seq", "balance"]], ids=["none", "one", "two"]
+)
+def test_a_resolution_read_back_derives_the_columns_its_file_leaves_out_as_resolved(
+    spark, tmp_path: Path, comparison: list[str]
+) -> None:
+    table = accounts_table(tmp_path, comparison=comparison)
+    # Key a: two records (one a delete), b: a record the index beats, c: indexed, untouched.
+    batch = spark.createDataFrame(
+        [
+            ("a", 10, 5, None, 100, 1, 0, 0, "f", 0),
+            ("a", 11, 6, True, 101, 2, 0, 0, "f", 1),
+            ("b", 12, 1, False, 102, 3, 1, 0, "f", 2),
+        ],
+        batch_schema(table),
+    )
+    index = resolve(
+        spark.createDataFrame(
+            [("b", 1, 9, False, 50, 1, 1, 0, "g", 0), ("c", 2, 3, False, 51, 2, 0, 0, "g", 1)],
+            batch_schema(table),
+        ),
+        empty_index(batch, table),
+        table,
+        spark.createDataFrame([(0, 0, 0), (0, 1, 1)], "`_chunk` bigint, `_kp` int, `_seg` int"),
+    )
+    segments = spark.createDataFrame(
+        [(0, 0, 2), (0, 1, 3)], "`_chunk` bigint, `_kp` int, `_seg` int"
+    )
+    resolved = resolve(batch, index_entries(index, table), table, segments, untouched_keys=True)
+    path = str(tmp_path / "resolution")
+    resolution_file(resolved).write.parquet(path)
+    read = with_derived_columns(spark.read.schema(resolution_schema(table)).parquet(path), table)
+
+    def rows(frame: Any) -> dict[tuple[str, Any], dict[str, Any]]:
+        return {
+            (row["user_id"], row["_ts"]): row.asDict(recursive=True)
+            for row in frame.select("user_id", *DERIVED_ON_READ, "_ts").collect()
+        }
+
+    expected, found = rows(resolved), rows(read)
+    assert set(found) == set(expected) and len(expected) == 4
+    for key, row in expected.items():
+        if row["_inBatch"]:
+            assert found[key] == row, key
+        else:  # a key the batch has no record of: only its being untouched is read
+            assert found[key]["_inBatch"] is False, key
 
 
 def test_only_batches_resolutions_are_read_as_key_index_levels_or_pending_updates() -> None:
