@@ -70,13 +70,16 @@ def delete_files(storage: Storage, locations: Iterable[str]) -> None:
         storage.delete(directory)
         if segment_directory_of(directory + "/") is not None:
             chunks.add(directory.rsplit("/", 1)[0])
-    attempts = {chunk.rsplit("/", 1)[0] for chunk in chunks if _without(storage, chunk, _SEGMENT)}
+    attempts = {
+        chunk.rsplit("/", 1)[0] for chunk in chunks if _delete_if_without(storage, chunk, _SEGMENT)
+    }
     for attempt in sorted(attempts):
-        _without(storage, attempt, _CHUNK)
+        _delete_if_without(storage, attempt, _CHUNK)
 
 
-def _without(storage: Storage, directory: str, prefix: str) -> bool:
-    """Delete ``directory`` if none of its entries' names starts with ``prefix``; whether it went."""
+def _delete_if_without(storage: Storage, directory: str, prefix: str) -> bool:
+    """Delete ``directory`` unless one of its entries' names starts with ``prefix``; whether it
+    went."""
     children = storage.list_dir(directory)
     if any(c.path.rstrip("/").rsplit("/", 1)[-1].startswith(prefix) for c in children):
         return False

@@ -1,16 +1,16 @@
 """Writing segment files: open and closed versions apart, laid out for snapshot pruning.
 
-Every segment's files live in their own directory ``<attempt dir>/_chunk=<chunk>/_seg=<partition>/``,
+Every segment's files live in their own directory ``<attempt>/_chunk=<chunk>/_seg=<partition>/``,
 so the directory names identify the segment a file belongs to (the updater relies on it). Below
 it, ``_rows=open/`` holds the versions not yet replaced (``validUntil IS NULL``), by key, and
 ``_rows=closed/`` the others, by ``validFrom``. The directory levels are the write's partition
 columns: the chunk and partition number as the integers the rows carry (a per-row string such as
 ``<chunk>_<partition>`` cost a quarter of a second per million rows to build), under names that
-ingestion reserves (so no user column can collide with them). The segment's description names its open files and
-the greatest ``validUntil`` of its closed ones, so a reader at a recent snapshot reads the open
-files without any validity test and skips the closed ones whole (``broker.view_layout``); inside a
-file, Parquet's min/max statistics let a key lookup skip all but a page or two, and time travel
-what was not yet written.
+ingestion reserves (so no user column can collide with them). The segment's description names
+its open files and the greatest ``validUntil`` of its closed ones, so a reader at a recent
+snapshot reads the open files without any validity test and skips the closed ones whole
+(``broker.view_layout``); inside a file, Parquet's min/max statistics let a key lookup skip all
+but a page or two, and time travel what was not yet written.
 """
 
 from __future__ import annotations

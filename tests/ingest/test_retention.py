@@ -85,7 +85,7 @@ def test_deleting_segment_files_removes_chunk_and_attempt_directories_left_witho
 ):
     attempt = tmp_path / "b0000000001"
     files = {
-        (chunk, part, rows): attempt / f"_chunk={chunk}" / f"_seg={part}" / f"_rows={rows}" / "x.parquet"
+        (chunk, part, rows): attempt / f"_chunk={chunk}/_seg={part}/_rows={rows}/x.parquet"
         for chunk, part, rows in [(0, 0, "open"), (0, 0, "closed"), (0, 1, "open"), (86400000, 0, "open")]
     }  # fmt: skip
     for path in files.values():
