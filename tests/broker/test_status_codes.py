@@ -116,10 +116,13 @@ def test_streamed_result_past_max_result_rows_stops_the_spark_job(broker_env, sp
         connect(server.target, token=ADMIN) as horizon,
     ):
         with pytest.raises(ResourceExhausted, match=r"max_result_rows = 50000"):
-            # The hash keeps every task busy for seconds, so the other tasks are still running
-            # when the first one's rows trip the limit, however loaded the machine is.
+            # One job: the union's first tasks deliver 100,000 rows at once, its later tasks hash
+            # 100 kB per row for minutes, so they are still running when the limit trips whatever
+            # the machine's speed (tasks that all finish together would leave nothing to stop).
             horizon.query(
-                "SELECT id, owner, sha2(repeat(owner, 400), 256) AS digest FROM big",
+                "SELECT id, owner, '' AS digest FROM big WHERE id < 100000 "
+                "UNION ALL "
+                "SELECT id, owner, sha2(repeat(owner, 100000), 256) AS digest FROM big",
                 query_id="rows-limit",
             )
         _assert_group_stopped(spark, "horizon-rows-limit")
