@@ -49,10 +49,10 @@ from ingest.resolve import (
     pending_updates,
     resolution_file,
     resolution_schema,
+    resolution_summary,
     resolve,
     stored_columns,
     stored_versions,
-    supersedes_stored,
     with_derived_columns,
 )
 from ingest.segments import (
@@ -382,7 +382,6 @@ class IngestJob:
         sources: tuple[str, ...],
         needed: list[int],
     ) -> BatchResult:
-        from pyspark.sql import Observation
         from pyspark.sql import functions as F
 
         table = self.table
@@ -454,6 +453,7 @@ class IngestJob:
         key_index: dict[int, tuple[str, ...]] = {}
         updates_dir: str | None = None
         pending_min: dict[int, int] = {}
+        targets: list[list[int]] = []
         read_again = total_rows
         if table.upsert:
             layout = bucket_layout(touched, self._resolution_tasks(len(touched)))
@@ -469,19 +469,9 @@ class IngestJob:
             resolved = resolve(
                 stamped, index, table, mapping, cluster_by=[BUCKET_COLUMN], untouched_keys=not delta
             )
-            seen = Observation()
-            update = supersedes_stored()
-            # Declarative aggregates only: a set of targets here would cost a second a batch.
-            observed = resolved.observe(
-                seen,
-                F.count_if("_inBatch").alias("rows"),
-                F.count_if(update).alias("updates"),
-                F.min(F.when(update, F.col("_ts"))).alias("oldest"),
-            )
-
             with self._action("resolve"):
                 (
-                    resolution_file(observed, [BUCKET_COLUMN])
+                    resolution_file(resolved, [BUCKET_COLUMN])
                     .withColumn(INDEX_PARTITION_DIR, F.col("_kp"))
                     .write.mode("overwrite")
                     .options(
@@ -490,16 +480,23 @@ class IngestJob:
                     .partitionBy(INDEX_PARTITION_DIR)
                     .parquet(directories["resolution"])
                 )
-            metrics = seen.get
-            read_again = int(metrics["rows"])
             staged = self._read_resolutions([directories["resolution"]])
+            with self._action("summarize resolution"):
+                summary = resolution_summary(staged).collect()
+            read_again = sum(int(row["rows"]) for row in summary)
+            targets = sorted(
+                [int(row["_chunk"]), int(row["_seg"]), int(row["updates"])]
+                for row in summary
+                if row["_seg"] is not None
+            )
             versions = stored_versions(staged, table)
             key_index = self._new_key_index(directories["resolution"], touched, delta)
-            if metrics["updates"]:
+            if targets:
                 updates_dir = directories["resolution"]
+                oldest = min(int(row["oldest"]) for row in summary if row["_seg"] is not None)
                 # Per partition, the batch's oldest update: held back no later than needed by
                 # those with updates, a little longer by the others (until applied).
-                pending_min = {kp: int(metrics["oldest"]) for kp in touched}
+                pending_min = {kp: oldest for kp in touched}
         else:
             versions = append_only(stamped, table).join(F.broadcast(mapping), on=["_chunk", "_kp"])
         if read_again != total_rows:
@@ -537,6 +534,7 @@ class IngestJob:
             key_index,
             updates_dir,
             pending_min,
+            targets,
         )
 
     def _commit_ingest(
@@ -551,6 +549,7 @@ class IngestJob:
         key_index: dict[int, tuple[str, ...]],
         updates_dir: str | None,
         pending_min: dict[int, int],
+        targets: Sequence[Sequence[int]] = (),
     ) -> BatchResult:
         body = {
             "kind": INGEST,
@@ -564,6 +563,8 @@ class IngestJob:
             "key_index": {str(kp): list(levels) for kp, levels in key_index.items()},
             "updates": updates_dir,
             "pending_min": {str(kp): value for kp, value in pending_min.items()},
+            # [chunk start, root partition, updates] of each segment the updates are for.
+            "targets": [list(target) for target in targets],
         }
         record = self.manifest.write(seq, COMMIT, body)
         self.state.apply_commit(record)
@@ -672,10 +673,8 @@ class IngestJob:
         applied = sorted(self.state.pending)
         paths = [self.state.pending[s]["updates"] for s in applied]
         updates = pending_updates(self._read_resolutions(paths), self.table)
-        # The segments they are for, and how many there are: one small job on narrow columns.
-        with self._action("updater targets"):
-            per_target = updates.groupBy("_chunk", "_seg").count().collect()
-        targets = sorted((int(row["_chunk"]), int(row["_seg"])) for row in per_target)
+        per_target = self._pending_targets(applied, updates)
+        targets = sorted(per_target)
         plan = updater.plan_updates(
             targets,
             self.table,
@@ -698,7 +697,7 @@ class IngestJob:
                 directory,
                 self.storage,
                 keep=retention.kept_rows(horizon) if horizon else None,
-                rows=sum(int(row["count"]) for row in per_target),
+                rows=sum(per_target.values()),
             )
         self._step("update_after_files")
         by_partition = {item.partition: item for item in written.values()}
@@ -729,6 +728,22 @@ class IngestJob:
         self._report()
         self._done(record)
         return len(add)
+
+    def _pending_targets(self, applied: Sequence[int], updates: Any) -> dict[tuple[int, int], int]:
+        """How many of the pending updates each segment ``(chunk start, root partition)`` gets:
+        summed from what the batches' commits recorded, or counted by a job over the updates
+        when a commit predates that record."""
+        recorded = [self.state.pending[seq].get("targets") for seq in applied]
+        counts: dict[tuple[int, int], int] = {}
+        if all(item is not None for item in recorded):
+            for items in recorded:
+                for chunk, partition, count in items or ():
+                    key = (int(chunk), int(partition))
+                    counts[key] = counts.get(key, 0) + int(count)
+            return counts
+        with self._action("updater targets"):
+            rows = updates.groupBy("_chunk", "_seg").count().collect()
+        return {(int(row["_chunk"]), int(row["_seg"])): int(row["count"]) for row in rows}
 
     def _retention_horizon(self) -> int:
         """The horizon below which this rewrite drops history, reported to brokers first (so

@@ -45,7 +45,7 @@ UPDATE = "update"
 COLLECT = "collect"
 _NAME = re.compile(r"^(\d{12})-(prepare|commit|done|checkpoint)\.json$")
 _PHASE_ORDER = {PREPARE: 0, COMMIT: 1, DONE: 2, CHECKPOINT: 3}
-_PENDING_KEYS = ("updates", "pending_min")
+_PENDING_KEYS = ("updates", "pending_min", "targets")
 """What the state keeps of an ingest commit with pending updates (all the updater needs)."""
 _READ_ATTEMPTS = 5
 

@@ -253,6 +253,29 @@ def supersedes_stored() -> Any:
     )
 
 
+def resolution_summary(resolved: Any) -> Any:
+    """What a batch must know of its written resolution before it commits, as one small
+    aggregation: per segment its updates target (``_chunk``, ``_seg``, both null for the rows that
+    update nothing), ``rows`` of the batch there, ``updates`` and the ``oldest`` update's commit
+    timestamp.
+
+    A separate job over the file's few narrow columns: an observation of the resolving job
+    measured about 0.4 s per 1M rows (it splits that job's generated code in two), and the
+    per-segment counts spare the updater the job that would find its targets.
+    """
+    from pyspark.sql import functions as F
+
+    update = supersedes_stored()
+    return resolved.groupBy(
+        F.when(update, F.col("_i_chunk")).alias("_chunk"),
+        F.when(update, F.col("_i_seg")).alias("_seg"),
+    ).agg(
+        F.count_if("_inBatch").alias("rows"),
+        F.count_if(update).alias("updates"),
+        F.min(F.when(update, F.col("_ts"))).alias("oldest"),
+    )
+
+
 def changes_entry() -> Any:
     """The rows of a resolved frame that are a key's new key index entry."""
     from pyspark.sql import functions as F

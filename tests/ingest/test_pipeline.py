@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 
 from ingest import updater
@@ -205,6 +208,62 @@ def test_a_slow_updater_cadence_holds_the_low_watermark_below_pending_updates(
     assert third.updated_segments > 0
     lwm = assert_broker_sees(spark, follower, client, "accounts", log).lwm
     assert lwm == third.high
+
+
+def test_a_batch_commit_counts_the_updates_of_each_segment_it_supersedes_versions_in(
+    spark, server, follower, tmp_path
+):
+    table = accounts_table(tmp_path, update_cadence=3, key_partitions=3)
+    client = server("s1")
+    job = IngestJob(spark, table, client).start()
+    log: list[tuple[int, Change]] = []
+    keys = [f"k{i}" for i in range(12)]
+    first = run(job, spark, [Change(key, 1, 1) for key in keys], log)
+    segment_of = {
+        user_id: (segment.interval.start_ms, segment.partition)
+        for segment in first.segments
+        for path in segment.location
+        for user_id in pq.read_table(path.removeprefix("file:"), columns=["user_id"])[
+            "user_id"
+        ].to_pylist()
+    }
+    # k0 twice (one update of its stored version), k1 deleted, k2 out of order (no update),
+    # k3 once, and a new key (nothing to update).
+    second = [
+        Change("k0", 2, 2), Change("k0", 3, 3), Change("k1", 0, 2, deleted=True),
+        Change("k2", 9, 0), Change("k3", 2, 2), Change("new", 1, 1),
+    ]  # fmt: skip
+    run(job, spark, second, log)
+    expected: dict[tuple[int, int], int] = {}
+    for key in ("k0", "k1", "k3"):
+        expected[segment_of[key]] = expected.get(segment_of[key], 0) + 1
+    (pending,) = job.state.pending.values()
+    assert {(chunk, seg): count for chunk, seg, count in pending["targets"]} == expected
+    assert job.flush_updates() == len(expected)
+    assert_broker_sees(spark, follower, client, "accounts", log)
+
+
+def test_pending_updates_committed_without_their_segment_counts_are_still_applied(
+    spark, server, follower, tmp_path
+):
+    """Commits written before batches recorded their targets: the updater finds them itself."""
+    table = accounts_table(tmp_path, update_cadence=3)
+    client = server("s1")
+    job = IngestJob(spark, table, client).start()
+    log: list[tuple[int, Change]] = []
+    run(job, spark, [Change("a", 1, 1), Change("b", 1, 1), Change("c", 1, 1)], log)
+    run(job, spark, [Change("a", 2, 2)], log)
+    run(job, spark, [Change("b", 2, 2), Change("a", 3, 3)], log)
+    assert len(job.state.pending) == 2
+    for path in Path(job.manifest.directory.removeprefix("file:")).glob("*-commit.json"):
+        body = json.loads(path.read_text())
+        if body.pop("targets", None):
+            path.write_text(json.dumps(body))
+    restarted = IngestJob(spark, table, client).start()
+    assert all("targets" not in item for item in restarted.state.pending.values())
+    assert restarted.flush_updates() > 0
+    assert not restarted.state.pending
+    assert_broker_sees(spark, follower, client, "accounts", log)
 
 
 def test_rows_land_in_the_time_chunk_of_their_time_column(spark, server, follower, tmp_path):
