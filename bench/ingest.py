@@ -86,8 +86,10 @@ def throughput(
 
     A server ingests batch after batch, so the figure that matters is a warm JVM's: the first
     round of the session also pays for JIT compilation and Spark's generated code, and is reported
-    on its own (``cold_seconds``). Every round starts from a fresh table holding ``rows`` keys,
-    and the workloads take turns going first."""
+    on its own (``cold_seconds``). The JVM keeps warming up after it: the first warm round is
+    reliably 2-3 s slower than the ones after it, so the default of 5 warm rounds keeps it from
+    setting the median (with 3 it often did). Every round starts from a fresh table holding
+    ``rows`` keys, and the workloads take turns going first."""
     from ingest.job import IngestJob
     from watermark.server import ServerClient
 
@@ -271,7 +273,7 @@ def main(argv: list[str] | None = None) -> None:
         help=f"comma-separated subset of {', '.join(PARTS)} (default: all)",
     )
     parser.add_argument(
-        "--repeats", type=int, default=None, help="warm throughput rounds (default 3, quick 1)"
+        "--repeats", type=int, default=None, help="warm throughput rounds (default 5, quick 1)"
     )
     args = parser.parse_args(argv)
     parts = [part.strip() for part in args.parts.split(",") if part.strip()]
@@ -280,7 +282,7 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"unknown parts {unknown}: choose from {', '.join(PARTS)}")
     rows = 100_000 if args.quick else 1_000_000
     samples = 5 if args.quick else 20
-    repeats = args.repeats or (1 if args.quick else 3)
+    repeats = args.repeats or (1 if args.quick else 5)
     keys, batches, updates = (50_000, 4, 2_000) if args.quick else (200_000, 8, 5_000)
 
     from broker.spark_session import create_spark_session
