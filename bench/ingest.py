@@ -87,7 +87,7 @@ def throughput(
     A server ingests batch after batch, so the figure that matters is a warm JVM's: the first
     round of the session also pays for JIT compilation and Spark's generated code, and is reported
     on its own (``cold_seconds``). The JVM keeps warming up after it: the first warm round is
-    reliably 2-3 s slower than the ones after it, so the default of 5 warm rounds keeps it from
+    reliably 1-2.5 s slower than the ones after it, so the default of 5 warm rounds keeps it from
     setting the median (with 3 it often did). Every round starts from a fresh table holding
     ``rows`` keys, and the workloads take turns going first."""
     from ingest.job import IngestJob
