@@ -484,16 +484,15 @@ class IngestJob:
             with self._action("summarize resolution"):
                 summary = resolution_summary(staged).collect()
             read_again = sum(int(row["rows"]) for row in summary)
+            updated = [row for row in summary if row["_seg"] is not None]
             targets = sorted(
-                [int(row["_chunk"]), int(row["_seg"]), int(row["updates"])]
-                for row in summary
-                if row["_seg"] is not None
+                [int(row["_chunk"]), int(row["_seg"]), int(row["updates"])] for row in updated
             )
             versions = stored_versions(staged, table)
             key_index = self._new_key_index(directories["resolution"], touched, delta)
-            if targets:
+            if updated:
                 updates_dir = directories["resolution"]
-                oldest = min(int(row["oldest"]) for row in summary if row["_seg"] is not None)
+                oldest = min(int(row["oldest"]) for row in updated)
                 # Per partition, the batch's oldest update: held back no later than needed by
                 # those with updates, a little longer by the others (until applied).
                 pending_min = {kp: oldest for kp in touched}
