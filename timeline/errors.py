@@ -109,3 +109,16 @@ class SegmentConflict(InvalidArgument):
 
 class WrongTable(InvalidArgument):
     """A segment of another table was given to a table's timeline."""
+
+
+class LockConflict(FailedPrecondition):
+    """A lock request conflicts with a lock held by a job of equal or higher priority."""
+
+
+class LockLost(FailedPrecondition):
+    """A job's lock was revoked by a higher-priority job or its lease ran out: what the job wrote
+    under it must not be published."""
+
+
+class PartitionNotOwned(FailedPrecondition):
+    """A server tried to publish segments of a key partition it no longer owns."""

@@ -17,6 +17,8 @@ Everything lives under one prefix (default ``horizon``):
                                table has no computed LWM
 ``{p}:t:{table}:ret``          hash server -> retention horizon HLC
 ``{p}:t:{table}:alloc``        hash ``{start}|{end}|{version}|{first|overwrite}`` -> next partition
+``{p}:t:{table}:locks``        hash lock id -> ``acquired|expires|revoked_by|revoked_at|request``
+                               (see :mod:`locks.scripts`)
 =============================  =====================================================================
 
 HLCs exceed a double's 53-bit mantissa, so they are never numbers inside Redis: they are decimal
@@ -120,6 +122,9 @@ class Keys:
     def allocations(self, table: str) -> str:
         return self._table(table, "alloc")
 
+    def locks(self, table: str) -> str:
+        return self._table(table, "locks")
+
 
 LUA_KEYS = """
 local P = ARGV[1]
@@ -135,5 +140,6 @@ local function k_lwm(t) return P .. ':t:' .. t .. ':lwm' end
 local function k_ret(t) return P .. ':t:' .. t .. ':ret' end
 local function k_pending(t) return P .. ':t:' .. t .. ':pending' end
 local function k_alloc(t) return P .. ':t:' .. t .. ':alloc' end
+local function k_locks(t) return P .. ':t:' .. t .. ':locks' end
 """
 """Lua preamble defining the same keys from ``ARGV[1]`` (the prefix); see :class:`Keys`."""

@@ -8,6 +8,7 @@ arrays: ``{'OK', ...}``, ``{'EPOCH', current}`` (the data set changed: re-publis
 
 from __future__ import annotations
 
+from locks.scripts import LOCK_LUA, PUBLISH_GUARD
 from watermark.keys import LUA_KEYS
 
 LOG_MAXLEN = 100_000
@@ -92,18 +93,23 @@ return {'OK'}
 )
 
 SEGMENTS = _script(
-    """
--- ARGV[4] event JSON, ARGV[5] number of adds; adds: table, key, json, chunk key, partition, base;
+    LOCK_LUA
+    + PUBLISH_GUARD
+    + """
+-- ARGV[4] event JSON, ARGV[5] number of adds, ARGV[6] publish guard JSON ('' = none; see
+-- locks.scripts.PUBLISH_GUARD); adds: table, key, json, chunk key, partition, base;
 -- then removes: table, key
 local n_add = tonumber(ARGV[5])
-local i = 6
+local i = 7
 for _ = 1, n_add do
   if redis.call('HEXISTS', K_TABLES, ARGV[i]) == 0 then
     return {'ERR', 'FAILED_PRECONDITION', 'table ' .. ARGV[i] .. ' is not registered'}
   end
   i = i + 6
 end
-i = 6
+local refused = check_guard(ARGV[6])
+if refused then return refused end
+i = 7
 for _ = 1, n_add do
   local t, partition = ARGV[i], tonumber(ARGV[i + 4])
   redis.call('HSET', k_segs(t), ARGV[i + 1], ARGV[i + 2])

@@ -23,11 +23,14 @@ from typing import Any
 
 import redis
 
+from locks.rules import PublishGuard
 from timeline.errors import (
     FailedPrecondition,
     HorizonError,
     Internal,
     InvalidArgument,
+    LockLost,
+    PartitionNotOwned,
     ResourceExhausted,
     Unavailable,
 )
@@ -53,6 +56,8 @@ _ERRORS: dict[str, type[HorizonError]] = {
     "FAILED_PRECONDITION": FailedPrecondition,
     "RESOURCE_EXHAUSTED": ResourceExhausted,
     "INVALID_ARGUMENT": InvalidArgument,
+    "LOCK_LOST": LockLost,
+    "NOT_OWNER": PartitionNotOwned,
 }
 _TRANSIENT = (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError)
 
@@ -191,16 +196,27 @@ class ServerClient:
                     )
             self._tables[descriptor.name] = descriptor
 
-    def announce(self, segments: Iterable[Segment]) -> None:
+    def announce(self, segments: Iterable[Segment], *, guard: PublishGuard | None = None) -> None:
         """Announce segments (one atomic batch)."""
-        self.replace(add=segments, remove=())
+        self.replace(add=segments, remove=(), guard=guard)
 
     def unannounce(self, segments: Iterable[Segment]) -> None:
         """Withdraw segments (one atomic batch); unknown ones are ignored."""
         self.replace(add=(), remove=segments)
 
-    def replace(self, *, add: Iterable[Segment], remove: Iterable[Segment]) -> None:
-        """Announce ``add`` and withdraw ``remove`` in one atomic step (e.g. a compaction)."""
+    def replace(
+        self,
+        *,
+        add: Iterable[Segment],
+        remove: Iterable[Segment],
+        guard: PublishGuard | None = None,
+    ) -> None:
+        """Announce ``add`` and withdraw ``remove`` in one atomic step (e.g. an update).
+
+        With a ``guard``, the step takes effect only if the guard's job still holds locks covering
+        its segments and this server still owns its key partitions (:class:`LockLost`,
+        :class:`PartitionNotOwned` otherwise, and nothing changes).
+        """
         added = [self._stamp(segment) for segment in add]
         removed = list(remove)
         if not added and not removed:
@@ -214,7 +230,7 @@ class ServerClient:
             for segment in added:
                 self._segments[(segment.table, segment_key(segment))] = segment
             with self._remembered_first(lambda: self._restore_segments(previous)):
-                self._run("SEGMENTS", self._segment_args(added, removed))
+                self._run("SEGMENTS", self._segment_args(added, removed, guard))
 
     def _restore_segments(self, previous: dict[tuple[str, str], Segment]) -> None:
         self._segments = previous
@@ -370,11 +386,13 @@ class ServerClient:
     def _stamp(self, segment: Segment) -> Segment:
         return segment if segment.server else dataclasses.replace(segment, server=self.server_id)
 
-    def _segment_args(self, added: list[Segment], removed: list[Segment]) -> list[str]:
+    def _segment_args(
+        self, added: list[Segment], removed: list[Segment], guard: PublishGuard | None = None
+    ) -> list[str]:
         event = _dumps(
             {"add": [s.to_dict() for s in added], "remove": [s.to_dict() for s in removed]}
         )
-        args = [event, str(len(added))]
+        args = [event, str(len(added)), "" if guard is None else guard.to_json()]
         for segment in added:
             key, base = _chunk(segment)
             args += [
