@@ -21,10 +21,11 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ingest import garbage, retention, updater
+from ingest import garbage, update_run
 from ingest.bucketing import BUCKET_COLUMN, BucketLayout, bucket_column, bucket_layout
 from ingest.granularity import Granularity, chunk_interval, chunks_between, spark_chunk_start
 from ingest.local_frames import local_frame
+from ingest.locking import TransactionLocks, check_still_current
 from ingest.manifest import (
     COLLECT,
     COMMIT,
@@ -46,7 +47,6 @@ from ingest.resolve import (
     append_only,
     empty_index,
     index_entries,
-    pending_updates,
     resolution_file,
     resolution_schema,
     resolution_summary,
@@ -66,6 +66,8 @@ from ingest.segments import (
 )
 from ingest.storage import Storage
 from ingest.table import TableDefinition
+from locks.client import DEFAULT_LEASE_S
+from locks.rules import STREAMING_INGESTION_PRIORITY
 from timeline.errors import Internal, InvalidArgument
 from timeline.segment import Segment
 from watermark.hlc import HybridLogicalClock
@@ -127,6 +129,7 @@ class IngestJob:
 
     ``partitions`` are the key partitions this server owns (default: all); rows of other key
     partitions in the input are left to their owners (several servers may read one source).
+    ``lock_priority`` is the priority of the locks its transactions take (:mod:`ingest.locking`).
     """
 
     def __init__(
@@ -138,6 +141,8 @@ class IngestJob:
         partitions: Iterable[int] | None = None,
         clock: HybridLogicalClock | None = None,
         fail_at: str | None = None,
+        lock_priority: int = STREAMING_INGESTION_PRIORITY,
+        lock_lease_s: float = DEFAULT_LEASE_S,
     ) -> None:
         if fail_at is not None and fail_at not in STEPS:
             raise InvalidArgument(f"unknown kill point {fail_at!r}: expected one of {STEPS}")
@@ -165,6 +170,9 @@ class IngestJob:
         self._last_step = time.perf_counter()
         self.action_seconds: dict[str, float] = {}
         """Seconds of each Spark action of the last batch (for profiling)."""
+        self.lock_priority = lock_priority
+        self.lock_lease_s = lock_lease_s
+        self._locks: TransactionLocks | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -271,7 +279,10 @@ class IngestJob:
         seq = self.state.next_seq
         self.step_seconds, self._last_step = {}, time.perf_counter()
         self.action_seconds = {}
-        return self._ingest(frame, seq, sources, needed)
+        try:
+            return self._ingest(frame, seq, sources, needed)
+        finally:
+            self.release_transaction_locks()
 
     def tick(self) -> BatchResult:
         """An empty batch: nothing new arrived, so every owned partition's progress moves to now
@@ -445,6 +456,10 @@ class IngestJob:
         )
         self._step("after_prepare")
         allocation = self._allocate(segment_slots(groups, table.granularity, base, high))
+        locks = self.transaction_locks()
+        for chunk in sorted({chunk for chunk, _ in allocation}):
+            numbers = [number for (c, _), number in allocation.items() if c == chunk]
+            locks.lock_partitions(chunk_interval(table.granularity, chunk), table.version, numbers)
         mapping = local_frame(
             self.spark,
             [(chunk, kp, number) for (chunk, kp), number in allocation.items()],
@@ -587,21 +602,46 @@ class IngestJob:
         )
 
     def _publish(self, record: Record) -> None:
+        """Announce a commit under its transaction's locks (taken again when rolling forward)."""
         body = record.body
+        locks = self.transaction_locks()
+        rolling_forward = not locks.held
         if record.kind == INGEST:
             segments = [Segment.from_dict(item) for item in body["segments"]]
             if segments:
-                self.client.announce(segments)
+                if rolling_forward:
+                    locks.lock(segments)
+                owned = body.get("consumed_partitions", ())
+                self.client.announce(segments, guard=locks.guard(segments, owned))
         elif record.kind == UPDATE:
             add = [Segment.from_dict(item) for item in body["add"]]
             remove = [Segment.from_dict(item) for item in body["remove"]]
-            self.client.replace(add=add, remove=remove)
+            if rolling_forward:
+                locks.lock([*remove, *add])
+                check_still_current(
+                    remove, add, self.table, self.client.announced_segments(self.table.name)
+                )
+            self.client.replace(add=add, remove=remove, guard=locks.guard([*remove, *add]))
+
+    def transaction_locks(self) -> TransactionLocks:
+        """The current transaction's locks (created empty on first use)."""
+        if self._locks is None:
+            self._locks = TransactionLocks(
+                self.client, self.table.name, self.lock_priority, lease_s=self.lock_lease_s
+            )
+        return self._locks
+
+    def release_transaction_locks(self) -> None:
+        locks, self._locks = self._locks, None
+        if locks is not None:
+            locks.release()
 
     def _done(self, record: Record) -> None:
         """Finish a transaction, then collect garbage and checkpoint if due (between
         transactions, which is the only time either may run)."""
         done = self.manifest.write(record.seq, DONE, {"kind": record.kind, "at_ms": _wall_ms()})
         self.state.apply_done(done)
+        self.release_transaction_locks()
         self._maintain()
 
     # -- commit log upkeep -------------------------------------------------------------------
@@ -666,96 +706,7 @@ class IngestJob:
     def flush_updates(self) -> int:
         """Apply every pending validUntil update now; returns how many segments were rewritten."""
         self.start()
-        if not self.state.pending:
-            return 0
-        seq = self.state.next_seq
-        applied = sorted(self.state.pending)
-        paths = [self.state.pending[s]["updates"] for s in applied]
-        updates = pending_updates(self._read_resolutions(paths), self.table)
-        per_target = self._pending_targets(applied, updates)
-        targets = sorted(per_target)
-        plan = updater.plan_updates(
-            targets,
-            self.table,
-            self.client.announced_segments(self.table.name),
-            lambda interval, count: self.client.allocate_overwrite_partitions(
-                self.table.name, interval, self.table.version, count
-            ),
-        )
-        allow_partial_cluster_keys(self.spark)
-        horizon = self._retention_horizon()
-        directory = f"{self.root}/segments/{self.server_id}/u{seq:010d}"
-        self.manifest.write(seq, PREPARE, {"kind": UPDATE, "directories": [directory]})
-        self._step("update_after_prepare")
-        with self._action("updater rewrite"):
-            written = updater.rewrite_segments(
-                self.spark,
-                updates,
-                plan,
-                self.table,
-                directory,
-                self.storage,
-                keep=retention.kept_rows(horizon) if horizon else None,
-                rows=sum(per_target.values()),
-            )
-        self._step("update_after_files")
-        by_partition = {item.partition: item for item in written.values()}
-        rewrites = []
-        for target, old in sorted(plan.current.items()):
-            item = by_partition.get(plan.new_partition[target])
-            if item is None:
-                raise Internal(f"the rewrite of segment {old} wrote no file")
-            rewrites.append((old, item))
-        summaries = footer_summaries(self.storage, [item for _, item in rewrites])
-        add = [
-            updater.overwrite_segment(old, item, summary, self.server_id, self.table)
-            for (old, item), summary in zip(rewrites, summaries, strict=True)
-        ]
-        remove = [old for old, _ in rewrites]
-        body = {
-            "kind": UPDATE,
-            "applied": applied,
-            "add": [segment.to_dict() for segment in add],
-            "remove": [segment.to_dict() for segment in remove],
-            "retention_horizon": horizon,
-        }
-        record = self.manifest.write(seq, COMMIT, body)
-        self.state.apply_commit(record)
-        self._step("update_after_commit")
-        self._publish(record)
-        self._step("update_after_replace")
-        self._report()
-        self._done(record)
-        return len(add)
-
-    def _pending_targets(self, applied: Sequence[int], updates: Any) -> dict[tuple[int, int], int]:
-        """How many of the pending updates each segment ``(chunk start, root partition)`` gets:
-        summed from what the batches' commits recorded, or counted by a job over the updates
-        when a commit predates that record."""
-        recorded = [self.state.pending[seq].get("targets") for seq in applied]
-        counts: dict[tuple[int, int], int] = {}
-        if all(item is not None for item in recorded):
-            for items in recorded:
-                for chunk, partition, count in items or ():
-                    key = (int(chunk), int(partition))
-                    counts[key] = counts.get(key, 0) + int(count)
-            return counts
-        with self._action("updater targets"):
-            rows = updates.groupBy("_chunk", "_seg").count().collect()
-        return {(int(row["_chunk"]), int(row["_seg"])): int(row["count"]) for row in rows}
-
-    def _retention_horizon(self) -> int:
-        """The horizon below which this rewrite drops history, reported to brokers first (so
-        they refuse snapshots below it before any rewrite without that history is announced)."""
-        if self.table.retention_ms is None:
-            return self.state.retention_horizon
-        lwm = retention.table_lwm(self.client, self.table.name)
-        horizon = retention.retention_horizon(
-            lwm, self.table.retention_ms, self.state.retention_horizon
-        )
-        if horizon > self.state.retention_horizon:
-            self.client.report_retention_horizon(self.table.name, horizon)
-        return horizon
+        return update_run.run_updater(self)
 
     # -- helpers -----------------------------------------------------------------------------
 

@@ -5,8 +5,9 @@ segment of the same time chunk and major version, covering the same root range w
 version (Druid's NumberedOverwriteShardSpec). Announcing it overshadows the old one in the timeline.
 
 Updates are addressed to *logical* segments, ``(chunk, root partition)``: whatever the newest
-physical segment of that root range is (first generation or an earlier overwrite) is the one read.
-Rewrites are batched: every pending update of a segment is applied in one rewrite.
+physical segment covering that root partition is (first generation, an earlier overwrite, or a
+compaction of several root partitions) is the one read. Rewrites are batched: every pending update
+of a segment is applied in one rewrite.
 """
 
 from __future__ import annotations
@@ -31,30 +32,50 @@ BROADCAST_UPDATES = 1_000_000
 """Pending updates (narrow rows: key, segment, two timestamps) small enough to broadcast."""
 
 
+Target = tuple[int, int]
+"""A logical segment: (chunk start, root partition), as the key index and the updates name it."""
+
+
 @dataclass(frozen=True, slots=True)
 class UpdatePlan:
-    """Which physical segment each targeted logical segment is now, and what replaces it."""
+    """Which physical segments the targeted logical segments are now, and what replaces them.
 
-    current: dict[tuple[int, int], Segment]
-    """(chunk start, root partition) -> the segment to rewrite."""
-    new_partition: dict[tuple[int, int], int]
-    """(chunk start, root partition) -> the overwrite partition number of its rewrite."""
+    A compacted segment covers several root partitions, so several targets can share one
+    rewrite; rewrites are keyed by ``(chunk start, root start)`` of the segment they rewrite.
+    """
+
+    current: dict[Target, Segment]
+    """(chunk start, root start) -> the segment to rewrite."""
+    new_partition: dict[Target, int]
+    """(chunk start, root start) -> the overwrite partition number of its rewrite."""
+    targets: dict[Target, Target]
+    """Each targeted (chunk start, root partition) -> the key of the rewrite that covers it."""
+
+    def same_segments(self, other: UpdatePlan) -> bool:
+        """Whether ``other`` rewrites the same physical segments for the same targets."""
+        return self.targets == other.targets and {
+            key: segment.id for key, segment in self.current.items()
+        } == {key: segment.id for key, segment in other.current.items()}
 
 
 def current_segments(
-    announced: Sequence[Segment], table: TableDefinition, targets: Sequence[tuple[int, int]]
-) -> dict[tuple[int, int], Segment]:
-    """The newest announced segment of each ``(chunk start, root partition)`` (pure)."""
+    announced: Sequence[Segment], table: TableDefinition, targets: Sequence[Target]
+) -> dict[Target, Segment]:
+    """The newest announced segment covering each ``(chunk start, root partition)`` (pure): the
+    highest minor version of the table's major version whose root range holds the partition."""
     wanted = set(targets)
-    found: dict[tuple[int, int], Segment] = {}
+    by_chunk: dict[int, list[Segment]] = {}
     for segment in announced:
-        if segment.version != table.version or segment.root_end != segment.root_start + 1:  # type: ignore[operator]
-            continue
-        key = (segment.interval.start_ms, int(segment.root_start))  # type: ignore[arg-type]
-        if key not in wanted:
-            continue
-        if key not in found or segment.minor_version > found[key].minor_version:
-            found[key] = segment
+        if segment.version == table.version:
+            by_chunk.setdefault(segment.interval.start_ms, []).append(segment)
+    found: dict[Target, Segment] = {}
+    for chunk, root in wanted:
+        for segment in by_chunk.get(chunk, ()):
+            if not segment.root_start <= root < segment.root_end:  # type: ignore[operator]
+                continue
+            best = found.get((chunk, root))
+            if best is None or segment.minor_version > best.minor_version:
+                found[(chunk, root)] = segment
     missing = sorted(wanted - set(found))
     if missing:
         raise Internal(
@@ -65,23 +86,28 @@ def current_segments(
 
 
 def plan_updates(
-    targets: Sequence[tuple[int, int]],
+    targets: Sequence[Target],
     table: TableDefinition,
     announced: Sequence[Segment],
     allocate: Callable[[Interval, int], list[int]],
 ) -> UpdatePlan:
     """Find the segments to rewrite (``(chunk start, root partition)`` targets, found in the
     pending updates) and reserve their overwrite partition numbers."""
-    targets = sorted(set(targets))
-    current = current_segments(announced, table, targets)
-    new_partition: dict[tuple[int, int], int] = {}
-    by_chunk: dict[int, list[tuple[int, int]]] = {}
-    for target in targets:
-        by_chunk.setdefault(target[0], []).append(target)
-    for chunk, chunk_targets in sorted(by_chunk.items()):
-        numbers = allocate(chunk_interval(table.granularity, chunk), len(chunk_targets))
-        new_partition.update(zip(chunk_targets, numbers, strict=True))
-    return UpdatePlan(current=current, new_partition=new_partition)
+    covering = current_segments(announced, table, targets)
+    current: dict[Target, Segment] = {}
+    target_keys: dict[Target, Target] = {}
+    for target, segment in sorted(covering.items()):
+        key = (segment.interval.start_ms, int(segment.root_start))  # type: ignore[arg-type]
+        current[key] = segment
+        target_keys[target] = key
+    new_partition: dict[Target, int] = {}
+    by_chunk: dict[int, list[Target]] = {}
+    for key in sorted(current):
+        by_chunk.setdefault(key[0], []).append(key)
+    for chunk, keys in sorted(by_chunk.items()):
+        numbers = allocate(chunk_interval(table.granularity, chunk), len(keys))
+        new_partition.update(zip(keys, numbers, strict=True))
+    return UpdatePlan(current=current, new_partition=new_partition, targets=target_keys)
 
 
 def rewrite_segments(
@@ -150,7 +176,9 @@ def rewrite_segments(
     else:
         targets = local_frame(
             spark,
-            sorted((chunk, root, layout.values[(chunk, root)]) for chunk, root in plan.current),
+            sorted(
+                (chunk, root, layout.values[key]) for (chunk, root), key in plan.targets.items()
+            ),
             [("_chunk", "long"), ("_root", "int"), (BUCKET_COLUMN, "int")],
         )
         bucketed = (

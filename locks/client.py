@@ -333,6 +333,11 @@ class JobLocks:
             self._held.clear()
         self.client.release(self.table, self.job, ids)
 
+    def abandon(self) -> None:
+        """Stop renewing without releasing: the locks run out as a dead job's do (tests)."""
+        self._stop.set()
+        self._thread = None
+
     def __enter__(self) -> JobLocks:
         return self
 

@@ -354,6 +354,15 @@ class ServerClient:
             self._owned.clear()
             self._progress.clear()
 
+    @property
+    def redis(self) -> redis.Redis:
+        """The connection, for clients of the same state store (locks, LWM reads)."""
+        return self._redis
+
+    @property
+    def prefix(self) -> str:
+        return self._keys.prefix
+
     # -- reads -------------------------------------------------------------------------------
 
     def announced_segments(self, table: str) -> list[Segment]:
@@ -361,6 +370,12 @@ class ServerClient:
         values = self._read(lambda r: r.hvals(self._keys.segments(table)))
         segments = [Segment.from_dict(json.loads(value)) for value in values]
         return sorted(segments, key=lambda s: (s.interval, s.version, s.partition))
+
+    def retention_horizon(self, table: str) -> int:
+        """The table's retention horizon: the highest any server reported (0: none). Brokers
+        refuse snapshots below it, so no query can see a version that ended at or below it."""
+        values = self._read(lambda r: r.hvals(self._keys.retention(table)))
+        return max((int(value) for value in values), default=0)
 
     def partition_progress(self, table: str) -> dict[int, PartitionProgress]:
         """Owner and last report of every known partition of ``table``."""

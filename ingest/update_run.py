@@ -1,0 +1,128 @@
+"""One run of the segment updater for an ingestion job: a transaction of the job's commit log.
+
+The updater applies every pending ``validUntil`` update by rewriting the segments the updates are
+for (see :mod:`ingest.updater` for the rewrite itself). Before it writes anything it locks those
+segments and the overwrite partitions it writes (:func:`ingest.locking.locked_update_plan`), so no
+compaction can publish another minor version over them meanwhile; its publish is guarded by the
+same locks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from ingest import retention, updater
+from ingest.locking import locked_update_plan
+from ingest.manifest import COMMIT, PREPARE, UPDATE
+from ingest.resolve import pending_updates
+from ingest.segments import footer_summaries
+from timeline.errors import Internal
+
+if TYPE_CHECKING:
+    from ingest.job import IngestJob
+
+
+def run_updater(job: IngestJob) -> int:
+    """Apply every pending update of ``job`` now; returns how many segments were rewritten."""
+    state = job.state
+    if not state.pending:
+        return 0
+    seq = state.next_seq
+    applied = sorted(state.pending)
+    paths = [state.pending[s]["updates"] for s in applied]
+    updates = pending_updates(job._read_resolutions(paths), job.table)
+    per_target = pending_targets(job, applied, updates)
+    table = job.table
+    locks = job.transaction_locks()
+    try:
+        plan = locked_update_plan(
+            locks,
+            sorted(per_target),
+            table,
+            lambda: job.client.announced_segments(table.name),
+            lambda interval, count: job.client.allocate_overwrite_partitions(
+                table.name, interval, table.version, count
+            ),
+        )
+        from ingest.job import allow_partial_cluster_keys
+
+        allow_partial_cluster_keys(job.spark)
+        horizon = retention_horizon(job)
+        directory = f"{job.root}/segments/{job.server_id}/u{seq:010d}"
+        job.manifest.write(seq, PREPARE, {"kind": UPDATE, "directories": [directory]})
+        job._step("update_after_prepare")
+        with job._action("updater rewrite"):
+            written = updater.rewrite_segments(
+                job.spark,
+                updates,
+                plan,
+                table,
+                directory,
+                job.storage,
+                keep=retention.kept_rows(horizon) if horizon else None,
+                rows=sum(per_target.values()),
+            )
+        job._step("update_after_files")
+        by_partition = {item.partition: item for item in written.values()}
+        rewrites = []
+        for key, old in sorted(plan.current.items()):
+            item = by_partition.get(plan.new_partition[key])
+            if item is None:
+                raise Internal(f"the rewrite of segment {old} wrote no file")
+            rewrites.append((old, item))
+        summaries = footer_summaries(job.storage, [item for _, item in rewrites])
+        add = [
+            updater.overwrite_segment(old, item, summary, job.server_id, table)
+            for (old, item), summary in zip(rewrites, summaries, strict=True)
+        ]
+        remove = [old for old, _ in rewrites]
+        body = {
+            "kind": UPDATE,
+            "applied": applied,
+            "add": [segment.to_dict() for segment in add],
+            "remove": [segment.to_dict() for segment in remove],
+            "retention_horizon": horizon,
+        }
+        record = job.manifest.write(seq, COMMIT, body)
+        state.apply_commit(record)
+        job._step("update_after_commit")
+        job._publish(record)
+        job._step("update_after_replace")
+        job._report()
+        job._done(record)
+    finally:
+        job.release_transaction_locks()
+    return len(add)
+
+
+def pending_targets(
+    job: IngestJob, applied: Sequence[int], updates: Any
+) -> dict[tuple[int, int], int]:
+    """How many of the pending updates each segment ``(chunk start, root partition)`` gets:
+    summed from what the batches' commits recorded, or counted by a job over the updates when a
+    commit predates that record."""
+    recorded = [job.state.pending[seq].get("targets") for seq in applied]
+    counts: dict[tuple[int, int], int] = {}
+    if all(item is not None for item in recorded):
+        for items in recorded:
+            for chunk, partition, count in items or ():
+                key = (int(chunk), int(partition))
+                counts[key] = counts.get(key, 0) + int(count)
+        return counts
+    with job._action("updater targets"):
+        rows = updates.groupBy("_chunk", "_seg").count().collect()
+    return {(int(row["_chunk"]), int(row["_seg"])): int(row["count"]) for row in rows}
+
+
+def retention_horizon(job: IngestJob) -> int:
+    """The horizon below which this rewrite drops history, reported to brokers first (so they
+    refuse snapshots below it before any rewrite without that history is announced)."""
+    state, table = job.state, job.table
+    if table.retention_ms is None:
+        return state.retention_horizon
+    lwm = retention.table_lwm(job.client, table.name)
+    horizon = retention.retention_horizon(lwm, table.retention_ms, state.retention_horizon)
+    if horizon > state.retention_horizon:
+        job.client.report_retention_horizon(table.name, horizon)
+    return horizon
