@@ -1,0 +1,124 @@
+"""``horizon compact``: compact one table once, or keep compacting it under a policy.
+
+    horizon compact --table accounts.toml --redis redis://127.0.0.1:6379/0 [--interval A/B]
+    horizon compact ... --watch 60 --min-segments 8 --skip-newest 1   # the automatic policy
+
+Each pass runs a minor compaction (segment locks at priority 25: ingestion preempts it) of every
+chunk with a run of at least ``--min-segments`` small adjacent segments, then withdraws and deletes
+what earlier compactions replaced once the table's ``gc_grace`` has passed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+import uuid
+from collections.abc import Sequence
+
+from timeline.errors import HorizonError, InvalidArgument
+from timeline.interval import Interval
+
+log = logging.getLogger("horizon.compact")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="horizon compact", description=__doc__.split("\n")[0])
+    parser.add_argument("--table", required=True, help="table definition (TOML)")
+    parser.add_argument("--redis", required=True, help="state store URL, redis://host:port/db")
+    parser.add_argument("--prefix", default="horizon", help="Redis key prefix")
+    parser.add_argument("--interval", help="only chunks overlapping START/END (ISO-8601)")
+    parser.add_argument("--mode", default="minor", choices=["minor", "major"])
+    parser.add_argument("--target-rows", type=int, default=5_000_000)
+    parser.add_argument("--target-bytes", type=int, default=512 * 1024 * 1024)
+    parser.add_argument("--min-segments", type=int, default=2, help="compact runs this long")
+    parser.add_argument("--skip-newest", type=int, default=0, help="leave the newest N chunks")
+    parser.add_argument("--priority", type=int, default=25, help="lock priority (Druid: 25)")
+    parser.add_argument("--wait", type=float, default=0.0, help="seconds to wait for locks")
+    parser.add_argument("--watch", type=float, help="run a pass every N seconds")
+    parser.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
+    parser.add_argument("--storage-root", help="override the table's storage root")
+    parser.add_argument("--spark-master", default="local[*]")
+    parser.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE")
+    return parser
+
+
+def main_compact(argv: Sequence[str] | None = None) -> int:
+    """Entry point for ``horizon compact``; returns the process exit code."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    args = build_parser().parse_args(argv)
+    try:
+        return _run(args)
+    except HorizonError as error:
+        print(f"horizon compact: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+def _run(args: argparse.Namespace) -> int:
+    from broker.spark_session import create_spark_session
+    from compaction.collect import collect_replaced
+    from compaction.plan import CompactionSettings
+    from compaction.run import Compactor
+    from ingest.cli import _pairs
+    from ingest.table import TableDefinition
+    from watermark.server import ServerClient
+
+    if args.mode == "major":
+        raise InvalidArgument(
+            "major compaction (a new major version under a time-chunk lock) is not available "
+            "yet: use --mode minor"
+        )
+    for name in ("target_rows", "target_bytes", "min_segments"):
+        if getattr(args, name) < 1:
+            raise InvalidArgument(f"--{name.replace('_', '-')} must be at least 1")
+    table = TableDefinition.load(args.table, storage_root=args.storage_root)
+    interval = Interval.parse(args.interval) if args.interval else None
+    settings = CompactionSettings(
+        target_rows=args.target_rows,
+        target_bytes=args.target_bytes,
+        min_segments=args.min_segments,
+    )
+    spark = create_spark_session(
+        master=args.spark_master, app_name=f"horizon-compact-{table.name}",
+        conf=_pairs(args.spark_conf, "--spark-conf"),
+    )  # fmt: skip
+    client = ServerClient(args.redis, f"compactor-{uuid.uuid4().hex[:8]}", prefix=args.prefix)
+    try:
+        compactor = Compactor(
+            spark, table, client, settings=settings, priority=args.priority, wait_s=args.wait,
+            progress=lambda message: print(message, flush=True),
+        )  # fmt: skip
+        while True:
+            targets = compactor.plan(interval=interval, skip_newest=args.skip_newest)
+            if args.dry_run:
+                for target in targets:
+                    print(
+                        f"{target.interval} roots [{target.root_range[0]}, "
+                        f"{target.root_range[1]}) <- {len(target.inputs)} segments, "
+                        f"{target.rows} rows, {target.size_bytes} bytes"
+                    )
+                return 0
+            report = compactor.compact(targets)
+            print(
+                f"{report.outcome}: {len(report.inputs)} -> {len(report.outputs)} segments, "
+                f"{report.rows_in} -> {report.rows_out} rows {report.message}".rstrip(),
+                flush=True,
+            )
+            collected = collect_replaced(
+                compactor.storage, client, table.name, compactor.root,
+                grace_ms=table.gc_grace_ms, now_ms=time.time_ns() // 1_000_000,
+            )  # fmt: skip
+            if collected.withdrawn or collected.deleted_files:
+                print(
+                    f"collected: {collected.withdrawn} replaced segments withdrawn, "
+                    f"{collected.deleted_files} files ({collected.bytes_freed} bytes) deleted",
+                    flush=True,
+                )
+            if not args.watch:
+                return 0 if report.outcome != "revoked" else 3
+            time.sleep(args.watch)
+    finally:
+        client.close()

@@ -1,0 +1,320 @@
+"""A minor compaction run: lock, merge on Spark, publish under the locks, or clean up.
+
+1. Plan (:func:`compaction.plan.plan_minor`) against the announced segments.
+2. Lock every input with a segment lock (priority 25 by default: ingestion and the updater preempt
+   it), then keep only the targets whose inputs are still visible once locked.
+3. Allocate the outputs' overwrite partition numbers and lock them too.
+4. Read the inputs' files, drop the versions no permitted snapshot can see (``validUntil`` at or
+   below the table's retention horizon, and empty ``[t, t)`` versions, which are never visible),
+   and write each output as ingestion writes segments: open versions by key, closed ones by
+   ``validFrom``, in separate files.
+5. Announce the outputs in one atomic step guarded by the locks. The inputs stay announced,
+   overshadowed: if an output goes missing the timeline falls back to them. They are withdrawn and
+   their files deleted after the grace period (:mod:`compaction.collect`), from the record that
+   step 5 leaves under ``<table root>/_compaction/``.
+
+A revoked or expired lock makes the publish fail and announce nothing; the run then deletes what it
+wrote. A killed run leaves a directory nothing names; its locks run out.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from compaction.plan import CompactionSettings, CompactionTarget, plan_minor, visible_by_chunk
+from ingest.local_frames import local_frame
+from ingest.resolve import segment_schema, stored_columns
+from ingest.retention import kept_rows
+from ingest.segments import footer_summaries, write_segments
+from ingest.storage import Storage
+from ingest.table import TableDefinition
+from locks.client import DEFAULT_LEASE_S, JobLocks, LockClient
+from locks.rules import COMPACTION_PRIORITY
+from timeline.errors import Internal, InvalidArgument, LockConflict, LockLost
+from timeline.segment import Segment
+from watermark.catalog import VALID_FROM, VALID_UNTIL
+from watermark.server import ServerClient
+
+log = logging.getLogger(__name__)
+
+KILL_POINTS = ("after_lock", "after_files")
+"""Where a test can make a run die (its locks are then left to run out, as a killed process's)."""
+
+
+class CompactionKilled(Internal):
+    """Raised at an injected kill point (tests only)."""
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionReport:
+    """What one run did."""
+
+    run_id: str
+    outcome: str
+    """``published``, ``nothing to do`` or ``revoked`` (a lock was lost: nothing announced)."""
+    targets: int = 0
+    inputs: tuple[Segment, ...] = ()
+    outputs: tuple[Segment, ...] = ()
+    rows_in: int = 0
+    rows_out: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    seconds: float = 0.0
+    message: str = ""
+    chunks: tuple[str, ...] = field(default=())
+
+    @property
+    def rows_dropped(self) -> int:
+        return self.rows_in - self.rows_out
+
+
+def compaction_record_dir(table_root: str) -> str:
+    return f"{table_root}/_compaction"
+
+
+class Compactor:
+    """Runs minor compactions of one table, as one job of the lock service per run."""
+
+    def __init__(
+        self,
+        spark: Any,
+        table: TableDefinition,
+        client: ServerClient,
+        *,
+        settings: CompactionSettings | None = None,
+        priority: int = COMPACTION_PRIORITY,
+        lease_s: float = DEFAULT_LEASE_S,
+        wait_s: float = 0.0,
+        progress: Callable[[str], None] | None = None,
+        fail_at: str | None = None,
+    ) -> None:
+        if fail_at is not None and fail_at not in KILL_POINTS:
+            raise InvalidArgument(f"unknown kill point {fail_at!r}: expected one of {KILL_POINTS}")
+        self.spark = spark
+        self.table = table
+        self.client = client
+        self.settings = settings or CompactionSettings()
+        self.priority = priority
+        self.lease_s = lease_s
+        self.wait_s = wait_s
+        self.storage = Storage(spark)
+        self.root = self.storage.qualify(table.table_root)
+        self._progress = progress or (lambda message: log.info("%s", message))
+        self._fail_at = fail_at
+
+    def plan(self, **kwargs: Any) -> list[CompactionTarget]:
+        """The targets a run would compact now (see :func:`compaction.plan.plan_minor`)."""
+        announced = self.client.announced_segments(self.table.name)
+        return plan_minor(
+            self.table.name, announced, self.settings, version=self.table.version, **kwargs
+        )
+
+    def compact(
+        self, targets: Sequence[CompactionTarget] | None = None, **plan: Any
+    ) -> CompactionReport:
+        """Run one minor compaction (of ``targets``, or of what :meth:`plan` finds)."""
+        started = time.perf_counter()
+        run_id = f"{self.client.server_id}-{uuid.uuid4().hex[:10]}"
+        targets = list(self.plan(**plan) if targets is None else targets)
+        if not targets:
+            return CompactionReport(run_id, "nothing to do")
+        locks = JobLocks(
+            LockClient(self.client.redis, prefix=self.client.prefix),
+            self.table.name,
+            run_id,
+            self.priority,
+            lease_s=self.lease_s,
+            wait_s=self.wait_s,
+        )
+        directory = f"{self.root}/segments/{run_id}"
+        killed = False
+        try:
+            targets = self._lock_inputs(locks, targets)
+            if not targets:
+                return CompactionReport(run_id, "nothing to do", message="inputs changed")
+            self._kill_point("after_lock")
+            partitions = self._allocate_outputs(locks, targets)
+            self._progress(
+                f"compacting {sum(len(t.inputs) for t in targets)} segments of table "
+                f"{self.table.name} into {len(targets)}"
+            )
+            written = self._write(targets, partitions, directory)
+            self._kill_point("after_files")
+            locks.check()
+            outputs = self._describe(targets, partitions, written, run_id)
+            published = {(s.interval, s.root_start) for s in outputs}
+            targets = [t for t in targets if (t.interval, t.root_range[0]) in published]
+            inputs = tuple(s for t in targets for s in t.inputs)
+            self.client.announce(outputs, guard=locks.guard([*inputs, *outputs]))
+            self._record(run_id, inputs, outputs)
+            report = CompactionReport(
+                run_id,
+                "published",
+                targets=len(targets),
+                inputs=inputs,
+                outputs=tuple(outputs),
+                rows_in=sum(t.rows for t in targets),
+                rows_out=sum(s.row_count for s in outputs),
+                bytes_in=sum(t.size_bytes for t in targets),
+                bytes_out=sum(s.size_bytes for s in outputs),
+                seconds=time.perf_counter() - started,
+                chunks=tuple(sorted({str(t.interval) for t in targets})),
+            )
+            self._progress(
+                f"published {len(outputs)} segments: {report.rows_in} -> {report.rows_out} rows, "
+                f"{report.bytes_in} -> {report.bytes_out} bytes in {report.seconds:.1f} s"
+            )
+            return report
+        except (LockLost, LockConflict) as error:
+            self.storage.delete(directory)
+            self._progress(f"compaction {run_id} gave up, nothing announced: {error}")
+            return CompactionReport(
+                run_id, "revoked", seconds=time.perf_counter() - started, message=str(error)
+            )
+        except CompactionKilled:
+            killed = True
+            raise
+        finally:
+            if killed:
+                locks.abandon()
+            else:
+                locks.release()
+
+    # -- steps -------------------------------------------------------------------------------
+
+    def _lock_inputs(
+        self, locks: JobLocks, targets: Sequence[CompactionTarget]
+    ) -> list[CompactionTarget]:
+        """Lock every input, then keep the targets whose inputs are all still visible."""
+        locks.lock_covering(segment for target in targets for segment in target.inputs)
+        visible = {
+            segment.id
+            for segments in visible_by_chunk(
+                self.table.name, self.client.announced_segments(self.table.name)
+            ).values()
+            for segment in segments
+        }
+        return [t for t in targets if all(segment.id in visible for segment in t.inputs)]
+
+    def _allocate_outputs(self, locks: JobLocks, targets: Sequence[CompactionTarget]) -> list[int]:
+        """An overwrite partition number per target, locked."""
+        numbers: list[int] = []
+        by_chunk: dict[tuple[Any, str], list[int]] = {}
+        for index, target in enumerate(targets):
+            by_chunk.setdefault((target.interval, target.version), []).append(index)
+        numbers = [0] * len(targets)
+        for (interval, version), indexes in sorted(by_chunk.items()):
+            allocated = self.client.allocate_overwrite_partitions(
+                self.table.name, interval, version, len(indexes)
+            )
+            locks.lock_segments(interval, version, allocated)
+            for index, number in zip(indexes, allocated, strict=True):
+                numbers[index] = number
+        return numbers
+
+    def _write(
+        self, targets: Sequence[CompactionTarget], partitions: Sequence[int], directory: str
+    ) -> dict[tuple[int, int], Any]:
+        from pyspark.sql import functions as F
+
+        table = self.table
+        mapping_rows = sorted(
+            (self.storage.uri(path), target.interval.start_ms, number)
+            for target, number in zip(targets, partitions, strict=True)
+            for segment in target.inputs
+            for path in segment.location
+        )
+        mapping = local_frame(
+            self.spark, mapping_rows, [("_file", "string"), ("_chunk", "long"), ("_seg", "int")]
+        )
+        columns = stored_columns(table)
+        files = [row[0] for row in mapping_rows]
+        rows = (
+            self.spark.read.schema(segment_schema(table))
+            .parquet(*files)
+            .select(*columns, F.col("_metadata.file_path").alias("_file"))
+            .join(F.broadcast(mapping), on="_file")
+        )
+        # An empty version [t, t) is visible at no snapshot and never in a change feed.
+        rows = rows.filter(F.col(VALID_UNTIL).isNull() | (F.col(VALID_UNTIL) > F.col(VALID_FROM)))
+        horizon = self.client.retention_horizon(table.name)
+        if horizon:
+            rows = rows.filter(kept_rows(horizon))
+        self.spark.sparkContext.setJobDescription(f"compact {table.name}")
+        try:
+            return write_segments(
+                rows,
+                columns,
+                directory,
+                len(targets),
+                self.storage,
+                primary_key=table.primary_key,
+            )
+        finally:
+            self.spark.sparkContext.setJobDescription(None)
+
+    def _describe(
+        self,
+        targets: Sequence[CompactionTarget],
+        partitions: Sequence[int],
+        written: dict[tuple[int, int], Any],
+        run_id: str,
+    ) -> list[Segment]:
+        kept = [
+            (target, number, written[(target.interval.start_ms, number)])
+            for target, number in zip(targets, partitions, strict=True)
+            if (target.interval.start_ms, number) in written
+        ]
+        # A target none of whose versions any snapshot can see wrote nothing: it is left as it
+        # is (an empty output would only hide invisible rows).
+        items = [item for _, _, item in kept]
+        summaries = footer_summaries(self.storage, items)
+        outputs = []
+        for target, number, item, summary in zip(
+            targets, partitions, items, summaries, strict=True
+        ):
+            first = target.inputs[0]
+            root_start, root_end = target.root_range
+            outputs.append(
+                Segment(
+                    table=self.table.name,
+                    interval=target.interval,
+                    version=target.version,
+                    partition=number,
+                    core_partitions=first.core_partitions,
+                    root_start=root_start,
+                    root_end=root_end,
+                    minor_version=target.minor_version,
+                    atomic_update_group_size=1,
+                    location=item.locations,
+                    row_count=summary.rows,
+                    size_bytes=item.size_bytes,
+                    server=run_id,
+                    max_valid_from=summary.max_valid_from,
+                    open_files=item.open_locations,
+                    max_valid_until=summary.max_valid_until,
+                )
+            )
+        return outputs
+
+    def _record(self, run_id: str, inputs: Sequence[Segment], outputs: Sequence[Segment]) -> None:
+        """What :mod:`compaction.collect` needs to withdraw and delete the inputs later."""
+        body = {
+            "run": run_id,
+            "published_ms": time.time_ns() // 1_000_000,
+            "inputs": [segment.to_dict() for segment in inputs],
+            "outputs": [segment.to_dict() for segment in outputs],
+        }
+        self.storage.write_atomically(
+            f"{compaction_record_dir(self.root)}/{run_id}.json", json.dumps(body, sort_keys=True)
+        )
+
+    def _kill_point(self, name: str) -> None:
+        if self._fail_at == name:
+            raise CompactionKilled(f"simulated kill of the compaction at {name}")

@@ -1,0 +1,221 @@
+"""Minor compaction on real Spark and Redis, read back as a broker reads it."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from compaction.collect import collect_replaced
+from compaction.plan import CompactionSettings
+from compaction.run import CompactionKilled, Compactor
+from ingest.job import IngestJob
+from ingest.storage import Storage
+from locks.client import JobLocks, LockClient
+from locks.rules import BATCH_INGESTION_PRIORITY
+from tests.ingest.conftest import (
+    COLUMNS,
+    Change,
+    accounts_table,
+    assert_broker_sees,
+    broker_view,
+    replay,
+    segment_rows,
+    stamp,
+    visible_at,
+)
+
+SCHEMA = "user_id string, balance bigint, seq bigint, deleted boolean"
+
+
+def batch(job: IngestJob, spark: Any, changes: list[Change], log: list) -> None:
+    frame = spark.createDataFrame([tuple(c.as_row()[k] for k in COLUMNS) for c in changes], SCHEMA)
+    result = job.run_batch(frame)
+    log.extend(stamp(changes, result.base))
+
+
+def churn(job: IngestJob, spark: Any, log: list, rounds: int, start: int = 0) -> None:
+    """Batches of inserts, updates and a delete over twelve keys (several segments per chunk)."""
+    for r in range(start, start + rounds):
+        changes = [Change(f"k{(r * 5 + i) % 12:02d}", 100 * r + i, r + 1) for i in range(6)]
+        if r % 3 == 2:
+            changes.append(Change(f"k{r % 12:02d}", 0, r + 1, deleted=True))
+        batch(job, spark, changes, log)
+
+
+def assert_every_snapshot_answers_the_replay(spark, follower, client, log) -> int:
+    """At every commit timestamp up to the LWM: one version per key, equal to the replay."""
+    view = broker_view(follower, client, "accounts")
+    stored = segment_rows(spark, view.visible_segments)
+    snapshots = sorted({ts for ts, _ in log if ts <= view.lwm} | {view.lwm})
+    for snapshot in snapshots:
+        rows = visible_at(stored, snapshot)
+        keys = [row["user_id"] for row in rows]
+        assert len(keys) == len(set(keys)), f"a key is visible twice at {snapshot}"
+        assert {row["user_id"]: Change(**row) for row in rows} == replay(log, snapshot), snapshot
+    return len(snapshots)
+
+
+def test_minor_compaction_merges_segments_and_every_snapshot_answers_as_before(
+    spark, server, follower, tmp_path
+):
+    table = accounts_table(tmp_path)
+    client = server("s1")
+    job = IngestJob(spark, table, client).start()
+    log: list = []
+    churn(job, spark, log, rounds=5)
+    before = broker_view(follower, client, "accounts").visible_segments
+    assert_every_snapshot_answers_the_replay(spark, follower, client, log)
+
+    report = Compactor(spark, table, server("compactor")).compact()
+    assert report.outcome == "published", report.message
+    after = broker_view(follower, client, "accounts").visible_segments
+    assert len(after) < len(before)
+    compacted = [s for s in after if s.root_end - s.root_start > 1]
+    assert compacted and all(s.minor_version >= 1 for s in compacted)
+    assert all(s.open_files for s in compacted)  # open and closed versions stay apart
+    checked = assert_every_snapshot_answers_the_replay(spark, follower, client, log)
+    assert checked >= 5
+
+    # The updater now rewrites compacted segments when their keys change again.
+    churn(job, spark, log, rounds=3, start=5)
+    assert_broker_sees(spark, follower, client, "accounts", log)
+    assert_every_snapshot_answers_the_replay(spark, follower, client, log)
+    rewritten = [
+        s
+        for s in broker_view(follower, client, "accounts").visible_segments
+        if s.root_end - s.root_start > 1 and s.minor_version > compacted[0].minor_version
+    ]
+    assert rewritten, "no compacted segment was rewritten by the updater"
+
+
+def test_compaction_drops_versions_no_permitted_snapshot_can_see(spark, server, follower, tmp_path):
+    table = accounts_table(tmp_path)
+    client = server("s1")
+    job = IngestJob(spark, table, client).start()
+    log: list = []
+    churn(job, spark, log, rounds=4)
+    lwm = broker_view(follower, client, "accounts").lwm
+    horizon = sorted(ts for ts, _ in log)[len(log) // 2]
+    client.report_retention_horizon("accounts", horizon)
+    report = Compactor(spark, table, server("compactor")).compact()
+    assert report.outcome == "published" and report.rows_dropped > 0
+    compacted = segment_rows(spark, report.outputs)
+    assert all(row["validUntil"] is None or row["validUntil"] > horizon for row in compacted)
+    stored = segment_rows(spark, broker_view(follower, client, "accounts").visible_segments)
+    for snapshot in sorted({ts for ts, _ in log if horizon <= ts <= lwm}):
+        rows = visible_at(stored, snapshot)
+        assert {row["user_id"]: Change(**row) for row in rows} == replay(log, snapshot)
+
+
+def test_a_revoked_compaction_announces_nothing_and_leaves_no_file(
+    spark, server, follower, tmp_path, redis_server
+):
+    table = accounts_table(tmp_path)
+    client = server("s1")
+    job = IngestJob(spark, table, client).start()
+    log: list = []
+    churn(job, spark, log, rounds=3)
+    announced_before = {s.id for s in client.announced_segments("accounts")}
+    chunk = client.announced_segments("accounts")[0].interval
+    preemptor = JobLocks(
+        LockClient(redis_server.url), "accounts", "batch-x", BATCH_INGESTION_PRIORITY
+    )
+
+    def preempt(message: str) -> None:
+        if message.startswith("compacting"):
+            preemptor.lock_time_chunk(chunk)  # priority 50 revokes the compaction's locks (25)
+
+    compactor = Compactor(spark, table, server("compactor"), progress=preempt)
+    report = compactor.compact()
+    preemptor.release()
+    assert report.outcome == "revoked" and "revoked by job batch-x" in report.message.lower()
+    assert {s.id for s in client.announced_segments("accounts")} == announced_before
+    written = Path(tmp_path) / "accounts" / "segments" / report.run_id
+    assert not written.exists() and not any(Path(tmp_path).rglob(f"*{report.run_id}*"))
+    assert_every_snapshot_answers_the_replay(spark, follower, client, log)
+
+
+def test_a_killed_compactors_locks_run_out_and_a_later_run_succeeds(
+    spark, server, follower, tmp_path, redis_server
+):
+    table = accounts_table(tmp_path)
+    client = server("s1")
+    job = IngestJob(spark, table, client).start()
+    log: list = []
+    churn(job, spark, log, rounds=3)
+    killed = Compactor(spark, table, server("compactor"), lease_s=1.0, fail_at="after_files")
+    with pytest.raises(CompactionKilled):
+        killed.compact()
+    locks = LockClient(redis_server.url)
+    assert locks.listing(["accounts"]).locks, "the dead run's locks should still be held"
+    assert all(s.minor_version == 0 or s.root_end - s.root_start == 1
+               for s in client.announced_segments("accounts"))  # fmt: skip
+    impatient = Compactor(spark, table, server("compactor-2"))
+    assert impatient.compact().outcome == "revoked"  # equal priority: refused, not waiting
+    time.sleep(1.2)
+    report = Compactor(spark, table, server("compactor-3")).compact()
+    assert report.outcome == "published"
+    assert_every_snapshot_answers_the_replay(spark, follower, client, log)
+
+
+def test_collection_withdraws_and_deletes_the_inputs_after_the_grace_period(
+    spark, server, follower, tmp_path
+):
+    table = accounts_table(tmp_path)
+    client = server("s1")
+    job = IngestJob(spark, table, client).start()
+    log: list = []
+    churn(job, spark, log, rounds=4)
+    compactor_client = server("compactor")
+    compactor = Compactor(spark, table, compactor_client)
+    report = compactor.compact()
+    assert report.outcome == "published"
+    storage = Storage(spark)
+    now = time.time_ns() // 1_000_000
+    early = collect_replaced(
+        storage, compactor_client, "accounts", compactor.root, grace_ms=600_000, now_ms=now
+    )
+    assert early.withdrawn == 0
+    done = collect_replaced(
+        storage, compactor_client, "accounts", compactor.root, grace_ms=0, now_ms=now + 1
+    )
+    assert done.withdrawn == len(report.inputs) and done.deleted_files > 0
+    announced = {s.id for s in client.announced_segments("accounts")}
+    assert not announced & {s.id for s in report.inputs}
+    for segment in report.inputs:
+        for path in segment.location:
+            assert not Path(path.removeprefix("file:")).exists()
+    assert_every_snapshot_answers_the_replay(spark, follower, client, log)
+
+
+def test_compaction_racing_ingestion_keeps_every_snapshot_exact(spark, server, follower, tmp_path):
+    """Batches (and their updater runs, which preempt compaction) run while compactions do."""
+    table = accounts_table(tmp_path)
+    client = server("s1")
+    job = IngestJob(spark, table, client).start()
+    log: list = []
+    churn(job, spark, log, rounds=3)
+    outcomes: list[str] = []
+    stop = threading.Event()
+
+    def compact_repeatedly() -> None:
+        compactor = Compactor(spark, table, server("compactor"), settings=CompactionSettings())
+        while not stop.is_set():
+            outcomes.append(compactor.compact().outcome)
+            stop.wait(0.5)
+
+    thread = threading.Thread(target=compact_repeatedly)
+    thread.start()
+    try:
+        churn(job, spark, log, rounds=4, start=3)
+    finally:
+        stop.set()
+        thread.join(timeout=300)
+    print("compaction outcomes while racing:", outcomes)
+    assert "published" in outcomes and set(outcomes) <= {"published", "revoked", "nothing to do"}
+    assert_broker_sees(spark, follower, client, "accounts", log)
+    assert_every_snapshot_answers_the_replay(spark, follower, client, log)
