@@ -5,7 +5,9 @@
 
 Each pass runs a minor compaction (segment locks at priority 25: ingestion preempts it) of every
 chunk with a run of at least ``--min-segments`` small adjacent segments, then withdraws and deletes
-what earlier compactions replaced once the table's ``gc_grace`` has passed.
+what earlier compactions replaced once the table's ``gc_grace`` has passed. With ``--reclaim`` a
+pass also rewrites the segments holding the most history below the retention horizon
+(:mod:`compaction.reclaim`), ``--reclaim-rows`` / ``--reclaim-files`` per step.
 """
 
 from __future__ import annotations
@@ -38,6 +40,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--wait", type=float, default=0.0, help="seconds to wait for locks")
     parser.add_argument("--watch", type=float, help="run a pass every N seconds")
     parser.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
+    parser.add_argument(
+        "--reclaim", action="store_true", help="also rewrite segments holding expired history"
+    )
+    parser.add_argument("--reclaim-rows", type=int, default=2_000_000, help="rows per step")
+    parser.add_argument("--reclaim-files", type=int, default=64, help="files per step")
     parser.add_argument("--storage-root", help="override the table's storage root")
     parser.add_argument("--spark-master", default="local[*]")
     parser.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE")
@@ -61,6 +68,7 @@ def _run(args: argparse.Namespace) -> int:
     from broker.spark_session import create_spark_session
     from compaction.collect import collect_replaced
     from compaction.plan import CompactionSettings
+    from compaction.reclaim import ReclaimSettings, reclaim
     from compaction.run import Compactor
     from ingest.cli import _pairs
     from ingest.table import TableDefinition
@@ -107,6 +115,19 @@ def _run(args: argparse.Namespace) -> int:
                 f"{report.rows_in} -> {report.rows_out} rows {report.message}".rstrip(),
                 flush=True,
             )
+            if args.reclaim:
+                history = reclaim(
+                    compactor,
+                    ReclaimSettings(
+                        max_rows_per_step=args.reclaim_rows, max_files_per_step=args.reclaim_files
+                    ),
+                )
+                print(
+                    f"reclaimed {history.rows_reclaimed} of {history.reclaimable_rows} versions "
+                    f"below horizon {history.horizon} in {len(history.steps)} steps: "
+                    f"{history.bytes_before} -> {history.bytes_after} bytes rewritten",
+                    flush=True,
+                )
             collected = collect_replaced(
                 compactor.storage, client, table.name, compactor.root,
                 grace_ms=table.gc_grace_ms, now_ms=time.time_ns() // 1_000_000,

@@ -8,10 +8,12 @@
    below the table's retention horizon, and empty ``[t, t)`` versions, which are never visible),
    and write each output as ingestion writes segments: open versions by key, closed ones by
    ``validFrom``, in separate files.
-5. Announce the outputs in one atomic step guarded by the locks. The inputs stay announced,
-   overshadowed: if an output goes missing the timeline falls back to them. They are withdrawn and
-   their files deleted after the grace period (:mod:`compaction.collect`), from the record that
-   step 5 leaves under ``<table root>/_compaction/``.
+5. Announce the outputs in one atomic step guarded by the locks (a target none of whose versions
+   a permitted snapshot can see has no output: its inputs are withdrawn in that step). The other
+   inputs stay announced, overshadowed: if an output goes missing the timeline falls back to
+   them. They are withdrawn and their files deleted after the grace period
+   (:mod:`compaction.collect`), from the record that step 5 leaves under
+   ``<table root>/_compaction/``.
 
 A revoked or expired lock makes the publish fail and announce nothing; the run then deletes what it
 wrote. A killed run leaves a directory nothing names; its locks run out.
@@ -149,9 +151,12 @@ class Compactor:
             locks.check()
             outputs = self._describe(targets, partitions, written, run_id)
             published = {(s.interval, s.root_start) for s in outputs}
-            targets = [t for t in targets if (t.interval, t.root_range[0]) in published]
+            # A target none of whose versions a permitted snapshot can see wrote nothing: its
+            # inputs are withdrawn instead (their files go after the grace period).
+            emptied = [s for t in targets if (t.interval, t.root_range[0]) not in published
+                       for s in t.inputs]  # fmt: skip
             inputs = tuple(s for t in targets for s in t.inputs)
-            self.client.announce(outputs, guard=locks.guard([*inputs, *outputs]))
+            self.client.replace(add=outputs, remove=emptied, guard=locks.guard([*inputs, *outputs]))
             self._record(run_id, inputs, outputs)
             report = CompactionReport(
                 run_id,
@@ -271,14 +276,10 @@ class Compactor:
             for target, number in zip(targets, partitions, strict=True)
             if (target.interval.start_ms, number) in written
         ]
-        # A target none of whose versions any snapshot can see wrote nothing: it is left as it
-        # is (an empty output would only hide invisible rows).
         items = [item for _, _, item in kept]
         summaries = footer_summaries(self.storage, items)
         outputs = []
-        for target, number, item, summary in zip(
-            targets, partitions, items, summaries, strict=True
-        ):
+        for (target, number, item), summary in zip(kept, summaries, strict=True):
             first = target.inputs[0]
             root_start, root_end = target.root_range
             outputs.append(
