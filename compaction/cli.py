@@ -2,6 +2,7 @@
 
     horizon compact --table accounts.toml --redis redis://127.0.0.1:6379/0 [--interval A/B]
     horizon compact ... --watch 60 --min-segments 8 --skip-newest 1   # the automatic policy
+    horizon compact ... --mode major --interval 2026-01-01/2026-02-01  # new major versions
 
 Each pass runs a minor compaction (segment locks at priority 25: ingestion preempts it) of every
 chunk with a run of at least ``--min-segments`` small adjacent segments, then withdraws and deletes
@@ -74,11 +75,6 @@ def _run(args: argparse.Namespace) -> int:
     from ingest.table import TableDefinition
     from watermark.server import ServerClient
 
-    if args.mode == "major":
-        raise InvalidArgument(
-            "major compaction (a new major version under a time-chunk lock) is not available "
-            "yet: use --mode minor"
-        )
     for name in ("target_rows", "target_bytes", "min_segments"):
         if getattr(args, name) < 1:
             raise InvalidArgument(f"--{name.replace('_', '-')} must be at least 1")
@@ -100,6 +96,14 @@ def _run(args: argparse.Namespace) -> int:
             progress=lambda message: print(message, flush=True),
         )  # fmt: skip
         while True:
+            if args.mode == "major":
+                report = compactor.compact_major(interval=interval, skip_newest=args.skip_newest)
+                print(f"{report.outcome}: {len(report.inputs)} -> {len(report.outputs)} segments "
+                      f"in new major versions {report.message}".rstrip(), flush=True)  # fmt: skip
+                if not args.watch:
+                    return 0 if report.outcome != "revoked" else 3
+                time.sleep(args.watch)
+                continue
             targets = compactor.plan(interval=interval, skip_newest=args.skip_newest)
             if args.dry_run:
                 for target in targets:

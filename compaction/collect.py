@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from compaction.run import compaction_record_dir
 from ingest import garbage
 from ingest.storage import Storage
-from timeline.groups import OVERSHADOWED
 from timeline.segment import Segment
 from timeline.timeline import Timeline
 from watermark.server import ServerClient
@@ -54,7 +53,7 @@ def collect_replaced(
         announced_ids = {segment.id for segment in announced}
         inputs = [Segment.from_dict(item) for item in body["inputs"]]
         still_needed = [
-            s for s in inputs if s.id in announced_ids and timeline.state(s) != OVERSHADOWED
+            s for s in inputs if s.id in announced_ids and not timeline.is_overshadowed(s)
         ]
         doomed = [s for s in inputs if s.id in announced_ids and s not in still_needed]
         if doomed:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 
 from timeline.interval import Interval
 from timeline.segment import Segment
@@ -133,3 +134,84 @@ def _pack(segments: Sequence[Segment], settings: CompactionSettings) -> list[Com
         run.append(segment)
     close()
     return targets
+
+
+@dataclass(frozen=True, slots=True)
+class MajorTarget:
+    """A major compaction of one time chunk: every visible segment, rewritten into a new major
+    version whose segments keep the root numbering (each covers a range of the old roots, so the
+    updater still finds a key's segment) and tile ``[0, core)``: until every one is there the
+    new version is incomplete and queries keep reading the old one."""
+
+    interval: Interval
+    version: str
+    """The new major version: the old one extended, so it sorts above it."""
+    groups: tuple[CompactionTarget, ...]
+    core: int
+    """The old root partitions end here; appends to the new version are numbered from here."""
+
+    @property
+    def inputs(self) -> tuple[Segment, ...]:
+        return tuple(segment for group in self.groups for segment in group.inputs)
+
+
+def plan_major(
+    table: str,
+    announced: Iterable[Segment],
+    settings: CompactionSettings,
+    suffix: str,
+    *,
+    interval: Interval | None = None,
+    skip_newest: int = 0,
+) -> list[MajorTarget]:
+    """The chunks a major compaction rewrites (those overlapping ``interval`` with at least two
+    visible segments), each split into groups of adjacent segments up to the target size.
+
+    >>> day = Interval(0, 86_400_000)
+    >>> segs = [Segment(table="t", interval=day, version="v", partition=p, row_count=10)
+    ...         for p in (0, 1, 3)]
+    >>> [(t.version, t.core, [g.root_range for g in t.groups])
+    ...  for t in plan_major("t", segs, CompactionSettings(target_rows=20), "m1")]
+    [('v.m1', 4, [(0, 2), (3, 4)])]
+    """
+    chunks = visible_by_chunk(table, announced)
+    ordered = sorted(chunks)
+    if skip_newest:
+        ordered = ordered[: max(0, len(ordered) - skip_newest)]
+    targets: list[MajorTarget] = []
+    for chunk in ordered:
+        segments = chunks[chunk]
+        if (interval is not None and not chunk.overlaps(interval)) or len(segments) < 2:
+            continue
+        if len({s.version for s in segments}) > 1:
+            continue
+        groups: list[list[Segment]] = [[]]
+        for segment in segments:
+            run = groups[-1]
+            if run and (
+                sum(s.row_count for s in run) + segment.row_count > settings.target_rows
+                or sum(s.size_bytes for s in run) + segment.size_bytes > settings.target_bytes
+            ):
+                groups.append([])
+            groups[-1].append(segment)
+        targets.append(
+            MajorTarget(
+                interval=chunk,
+                version=f"{segments[0].version}.{suffix}",
+                groups=tuple(CompactionTarget(tuple(group)) for group in groups),
+                core=max(int(s.root_end) for s in segments),  # type: ignore[arg-type]
+            )
+        )
+    return targets
+
+
+def tiling(starts: Sequence[int], core: int) -> list[tuple[int, int]]:
+    """Root ranges that tile ``[0, core)``, one per start (sorted): each runs to the next start.
+
+    >>> tiling([0, 3, 5], 9)
+    [(0, 3), (3, 5), (5, 9)]
+    >>> tiling([2, 5], 9)
+    [(0, 5), (5, 9)]
+    """
+    bounds = [0, *starts[1:], core]
+    return list(pairwise(bounds))

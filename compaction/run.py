@@ -29,7 +29,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from compaction.plan import CompactionSettings, CompactionTarget, plan_minor, visible_by_chunk
+from compaction.plan import (
+    CompactionSettings,
+    CompactionTarget,
+    MajorTarget,
+    plan_major,
+    plan_minor,
+    tiling,
+    visible_by_chunk,
+)
 from ingest.local_frames import local_frame
 from ingest.resolve import segment_schema, stored_columns
 from ingest.retention import kept_rows
@@ -39,6 +47,7 @@ from ingest.table import TableDefinition
 from locks.client import DEFAULT_LEASE_S, JobLocks, LockClient
 from locks.rules import COMPACTION_PRIORITY
 from timeline.errors import Internal, InvalidArgument, LockConflict, LockLost
+from timeline.interval import Interval
 from timeline.segment import Segment
 from watermark.catalog import VALID_FROM, VALID_UNTIL
 from watermark.server import ServerClient
@@ -113,9 +122,7 @@ class Compactor:
     def plan(self, **kwargs: Any) -> list[CompactionTarget]:
         """The targets a run would compact now (see :func:`compaction.plan.plan_minor`)."""
         announced = self.client.announced_segments(self.table.name)
-        return plan_minor(
-            self.table.name, announced, self.settings, version=self.table.version, **kwargs
-        )
+        return plan_minor(self.table.name, announced, self.settings, **kwargs)
 
     def compact(
         self, targets: Sequence[CompactionTarget] | None = None, **plan: Any
@@ -126,14 +133,7 @@ class Compactor:
         targets = list(self.plan(**plan) if targets is None else targets)
         if not targets:
             return CompactionReport(run_id, "nothing to do")
-        locks = JobLocks(
-            LockClient(self.client.redis, prefix=self.client.prefix),
-            self.table.name,
-            run_id,
-            self.priority,
-            lease_s=self.lease_s,
-            wait_s=self.wait_s,
-        )
+        locks = self._job_locks(run_id)
         directory = f"{self.root}/segments/{run_id}"
         killed = False
         try:
@@ -158,30 +158,9 @@ class Compactor:
             inputs = tuple(s for t in targets for s in t.inputs)
             self.client.replace(add=outputs, remove=emptied, guard=locks.guard([*inputs, *outputs]))
             self._record(run_id, inputs, outputs)
-            report = CompactionReport(
-                run_id,
-                "published",
-                targets=len(targets),
-                inputs=inputs,
-                outputs=tuple(outputs),
-                rows_in=sum(t.rows for t in targets),
-                rows_out=sum(s.row_count for s in outputs),
-                bytes_in=sum(t.size_bytes for t in targets),
-                bytes_out=sum(s.size_bytes for s in outputs),
-                seconds=time.perf_counter() - started,
-                chunks=tuple(sorted({str(t.interval) for t in targets})),
-            )
-            self._progress(
-                f"published {len(outputs)} segments: {report.rows_in} -> {report.rows_out} rows, "
-                f"{report.bytes_in} -> {report.bytes_out} bytes in {report.seconds:.1f} s"
-            )
-            return report
+            return self._published(run_id, inputs, outputs, started, len(targets))
         except (LockLost, LockConflict) as error:
-            self.storage.delete(directory)
-            self._progress(f"compaction {run_id} gave up, nothing announced: {error}")
-            return CompactionReport(
-                run_id, "revoked", seconds=time.perf_counter() - started, message=str(error)
-            )
+            return self._gave_up(run_id, directory, error, started)
         except CompactionKilled:
             killed = True
             raise
@@ -191,7 +170,154 @@ class Compactor:
             else:
                 locks.release()
 
+    def compact_major(
+        self, *, interval: Interval | None = None, skip_newest: int = 0
+    ) -> CompactionReport:
+        """Rewrite whole time chunks into a new major version, each under an exclusive
+        time-chunk lock (:class:`compaction.plan.MajorTarget`). Ingestion into a chunk preempts
+        the lock; batches allocated in the old version are refused at publish and allocated again
+        (see ``IngestJob._allocate``)."""
+        started = time.perf_counter()
+        run_id = f"{self.client.server_id}-{uuid.uuid4().hex[:10]}"
+        suffix = f"major-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{run_id[-10:]}"
+        announced = self.client.announced_segments(self.table.name)
+        majors = plan_major(
+            self.table.name, announced, self.settings, suffix,
+            interval=interval, skip_newest=skip_newest,
+        )  # fmt: skip
+        if not majors:
+            return CompactionReport(run_id, "nothing to do")
+        locks = self._job_locks(run_id)
+        directory = f"{self.root}/segments/{run_id}"
+        try:
+            for target in majors:
+                locks.lock_time_chunk(target.interval)
+            visible = visible_by_chunk(
+                self.table.name, self.client.announced_segments(self.table.name)
+            )
+            majors = [
+                t
+                for t in majors
+                if [s.id for s in visible.get(t.interval, ())] == [s.id for s in t.inputs]
+            ]
+            if not majors:
+                return CompactionReport(run_id, "nothing to do", message="inputs changed")
+            groups: list[CompactionTarget] = []
+            partitions: list[int] = []
+            for target in majors:
+                numbers = self.client.allocate_overwrite_partitions(
+                    self.table.name, target.interval, target.version, len(target.groups)
+                )
+                groups.extend(target.groups)
+                partitions.extend(numbers)
+            self._progress(
+                f"rewriting {len(majors)} time chunks of table {self.table.name} "
+                f"({sum(len(t.inputs) for t in majors)} segments) into new major versions"
+            )
+            written = self._write(groups, partitions, directory)
+            locks.check()
+            outputs: list[Segment] = []
+            for target in majors:
+                outputs.extend(self._describe_major(target, groups, partitions, written, run_id))
+            inputs = tuple(s for t in majors for s in t.inputs)
+            self.client.announce(outputs, guard=locks.guard([*inputs, *outputs]))
+            self._record(run_id, inputs, outputs)
+            return self._published(run_id, inputs, outputs, started, len(majors))
+        except (LockLost, LockConflict) as error:
+            return self._gave_up(run_id, directory, error, started)
+        finally:
+            locks.release()
+
     # -- steps -------------------------------------------------------------------------------
+
+    def _job_locks(self, run_id: str) -> JobLocks:
+        return JobLocks(
+            LockClient(self.client.redis, prefix=self.client.prefix),
+            self.table.name,
+            run_id,
+            self.priority,
+            lease_s=self.lease_s,
+            wait_s=self.wait_s,
+        )
+
+    def _published(
+        self,
+        run_id: str,
+        inputs: Sequence[Segment],
+        outputs: Sequence[Segment],
+        started: float,
+        targets: int,
+    ) -> CompactionReport:
+        report = CompactionReport(
+            run_id,
+            "published",
+            targets=targets,
+            inputs=tuple(inputs),
+            outputs=tuple(outputs),
+            rows_in=sum(s.row_count for s in inputs),
+            rows_out=sum(s.row_count for s in outputs),
+            bytes_in=sum(s.size_bytes for s in inputs),
+            bytes_out=sum(s.size_bytes for s in outputs),
+            seconds=time.perf_counter() - started,
+            chunks=tuple(sorted({str(s.interval) for s in inputs})),
+        )
+        self._progress(
+            f"published {len(outputs)} segments: {report.rows_in} -> {report.rows_out} rows, "
+            f"{report.bytes_in} -> {report.bytes_out} bytes in {report.seconds:.1f} s"
+        )
+        return report
+
+    def _gave_up(
+        self, run_id: str, directory: str, error: Exception, started: float
+    ) -> CompactionReport:
+        self.storage.delete(directory)
+        self._progress(f"compaction {run_id} gave up, nothing announced: {error}")
+        return CompactionReport(
+            run_id, "revoked", seconds=time.perf_counter() - started, message=str(error)
+        )
+
+    def _describe_major(
+        self,
+        target: MajorTarget,
+        groups: Sequence[CompactionTarget],
+        partitions: Sequence[int],
+        written: dict[tuple[int, int], Any],
+        run_id: str,
+    ) -> list[Segment]:
+        """The new version's segments of one chunk; the groups that kept rows tile the roots."""
+        chunk = target.interval.start_ms
+        kept = [
+            (int(group.root_range[0]), number, written[(chunk, number)])
+            for group, number in zip(groups, partitions, strict=True)
+            if group in target.groups and (chunk, number) in written
+        ]
+        if not kept:
+            return []
+        ranges = tiling([start for start, _, _ in kept], target.core)
+        summaries = footer_summaries(self.storage, [item for _, _, item in kept])
+        return [
+            Segment(
+                table=self.table.name,
+                interval=target.interval,
+                version=target.version,
+                partition=number,
+                core_partitions=target.core,
+                root_start=root_start,
+                root_end=root_end,
+                minor_version=1,
+                atomic_update_group_size=1,
+                location=item.locations,
+                row_count=summary.rows,
+                size_bytes=item.size_bytes,
+                server=run_id,
+                max_valid_from=summary.max_valid_from,
+                open_files=item.open_locations,
+                max_valid_until=summary.max_valid_until,
+            )
+            for (_, number, item), summary, (root_start, root_end) in zip(
+                kept, summaries, ranges, strict=True
+            )
+        ]
 
     def _lock_inputs(
         self, locks: JobLocks, targets: Sequence[CompactionTarget]
@@ -280,7 +406,6 @@ class Compactor:
         summaries = footer_summaries(self.storage, items)
         outputs = []
         for (target, number, item), summary in zip(kept, summaries, strict=True):
-            first = target.inputs[0]
             root_start, root_end = target.root_range
             outputs.append(
                 Segment(
@@ -288,7 +413,7 @@ class Compactor:
                     interval=target.interval,
                     version=target.version,
                     partition=number,
-                    core_partitions=first.core_partitions,
+                    core_partitions=max(s.core_partitions for s in target.inputs),
                     root_start=root_start,
                     root_end=root_end,
                     minor_version=target.minor_version,

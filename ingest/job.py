@@ -68,7 +68,7 @@ from ingest.storage import Storage
 from ingest.table import TableDefinition
 from locks.client import DEFAULT_LEASE_S
 from locks.rules import STREAMING_INGESTION_PRIORITY
-from timeline.errors import Internal, InvalidArgument
+from timeline.errors import Internal, InvalidArgument, LockConflict
 from timeline.segment import Segment
 from watermark.hlc import HybridLogicalClock
 from watermark.server import ServerClient
@@ -455,11 +455,7 @@ class IngestJob:
             seq, PREPARE, {"kind": INGEST, "directories": sorted(directories.values())}
         )
         self._step("after_prepare")
-        allocation = self._allocate(segment_slots(groups, table.granularity, base, high))
-        locks = self.transaction_locks()
-        for chunk in sorted({chunk for chunk, _ in allocation}):
-            numbers = [number for (c, _), number in allocation.items() if c == chunk]
-            locks.lock_partitions(chunk_interval(table.granularity, chunk), table.version, numbers)
+        allocation, majors = self._allocate(segment_slots(groups, table.granularity, base, high))
         mapping = local_frame(
             self.spark,
             [(chunk, kp, number) for (chunk, kp), number in allocation.items()],
@@ -534,7 +530,7 @@ class IngestJob:
 
         summaries = footer_summaries(self.storage, list(written.values()))
         segments = {
-            tag: self._first_generation(item, summary)
+            tag: self._first_generation(item, summary, majors[item.chunk_start])
             for (tag, item), summary in zip(written.items(), summaries, strict=True)
         }
         return self._commit_ingest(
@@ -858,25 +854,47 @@ class IngestJob:
             levels[kp] = (*below.levels, path) if delta and below is not None else (path,)
         return levels
 
-    def _allocate(self, pairs: Sequence[tuple[int, int]]) -> dict[tuple[int, int], int]:
-        """A fresh first-generation partition number for every (chunk, key partition)."""
+    def _allocate(
+        self, pairs: Sequence[tuple[int, int]]
+    ) -> tuple[dict[tuple[int, int], int], dict[int, str]]:
+        """A fresh, locked first-generation partition number for every (chunk, key partition),
+        in each chunk's current major version (a major compaction's, once one replaced it).
+
+        The versions are read again once the numbers are locked: a major compaction needs a
+        time-chunk lock, which the segment locks now block, so a version still unchanged then
+        stays current until the batch is published. One that changed meanwhile is allocated
+        again in the new version."""
         by_chunk: dict[int, list[int]] = {}
         for chunk, kp in pairs:
             by_chunk.setdefault(chunk, []).append(kp)
-        allocation: dict[tuple[int, int], int] = {}
-        for chunk, kps in sorted(by_chunk.items()):
-            interval = chunk_interval(self.table.granularity, chunk)
-            numbers = self.client.allocate_partitions(
-                self.table.name, interval, self.table.version, len(kps)
-            )
-            allocation.update({(chunk, kp): n for kp, n in zip(kps, numbers, strict=True)})
-        return allocation
+        intervals = {chunk: chunk_interval(self.table.granularity, chunk) for chunk in by_chunk}
+        name, locks = self.table.name, self.transaction_locks()
+        current = self.client.chunk_versions(name, intervals.values(), self.table.version)
+        for _ in range(3):
+            allocation: dict[tuple[int, int], int] = {}
+            versions = {chunk: current[interval] for chunk, interval in intervals.items()}
+            for chunk, kps in sorted(by_chunk.items()):
+                numbers = self.client.allocate_partitions(
+                    name, intervals[chunk], versions[chunk], len(kps)
+                )
+                locks.lock_partitions(intervals[chunk], versions[chunk], numbers)
+                allocation.update({(chunk, kp): n for kp, n in zip(kps, numbers, strict=True)})
+            again = self.client.chunk_versions(name, intervals.values(), self.table.version)
+            if again == current:
+                return allocation, versions
+            current = again
+        raise LockConflict(
+            f"table {name!r}: major compactions kept replacing the batch's time chunks while "
+            "it allocated its partitions"
+        )
 
-    def _first_generation(self, written: WrittenSegment, summary: FooterSummary) -> Segment:
+    def _first_generation(
+        self, written: WrittenSegment, summary: FooterSummary, version: str
+    ) -> Segment:
         return Segment(
             table=self.table.name,
             interval=chunk_interval(self.table.granularity, written.chunk_start),
-            version=self.table.version,
+            version=version,
             partition=written.partition,
             location=written.locations,
             row_count=summary.rows,

@@ -78,7 +78,7 @@ def locked_update_plan(
     targets: Sequence[Target],
     table: TableDefinition,
     announced: Callable[[], Sequence[Segment]],
-    allocate: Callable[[Interval, int], list[int]],
+    allocate: Callable[[Interval, str, int], list[int]],
     *,
     attempts: int = 5,
 ) -> UpdatePlan:
@@ -96,7 +96,8 @@ def locked_update_plan(
         if {t: s.id for t, s in again.items()} == {t: s.id for t, s in covering.items()}:
             plan = plan_updates(targets, table, segments, allocate)
             for key, number in plan.new_partition.items():
-                locks.lock_partitions(plan.current[key].interval, table.version, [number])
+                segment = plan.current[key]
+                locks.lock_partitions(segment.interval, segment.version, [number])
             return plan
     raise LockConflict(
         f"table {table.name!r}: the segments the updater must rewrite kept changing under it "

@@ -41,8 +41,8 @@ def run_updater(job: IngestJob) -> int:
             sorted(per_target),
             table,
             lambda: job.client.announced_segments(table.name),
-            lambda interval, count: job.client.allocate_overwrite_partitions(
-                table.name, interval, table.version, count
+            lambda interval, version, count: job.client.allocate_overwrite_partitions(
+                table.name, interval, version, count
             ),
         )
         from ingest.job import allow_partial_cluster_keys

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from ingest.bucketing import BUCKET_COLUMN, bucket_layout
-from ingest.granularity import chunk_interval
 from ingest.local_frames import local_frame
 from ingest.resolve import segment_schema, stored_columns
 from ingest.segments import FooterSummary, WrittenSegment, write_segments
@@ -61,20 +60,23 @@ class UpdatePlan:
 def current_segments(
     announced: Sequence[Segment], table: TableDefinition, targets: Sequence[Target]
 ) -> dict[Target, Segment]:
-    """The newest announced segment covering each ``(chunk start, root partition)`` (pure): the
-    highest minor version of the table's major version whose root range holds the partition."""
+    """The newest announced segment covering each ``(chunk start, root partition)`` (pure): of
+    the highest major version (a major compaction keeps the root numbering), the highest minor
+    version whose root range holds the partition."""
     wanted = set(targets)
     by_chunk: dict[int, list[Segment]] = {}
     for segment in announced:
-        if segment.version == table.version:
-            by_chunk.setdefault(segment.interval.start_ms, []).append(segment)
+        by_chunk.setdefault(segment.interval.start_ms, []).append(segment)
     found: dict[Target, Segment] = {}
     for chunk, root in wanted:
         for segment in by_chunk.get(chunk, ()):
             if not segment.root_start <= root < segment.root_end:  # type: ignore[operator]
                 continue
             best = found.get((chunk, root))
-            if best is None or segment.minor_version > best.minor_version:
+            if best is None or (segment.version, segment.minor_version) > (
+                best.version,
+                best.minor_version,
+            ):
                 found[(chunk, root)] = segment
     missing = sorted(wanted - set(found))
     if missing:
@@ -89,7 +91,7 @@ def plan_updates(
     targets: Sequence[Target],
     table: TableDefinition,
     announced: Sequence[Segment],
-    allocate: Callable[[Interval, int], list[int]],
+    allocate: Callable[[Interval, str, int], list[int]],
 ) -> UpdatePlan:
     """Find the segments to rewrite (``(chunk start, root partition)`` targets, found in the
     pending updates) and reserve their overwrite partition numbers."""
@@ -104,9 +106,13 @@ def plan_updates(
     by_chunk: dict[int, list[Target]] = {}
     for key in sorted(current):
         by_chunk.setdefault(key[0], []).append(key)
-    for chunk, keys in sorted(by_chunk.items()):
-        numbers = allocate(chunk_interval(table.granularity, chunk), len(keys))
-        new_partition.update(zip(keys, numbers, strict=True))
+    for _chunk, keys in sorted(by_chunk.items()):
+        by_version: dict[str, list[Target]] = {}
+        for key in keys:
+            by_version.setdefault(current[key].version, []).append(key)
+        for version, same in sorted(by_version.items()):
+            numbers = allocate(current[same[0]].interval, version, len(same))
+            new_partition.update(zip(same, numbers, strict=True))
     return UpdatePlan(current=current, new_partition=new_partition, targets=target_keys)
 
 

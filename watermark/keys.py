@@ -17,6 +17,8 @@ Everything lives under one prefix (default ``horizon``):
                                table has no computed LWM
 ``{p}:t:{table}:ret``          hash server -> retention horizon HLC
 ``{p}:t:{table}:alloc``        hash ``{start}|{end}|{version}|{first|overwrite}`` -> next partition
+``{p}:t:{table}:majors``       hash ``[start,end]`` -> the highest major version announced for that
+                               time chunk (appends and rewrites below it are refused)
 ``{p}:t:{table}:locks``        hash lock id -> ``acquired|expires|revoked_by|revoked_at|request``
                                (see :mod:`locks.scripts`)
 =============================  =====================================================================
@@ -74,6 +76,11 @@ def segment_key(segment: Segment) -> str:
     )
 
 
+def interval_key(start_ms: int, end_ms: int) -> str:
+    """The field of a time chunk in its table's ``majors`` hash."""
+    return json.dumps([start_ms, end_ms], separators=(",", ":"))
+
+
 def chunk_key(start_ms: int, end_ms: int, version: str, kind: str) -> str:
     return json.dumps([start_ms, end_ms, version, kind], separators=(",", ":"))
 
@@ -125,6 +132,9 @@ class Keys:
     def locks(self, table: str) -> str:
         return self._table(table, "locks")
 
+    def majors(self, table: str) -> str:
+        return self._table(table, "majors")
+
 
 LUA_KEYS = """
 local P = ARGV[1]
@@ -141,5 +151,6 @@ local function k_ret(t) return P .. ':t:' .. t .. ':ret' end
 local function k_pending(t) return P .. ':t:' .. t .. ':pending' end
 local function k_alloc(t) return P .. ':t:' .. t .. ':alloc' end
 local function k_locks(t) return P .. ':t:' .. t .. ':locks' end
+local function k_majors(t) return P .. ':t:' .. t .. ':majors' end
 """
 """Lua preamble defining the same keys from ``ARGV[1]`` (the prefix); see :class:`Keys`."""

@@ -43,6 +43,7 @@ from watermark.keys import (
     Keys,
     check_server_id,
     chunk_key,
+    interval_key,
     lwm_member,
     padded_hlc,
     parse_progress,
@@ -58,6 +59,7 @@ _ERRORS: dict[str, type[HorizonError]] = {
     "INVALID_ARGUMENT": InvalidArgument,
     "LOCK_LOST": LockLost,
     "NOT_OWNER": PartitionNotOwned,
+    "SUPERSEDED": FailedPrecondition,
 }
 _TRANSIENT = (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError)
 
@@ -281,6 +283,21 @@ class ServerClient:
             with self._remembered_first(restore):
                 self._run("RETENTION", [table, str(horizon), event])
 
+    def chunk_versions(
+        self, table: str, intervals: Iterable[Interval], default: str
+    ) -> dict[Interval, str]:
+        """The major version to append to in each time chunk (one round trip): the highest one
+        announced for the chunk (a major compaction's) or ``default``, whichever is higher."""
+        wanted = sorted(set(intervals))
+        if not wanted:
+            return {}
+        fields = [interval_key(i.start_ms, i.end_ms) for i in wanted]
+        found = self._read(lambda r: r.hmget(self._keys.majors(table), fields))
+        return {
+            interval: max(default, major) if major else default
+            for interval, major in zip(wanted, found, strict=True)
+        }
+
     def allocate_partitions(
         self, table: str, interval: Interval, version: str, count: int
     ) -> list[int]:
@@ -410,6 +427,7 @@ class ServerClient:
         args = [event, str(len(added)), "" if guard is None else guard.to_json()]
         for segment in added:
             key, base = _chunk(segment)
+            start, end = segment.interval.start_ms, segment.interval.end_ms
             args += [
                 segment.table,
                 segment_key(segment),
@@ -417,6 +435,10 @@ class ServerClient:
                 key,
                 str(segment.partition),
                 str(base),
+                interval_key(start, end),
+                segment.version,
+                chunk_key(start, end, segment.version, "first"),
+                str(segment.root_end),
             ]
         for segment in removed:
             args += [segment.table, segment_key(segment)]

@@ -1,0 +1,111 @@
+"""Major compaction: whole time chunks rewritten into a new major version under a time-chunk lock."""
+
+from __future__ import annotations
+
+from itertools import pairwise
+
+import pytest
+
+from compaction.plan import CompactionSettings
+from compaction.run import Compactor
+from ingest.job import IngestJob
+from locks.client import JobLocks, LockClient
+from locks.rules import STREAMING_INGESTION_PRIORITY
+from tests.compaction.test_minor_compaction import assert_every_snapshot_answers_the_replay, churn
+from tests.ingest.conftest import accounts_table, assert_broker_sees, broker_view
+from tests.watermark.conftest import segment, table_descriptor
+from timeline.errors import FailedPrecondition
+from timeline.timeline import Timeline
+
+
+def test_major_compaction_replaces_chunks_and_later_batches_append_to_the_new_version(
+    spark, server, follower, tmp_path
+):
+    table = accounts_table(tmp_path)
+    client = server("s1")
+    job = IngestJob(spark, table, client).start()
+    log: list = []
+    churn(job, spark, log, rounds=5)
+    before = broker_view(follower, client, "accounts").visible_segments
+
+    report = Compactor(spark, table, server("compactor")).compact_major()
+    assert report.outcome == "published", report.message
+    after = broker_view(follower, client, "accounts").visible_segments
+    new_versions = {s.version for s in report.outputs}
+    assert {s.version for s in after} <= new_versions | {s.version for s in before}
+    assert all(v > table.version for v in new_versions)
+    for chunk_start in {s.interval.start_ms for s in report.outputs}:
+        outputs = sorted(
+            (s for s in report.outputs if s.interval.start_ms == chunk_start),
+            key=lambda s: s.root_start,
+        )
+        core = outputs[0].core_partitions
+        assert outputs[0].root_start == 0 and outputs[-1].root_end == core
+        assert all(a.root_end == b.root_start for a, b in pairwise(outputs))
+    assert_every_snapshot_answers_the_replay(spark, follower, client, log)
+
+    churn(job, spark, log, rounds=3, start=5)  # updates of compacted keys, and new keys
+    assert_broker_sees(spark, follower, client, "accounts", log)
+    assert_every_snapshot_answers_the_replay(spark, follower, client, log)
+    visible = broker_view(follower, client, "accounts").visible_segments
+    compacted_chunks = {s.interval for s in report.outputs}
+    appended = [s for s in visible if s.interval in compacted_chunks and s.minor_version == 0]
+    assert appended and all(s.version in new_versions for s in appended)
+    assert all(s.root_start >= report.outputs[0].core_partitions for s in appended)
+
+
+def test_losing_one_segment_of_the_new_version_falls_back_to_the_old_one(
+    spark, server, follower, tmp_path
+):
+    table = accounts_table(tmp_path)
+    client = server("s1")
+    job = IngestJob(spark, table, client).start()
+    churn(job, spark, [], rounds=4)
+    before = {s.id for s in broker_view(follower, client, "accounts").visible_segments}
+    compactor = Compactor(
+        spark, table, server("compactor"), settings=CompactionSettings(target_rows=8)
+    )
+    report = compactor.compact_major()
+    assert report.outcome == "published" and len(report.outputs) > 1
+    timeline = Timeline("accounts")
+    timeline.add_all(client.announced_segments("accounts"))
+    assert {s.id for s in timeline.visible_segments()} == {s.id for s in report.outputs}
+    timeline.remove(report.outputs[0])  # an unreadable file: the broker drops the segment
+    assert {s.id for s in timeline.visible_segments()} == before
+
+
+def test_ingestion_preempts_a_major_compaction_of_its_chunk(
+    spark, server, follower, tmp_path, redis_server
+):
+    table = accounts_table(tmp_path)
+    client = server("s1")
+    job = IngestJob(spark, table, client).start()
+    churn(job, spark, [], rounds=3)
+    announced = {s.id for s in client.announced_segments("accounts")}
+    some = client.announced_segments("accounts")[0]
+    batch = JobLocks(LockClient(redis_server.url), "accounts", "s1", STREAMING_INGESTION_PRIORITY)
+
+    def append_meanwhile(message: str) -> None:
+        if message.startswith("rewriting"):
+            batch.lock_segments(some.interval, some.version, [999])
+
+    report = Compactor(spark, table, server("compactor"), progress=append_meanwhile).compact_major()
+    batch.release()
+    assert report.outcome == "revoked" and "revoked by job s1" in report.message.lower()
+    assert {s.id for s in client.announced_segments("accounts")} == announced
+
+
+def test_a_publish_below_the_chunks_major_version_is_refused(redis_url, make_server):
+    server_ = make_server(redis_url, "s1")
+    server_.register_table(table_descriptor())
+    locks = JobLocks(LockClient(redis_url), "accounts", "s1", STREAMING_INGESTION_PRIORITY)
+    old, new = segment(partition=0, version="v1"), segment(partition=0, version="v1.major")
+    assert server_.chunk_versions("accounts", [old.interval], "v1") == {old.interval: "v1"}
+    locks.lock_covering([new])
+    server_.announce([new], guard=locks.guard([new]))
+    assert server_.chunk_versions("accounts", [old.interval], "v1") == {old.interval: "v1.major"}
+    locks.lock_covering([old])
+    with pytest.raises(FailedPrecondition, match="major compaction replaced the chunk"):
+        server_.announce([old], guard=locks.guard([old]))
+    assert [s.version for s in server_.announced_segments("accounts")] == ["v1.major"]
+    locks.release()
