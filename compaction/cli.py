@@ -5,7 +5,8 @@
     horizon compact ... --mode major --interval 2026-01-01/2026-02-01  # new major versions
 
 Each pass runs a minor compaction (segment locks at priority 25: ingestion preempts it) of every
-chunk with a run of at least ``--min-segments`` small adjacent segments, then withdraws and deletes
+chunk holding at least ``--min-segments`` visible segments or ``--min-small-files`` small files
+(merging runs of adjacent small segments), then withdraws and deletes
 what earlier compactions replaced once the table's ``gc_grace`` has passed. With ``--reclaim`` a
 pass also rewrites the segments holding the most history below the retention horizon
 (:mod:`compaction.reclaim`), ``--reclaim-rows`` / ``--reclaim-files`` per step.
@@ -35,7 +36,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--mode", default="minor", choices=["minor", "major"])
     parser.add_argument("--target-rows", type=int, default=5_000_000)
     parser.add_argument("--target-bytes", type=int, default=512 * 1024 * 1024)
-    parser.add_argument("--min-segments", type=int, default=2, help="compact runs this long")
+    parser.add_argument(
+        "--min-segments", type=int, default=2, help="compact a chunk holding this many segments"
+    )
+    parser.add_argument(
+        "--min-small-files", type=int, default=0, help="... or this many small files (0: off)"
+    )
+    parser.add_argument("--small-file-bytes", type=int, default=16 * 1024 * 1024)
     parser.add_argument("--skip-newest", type=int, default=0, help="leave the newest N chunks")
     parser.add_argument("--priority", type=int, default=25, help="lock priority (Druid: 25)")
     parser.add_argument("--wait", type=float, default=0.0, help="seconds to wait for locks")
@@ -84,6 +91,8 @@ def _run(args: argparse.Namespace) -> int:
         target_rows=args.target_rows,
         target_bytes=args.target_bytes,
         min_segments=args.min_segments,
+        min_small_files=args.min_small_files,
+        small_file_bytes=args.small_file_bytes,
     )
     spark = create_spark_session(
         master=args.spark_master, app_name=f"horizon-compact-{table.name}",

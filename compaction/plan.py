@@ -25,12 +25,15 @@ from timeline.timeline import Timeline
 
 @dataclass(frozen=True, slots=True)
 class CompactionSettings:
-    """How big a compacted segment may grow, and how long a run must be to be worth merging."""
+    """How big a compacted segment may grow, and when a chunk is worth compacting (the policy)."""
 
     target_rows: int = 5_000_000
     target_bytes: int = 512 * 1024 * 1024
     min_segments: int = 2
-    """A chunk is compacted once a run of at least this many mergeable segments exists."""
+    """A chunk is compacted once it holds at least this many visible segments ..."""
+    min_small_files: int = 0
+    """... or at least this many files smaller than ``small_file_bytes`` (0: no such rule)."""
+    small_file_bytes: int = 16 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,17 +109,34 @@ def plan_minor(
         segments = [s for s in chunks[chunk] if version is None or s.version == version]
         if len({s.version for s in segments}) > 1:
             continue  # several major versions share the chunk's instants: leave it to a major one
+        if not due(segments, settings):
+            continue
         targets.extend(_pack(segments, settings))
     return targets
 
 
+def due(segments: Sequence[Segment], settings: CompactionSettings) -> bool:
+    """The policy: a chunk is compacted once it holds ``min_segments`` visible segments or
+    ``min_small_files`` small files."""
+    if len(segments) >= settings.min_segments:
+        return True
+    if not settings.min_small_files or not segments:
+        return False
+    small = sum(
+        len(s.location)
+        for s in segments
+        if s.size_bytes / max(1, len(s.location)) < settings.small_file_bytes
+    )
+    return small >= settings.min_small_files
+
+
 def _pack(segments: Sequence[Segment], settings: CompactionSettings) -> list[CompactionTarget]:
-    """Greedy runs of adjacent, small enough segments, each of at least ``min_segments``."""
+    """Greedy runs of adjacent, small enough segments, each of at least two."""
     targets: list[CompactionTarget] = []
     run: list[Segment] = []
 
     def close() -> None:
-        if len(run) >= max(2, settings.min_segments):
+        if len(run) >= 2:
             targets.append(CompactionTarget(tuple(run)))
         run.clear()
 
