@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from compaction.run import compaction_record_dir
 from ingest import garbage
 from ingest.storage import Storage
-from timeline.segment import Segment
+from timeline.segment import Segment, SegmentId
 from timeline.timeline import Timeline
 from watermark.server import ServerClient
 
@@ -78,3 +78,12 @@ def collect_replaced(
             storage.delete(info.path)
             runs += 1
     return Collected(runs, withdrawn, deleted, freed)
+
+
+def compacted_inputs(storage: Storage, table_root: str) -> set[SegmentId]:
+    """Every segment a compaction record names as an input (not collected yet)."""
+    found: set[SegmentId] = set()
+    for info in storage.list_files(compaction_record_dir(table_root), suffix=".json"):
+        body = json.loads(storage.read_text(info.path))
+        found.update(Segment.from_dict(item).id for item in body["inputs"])
+    return found

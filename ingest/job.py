@@ -604,6 +604,8 @@ class IngestJob:
         rolling_forward = not locks.held
         if record.kind == INGEST:
             segments = [Segment.from_dict(item) for item in body["segments"]]
+            if rolling_forward:
+                segments = self._not_yet_published(segments)
             if segments:
                 if rolling_forward:
                     locks.lock(segments)
@@ -618,6 +620,23 @@ class IngestJob:
                     remove, add, self.table, self.client.announced_segments(self.table.name)
                 )
             self.client.replace(add=add, remove=remove, guard=locks.guard([*remove, *add]))
+
+    def _not_yet_published(self, segments: list[Segment]) -> list[Segment]:
+        """Of a commit rolled forward, the segments to announce: not those announced before the
+        crash, nor those a compaction took in while this server was down (its record names them,
+        or, once collected, their files are gone): announcing those again would bring back what
+        the compaction replaced, or be refused below a major compaction's version."""
+        from compaction.collect import compacted_inputs
+
+        announced = {segment.id for segment in self.client.announced_segments(self.table.name)}
+        compacted = compacted_inputs(self.storage, self.root)
+        return [
+            segment
+            for segment in segments
+            if segment.id not in announced
+            and segment.id not in compacted
+            and all(self.storage.exists(path) for path in segment.location)
+        ]
 
     def transaction_locks(self) -> TransactionLocks:
         """The current transaction's locks (created empty on first use)."""

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import time
 from itertools import pairwise
 
 import pytest
 
+from compaction.collect import collect_replaced
 from compaction.plan import CompactionSettings
 from compaction.run import Compactor
-from ingest.job import IngestJob
+from ingest.job import IngestJob, SimulatedCrash
 from locks.client import JobLocks, LockClient
 from locks.rules import STREAMING_INGESTION_PRIORITY
 from tests.compaction.test_minor_compaction import assert_every_snapshot_answers_the_replay, churn
-from tests.ingest.conftest import accounts_table, assert_broker_sees, broker_view
+from tests.ingest.conftest import Change, accounts_table, assert_broker_sees, broker_view
 from tests.watermark.conftest import segment, table_descriptor
 from timeline.errors import FailedPrecondition
 from timeline.timeline import Timeline
@@ -109,3 +111,37 @@ def test_a_publish_below_the_chunks_major_version_is_refused(redis_url, make_ser
         server_.announce([old], guard=locks.guard([old]))
     assert [s.version for s in server_.announced_segments("accounts")] == ["v1.major"]
     locks.release()
+
+
+def test_a_server_that_died_after_announcing_restarts_after_its_segments_were_compacted_away(
+    spark, server, follower, tmp_path
+):
+    """The batch was announced, then a major compaction took it in and its inputs were collected
+    while the server was down: rolling the batch forward must not announce them again."""
+    table = accounts_table(tmp_path)
+    client = server("s1")
+    log: list = []
+    churn(IngestJob(spark, table, client).start(), spark, log, rounds=3)
+    crashing = IngestJob(spark, table, client, fail_at="after_announce")
+    lost: list = []
+    with pytest.raises(SimulatedCrash):
+        churn(crashing, spark, lost, rounds=1, start=3)
+    # Its commit timestamps are unknown (it died): they lie between the rounds around it.
+    changes = [Change(f"k{(15 + i) % 12:02d}", 300 + i, 4) for i in range(6)]
+    log.extend((max(ts for ts, _ in log) + 1 + i, c) for i, c in enumerate(changes))
+    compactor_client = server("compactor")
+    compactor = Compactor(spark, table, compactor_client)
+    assert compactor.compact_major().outcome == "published"
+    collected = collect_replaced(
+        compactor.storage, compactor_client, "accounts", compactor.root, grace_ms=0,
+        now_ms=time.time_ns() // 1_000_000 + 1,
+    )  # fmt: skip
+    assert collected.withdrawn > 0
+    restarted = IngestJob(spark, table, server("s1")).start()
+    churn(restarted, spark, log, rounds=2, start=4)
+    assert_broker_sees(spark, follower, client, "accounts", log, exact_ts=False)
+    visible = broker_view(follower, client, "accounts").visible_segments
+    majors = {s.interval for s in visible if s.version != table.version}
+    assert majors and not [
+        s for s in visible if s.interval in majors and s.version == table.version
+    ]
