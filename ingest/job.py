@@ -25,8 +25,9 @@ from ingest import garbage, update_run
 from ingest.bucketing import BUCKET_COLUMN, BucketLayout, bucket_column, bucket_layout
 from ingest.granularity import Granularity, chunk_interval, chunks_between, spark_chunk_start
 from ingest.local_frames import local_frame
-from ingest.locking import TransactionLocks, check_still_current
+from ingest.locking import TransactionLocks, UpdateSuperseded, check_still_current
 from ingest.manifest import (
+    ABANDON,
     COLLECT,
     COMMIT,
     DONE,
@@ -204,7 +205,10 @@ class IngestJob:
             # may have lost it).
             self.client.report_retention_horizon(self.table.name, self.state.retention_horizon)
         if self.state.unpublished is not None:
-            self._publish(self.state.unpublished)  # a collect has nothing to publish
+            try:
+                self._publish(self.state.unpublished)  # a collect has nothing to publish
+            except UpdateSuperseded as error:
+                self._abandon_update(self.state.unpublished, error)
         self._report()
         if self.state.unpublished is not None:
             self._done(self.state.unpublished)
@@ -620,6 +624,23 @@ class IngestJob:
                     remove, add, self.table, self.client.announced_segments(self.table.name)
                 )
             self.client.replace(add=add, remove=remove, guard=locks.guard([*remove, *add]))
+
+    def _abandon_update(self, record: Record, error: UpdateSuperseded) -> None:
+        """Give up an unpublished update whose segments a compaction replaced while this server
+        was down: delete its files and make its updates pending again (the next updater run
+        applies them to the segments that replaced them)."""
+        self.release_transaction_locks()
+        pending = record.body.get("pending")
+        if pending is None:  # written before updates were recorded in their commit
+            raise error
+        log.warning("abandoning update %s: %s", record.seq, error)
+        self.storage.delete(f"{self.root}/segments/{self.server_id}/u{record.seq:010d}")
+        seq = self.state.next_seq
+        body = {"kind": ABANDON, "update": record.seq, "pending": pending}
+        self.state.apply_commit(self.manifest.write(seq, COMMIT, body))
+        self.state.apply_done(
+            self.manifest.write(seq, DONE, {"kind": ABANDON, "at_ms": _wall_ms()})
+        )
 
     def _not_yet_published(self, segments: list[Segment]) -> list[Segment]:
         """Of a commit rolled forward, the segments to announce: not those announced before the

@@ -105,6 +105,10 @@ def locked_update_plan(
     )
 
 
+class UpdateSuperseded(LockConflict):
+    """An unpublished update's segments were replaced by another job while its server was down."""
+
+
 def check_still_current(
     replaced: Sequence[Segment],
     rewrites: Sequence[Segment],
@@ -130,7 +134,7 @@ def check_still_current(
         or found[(s.interval.start_ms, s.root_start)].id not in allowed
     ]  # type: ignore[index]
     if stale:
-        raise LockConflict(
+        raise UpdateSuperseded(
             f"table {table.name!r}: an unpublished update of segment(s) {', '.join(stale[:3])} "
             "cannot be rolled forward: another job published a newer version of them while this "
             "server was down; the update must be applied again to the newer segments"

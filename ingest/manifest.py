@@ -15,7 +15,9 @@ Every batch (and every updater run) is a two-record transaction in storage, unde
 
 The job never starts a new transaction before finishing the previous one, so only the *last*
 commit can lack its ``done``. A ``collect`` transaction (commit and done, no prepare) records that
-the files of segments replaced by earlier updates were deleted (see :mod:`ingest.garbage`).
+the files of segments replaced by earlier updates were deleted (see :mod:`ingest.garbage`); an
+``abandon`` transaction (commit and done) that an unpublished update was given up (its segments
+were replaced by a compaction while the server was down) and its updates are pending again.
 
 **Checkpoints** keep the log short: ``<seq>-checkpoint.json`` holds the :class:`ManifestState`
 derived from every record up to ``seq`` (written only between transactions). Readers start from the
@@ -43,6 +45,7 @@ CHECKPOINT = "checkpoint"
 INGEST = "ingest"
 UPDATE = "update"
 COLLECT = "collect"
+ABANDON = "abandon"
 _NAME = re.compile(r"^(\d{12})-(prepare|commit|done|checkpoint)\.json$")
 _PHASE_ORDER = {PREPARE: 0, COMMIT: 1, DONE: 2, CHECKPOINT: 3}
 _PENDING_KEYS = ("updates", "pending_min", "targets")
@@ -269,6 +272,12 @@ class ManifestState:
         elif record.kind == COLLECT:
             for seq in body["collected"]:
                 self.garbage.pop(int(seq), None)
+        elif record.kind == ABANDON:
+            # An unpublished update whose segments another job replaced meanwhile: its updates
+            # are pending again, and what it would have replaced is not its garbage.
+            for seq, item in body["pending"].items():
+                self.pending[int(seq)] = dict(item)
+            self.garbage.pop(int(body["update"]), None)
         else:
             raise Internal(f"commit log record {record.seq} has unknown kind {record.kind!r}")
 

@@ -83,6 +83,8 @@ def run_updater(job: IngestJob) -> int:
             "add": [segment.to_dict() for segment in add],
             "remove": [segment.to_dict() for segment in remove],
             "retention_horizon": horizon,
+            # What the updates were, so that an abandon can make them pending again.
+            "pending": {str(seq): state.pending[seq] for seq in applied},
         }
         record = job.manifest.write(seq, COMMIT, body)
         state.apply_commit(record)

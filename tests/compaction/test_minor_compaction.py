@@ -12,7 +12,7 @@ import pytest
 from compaction.collect import collect_replaced
 from compaction.plan import CompactionSettings
 from compaction.run import CompactionKilled, Compactor
-from ingest.job import IngestJob
+from ingest.job import IngestJob, SimulatedCrash
 from ingest.storage import Storage
 from locks.client import JobLocks, LockClient
 from locks.rules import BATCH_INGESTION_PRIORITY
@@ -220,3 +220,31 @@ def test_compaction_racing_ingestion_keeps_every_snapshot_exact(spark, server, f
     assert "published" in outcomes and set(outcomes) <= {"published", "revoked", "nothing to do"}
     assert_broker_sees(spark, follower, client, "accounts", log)
     assert_every_snapshot_answers_the_replay(spark, follower, client, log)
+
+
+def test_an_update_cut_short_before_its_publish_is_applied_again_to_the_compacted_segments(
+    spark, server, follower, tmp_path
+):
+    """The updater committed its rewrite and died before announcing it; a compaction then took
+    in the segments it rewrote. Rolling the stale rewrite forward would be a second minor version
+    of the same roots: the restart abandons it and applies its updates to the compaction's output."""
+    table = accounts_table(tmp_path)
+    client = server("s1")
+    log: list = []
+    churn(IngestJob(spark, table, client).start(), spark, log, rounds=4)
+    crashing = IngestJob(spark, table, client, fail_at="update_after_commit")
+    changes = [Change(f"k{i:02d}", 900 + i, 10) for i in range(0, 12, 2)]  # updates only
+    with pytest.raises(SimulatedCrash):
+        batch(crashing, spark, changes, [])
+    log.extend((max(ts for ts, _ in log) + 1 + i, c) for i, c in enumerate(changes))
+    assert Compactor(spark, table, server("compactor")).compact().outcome == "published"
+
+    restarted = IngestJob(spark, table, server("s1")).start()
+    kinds = [r.body.get("kind") for r in restarted.manifest.records() if r.phase == "commit"]
+    assert "abandon" in kinds, "the stale update should have been abandoned"
+    assert restarted.state.pending, "its updates should be pending again"
+    restarted.flush_updates()
+    assert not restarted.state.pending
+    assert_broker_sees(spark, follower, client, "accounts", log, exact_ts=False)
+    churn(restarted, spark, log, rounds=1, start=4)
+    assert_broker_sees(spark, follower, client, "accounts", log, exact_ts=False)
