@@ -41,6 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--available-now", action="store_true", help="stream what is there, exit")
     parser.add_argument("--source-format", help="any Spark streaming source format (e.g. kafka)")
     parser.add_argument("--source-option", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument(
+        "--lock-priority", type=int, default=75, help="priority of the batches' locks (Druid: 75)"
+    )
     parser.add_argument("--spark-master", default="local[*]")
     parser.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE")
     return parser
@@ -89,7 +92,9 @@ def _run(args: argparse.Namespace) -> int:
     )  # fmt: skip
     client = ServerClient(args.redis, args.server_id, prefix=args.prefix)
     try:
-        job = IngestJob(spark, table, client, partitions=partitions).start()
+        job = IngestJob(
+            spark, table, client, partitions=partitions, lock_priority=args.lock_priority
+        ).start()
         client.start_heartbeats()
         if args.stream:
             source = _stream_source(spark, job, args)

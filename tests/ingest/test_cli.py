@@ -3,21 +3,8 @@
 from __future__ import annotations
 
 from ingest.cli import main_ingest
+from tests.ingest.cli_test_table import TABLE
 from tests.ingest.conftest import Change, assert_broker_sees, write_changelog
-
-TABLE = """
-name = "accounts"
-primary_key = ["user_id"]
-comparison = ["seq"]
-delete_column = "deleted"
-key_partitions = 2
-
-[columns]
-user_id = "string"
-balance = "bigint"
-seq = "bigint"
-deleted = "boolean"
-"""
 
 
 def test_the_ingest_command_ingests_a_changelog_directory_once(
