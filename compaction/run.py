@@ -296,28 +296,51 @@ class Compactor:
         ranges = tiling([start for start, _, _ in kept], target.core)
         summaries = footer_summaries(self.storage, [item for _, _, item in kept])
         return [
-            Segment(
-                table=self.table.name,
-                interval=target.interval,
-                version=target.version,
-                partition=number,
-                core_partitions=target.core,
-                root_start=root_start,
-                root_end=root_end,
-                minor_version=1,
-                atomic_update_group_size=1,
-                location=item.locations,
-                row_count=summary.rows,
-                size_bytes=item.size_bytes,
-                server=run_id,
-                max_valid_from=summary.max_valid_from,
-                open_files=item.open_locations,
-                max_valid_until=summary.max_valid_until,
+            self._output(
+                target.interval,
+                target.version,
+                number,
+                target.core,
+                roots,
+                1,
+                item,
+                summary,
+                run_id,
             )
-            for (_, number, item), summary, (root_start, root_end) in zip(
-                kept, summaries, ranges, strict=True
-            )
+            for (_, number, item), summary, roots in zip(kept, summaries, ranges, strict=True)
         ]
+
+    def _output(
+        self,
+        interval: Interval,
+        version: str,
+        partition: int,
+        core: int,
+        roots: tuple[int, int],
+        minor: int,
+        item: Any,
+        summary: Any,
+        run_id: str,
+    ) -> Segment:
+        """The description of one written output segment (an overwrite segment)."""
+        return Segment(
+            table=self.table.name,
+            interval=interval,
+            version=version,
+            partition=partition,
+            core_partitions=core,
+            root_start=roots[0],
+            root_end=roots[1],
+            minor_version=minor,
+            atomic_update_group_size=1,
+            location=item.locations,
+            row_count=summary.rows,
+            size_bytes=item.size_bytes,
+            server=run_id,
+            max_valid_from=summary.max_valid_from,
+            open_files=item.open_locations,
+            max_valid_until=summary.max_valid_until,
+        )
 
     def _lock_inputs(
         self, locks: JobLocks, targets: Sequence[CompactionTarget]
@@ -404,30 +427,20 @@ class Compactor:
         ]
         items = [item for _, _, item in kept]
         summaries = footer_summaries(self.storage, items)
-        outputs = []
-        for (target, number, item), summary in zip(kept, summaries, strict=True):
-            root_start, root_end = target.root_range
-            outputs.append(
-                Segment(
-                    table=self.table.name,
-                    interval=target.interval,
-                    version=target.version,
-                    partition=number,
-                    core_partitions=max(s.core_partitions for s in target.inputs),
-                    root_start=root_start,
-                    root_end=root_end,
-                    minor_version=target.minor_version,
-                    atomic_update_group_size=1,
-                    location=item.locations,
-                    row_count=summary.rows,
-                    size_bytes=item.size_bytes,
-                    server=run_id,
-                    max_valid_from=summary.max_valid_from,
-                    open_files=item.open_locations,
-                    max_valid_until=summary.max_valid_until,
-                )
+        return [
+            self._output(
+                target.interval,
+                target.version,
+                number,
+                max(s.core_partitions for s in target.inputs),
+                target.root_range,
+                target.minor_version,
+                item,
+                summary,
+                run_id,
             )
-        return outputs
+            for (target, number, item), summary in zip(kept, summaries, strict=True)
+        ]
 
     def _record(self, run_id: str, inputs: Sequence[Segment], outputs: Sequence[Segment]) -> None:
         """What :mod:`compaction.collect` needs to withdraw and delete the inputs later."""

@@ -9,10 +9,9 @@ from broker.client import connect
 from broker.server import BrokerServer
 from compaction.plan import CompactionSettings
 from compaction.run import Compactor
-from ingest.job import IngestJob
 from tests.broker.conftest import ADMIN, broker_config
-from tests.compaction.test_minor_compaction import churn
-from tests.ingest.conftest import accounts_table, replay, reported_lwm
+from tests.compaction.history import churned
+from tests.ingest.conftest import replay, reported_lwm
 
 
 def _answer(horizon, snapshot: int) -> set[tuple]:
@@ -32,11 +31,7 @@ def _visible_segments(horizon) -> int:
 def test_queries_answer_as_the_uncompacted_table_while_minor_and_major_compactions_run(
     spark, server, redis_server, tmp_path
 ):
-    table = accounts_table(tmp_path)
-    client = server("s1")
-    job = IngestJob(spark, table, client).start()
-    log: list = []
-    churn(job, spark, log, rounds=5)
+    table, client, _job, log = churned(spark, server, tmp_path, rounds=5)
     lwm = reported_lwm(client, "accounts")
     times = sorted({ts for ts, _ in log})
     snapshots = [*times[:: max(1, len(times) // 5)], lwm]

@@ -13,7 +13,7 @@ from compaction.run import Compactor
 from ingest.job import IngestJob, SimulatedCrash
 from locks.client import JobLocks, LockClient
 from locks.rules import STREAMING_INGESTION_PRIORITY
-from tests.compaction.test_minor_compaction import assert_every_snapshot_answers_the_replay, churn
+from tests.compaction.history import assert_every_snapshot_answers_the_replay, churn, churned
 from tests.ingest.conftest import Change, accounts_table, assert_broker_sees, broker_view
 from tests.watermark.conftest import segment, table_descriptor
 from timeline.errors import FailedPrecondition
@@ -23,11 +23,7 @@ from timeline.timeline import Timeline
 def test_major_compaction_replaces_chunks_and_later_batches_append_to_the_new_version(
     spark, server, follower, tmp_path
 ):
-    table = accounts_table(tmp_path)
-    client = server("s1")
-    job = IngestJob(spark, table, client).start()
-    log: list = []
-    churn(job, spark, log, rounds=5)
+    table, client, job, log = churned(spark, server, tmp_path, rounds=5)
     before = broker_view(follower, client, "accounts").visible_segments
 
     report = Compactor(spark, table, server("compactor")).compact_major()
@@ -59,10 +55,7 @@ def test_major_compaction_replaces_chunks_and_later_batches_append_to_the_new_ve
 def test_losing_one_segment_of_the_new_version_falls_back_to_the_old_one(
     spark, server, follower, tmp_path
 ):
-    table = accounts_table(tmp_path)
-    client = server("s1")
-    job = IngestJob(spark, table, client).start()
-    churn(job, spark, [], rounds=4)
+    table, client, _job, _ = churned(spark, server, tmp_path, rounds=4)
     before = {s.id for s in broker_view(follower, client, "accounts").visible_segments}
     compactor = Compactor(
         spark, table, server("compactor"), settings=CompactionSettings(target_rows=8)
@@ -79,10 +72,7 @@ def test_losing_one_segment_of_the_new_version_falls_back_to_the_old_one(
 def test_ingestion_preempts_a_major_compaction_of_its_chunk(
     spark, server, follower, tmp_path, redis_server
 ):
-    table = accounts_table(tmp_path)
-    client = server("s1")
-    job = IngestJob(spark, table, client).start()
-    churn(job, spark, [], rounds=3)
+    table, client, _job, _ = churned(spark, server, tmp_path, rounds=3)
     announced = {s.id for s in client.announced_segments("accounts")}
     some = client.announced_segments("accounts")[0]
     batch = JobLocks(LockClient(redis_server.url), "accounts", "s1", STREAMING_INGESTION_PRIORITY)

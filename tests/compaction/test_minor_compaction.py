@@ -5,7 +5,6 @@ from __future__ import annotations
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -16,58 +15,27 @@ from ingest.job import IngestJob, SimulatedCrash
 from ingest.storage import Storage
 from locks.client import JobLocks, LockClient
 from locks.rules import BATCH_INGESTION_PRIORITY
+from tests.compaction.history import (
+    assert_every_snapshot_answers_the_replay,
+    batch,
+    churn,
+    churned,
+)
 from tests.ingest.conftest import (
-    COLUMNS,
     Change,
     accounts_table,
     assert_broker_sees,
     broker_view,
     replay,
     segment_rows,
-    stamp,
     visible_at,
 )
-
-SCHEMA = "user_id string, balance bigint, seq bigint, deleted boolean"
-
-
-def batch(job: IngestJob, spark: Any, changes: list[Change], log: list) -> None:
-    frame = spark.createDataFrame([tuple(c.as_row()[k] for k in COLUMNS) for c in changes], SCHEMA)
-    result = job.run_batch(frame)
-    log.extend(stamp(changes, result.base))
-
-
-def churn(job: IngestJob, spark: Any, log: list, rounds: int, start: int = 0) -> None:
-    """Batches of inserts, updates and a delete over twelve keys (several segments per chunk)."""
-    for r in range(start, start + rounds):
-        changes = [Change(f"k{(r * 5 + i) % 12:02d}", 100 * r + i, r + 1) for i in range(6)]
-        if r % 3 == 2:
-            changes.append(Change(f"k{r % 12:02d}", 0, r + 1, deleted=True))
-        batch(job, spark, changes, log)
-
-
-def assert_every_snapshot_answers_the_replay(spark, follower, client, log, since: int = 0) -> int:
-    """At every commit timestamp from ``since`` up to the LWM: one version per key, equal to the
-    replay of the changelog."""
-    view = broker_view(follower, client, "accounts")
-    stored = segment_rows(spark, view.visible_segments)
-    snapshots = sorted({ts for ts, _ in log if since <= ts <= view.lwm} | {view.lwm})
-    for snapshot in snapshots:
-        rows = visible_at(stored, snapshot)
-        keys = [row["user_id"] for row in rows]
-        assert len(keys) == len(set(keys)), f"a key is visible twice at {snapshot}"
-        assert {row["user_id"]: Change(**row) for row in rows} == replay(log, snapshot), snapshot
-    return len(snapshots)
 
 
 def test_minor_compaction_merges_segments_and_every_snapshot_answers_as_before(
     spark, server, follower, tmp_path
 ):
-    table = accounts_table(tmp_path)
-    client = server("s1")
-    job = IngestJob(spark, table, client).start()
-    log: list = []
-    churn(job, spark, log, rounds=5)
+    table, client, job, log = churned(spark, server, tmp_path, rounds=5)
     before = broker_view(follower, client, "accounts").visible_segments
     assert_every_snapshot_answers_the_replay(spark, follower, client, log)
 
@@ -94,11 +62,7 @@ def test_minor_compaction_merges_segments_and_every_snapshot_answers_as_before(
 
 
 def test_compaction_drops_versions_no_permitted_snapshot_can_see(spark, server, follower, tmp_path):
-    table = accounts_table(tmp_path)
-    client = server("s1")
-    job = IngestJob(spark, table, client).start()
-    log: list = []
-    churn(job, spark, log, rounds=4)
+    table, client, _job, log = churned(spark, server, tmp_path, rounds=4)
     lwm = broker_view(follower, client, "accounts").lwm
     horizon = sorted(ts for ts, _ in log)[len(log) // 2]
     client.report_retention_horizon("accounts", horizon)
@@ -115,11 +79,7 @@ def test_compaction_drops_versions_no_permitted_snapshot_can_see(spark, server, 
 def test_a_revoked_compaction_announces_nothing_and_leaves_no_file(
     spark, server, follower, tmp_path, redis_server
 ):
-    table = accounts_table(tmp_path)
-    client = server("s1")
-    job = IngestJob(spark, table, client).start()
-    log: list = []
-    churn(job, spark, log, rounds=3)
+    table, client, _job, log = churned(spark, server, tmp_path, rounds=3)
     announced_before = {s.id for s in client.announced_segments("accounts")}
     chunk = client.announced_segments("accounts")[0].interval
     preemptor = JobLocks(
@@ -143,11 +103,7 @@ def test_a_revoked_compaction_announces_nothing_and_leaves_no_file(
 def test_a_killed_compactors_locks_run_out_and_a_later_run_succeeds(
     spark, server, follower, tmp_path, redis_server
 ):
-    table = accounts_table(tmp_path)
-    client = server("s1")
-    job = IngestJob(spark, table, client).start()
-    log: list = []
-    churn(job, spark, log, rounds=3)
+    table, client, _job, log = churned(spark, server, tmp_path, rounds=3)
     killed = Compactor(spark, table, server("compactor"), lease_s=1.0, fail_at="after_files")
     with pytest.raises(CompactionKilled):
         killed.compact()
@@ -166,11 +122,7 @@ def test_a_killed_compactors_locks_run_out_and_a_later_run_succeeds(
 def test_collection_withdraws_and_deletes_the_inputs_after_the_grace_period(
     spark, server, follower, tmp_path
 ):
-    table = accounts_table(tmp_path)
-    client = server("s1")
-    job = IngestJob(spark, table, client).start()
-    log: list = []
-    churn(job, spark, log, rounds=4)
+    table, client, _job, log = churned(spark, server, tmp_path, rounds=4)
     compactor_client = server("compactor")
     compactor = Compactor(spark, table, compactor_client)
     report = compactor.compact()
@@ -195,11 +147,7 @@ def test_collection_withdraws_and_deletes_the_inputs_after_the_grace_period(
 
 def test_compaction_racing_ingestion_keeps_every_snapshot_exact(spark, server, follower, tmp_path):
     """Batches (and their updater runs, which preempt compaction) run while compactions do."""
-    table = accounts_table(tmp_path)
-    client = server("s1")
-    job = IngestJob(spark, table, client).start()
-    log: list = []
-    churn(job, spark, log, rounds=3)
+    table, client, job, log = churned(spark, server, tmp_path, rounds=3)
     outcomes: list[str] = []
     stop = threading.Event()
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from compaction.reclaim import ReclaimSettings, reclaim
 from compaction.run import Compactor
 from ingest.job import IngestJob
-from tests.compaction.test_minor_compaction import assert_every_snapshot_answers_the_replay, churn
+from tests.compaction.history import assert_every_snapshot_answers_the_replay, churn, churned
 from tests.ingest.conftest import (
     Change,
     accounts_table,
@@ -49,11 +49,7 @@ def test_history_of_segments_that_stopped_changing_is_reclaimed_in_bounded_steps
 
 
 def test_reclaiming_keeps_every_permitted_snapshot_exact(spark, server, follower, tmp_path):
-    table = accounts_table(tmp_path)
-    client = server("s1")
-    job = IngestJob(spark, table, client).start()
-    log: list = []
-    churn(job, spark, log, rounds=5)
+    table, client, _job, log = churned(spark, server, tmp_path, rounds=5)
     horizon = sorted(ts for ts, _ in log)[len(log) // 2]
     client.report_retention_horizon("accounts", horizon)
     report = reclaim(Compactor(spark, table, server("reclaimer")))
