@@ -91,6 +91,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser(
         "ingest", help="run the ingestion job (arguments go to the ingest CLI)", add_help=False
     )
+    sub.add_parser(
+        "compact", help="compact a table (arguments go to the compaction CLI)", add_help=False
+    )
     return parser
 
 
@@ -98,6 +101,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "ingest":
         return _ingest(argv[1:])
+    if argv and argv[0] == "compact":
+        from compaction.cli import main_compact
+
+        return int(main_compact(argv[1:]) or 0)
     args = build_parser().parse_args(argv)
     if args.command == "demo":
         return _demo(args)
