@@ -608,7 +608,7 @@ class IngestJob:
         rolling_forward = not locks.held
         if record.kind == INGEST:
             segments = [Segment.from_dict(item) for item in body["segments"]]
-            if rolling_forward:
+            if rolling_forward and segments:
                 segments = self._not_yet_published(segments)
             if segments:
                 if rolling_forward:

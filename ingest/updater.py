@@ -50,12 +50,6 @@ class UpdatePlan:
     targets: dict[Target, Target]
     """Each targeted (chunk start, root partition) -> the key of the rewrite that covers it."""
 
-    def same_segments(self, other: UpdatePlan) -> bool:
-        """Whether ``other`` rewrites the same physical segments for the same targets."""
-        return self.targets == other.targets and {
-            key: segment.id for key, segment in self.current.items()
-        } == {key: segment.id for key, segment in other.current.items()}
-
 
 def current_segments(
     announced: Sequence[Segment], table: TableDefinition, targets: Sequence[Target]
