@@ -46,7 +46,7 @@ from ingest.storage import Storage
 from ingest.table import TableDefinition
 from locks.client import DEFAULT_LEASE_S, JobLocks, LockClient
 from locks.rules import COMPACTION_PRIORITY
-from timeline.errors import Internal, InvalidArgument, LockConflict, LockLost
+from timeline.errors import FailedPrecondition, Internal, InvalidArgument
 from timeline.interval import Interval
 from timeline.segment import Segment
 from watermark.catalog import VALID_FROM, VALID_UNTIL
@@ -68,7 +68,8 @@ class CompactionReport:
 
     run_id: str
     outcome: str
-    """``published``, ``nothing to do`` or ``revoked`` (a lock was lost: nothing announced)."""
+    """``published``, ``nothing to do`` or ``revoked`` (a lock was refused, revoked or ran out,
+    or the chunk was superseded: nothing announced, nothing left behind)."""
     targets: int = 0
     inputs: tuple[Segment, ...] = ()
     outputs: tuple[Segment, ...] = ()
@@ -159,10 +160,13 @@ class Compactor:
             self.client.replace(add=outputs, remove=emptied, guard=locks.guard([*inputs, *outputs]))
             self._record(run_id, inputs, outputs)
             return self._published(run_id, inputs, outputs, started, len(targets))
-        except (LockLost, LockConflict) as error:
+        except FailedPrecondition as error:  # a lock refused or lost, a chunk superseded
             return self._gave_up(run_id, directory, error, started)
         except CompactionKilled:
             killed = True
+            raise
+        except BaseException:
+            self.storage.delete(directory)
             raise
         finally:
             if killed:
@@ -223,8 +227,11 @@ class Compactor:
             self.client.announce(outputs, guard=locks.guard([*inputs, *outputs]))
             self._record(run_id, inputs, outputs)
             return self._published(run_id, inputs, outputs, started, len(majors))
-        except (LockLost, LockConflict) as error:
+        except FailedPrecondition as error:
             return self._gave_up(run_id, directory, error, started)
+        except BaseException:
+            self.storage.delete(directory)
+            raise
         finally:
             locks.release()
 
