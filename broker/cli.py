@@ -1,4 +1,4 @@
-"""The ``horizon`` command line: run the broker, query it, inspect timelines and watermarks.
+"""The ``horizon`` command line: run the broker, query it, inspect timelines, watermarks, locks.
 
 Client commands talk to ``--target`` (default ``$HORIZON_TARGET`` or 127.0.0.1:50051) with
 ``--token`` (default ``$HORIZON_TOKEN``); each prints readable tables, or JSON with ``--json``.
@@ -84,6 +84,10 @@ def build_parser() -> argparse.ArgumentParser:
     watermarks = sub.add_parser("watermarks", help="show a table's low-watermark breakdown")
     watermarks.add_argument("table")
     _client_options(watermarks)
+
+    locks = sub.add_parser("locks", help="show the locks ingestion and compaction jobs hold")
+    locks.add_argument("table", nargs="?", default="", help="one table (default: every table)")
+    _client_options(locks)
 
     tables = sub.add_parser("tables", help="list the tables you may read")
     _client_options(tables)
@@ -238,6 +242,11 @@ def _run(client: Any, args: argparse.Namespace, console: Any, render: Any) -> An
         if args.json:
             return render.to_dict(marks)
         render.print_watermarks(console, marks)
+    elif command == "locks":
+        held = client.locks(args.table)
+        if args.json:
+            return render.to_dict(held)
+        render.print_locks(console, held, table=args.table)
     elif command == "tables":
         tables = client.tables()
         if args.json:

@@ -161,6 +161,10 @@ class HorizonClient:
     def watermarks(self, table: str) -> pb.GetWatermarksResponse:
         return self._unary(self._inspect.GetWatermarks, pb.GetWatermarksRequest(table=table))
 
+    def locks(self, table: str = "") -> pb.ListLocksResponse:
+        """The locks held on ``table`` (every table you may inspect when empty)."""
+        return self._unary(self._inspect.ListLocks, pb.ListLocksRequest(table=table))
+
     def health(self, service: str = "") -> str:
         """The broker's health status name (``SERVING``, ``NOT_SERVING``...)."""
         reply = self._unary(

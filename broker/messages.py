@@ -26,6 +26,11 @@ SNAPSHOT_SOURCES = {
     SNAPSHOT_CHANGES: pb.SNAPSHOT_SOURCE_CHANGES,
     SNAPSHOT_NONE: pb.SNAPSHOT_SOURCE_NONE,
 }
+LOCK_GRANULARITIES = {
+    "time_chunk": pb.LOCK_GRANULARITY_TIME_CHUNK,
+    "segment": pb.LOCK_GRANULARITY_SEGMENT,
+}
+LOCK_MODES = {"exclusive": pb.LOCK_MODE_EXCLUSIVE, "shared": pb.LOCK_MODE_SHARED}
 GROUP_STATES = {
     "visible": pb.GROUP_STATE_VISIBLE,
     "standby": pb.GROUP_STATE_STANDBY,
@@ -143,8 +148,33 @@ def table_info_message(view: Any) -> pb.TableInfo:
     return message
 
 
+def lock_message(lock: Any, now_ms: int) -> pb.Lock:
+    """A :class:`locks.rules.HeldLock` as the API shows it, its lease measured at ``now_ms``."""
+    request = lock.request
+    return pb.Lock(
+        lock_id=lock.lock_id,
+        table=request.table,
+        interval=interval_message(request.interval),
+        granularity=LOCK_GRANULARITIES.get(request.granularity.value, 0),
+        mode=LOCK_MODES.get(request.mode.value, 0),
+        job=request.job,
+        priority=request.priority,
+        version=request.version,
+        partitions=sorted(request.partitions),
+        acquired_ms=lock.acquired_ms,
+        expires_ms=lock.expires_ms,
+        lease_left_seconds=max(0.0, (lock.expires_ms - now_ms) / 1000),
+        revoked=lock.revoked_by is not None,
+        revoked_by=lock.revoked_by or "",
+    )
+
+
 def timeline_message(
-    snapshot: Any, *, interval: Interval | None, include_overshadowed: bool
+    snapshot: Any,
+    *,
+    interval: Interval | None,
+    include_overshadowed: bool,
+    locks: Iterable[pb.Lock] = (),
 ) -> pb.GetTimelineResponse:
     chunks = []
     for chunk in snapshot.chunks:
@@ -180,7 +210,18 @@ def timeline_message(
             )
         )
     return pb.GetTimelineResponse(
-        table=snapshot.table, timeline_generation=snapshot.generation, chunks=chunks
+        table=snapshot.table,
+        timeline_generation=snapshot.generation,
+        chunks=chunks,
+        locks=[
+            lock
+            for lock in locks
+            if interval is None
+            or (
+                lock.interval.start_ms < interval.end_ms
+                and interval.start_ms < lock.interval.end_ms
+            )
+        ],
     )
 
 

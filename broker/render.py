@@ -142,11 +142,59 @@ def print_tables(console: Console, tables: list[pb.TableInfo]) -> None:
     console.print(view)
 
 
+def chunk_locks(timeline: pb.GetTimelineResponse, chunk: pb.TimeChunk) -> list[pb.Lock]:
+    """The locks held on part of ``chunk``'s interval: it is being written or compacted."""
+    return [
+        lock
+        for lock in timeline.locks
+        if lock.interval.start_ms < chunk.interval.end_ms
+        and chunk.interval.start_ms < lock.interval.end_ms
+    ]
+
+
+def lock_summary(lock: pb.Lock) -> str:
+    """A short description: holder, priority, what is locked, state of the lease."""
+    if lock.granularity == pb.LOCK_GRANULARITY_SEGMENT:
+        what = f"segments {_partitions(lock.partitions)} of {lock.version}"
+    else:
+        what = "time chunk"
+    state = (
+        f"revoked by {lock.revoked_by}" if lock.revoked else f"{lock.lease_left_seconds:.0f}s left"
+    )
+    return f"{lock.job} (priority {lock.priority}, {_MODES.get(lock.mode, '?')} {what}, {state})"
+
+
+def _partitions(partitions: Any) -> str:
+    values = sorted(partitions)
+    if values and values == list(range(values[0], values[-1] + 1)) and len(values) > 2:
+        return f"{values[0]}-{values[-1]}"
+    return ",".join(str(value) for value in values)
+
+
+_MODES = {pb.LOCK_MODE_EXCLUSIVE: "exclusive", pb.LOCK_MODE_SHARED: "shared"}
+
+
+def print_locks(console: Console, held: pb.ListLocksResponse, *, table: str = "") -> None:
+    """One line per lock (a table would wrap job ids and intervals on a terminal)."""
+    if not held.locks:
+        console.print(f"no locks held on {table}" if table else "no locks held")
+        return
+    console.print(f"[bold]{len(held.locks)} lock(s)[/bold]" + (f" on {table}" if table else ""))
+    for lock in held.locks:
+        style = "red" if lock.revoked else "magenta"
+        console.print(
+            f"[{style}]{lock.table}[/{style}] {_interval(lock.interval)}: {lock_summary(lock)}",
+            highlight=False,
+        )
+
+
 def print_timeline(console: Console, timeline: pb.GetTimelineResponse) -> None:
     view = Table(title=f"Timeline of {timeline.table} (generation {timeline.timeline_generation})")
     for column in ("time chunk", "version", "complete", "read", "group", "state", "segments"):
         view.add_column(column)
+    view.add_column("locked")
     for chunk in timeline.chunks:
+        held = "yes" if chunk_locks(timeline, chunk) else ""
         for index, group in enumerate(chunk.groups):
             state = STATE_NAMES.get(group.state, "?")
             view.add_row(
@@ -160,8 +208,16 @@ def print_timeline(console: Console, timeline: pb.GetTimelineResponse) -> None:
                 + ("" if group.full else " (not full)"),
                 f"[{STATE_STYLES[state]}]{state}[/]" if state in STATE_STYLES else state,
                 ", ".join(str(segment.partition) for segment in group.segments),
+                f"[magenta]{held}[/magenta]" if index == 0 and held else "",
             )
     console.print(view)
+    for lock in timeline.locks:
+        console.print(
+            f"[magenta]locked[/magenta] {_interval(lock.interval)} by {lock_summary(lock)}",
+            highlight=False,
+        )
+    if timeline.locks_error:
+        console.print(f"[yellow]locks unknown:[/yellow] {timeline.locks_error}")
 
 
 def print_watermarks(console: Console, marks: pb.GetWatermarksResponse) -> None:
@@ -199,6 +255,7 @@ def print_watermarks(console: Console, marks: pb.GetWatermarksResponse) -> None:
 
 # -- the timeline picture -------------------------------------------------------------------------
 
+_LOCKED_COLOUR = "#b0309a"
 _CELL_W = 36
 _ROW_H = 22
 _LEFT = 70
@@ -222,7 +279,7 @@ def timeline_svg(timeline: pb.GetTimelineResponse) -> str:
         width = _CELL_W * len(minors)
         layouts.append((chunk, x, minors))
         x += width + 12
-    width_total = max(x + 20, 360)
+    width_total = max(x + 20, _LEFT + len(STATE_COLOURS) * 120 + 230)
     height = _TOP + max_root * _ROW_H + _BOTTOM
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width_total}" height="{height}" '
@@ -236,9 +293,17 @@ def timeline_svg(timeline: pb.GetTimelineResponse) -> str:
     for chunk, left, minors in layouts:
         band_width = _CELL_W * len(minors)
         dash = "" if chunk.complete else ' stroke-dasharray="4 3"'
+        held = chunk_locks(timeline, chunk)
+        stroke = f'stroke="{_LOCKED_COLOUR}" stroke-width="3"' if held else 'stroke="#333"'
         parts.append(
             f'<rect x="{left - 3}" y="{_TOP - 3}" width="{band_width + 6}" '
-            f'height="{max_root * _ROW_H + 6}" fill="none" stroke="#333"{dash}/>'
+            f'height="{max_root * _ROW_H + 6}" fill="none" {stroke}{dash}>'
+            + (
+                f"<title>locked: {escape('; '.join(lock_summary(lock) for lock in held))}</title>"
+                if held
+                else ""
+            )
+            + "</rect>"
         )
         for group in chunk.groups:
             state = STATE_NAMES.get(group.state, "standby")
@@ -259,8 +324,10 @@ def timeline_svg(timeline: pb.GetTimelineResponse) -> str:
                 f'fill="#fff">m{group.minor_version}</text>'
             )
         label_y = _TOP + max_root * _ROW_H + 16
-        label = f"{_interval(chunk.interval)} v {chunk.version}" + (
-            "" if chunk.complete else " (incomplete)"
+        label = (
+            f"{_interval(chunk.interval)} v {chunk.version}"
+            + ("" if chunk.complete else " (incomplete)")
+            + (" (locked)" if held else "")
         )
         parts.append(
             f'<text transform="translate({left + 4},{label_y}) rotate(30)" '
@@ -273,5 +340,11 @@ def timeline_svg(timeline: pb.GetTimelineResponse) -> str:
             f'<rect x="{lx}" y="{legend_y - 10}" width="12" height="12" fill="{colour}"/>'
             f'<text x="{lx + 16}" y="{legend_y}">{state}</text>'
         )
+    lx = _LEFT + len(STATE_COLOURS) * 120
+    parts.append(
+        f'<rect x="{lx}" y="{legend_y - 10}" width="12" height="12" fill="none" '
+        f'stroke="{_LOCKED_COLOUR}" stroke-width="3"/>'
+        f'<text x="{lx + 16}" y="{legend_y}">locked (ingesting or compacting)</text>'
+    )
     parts.append("</svg>")
     return "\n".join(parts) + "\n"

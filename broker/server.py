@@ -85,6 +85,7 @@ class BrokerServer:
         self.engine: QueryEngine | None = None
         self.port: int = 0
         self._stopped = threading.Event()
+        self._locks: Any = None
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -149,7 +150,10 @@ class BrokerServer:
         rpc.add_QueryServiceServicer_to_server(QueryServicer(self.engine, auth), server)
         rpc.add_InspectionServiceServicer_to_server(
             InspectionServicer(
-                self._follower, auth, regression_policy=self.config.state.regression_policy
+                self._follower,
+                auth,
+                regression_policy=self.config.state.regression_policy,
+                locks=self._lock_client(),
             ),
             server,
         )
@@ -163,6 +167,14 @@ class BrokerServer:
             )
         self.port = self._bind(server)
         return server
+
+    def _lock_client(self) -> Any:
+        """Reads the lock service for inspection; a short retry so an outage answers quickly."""
+        from locks.client import LockClient
+
+        state = self.config.state
+        self._locks = LockClient(state.redis_url, prefix=state.key_prefix, retry_timeout_s=1.0)
+        return self._locks
 
     def _watch_health(self) -> None:
         """Report NOT_SERVING while the state store is stale past the limit (queries would fail)."""
@@ -227,6 +239,8 @@ class BrokerServer:
             self._server.stop(self.config.server.grace_s if grace is None else grace).wait()
         if self.engine is not None:
             self.engine.views.clear()
+        if self._locks is not None:
+            self._locks.close()
         if self._owns_follower and self._follower is not None:
             self._follower.stop()
         if self._owns_spark and self._spark is not None:

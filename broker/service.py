@@ -23,7 +23,7 @@ from broker.engine import Execution, QueryEngine
 from broker.errors import stream_errors, unary_errors
 from broker.executor import CANCELLED, QueryScope
 from broker.explain import segment_reasons, view_notes
-from timeline.errors import InvalidArgument, NotFound
+from timeline.errors import InvalidArgument, NotFound, Unavailable
 from timeline.interval import Interval
 
 log = logging.getLogger("horizon.broker.service")
@@ -174,10 +174,13 @@ class QueryServicer(rpc.QueryServiceServicer):
 
 
 class InspectionServicer(rpc.InspectionServiceServicer):
-    def __init__(self, follower: Any, auth: Authenticator, *, regression_policy: str) -> None:
+    def __init__(
+        self, follower: Any, auth: Authenticator, *, regression_policy: str, locks: Any = None
+    ) -> None:
         self.follower = follower
         self.auth = auth
         self.regression_policy = regression_policy
+        self.locks = locks
 
     @unary_errors
     def ListTables(
@@ -202,9 +205,19 @@ class InspectionServicer(rpc.InspectionServiceServicer):
         if request.HasField("interval"):
             interval = Interval(request.interval.start_ms, request.interval.end_ms)
         snapshot = self.follower.timeline_snapshot(table)
-        return messages.timeline_message(
-            snapshot, interval=interval, include_overshadowed=request.include_overshadowed
+        locks, locks_error = [], ""
+        try:
+            locks = list(self._locks([table]).locks)
+        except Unavailable as error:
+            locks_error = str(error)
+        response = messages.timeline_message(
+            snapshot,
+            interval=interval,
+            include_overshadowed=request.include_overshadowed,
+            locks=locks,
         )
+        response.locks_error = locks_error
+        return response
 
     @unary_errors
     def GetWatermarks(
@@ -216,6 +229,28 @@ class InspectionServicer(rpc.InspectionServiceServicer):
         report = self.follower.watermarks(table)
         blocked = self.regression_policy == "fail" and report.active_regression is not None
         return messages.watermarks_message(report, queries_blocked=blocked)
+
+    @unary_errors
+    def ListLocks(
+        self, request: pb.ListLocksRequest, context: grpc.ServicerContext
+    ) -> pb.ListLocksResponse:
+        principal = _principal(self.auth, context)
+        if request.table:
+            tables = [self._table(request.table)]
+            check_inspect(principal, tables[0])
+        else:
+            check_inspect(principal)
+            tables = [name for name in self.follower.tables() if principal.may_read(name)]
+        return self._locks(tables)
+
+    def _locks(self, tables: list[str]) -> pb.ListLocksResponse:
+        if self.locks is None or not tables:
+            return pb.ListLocksResponse()
+        listing = self.locks.listing(tables)
+        return pb.ListLocksResponse(
+            now_ms=listing.now_ms,
+            locks=[messages.lock_message(lock, listing.now_ms) for lock in listing.locks],
+        )
 
     def _table(self, name: str) -> str:
         """The registered spelling of ``name`` (tables resolve case-insensitively, like SQL)."""
