@@ -64,10 +64,11 @@ def run_updater(job: IngestJob) -> int:
                 rows=sum(per_target.values()),
             )
         job._step("update_after_files")
-        by_partition = {item.partition: item for item in written.values()}
+        # Overwrite partition numbers are allocated per time chunk: two chunks' rewrites can
+        # share one, so a rewrite is found by its chunk and number.
         rewrites = []
         for key, old in sorted(plan.current.items()):
-            item = by_partition.get(plan.new_partition[key])
+            item = written.get((key[0], plan.new_partition[key]))
             if item is None:
                 raise Internal(f"the rewrite of segment {old} wrote no file")
             rewrites.append((old, item))

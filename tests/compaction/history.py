@@ -1,5 +1,5 @@
 """A table with history for the compaction tests: batches through real ingestion, a replayed
-changelog, and the check that every snapshot answers as the replay says."""
+changelog, and the check that every snapshot answers as the replay says (from the ingestion tests)."""
 
 from __future__ import annotations
 
@@ -12,13 +12,12 @@ from tests.ingest.conftest import (
     COLUMNS,
     Change,
     accounts_table,
-    broker_view,
-    replay,
-    segment_rows,
+    assert_every_snapshot_answers_the_replay,
     stamp,
-    visible_at,
 )
 from watermark.server import ServerClient
+
+__all__ = ["assert_every_snapshot_answers_the_replay", "batch", "churn", "churned"]
 
 SCHEMA = "user_id string, balance bigint, seq bigint, deleted boolean"
 
@@ -36,20 +35,6 @@ def churn(job: IngestJob, spark: Any, log: list, rounds: int, start: int = 0) ->
         if r % 3 == 2:
             changes.append(Change(f"k{r % 12:02d}", 0, r + 1, deleted=True))
         batch(job, spark, changes, log)
-
-
-def assert_every_snapshot_answers_the_replay(spark, follower, client, log, since: int = 0) -> int:
-    """At every commit timestamp from ``since`` up to the LWM: one version per key, equal to the
-    replay of the changelog."""
-    view = broker_view(follower, client, "accounts")
-    stored = segment_rows(spark, view.visible_segments)
-    snapshots = sorted({ts for ts, _ in log if since <= ts <= view.lwm} | {view.lwm})
-    for snapshot in snapshots:
-        rows = visible_at(stored, snapshot)
-        keys = [row["user_id"] for row in rows]
-        assert len(keys) == len(set(keys)), f"a key is visible twice at {snapshot}"
-        assert {row["user_id"]: Change(**row) for row in rows} == replay(log, snapshot), snapshot
-    return len(snapshots)
 
 
 def churned(

@@ -163,6 +163,27 @@ def assert_broker_sees(
     return Seen(int(view.lwm), stored)
 
 
+def assert_every_snapshot_answers_the_replay(
+    spark: Any,
+    follower: Follower,
+    client: ServerClient,
+    log: Sequence[tuple[int, Change]],
+    since: int = 0,
+    table: str = "accounts",
+) -> int:
+    """At every commit timestamp from ``since`` up to the LWM: one version per key, equal to the
+    replay of the changelog."""
+    view = broker_view(follower, client, table)
+    stored = segment_rows(spark, view.visible_segments)
+    snapshots = sorted({ts for ts, _ in log if since <= ts <= view.lwm} | {view.lwm})
+    for snapshot in snapshots:
+        rows = visible_at(stored, snapshot)
+        keys = [row["user_id"] for row in rows]
+        assert len(keys) == len(set(keys)), f"a key is visible twice at {snapshot}"
+        assert {row["user_id"]: Change(**row) for row in rows} == replay(log, snapshot), snapshot
+    return len(snapshots)
+
+
 @pytest.fixture
 def follower(redis_server: Any, redis_client: Any) -> Iterator[Follower]:
     instance = Follower(redis_server.url)

@@ -15,6 +15,7 @@ from tests.ingest.conftest import (
     COLUMNS,
     Change,
     accounts_table,
+    assert_every_snapshot_answers_the_replay,
     assert_broker_sees,
     broker_view,
     replay,
@@ -264,6 +265,32 @@ def test_pending_updates_committed_without_their_segment_counts_are_still_applie
     assert restarted.flush_updates() > 0
     assert not restarted.state.pending
     assert_broker_sees(spark, follower, client, "accounts", log)
+
+
+def test_the_updater_keeps_each_time_chunks_rewrite_in_its_own_chunk_at_every_snapshot(
+    spark, server, follower, tmp_path
+):
+    """Overwrite partition numbers are allocated per chunk, so two chunks' rewrites share them:
+    each rewritten segment must be announced with its own chunk's files (once, the rewrite of
+    the last chunk was announced in every chunk: its history four times, the others' lost)."""
+    table = accounts_table(tmp_path, time_column="seq", granularity="HOUR", key_partitions=2)
+    client = server("s1")
+    job = IngestJob(spark, table, client).start()
+    hour = 3_600_000
+    log: list[tuple[int, Change]] = []
+    keys = [f"k{i}" for i in range(6)]
+    for version in range(3):
+        changes = [
+            Change(key, 10 * version + i, chunk * hour + version + 1)
+            for i, key in enumerate(keys)
+            for chunk in [i % 3]
+        ]
+        run(job, spark, changes, log)
+    assert job.flush_updates() == 0  # the updater ran after every batch
+    view = broker_view(follower, client, "accounts")
+    chunks = {segment.interval.start_ms for segment in view.visible_segments}
+    assert chunks == {0, hour, 2 * hour}
+    assert assert_every_snapshot_answers_the_replay(spark, follower, client, log) >= 3
 
 
 def test_rows_land_in_the_time_chunk_of_their_time_column(spark, server, follower, tmp_path):
