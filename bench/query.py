@@ -169,14 +169,14 @@ def table_view(data: dict[str, Any]) -> Any:
 
 
 @contextmanager
-def horizon_rewriter(spark: Any, data: dict[str, Any]) -> Iterator[Callable[[str], str]]:
-    """Hold the broker's segment view of the table and yield the broker's query rewriter."""
+def horizon_rewriter(spark: Any, view: Any) -> Iterator[Callable[[str], str]]:
+    """Hold the broker's segment views of a table (a follower's ``TableView``) and yield the
+    broker's query rewriter, as the broker runs a query at the view's LWM."""
     from broker.catalog_builder import build_catalog
     from broker.sql import rewrite
     from broker.sql.functions_from_spark import function_policy_from_spark
     from broker.views import SegmentViews
 
-    view = table_view(data)
     catalog = build_catalog([view])
     policy = function_policy_from_spark(spark)
     views = SegmentViews(spark)
@@ -239,7 +239,7 @@ def run(sizes: list[int], repeats: int) -> dict[str, Any]:
                 "updated_at DESC) AS rn FROM all_versions) WHERE rn = 1) AS accounts"
             )
             per_size: dict[str, Any] = {}
-            with horizon_rewriter(spark, data) as rewrite_sql:
+            with horizon_rewriter(spark, table_view(data)) as rewrite_sql:
                 for name, template in QUERIES.items():
                     client_sql = template.format(key=data["keys"] // 2)
                     variants = {

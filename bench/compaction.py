@@ -1,0 +1,417 @@
+"""Compaction benchmark: what compaction does for reads, what it costs, and reclaiming history.
+
+On a local Spark with 2 cores and a private redis-server, through the real parts:
+
+1. **history**: an ``accounts`` table (4 days, 4 key partitions) gets ``--rows`` rows (5M by
+   default) with 3 versions per key, through :class:`ingest.job.IngestJob` in ``--batches`` small
+   batches (50 of 100,000 rows): the first third inserts every key, the rest update every key
+   twice, in an order unrelated to the key, with the updater applying ``validUntil`` every 10
+   batches. Every batch adds a small segment per key partition and day, so each day ends up with
+   hundreds of small files.
+2. **reads before and after**: a full aggregate and a filtered aggregate at the LWM, as the broker
+   runs them (the broker's rewrite over the broker's segment views, from a real follower), side by
+   side with the same query over a **latest-only** table of the same rows (one file per day,
+   sorted by key: what perfect compaction would leave), interleaved round by round. The answers
+   are compared before a timing is trusted. Target: after compaction at most 1.2x the floor.
+3. **compaction cost**: one minor compaction run of the whole table (locks, Spark merge, guarded
+   publish), rows/s against a bare Spark read+write of the same input files; files and segments
+   per day before and after.
+4. **reclaiming history**: once ingestion has stopped and the retention period has passed (one
+   small batch moves the horizon, as a server's next batch would), the background pass rewrites
+   the segments holding the most history below the horizon in bounded steps; bytes before and
+   after, steps, rows reclaimed, and the answer at the LWM unchanged.
+
+Run: ``python -m bench.compaction [--quick] [--rows N] [--batches N]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import shutil
+import statistics
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from bench.query import horizon_rewriter, scan_metrics, time_variants
+from bench.report import print_table, summarize, write_results
+
+DAYS = 4
+REGIONS = 16
+VERSIONS_PER_KEY = 3
+UPDATE_CADENCE = 10
+TABLE = "accounts"
+QUERIES = {
+    "full_aggregate": (
+        "SELECT region, COUNT(*) AS n, SUM(amount) AS total FROM accounts GROUP BY region"
+    ),
+    "filtered_aggregate": (
+        "SELECT region, COUNT(*) AS n, SUM(amount) AS total FROM accounts "
+        "WHERE amount BETWEEN 1000 AND 2000 GROUP BY region"
+    ),
+}
+
+
+def definition(root: Path, retention_s: int) -> Any:
+    from ingest.table import TableDefinition
+
+    return TableDefinition.from_dict(
+        {
+            "name": TABLE,
+            "columns": {
+                "id": "bigint",
+                "region": "string",
+                "amount": "bigint",
+                "seq": "bigint",
+                "day": "date",
+            },
+            "primary_key": ["id"],
+            "comparison": ["seq"],
+            "time_column": "day",
+            "granularity": "DAY",
+            "key_partitions": 4,
+            "storage_root": str(root),
+            "retention_ms": retention_s * 1000,
+            "update_cadence": UPDATE_CADENCE,
+        }
+    )
+
+
+def _stride(keys: int) -> int:
+    """A multiplier coprime with ``keys``: ``j -> j * stride % keys`` visits every key once, in
+    an order unrelated to the key."""
+    stride = 7919
+    while math.gcd(stride, keys) != 1:
+        stride += 2
+    return stride
+
+
+def rows_of(spark: Any, keys: int, start: int, end: int) -> Any:
+    """Rows ``[start, end)`` of the history: row ``i`` is version ``i // keys`` of one key."""
+    from pyspark.sql import functions as F
+
+    index = F.col("id")
+    key = (F.pmod(index, F.lit(keys)) * F.lit(_stride(keys))) % F.lit(keys)
+    return (
+        spark.range(start, end)
+        .select(key.alias("k"), (index / F.lit(keys)).cast("long").alias("v"))
+        .select(*_columns(F.col("k"), F.col("v")))
+    )
+
+
+def _columns(key: Any, version: Any) -> list[Any]:
+    from pyspark.sql import functions as F
+
+    return [
+        key.alias("id"),
+        F.concat(F.lit("r"), (F.abs(F.xxhash64(key)) % REGIONS).cast("string")).alias("region"),
+        (F.abs(F.xxhash64(key, version)) % 10_000).cast("long").alias("amount"),
+        version.alias("seq"),
+        F.date_add(F.lit("2026-01-01").cast("date"), (key % DAYS).cast("int")).alias("day"),
+    ]
+
+
+def latest_only(spark: Any, keys: int, path: Path) -> None:
+    """The floor: each key's newest version, one file per day, sorted by key."""
+    from pyspark.sql import functions as F
+
+    newest = F.lit(VERSIONS_PER_KEY - 1).cast("long")
+    frame = spark.range(keys).select(*_columns(F.col("id"), newest))
+    (
+        frame.repartition(DAYS, "day")
+        .sortWithinPartitions("id")
+        .write.option("parquet.block.size", 8 * 1024 * 1024)
+        .parquet(str(path))
+    )
+
+
+def layout(view: Any) -> dict[str, Any]:
+    """Segments, files and bytes of the visible segments, per day."""
+    segments = Counter(segment.interval.start_ms for segment in view.visible_segments)
+    files = Counter()
+    for segment in view.visible_segments:
+        files[segment.interval.start_ms] += len(segment.location)
+    return {
+        "segments": sum(segments.values()),
+        "files": sum(files.values()),
+        "files_per_day": round(statistics.fmean(files.values()), 1) if files else 0,
+        "segments_per_day": round(statistics.fmean(segments.values()), 1) if segments else 0,
+        "bytes": sum(segment.size_bytes for segment in view.visible_segments),
+        "rows_stored": sum(segment.row_count for segment in view.visible_segments),
+    }
+
+
+def reads(spark: Any, view: Any, repeats: int) -> dict[str, Any]:
+    """Each query as the broker runs it at the view's LWM, beside the latest-only floor."""
+    figures: dict[str, Any] = {}
+    with horizon_rewriter(spark, view) as rewrite_sql:
+        for name, sql in QUERIES.items():
+            variants = {
+                "horizon": rewrite_sql(sql),
+                "floor": sql.replace("FROM accounts", "FROM latest_only AS accounts"),
+            }
+            scans = {}
+            for variant, text in variants.items():
+                frame = spark.sql(text)
+                frame.collect()
+                scans[variant] = scan_metrics(frame)
+            samples, rows = time_variants(spark, variants, repeats)
+            answers = {variant: sorted(tuple(row) for row in r) for variant, r in rows.items()}
+            if answers["horizon"] != answers["floor"]:
+                raise SystemExit(f"{name}: Horizon's answer differs from the latest-only table's")
+            figures[name] = {
+                "timings_ms": {variant: summarize(s) for variant, s in samples.items()},
+                "cost_vs_floor": statistics.median(
+                    h / f for h, f in zip(samples["horizon"], samples["floor"], strict=True)
+                ),
+                "scans": scans,
+                "answer": answers["horizon"],
+            }
+    return figures
+
+
+def bare_read_write(spark: Any, files: list[str], target: Path) -> float:
+    """Seconds for Spark to read ``files`` and write them back as Parquet, nothing else."""
+    started = time.perf_counter()
+    spark.read.parquet(*files).write.mode("overwrite").parquet(str(target))
+    return time.perf_counter() - started
+
+
+def run(rows: int, batches: int, repeats: int, retention_s: int) -> dict[str, Any]:
+    from broker.spark_session import create_spark_session
+    from compaction.plan import CompactionSettings
+    from compaction.run import Compactor
+    from ingest.job import IngestJob
+    from tests.processes import RedisProcess
+    from watermark.follower import Follower
+    from watermark.server import ServerClient
+
+    keys = rows // VERSIONS_PER_KEY
+    rows = keys * VERSIONS_PER_KEY
+    per_batch = math.ceil(rows / batches)
+    redis_process = RedisProcess().start()
+    spark = create_spark_session(
+        master="local[2]", app_name="bench-compaction", conf={"spark.sql.shuffle.partitions": "4"}
+    )
+    work = Path(tempfile.mkdtemp(prefix="horizon-bench-compaction-"))
+    server = ServerClient(redis_process.url, "bench-ingest")
+    server.start_heartbeats(1.0)
+    compactor_client = ServerClient(redis_process.url, "bench-compactor")
+    follower = Follower(redis_process.url)
+    results: dict[str, Any] = {"rows": rows, "keys": keys, "batches": batches}
+    try:
+        table = definition(work / "table", retention_s)
+        job = IngestJob(spark, table, server).start()
+        started = time.perf_counter()
+        for batch in range(batches):
+            job.run_batch(
+                rows_of(spark, keys, batch * per_batch, min(rows, (batch + 1) * per_batch))
+            )
+            if (batch + 1) % 10 == 0 or batch + 1 == batches:
+                print(f"  ingested batch {batch + 1}/{batches}", flush=True)
+        job.flush_updates()
+        results["ingest_seconds"] = round(time.perf_counter() - started, 1)
+
+        latest_only(spark, keys, work / "latest")
+        spark.read.parquet(str(work / "latest")).createOrReplaceTempView("latest_only")
+        follower.start()
+        follower.wait_until_synced(30)
+
+        before_view = follower.view(TABLE)
+        results["before"] = {
+            "layout": layout(before_view),
+            "reads": reads(spark, before_view, repeats),
+        }
+        print(f"  before compaction: {results['before']['layout']}", flush=True)
+
+        settings = CompactionSettings(target_rows=max(rows, 1), target_bytes=4 * 1024**3)
+        compactor = Compactor(spark, table, compactor_client, settings=settings, lease_s=120.0)
+        report = compactor.compact()
+        if report.outcome != "published":
+            raise SystemExit(f"the compaction did not publish: {report.outcome} {report.message}")
+        outputs = {segment.id for segment in report.outputs}
+        if not follower.wait_for(
+            lambda f: outputs <= {s.id for s in f.view(TABLE).visible_segments}, 60
+        ):
+            raise SystemExit("the follower never showed the compacted segments")
+        input_files = [location for segment in report.inputs for location in segment.location]
+        bare_s = bare_read_write(spark, input_files, work / "bare")
+        bare_rows = spark.read.parquet(*input_files).count()
+        results["compaction"] = {
+            "seconds": round(report.seconds, 2),
+            "inputs": len(report.inputs),
+            "outputs": len(report.outputs),
+            "rows_in": report.rows_in,
+            "rows_out": report.rows_out,
+            "bytes_in": report.bytes_in,
+            "bytes_out": report.bytes_out,
+            "rows_per_s": round(report.rows_in / report.seconds),
+            "bare_read_write_seconds": round(bare_s, 2),
+            "bare_rows_per_s": round(bare_rows / bare_s),
+        }
+        results["compaction"]["vs_bare"] = round(
+            results["compaction"]["rows_per_s"] / results["compaction"]["bare_rows_per_s"], 2
+        )
+        after_view = follower.view(TABLE)
+        results["after"] = {
+            "layout": layout(after_view),
+            "reads": reads(spark, after_view, repeats),
+        }
+        for name in QUERIES:
+            if (
+                results["after"]["reads"][name]["answer"]
+                != results["before"]["reads"][name]["answer"]
+            ):
+                raise SystemExit(f"{name}: the answer changed with compaction")
+
+        results["reclaim"] = reclaim_history(
+            spark, job, compactor, follower, keys, retention_s, rows
+        )
+    finally:
+        follower.stop()
+        server.close()
+        compactor_client.close()
+        spark.stop()
+        redis_process.close()
+        shutil.rmtree(work, ignore_errors=True)
+    for phase in ("before", "after"):
+        for figures in results[phase]["reads"].values():
+            figures.pop("answer")
+    return results
+
+
+def reclaim_history(
+    spark: Any,
+    job: Any,
+    compactor: Any,
+    follower: Any,
+    keys: int,
+    retention_s: int,
+    rows: int,
+) -> dict[str, Any]:
+    """Let the retention period pass with the table idle, move the horizon with one small batch
+    on the first day, then reclaim in steps of at most an eighth of the table."""
+    from pyspark.sql import functions as F
+
+    from compaction.reclaim import ReclaimSettings, reclaim
+
+    time.sleep(retention_s + 2)
+    touched = spark.range(0, min(keys, 400), DAYS).select(
+        *_columns(F.col("id"), F.lit(VERSIONS_PER_KEY - 1).cast("long"))
+    )
+    job.run_batch(touched)  # the same values again: a new version, the same answer
+    job.flush_updates()
+    generation = follower.view(TABLE).generation
+    follower.wait_for(lambda f: f.view(TABLE).generation > generation, 10)
+    before = follower.view(TABLE)
+    with horizon_rewriter(spark, before) as rewrite_sql:
+        answer_before = sorted(
+            tuple(r) for r in spark.sql(rewrite_sql(QUERIES["full_aggregate"])).collect()
+        )
+    settings = ReclaimSettings(max_rows_per_step=max(rows // 8, 1), max_files_per_step=16)
+    started = time.perf_counter()
+    report = reclaim(compactor, settings)
+    seconds = time.perf_counter() - started
+    published = {s.id for step in report.steps if step.outcome == "published" for s in step.outputs}
+    follower.wait_for(lambda f: published <= {s.id for s in f.view(TABLE).visible_segments}, 60)
+    after = follower.view(TABLE)
+    with horizon_rewriter(spark, after) as rewrite_sql:
+        answer_after = sorted(
+            tuple(r) for r in spark.sql(rewrite_sql(QUERIES["full_aggregate"])).collect()
+        )
+    if answer_after != answer_before:
+        raise SystemExit("reclaiming history changed the answer at the LWM")
+    return {
+        "horizon": report.horizon,
+        "candidates": report.candidates,
+        "reclaimable_rows": report.reclaimable_rows,
+        "steps": len(report.steps),
+        "step_outcomes": dict(Counter(step.outcome for step in report.steps)),
+        "rows_reclaimed": report.rows_reclaimed,
+        "rewritten_bytes_before": report.bytes_before,
+        "rewritten_bytes_after": report.bytes_after,
+        "table_bytes_before": layout(before)["bytes"],
+        "table_bytes_after": layout(after)["bytes"],
+        "rows_stored_before": layout(before)["rows_stored"],
+        "rows_stored_after": layout(after)["rows_stored"],
+        "seconds": round(seconds, 1),
+    }
+
+
+def print_results(results: dict[str, Any]) -> None:
+    rows = []
+    for name in QUERIES:
+        for phase in ("before", "after"):
+            figures = results[phase]["reads"][name]
+            timings = figures["timings_ms"]
+            rows.append(
+                (
+                    name,
+                    phase,
+                    f"{timings['horizon']['p50']:.0f}",
+                    f"{timings['floor']['p50']:.0f}",
+                    f"{figures['cost_vs_floor']:.2f}x",
+                    f"{figures['scans']['horizon']['files']:,}",
+                    f"{figures['scans']['horizon']['rows_scanned']:,}",
+                    f"{figures['scans']['floor']['rows_scanned']:,}",
+                )
+            )
+    print_table(
+        f"Consistent read at the LWM vs the latest-only table, before and after compaction "
+        f"({results['rows']:,} rows, {results['keys']:,} keys, {results['batches']} batches; "
+        "p50 ms, local[2])",
+        ["query", "compaction", "horizon", "floor", "horizon/floor", "files read", "rows read h",
+         "rows read f"],
+        rows,
+    )  # fmt: skip
+    print_table(
+        "Layout of the visible segments",
+        ["", "segments", "segments/day", "files", "files/day", "rows stored", "bytes"],
+        [
+            (phase, lay["segments"], lay["segments_per_day"], lay["files"], lay["files_per_day"],
+             f"{lay['rows_stored']:,}", f"{lay['bytes']:,}")
+            for phase, lay in (("before", results["before"]["layout"]), ("after", results["after"]["layout"]))
+        ],
+    )  # fmt: skip
+    c = results["compaction"]
+    print_table(
+        "Minor compaction of the whole table vs a bare Spark read+write of the same files",
+        ["inputs -> outputs", "rows in -> out", "seconds", "rows/s", "bare rows/s", "vs bare"],
+        [(f"{c['inputs']} -> {c['outputs']}", f"{c['rows_in']:,} -> {c['rows_out']:,}",
+          c["seconds"], f"{c['rows_per_s']:,}", f"{c['bare_rows_per_s']:,}", f"{c['vs_bare']}x")],
+    )  # fmt: skip
+    r = results["reclaim"]
+    print_table(
+        "Reclaiming history below the retention horizon (table idle, bounded steps)",
+        ["reclaimable rows", "steps", "rows reclaimed", "table bytes before -> after",
+         "rows stored before -> after", "seconds"],
+        [(f"{r['reclaimable_rows']:,}", f"{r['steps']} {r['step_outcomes']}",
+          f"{r['rows_reclaimed']:,}", f"{r['table_bytes_before']:,} -> {r['table_bytes_after']:,}",
+          f"{r['rows_stored_before']:,} -> {r['rows_stored_after']:,}", r["seconds"])],
+    )  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a small table for a smoke run")
+    parser.add_argument("--rows", type=int, help="rows written (default 5,000,000)")
+    parser.add_argument("--batches", type=int, help="ingestion batches (default 50)")
+    parser.add_argument("--repeats", type=int, help="timed rounds per query (default 7)")
+    args = parser.parse_args(argv)
+    rows = args.rows or (150_000 if args.quick else 5_000_000)
+    batches = args.batches or (12 if args.quick else 50)
+    repeats = args.repeats or (2 if args.quick else 7)
+    retention_s = 10 if args.quick else 30
+    results = run(rows, batches, repeats, retention_s)
+    results["quick"] = args.quick
+    results["targets"] = {"after_compaction_vs_latest_only": "<= 1.2x"}
+    print_results(results)
+    path = write_results("compaction", results)
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
