@@ -29,9 +29,9 @@ from rich.console import Console
 from rich.panel import Panel
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
-from rich.text import Text
 
 from broker.demo.generator import AccountsChangelog, GeneratorConfig
+from broker.demo.pictures import day, timeline_picture
 from timeline.errors import HorizonError, Internal
 from timeline.interval import format_instant
 from watermark.hlc import hlc_physical_ms
@@ -131,6 +131,7 @@ class _Demo:
         self._time_travel_and_changes()
         self._timeline()
         self._explain()
+        self._compaction()
         self.report.timings["total_s"] = time.perf_counter() - started
         self._summary()
 
@@ -291,6 +292,7 @@ class _Demo:
             ),
             partition_of,
         )
+        self.accounts_table = table
         half = options.key_partitions // 2 or 1
         owned = {
             FAST: list(range(half)),
@@ -451,7 +453,7 @@ class _Demo:
 
         self._heading("4. The timeline of the accounts table")
         timeline = self.client.timeline(ACCOUNTS, include_overshadowed=True)
-        self.console.print(_timeline_picture(timeline, STATE_NAMES))
+        self.console.print(timeline_picture(timeline, STATE_NAMES))
         view = Table(
             "time chunk",
             "complete",
@@ -467,7 +469,7 @@ class _Demo:
             for group in chunk.groups:
                 counts[STATE_NAMES.get(group.state, "standby")] += 1
             view.add_row(
-                _day(chunk.interval.start_ms),
+                day(chunk.interval.start_ms),
                 "yes" if chunk.complete else "no",
                 "yes" if chunk.queried else "no",
                 str(counts["visible"]),
@@ -520,6 +522,26 @@ class _Demo:
             predicate in travel.rewritten_sql,
             f"{travel.rewritten_sql.count(predicate)} scan(s) with the full predicate at "
             f"{first}; at the LWM the query reads {', '.join(sorted(views))}",
+        )
+
+    # -- 6. compaction while queries run ---------------------------------------------------------
+
+    def _compaction(self) -> None:
+        from broker.demo.compaction import compaction_while_querying
+
+        self._heading("6. Compaction while queries run")
+        snapshots = [self._lwm()]
+        if len(self.report.lwm_history) > 1:
+            snapshots.append(self.report.lwm_history[1][1])
+        compaction_while_querying(
+            spark=self.spark,
+            client=self.client,
+            redis_url=self.redis_url,
+            table=self.accounts_table,
+            snapshots=snapshots,
+            console=self.console,
+            check=self._check,
+            picture=self.workdir / "accounts-compacted.svg",
         )
 
     # -- helpers ---------------------------------------------------------------------------------
@@ -593,34 +615,6 @@ class _Demo:
             console=self.console,
             transient=False,
         )
-
-
-def _timeline_picture(timeline: Any, state_names: dict[int, str]) -> Table:
-    """Time chunks (rows) x root partitions (columns), one block per root partition: green for a
-    visible first-generation segment, cyan for a visible overwrite, yellow for standby; the last
-    column counts the overshadowed groups kept under the visible ones."""
-    view = Table("time chunk", "root partitions", "overshadowed", title="timeline picture")
-    for chunk in timeline.chunks:
-        width = max([group.root_end for group in chunk.groups] + [1])
-        cells = [Text(" ", style="dim")] * width
-        hidden = 0
-        for group in chunk.groups:
-            state = state_names.get(group.state, "standby")
-            if state == "overshadowed":
-                hidden += 1
-                continue
-            style = "yellow" if state == "standby" else "cyan" if group.minor_version else "green"
-            for root in range(group.root_start, group.root_end):
-                cells[root] = Text("█", style=style)
-        view.add_row(_day(chunk.interval.start_ms), Text.assemble(*cells), str(hidden))
-    view.caption = (
-        "[green]█[/] first generation  [cyan]█[/] overwrite (updated)  [yellow]█[/] standby"
-    )
-    return view
-
-
-def _day(epoch_ms: int) -> str:
-    return time.strftime("%Y-%m-%d", time.gmtime(epoch_ms / 1000))
 
 
 def main(argv_options: DemoOptions, console: Console | None = None) -> int:
