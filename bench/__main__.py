@@ -19,7 +19,7 @@ from typing import Any
 
 from bench.report import RESULTS_DIR
 
-BENCHMARKS = ("timeline", "watermark", "rewrite", "ingest", "broker", "query")
+BENCHMARKS = ("timeline", "watermark", "rewrite", "ingest", "broker", "query", "compaction")
 
 
 def _get(data: Any, *path: str | int) -> Any:
@@ -117,6 +117,18 @@ def _query(r: dict[str, Any]) -> list[Row]:
     return rows
 
 
+def _compaction(r: dict[str, Any]) -> list[Row]:
+    rows = []
+    for name in ("full_aggregate", "filtered_aggregate"):
+        before = _get(r, "before", "reads", name, "cost_vs_floor")
+        after = _get(r, "after", "reads", name, "cost_vs_floor")
+        rows.append((f"{_num(r.get('rows'))} rows, {name}: vs latest-only before / after compaction", f"{_num(before, 'x', 2)} / {_num(after, 'x', 2)}", "after <= 1.2x"))  # fmt: skip
+    rows.append(("files per day before / after", f"{_num(_get(r, 'before', 'layout', 'files_per_day'))} / {_num(_get(r, 'after', 'layout', 'files_per_day'))}", "-"))  # fmt: skip
+    rows.append(("compaction rows/s (bare read+write rows/s)", f"{_num(_get(r, 'compaction', 'rows_per_s'))} ({_num(_get(r, 'compaction', 'bare_rows_per_s'))}), {_num(_get(r, 'compaction', 'vs_bare'), 'x', 2)}", "-"))  # fmt: skip
+    rows.append(("reclaiming history: table bytes before / after", f"{_num(_get(r, 'reclaim', 'table_bytes_before'))} / {_num(_get(r, 'reclaim', 'table_bytes_after'))} ({_get(r, 'reclaim', 'steps')} steps)", "-"))  # fmt: skip
+    return rows
+
+
 EXTRACTORS: dict[str, Extractor] = {
     "timeline": _timeline,
     "watermark": _watermark,
@@ -124,6 +136,7 @@ EXTRACTORS: dict[str, Extractor] = {
     "ingest": _ingest,
     "broker": _broker,
     "query": _query,
+    "compaction": _compaction,
 }
 
 

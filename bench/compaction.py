@@ -36,7 +36,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from bench.query import horizon_rewriter, scan_metrics, time_variants
+from bench.query import horizon_rewriter, measure_variants
 from bench.report import print_table, summarize, write_results
 
 DAYS = 4
@@ -121,7 +121,7 @@ def latest_only(spark: Any, keys: int, path: Path) -> None:
     newest = F.lit(VERSIONS_PER_KEY - 1).cast("long")
     frame = spark.range(keys).select(*_columns(F.col("id"), newest))
     (
-        frame.repartition(DAYS, "day")
+        frame.repartitionByRange(DAYS, "day")
         .sortWithinPartitions("id")
         .write.option("parquet.block.size", 8 * 1024 * 1024)
         .parquet(str(path))
@@ -153,13 +153,7 @@ def reads(spark: Any, view: Any, repeats: int) -> dict[str, Any]:
                 "horizon": rewrite_sql(sql),
                 "floor": sql.replace("FROM accounts", "FROM latest_only AS accounts"),
             }
-            scans = {}
-            for variant, text in variants.items():
-                frame = spark.sql(text)
-                frame.collect()
-                scans[variant] = scan_metrics(frame)
-            samples, rows = time_variants(spark, variants, repeats)
-            answers = {variant: sorted(tuple(row) for row in r) for variant, r in rows.items()}
+            scans, samples, answers = measure_variants(spark, variants, repeats)
             if answers["horizon"] != answers["floor"]:
                 raise SystemExit(f"{name}: Horizon's answer differs from the latest-only table's")
             figures[name] = {
@@ -171,6 +165,23 @@ def reads(spark: Any, view: Any, repeats: int) -> dict[str, Any]:
                 "answer": answers["horizon"],
             }
     return figures
+
+
+def time_travel(spark: Any, view: Any, snapshots: list[int], keys: int) -> dict[int, tuple]:
+    """Count, distinct keys and total at each snapshot, as the broker answers ``VERSION AS OF``;
+    every key exists by then, so each must be visible exactly once."""
+    answers = {}
+    with horizon_rewriter(spark, view) as rewrite_sql:
+        for snapshot in snapshots:
+            sql = (
+                "SELECT COUNT(*) AS n, COUNT(DISTINCT id) AS ids, SUM(amount) AS total "
+                f"FROM accounts VERSION AS OF {snapshot}"
+            )
+            row = tuple(spark.sql(rewrite_sql(sql)).first())
+            if row[0] != keys or row[1] != keys:
+                raise SystemExit(f"at snapshot {snapshot}: {row[0]} rows for {keys} keys")
+            answers[snapshot] = row
+    return answers
 
 
 def bare_read_write(spark: Any, files: list[str], target: Path) -> float:
@@ -206,10 +217,12 @@ def run(rows: int, batches: int, repeats: int, retention_s: int) -> dict[str, An
         table = definition(work / "table", retention_s)
         job = IngestJob(spark, table, server).start()
         started = time.perf_counter()
+        highs = []
         for batch in range(batches):
-            job.run_batch(
+            result = job.run_batch(
                 rows_of(spark, keys, batch * per_batch, min(rows, (batch + 1) * per_batch))
             )
+            highs.append(result.high)
             if (batch + 1) % 10 == 0 or batch + 1 == batches:
                 print(f"  ingested batch {batch + 1}/{batches}", flush=True)
         job.flush_updates()
@@ -221,6 +234,9 @@ def run(rows: int, batches: int, repeats: int, retention_s: int) -> dict[str, An
         follower.wait_until_synced(30)
 
         before_view = follower.view(TABLE)
+        # The last batches' snapshots: inside the retention period, so still permitted.
+        snapshots = [high for high in highs[-3:] if high > before_view.retention_horizon]
+        travel = time_travel(spark, before_view, snapshots, keys)
         results["before"] = {
             "layout": layout(before_view),
             "reads": reads(spark, before_view, repeats),
@@ -256,6 +272,9 @@ def run(rows: int, batches: int, repeats: int, retention_s: int) -> dict[str, An
             results["compaction"]["rows_per_s"] / results["compaction"]["bare_rows_per_s"], 2
         )
         after_view = follower.view(TABLE)
+        if time_travel(spark, after_view, snapshots, keys) != travel:
+            raise SystemExit("compaction changed a time-travel answer")
+        results["time_travel_snapshots_checked"] = len(snapshots)
         results["after"] = {
             "layout": layout(after_view),
             "reads": reads(spark, after_view, repeats),

@@ -199,6 +199,21 @@ def time_variants(
     return samples, answers
 
 
+def measure_variants(
+    spark: Any, variants: dict[str, str], repeats: int
+) -> tuple[dict[str, dict[str, int]], dict[str, list[float]], dict[str, list[tuple]]]:
+    """What each variant's scans read (one run), its timings (:func:`time_variants`) and its
+    answer, sorted, for the caller to compare before trusting the timings."""
+    scans = {}
+    for variant, sql in variants.items():
+        frame = spark.sql(sql)
+        frame.collect()
+        scans[variant] = scan_metrics(frame)
+    samples, rows = time_variants(spark, variants, repeats)
+    answers = {variant: sorted(tuple(row) for row in r) for variant, r in rows.items()}
+    return scans, samples, answers
+
+
 def scan_metrics(frame: Any) -> dict[str, int]:
     """Files and rows the (executed) query's Parquet scans read, from Spark's SQL metrics."""
     plan = frame._jdf.queryExecution().executedPlan()
@@ -251,13 +266,7 @@ def run(sizes: list[int], repeats: int) -> dict[str, Any]:
                             "FROM accounts", "FROM latest_only AS accounts"
                         ),
                     }
-                    scans = {}
-                    for variant, sql in variants.items():
-                        frame = spark.sql(sql)
-                        frame.collect()
-                        scans[variant] = scan_metrics(frame)
-                    samples, rows = time_variants(spark, variants, repeats)
-                    answers = {v: sorted(tuple(row) for row in r) for v, r in rows.items()}
+                    scans, samples, answers = measure_variants(spark, variants, repeats)
                     if not answers["horizon"] == answers["row_number"] == answers["floor"]:
                         raise SystemExit(f"{name} at {size} rows: the three variants disagree")
                     timings = {variant: summarize(s) for variant, s in samples.items()}
