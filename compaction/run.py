@@ -47,6 +47,7 @@ from ingest.table import TableDefinition
 from locks.client import DEFAULT_LEASE_S, JobLocks, LockClient
 from locks.rules import COMPACTION_PRIORITY
 from timeline.errors import FailedPrecondition, Internal, InvalidArgument
+from timeline.fallback import merged_bound
 from timeline.interval import Interval
 from timeline.segment import Segment
 from watermark.catalog import VALID_FROM, VALID_UNTIL
@@ -294,13 +295,13 @@ class Compactor:
         """The new version's segments of one chunk; the groups that kept rows tile the roots."""
         chunk = target.interval.start_ms
         kept = [
-            (int(group.root_range[0]), number, written[(chunk, number)])
+            (group, number, written[(chunk, number)])
             for group, number in zip(groups, partitions, strict=True)
             if group in target.groups and (chunk, number) in written
         ]
         if not kept:
             return []
-        ranges = tiling([start for start, _, _ in kept], target.core)
+        ranges = tiling([int(group.root_range[0]) for group, _, _ in kept], target.core)
         summaries = footer_summaries(self.storage, [item for _, _, item in kept])
         return [
             self._output(
@@ -313,8 +314,9 @@ class Compactor:
                 item,
                 summary,
                 run_id,
+                merged_bound(group.inputs),
             )
-            for (_, number, item), summary, roots in zip(kept, summaries, ranges, strict=True)
+            for (group, number, item), summary, roots in zip(kept, summaries, ranges, strict=True)
         ]
 
     def _output(
@@ -328,8 +330,10 @@ class Compactor:
         item: Any,
         summary: Any,
         run_id: str,
+        applied_through: int | None,
     ) -> Segment:
-        """The description of one written output segment (an overwrite segment)."""
+        """The description of one written output segment (an overwrite segment); it holds the
+        updates its inputs held, so its fallback bound is theirs (:func:`merged_bound`)."""
         return Segment(
             table=self.table.name,
             interval=interval,
@@ -347,6 +351,7 @@ class Compactor:
             max_valid_from=summary.max_valid_from,
             open_files=item.open_locations,
             max_valid_until=summary.max_valid_until,
+            applied_through=applied_through,
         )
 
     def _lock_inputs(
@@ -445,6 +450,7 @@ class Compactor:
                 item,
                 summary,
                 run_id,
+                merged_bound(target.inputs),
             )
             for (target, number, item), summary in zip(kept, summaries, strict=True)
         ]

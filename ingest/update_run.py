@@ -73,8 +73,10 @@ def run_updater(job: IngestJob) -> int:
                 raise Internal(f"the rewrite of segment {old} wrote no file")
             rewrites.append((old, item))
         summaries = footer_summaries(job.storage, [item for _, item in rewrites])
+        # Every committed batch's updates are pending or applied, and all pending ones are
+        # applied now: the rewrites hold every update up to the last commit.
         add = [
-            updater.overwrite_segment(old, item, summary, job.server_id, table)
+            updater.overwrite_segment(old, item, summary, job.server_id, table, state.high)
             for (old, item), summary in zip(rewrites, summaries, strict=True)
         ]
         remove = [old for old, _ in rewrites]

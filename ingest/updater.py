@@ -237,9 +237,10 @@ def overwrite_segment(
     summary: FooterSummary,
     server_id: str,
     table: TableDefinition,
+    applied_through: int,
 ) -> Segment:
     """The description of a rewrite of ``old`` (retention may have dropped some rows): same root
-    range, next minor version."""
+    range, next minor version, every update committed up to ``applied_through`` applied."""
     return Segment(
         table=table.name,
         interval=old.interval,
@@ -258,4 +259,5 @@ def overwrite_segment(
         max_valid_from=old.max_valid_from,
         open_files=written.open_locations,
         max_valid_until=summary.max_valid_until,
+        applied_through=applied_through,
     )

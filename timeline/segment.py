@@ -65,6 +65,11 @@ class Segment:
     """The greatest ``validUntil`` of the rows in the other files, when every one of those rows
     has one (None: unknown, or some row there is still open). At a snapshot at or above it no row
     of those files is visible."""
+    applied_through: int | None = None
+    """Every ``validUntil`` update of this segment's rows committed at or below this is in its
+    files (None: unknown). Below it, the segment answers exactly as any later rewrite of it; above
+    it, a rewrite may have closed versions it still shows open. So a query whose snapshot is at or
+    below it may fall back to this segment when the rewrite is unreadable, and no other may."""
 
     def __post_init__(self) -> None:
         if self.root_start is None:
@@ -73,7 +78,7 @@ class Segment:
             object.__setattr__(self, "root_end", self.partition + 1)
         for name in ("location", "open_files"):
             object.__setattr__(self, name, _paths(getattr(self, name)))
-        for name in ("max_valid_from", "max_valid_until"):
+        for name in ("max_valid_from", "max_valid_until", "applied_through"):
             value = getattr(self, name)
             if value is not None:
                 object.__setattr__(self, name, _optional_int(value, name))
@@ -86,6 +91,17 @@ class Segment:
     @property
     def root_range(self) -> tuple[int, int]:
         return (self.root_start, self.root_end)  # type: ignore[return-value]
+
+    @property
+    def fallback_bound(self) -> int | None:
+        """The greatest snapshot at which this segment answers as its rewrites would (see
+        ``applied_through``); a first-generation segment's rows can only be closed by later
+        commits, so its greatest ``validFrom`` will do when nothing better is known."""
+        if self.applied_through is not None:
+            return self.applied_through
+        if self.minor_version == 0 and self.partition < ROOT_PARTITION_LIMIT:
+            return self.max_valid_from
+        return None
 
     @property
     def is_overwrite(self) -> bool:
@@ -147,6 +163,8 @@ class Segment:
             data["open_files"] = list(self.open_files)
         if self.max_valid_until is not None:
             data["max_valid_until"] = self.max_valid_until
+        if self.applied_through is not None:
+            data["applied_through"] = self.applied_through
         return data
 
     @classmethod
@@ -170,6 +188,7 @@ class Segment:
                 max_valid_from=_optional_int(data.get("max_valid_from"), "max_valid_from"),
                 open_files=tuple(data.get("open_files", ())),
                 max_valid_until=_optional_int(data.get("max_valid_until"), "max_valid_until"),
+                applied_through=_optional_int(data.get("applied_through"), "applied_through"),
             )
         except (KeyError, TypeError, ValueError) as error:
             raise InvalidArgument(f"malformed segment description: {error!r}") from None
