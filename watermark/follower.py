@@ -15,7 +15,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import redis
@@ -27,7 +27,7 @@ from watermark.catalog import TableDescriptor
 from watermark.keys import DEFAULT_PREFIX, Keys
 from watermark.lwm import Laggard, PartitionWatermark, Regression, breakdown, no_lwm_error
 from watermark.server import connect
-from watermark.state import ServerState, segment_ref
+from watermark.state import Fallback, ServerState, UnreadableMark, segment_ref
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +50,8 @@ class TableView:
     retention_horizon: int
     staleness_s: float
     laggard: Laggard | None
+    fallbacks: tuple[Fallback, ...] = ()
+    """Segments this broker keeps out as unreadable, with what their chunks read instead."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,6 +159,7 @@ class Follower:
                 retention_horizon=state.retention_horizon(table),
                 staleness_s=self.staleness_s(),
                 laggard=state.progress[table].minimum(),
+                fallbacks=state.fallbacks(table),
             )
 
     def watermarks(self, table: str) -> WatermarkReport:
@@ -212,15 +215,47 @@ class Follower:
             self._descriptor(table)
             return self._state.timelines[table].snapshot()
 
-    def mark_unreadable(self, segment_id: Any) -> bool:
+    def mark_unreadable(self, segment_id: Any, reason: str = "unreadable") -> bool:
         """The broker could not read this segment: drop it locally (the timeline falls back) and
-        keep it out across resyncs."""
+        keep it out across resyncs, until :meth:`clear_unreadable`."""
         ref = segment_ref(segment_id)
+        mark = UnreadableMark(reason, int(self._wall_clock() * 1000))
         with self._lock:
-            removed = self._state.mark_unreadable(ref)
+            removed = self._state.mark_unreadable(ref, mark)
+            self._changed.notify_all()
         if removed:
             self._notify({ref[0]})
         return removed
+
+    def clear_unreadable(self, segment_id: Any) -> bool:
+        """The segment's files are readable again: it is visible again if still announced."""
+        ref = segment_ref(segment_id)
+        with self._lock:
+            restored = self._state.clear_unreadable(ref)
+            self._changed.notify_all()
+        if restored:
+            self._notify({ref[0]})
+        return restored
+
+    def still_unreadable(self, segment_id: Any) -> None:
+        """A recheck found the segment still unreadable: note when."""
+        ref = segment_ref(segment_id)
+        with self._lock:
+            mark = self._state.unreadable.get(ref)
+            if mark is not None:
+                checked = replace(mark, checked_ms=int(self._wall_clock() * 1000))
+                self._state.unreadable[ref] = checked
+
+    def unreadable(self) -> list[tuple[Segment, UnreadableMark]]:
+        """Every announced segment kept out as unreadable, with why and since when."""
+        with self._lock:
+            state = self._state
+            found = []
+            for (table, key), mark in sorted(state.unreadable.items()):
+                segment = state.segments.get(table, {}).get(key)
+                if segment is not None:
+                    found.append((segment, mark))
+            return found
 
     def staleness_s(self) -> float:
         """0 while following Redis; otherwise seconds since the last successful contact."""
@@ -300,12 +335,16 @@ class Follower:
         reply = _decode(self._snapshot_script(args=[self._keys.prefix]))
         with self._lock:
             previous = self._state
-            known_unreadable = set(previous.unreadable)
+            known_unreadable = dict(previous.unreadable)
         # Built outside the lock (readers keep the old state), swapped in one assignment.
         fresh = ServerState.from_snapshot(reply, unreadable=known_unreadable, previous=previous)
         with self._lock:
-            for ref in self._state.unreadable - known_unreadable:
-                fresh.mark_unreadable(ref)
+            # Marks set or cleared while the snapshot was being built.
+            for ref, mark in self._state.unreadable.items():
+                if ref not in known_unreadable:
+                    fresh.mark_unreadable(ref, mark)
+            for ref in set(known_unreadable) - set(self._state.unreadable):
+                fresh.clear_unreadable(ref)
             self._state = fresh
             self.full_syncs += 1
             self._changed.notify_all()

@@ -27,6 +27,27 @@ SegmentRef = tuple[str, str]
 """(table, segment key): how the follower names a segment."""
 
 
+@dataclass(frozen=True, slots=True)
+class UnreadableMark:
+    """Why and since when this broker keeps a segment out of its timeline."""
+
+    reason: str
+    since_ms: int
+    checked_ms: int = 0
+    """When a recheck last found it still unreadable (0: never rechecked)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Fallback:
+    """An unreadable segment and the timeline around it: what the broker read with it
+    (``before``) and what it reads now (``after``), over the segment's time chunk."""
+
+    lost: Segment
+    mark: UnreadableMark
+    before: tuple[Segment, ...]
+    after: tuple[Segment, ...]
+
+
 def segment_ref(segment_or_id: Any) -> SegmentRef:
     """The reference of a Segment or SegmentId (anything with table/interval/version/partition)."""
     interval = segment_or_id.interval
@@ -51,8 +72,9 @@ class ServerState:
     progress: dict[str, TableProgress] = field(default_factory=dict)
     retention: dict[str, dict[str, int]] = field(default_factory=dict)
     served: dict[str, MonotonicLwm] = field(default_factory=dict)
-    unreadable: set[SegmentRef] = field(default_factory=set)
+    unreadable: dict[SegmentRef, UnreadableMark] = field(default_factory=dict)
     rejected: list[str] = field(default_factory=list)
+    _fallbacks: dict[str, tuple[Any, tuple[Fallback, ...]]] = field(default_factory=dict)
 
     # -- building ----------------------------------------------------------------------------
 
@@ -61,7 +83,7 @@ class ServerState:
         cls,
         reply: list[Any],
         *,
-        unreadable: Iterable[SegmentRef] = (),
+        unreadable: Mapping[SegmentRef, UnreadableMark] | None = None,
         previous: ServerState | None = None,
     ) -> ServerState:
         """Build from the SNAPSHOT script's decoded reply.
@@ -71,7 +93,7 @@ class ServerState:
         servers that have not re-published yet, so their frozen contribution keeps holding.
         """
         epoch, seq, now_ms, tables, servers, heartbeats, per_table = reply
-        state = cls(epoch=epoch, seq=int(seq), unreadable=set(unreadable))
+        state = cls(epoch=epoch, seq=int(seq), unreadable=dict(unreadable or {}))
         state.servers = _pairs(servers)
         state.heartbeats_ms = {k: int(v) for k, v in _pairs(heartbeats).items()}
         for name, text in _pairs(tables).items():
@@ -226,14 +248,68 @@ class ServerState:
                 del self.rejected[:-100]
                 log.error("rejected announced segment %s: %s", segment, error)
 
-    def mark_unreadable(self, ref: SegmentRef) -> bool:
-        self.unreadable.add(ref)
+    def mark_unreadable(self, ref: SegmentRef, mark: UnreadableMark) -> bool:
+        """Keep the segment out of the timeline (it falls back) until :meth:`clear_unreadable`."""
+        self.unreadable[ref] = mark
         table, key = ref
         timeline = self.timelines.get(table)
         segment = self.segments.get(table, {}).get(key)
         if timeline is None or segment is None:
             return False
         return bool(timeline.remove_unreadable(segment))
+
+    def clear_unreadable(self, ref: SegmentRef) -> bool:
+        """The segment is readable again: back into the timeline if it is still announced."""
+        if self.unreadable.pop(ref, None) is None:
+            return False
+        table, key = ref
+        timeline = self.timelines.get(table)
+        segment = self.segments.get(table, {}).get(key)
+        if timeline is None or segment is None:
+            return False
+        try:
+            timeline.add(segment)
+        except HorizonError as error:
+            log.error("could not restore segment %s: %s", segment, error)
+            return False
+        return True
+
+    def fallbacks(self, table: str) -> tuple[Fallback, ...]:
+        """Each announced segment of ``table`` this broker keeps out as unreadable, with the
+        visible segments of its chunk with and without it (cached per timeline generation)."""
+        refs = {ref: mark for ref, mark in self.unreadable.items() if ref[0] == table}
+        timeline = self.timelines.get(table)
+        if not refs or timeline is None:
+            return ()
+        stamp = (timeline.generation, tuple(sorted(refs.items())))
+        cached = self._fallbacks.get(table)
+        if cached is not None and cached[0] == stamp:
+            return cached[1]
+        stored = self.segments.get(table, {})
+        found = []
+        for (_, key), mark in sorted(refs.items()):
+            lost = stored.get(key)
+            if lost is None:
+                continue
+            chunk = lost.interval
+            neighbours = [
+                segment
+                for other_key, segment in stored.items()
+                if segment.interval.overlaps(chunk) and (table, other_key) not in refs
+            ]
+            with_it = Timeline(table)
+            with_it.add_all([*neighbours, lost])
+            found.append(
+                Fallback(
+                    lost=lost,
+                    mark=mark,
+                    before=tuple(with_it.visible_segments(chunk)),
+                    after=tuple(timeline.visible_segments(chunk)),
+                )
+            )
+        result = tuple(found)
+        self._fallbacks[table] = (stamp, result)
+        return result
 
     def retention_horizon(self, table: str) -> int:
         """History below this HLC may be gone on some server: the max of their horizons."""

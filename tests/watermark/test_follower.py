@@ -197,6 +197,38 @@ def test_unreadable_segment_stays_out_across_a_resync(
     assert [s.version for s in follower.view("accounts").visible_segments] == ["v1"]
 
 
+def test_an_unreadable_segment_is_listed_with_its_fallback_and_visible_again_once_cleared(
+    redis_url, make_server, make_follower, redis_client
+):
+    server = make_server(redis_url, "s1")
+    server.register()
+    server.register_table(table_descriptor())
+    old = segment(version="v1", partition=0, core_partitions=1)
+    new = segment(version="v2", partition=0, core_partitions=1)
+    server.announce([old, new])
+    follower = make_follower(redis_url)
+    assert follower.view("accounts").fallbacks == ()
+    assert follower.mark_unreadable(new.id, "file gone") is True
+    (fallback,) = follower.view("accounts").fallbacks
+    assert fallback.lost.id == new.id and fallback.mark.reason == "file gone"
+    assert [s.version for s in fallback.before] == ["v2"]
+    assert [s.version for s in fallback.after] == ["v1"]
+    ((listed, mark),) = follower.unreadable()
+    assert listed.id == new.id and mark.since_ms > 0 and mark.checked_ms == 0
+    follower.still_unreadable(new.id)
+    assert follower.unreadable()[0][1].checked_ms >= mark.since_ms
+    redis_client.flushall()  # a resync keeps the mark and its reason
+    server.heartbeat()
+    assert follower.wait_for(lambda f: caught_up(f, redis_url) and f.full_syncs >= 2, 5)
+    assert follower.unreadable()[0][1].reason == "file gone"
+    generation = follower.view("accounts").generation
+    assert follower.clear_unreadable(new.id) is True
+    view = follower.view("accounts")
+    assert [s.version for s in view.visible_segments] == ["v2"] and view.generation > generation
+    assert view.fallbacks == () and follower.unreadable() == []
+    assert follower.clear_unreadable(new.id) is False
+
+
 def test_retention_horizon_is_the_highest_reported(redis_url, make_server, make_follower):
     first, second = make_server(redis_url, "s1"), make_server(redis_url, "s2")
     first.register_table(table_descriptor())
