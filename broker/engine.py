@@ -31,6 +31,8 @@ from broker.sql.model import QueryPlan, RewriteLimits, RewriteResult
 from broker.view_layout import ViewLayout, ViewPart, segment_files
 from broker.views import SegmentViews, UnreadableFiles, ViewMissing, schema_ddl
 from timeline.errors import HorizonError, Internal, InvalidArgument, Unavailable
+from timeline.fallback import fallback_problem
+from timeline.interval import format_instant
 
 log = logging.getLogger("horizon.broker.engine")
 
@@ -101,6 +103,9 @@ class Prepared:
     def snapshot_reason(self) -> str:
         return snapshot_reason(self.plan, self.tables)
 
+
+_EVERY_SNAPSHOT = 2**63 - 1
+"""What a read of an upsert table that names no snapshot must be assumed to see."""
 
 FIRST_FLUSH_BYTES = 4 * 1024 * 1024
 """Result bytes gathered before anything is sent: a smaller result is whole before the header
@@ -268,7 +273,9 @@ class QueryEngine:
             if read.snapshot is not None:
                 self.follower.lwm(view.table)  # regression policy, staleness, no LWM
             table_views.append(view)
-            reads.append(_read_info(read, view, self.views.layout(view)))
+            info = _read_info(read, view, self.views.layout(view))
+            self._check_fallbacks(info, view)
+            reads.append(info)
         return Prepared(
             query_id=query_id or uuid.uuid4().hex[:16],
             original_sql=sql,
@@ -411,6 +418,25 @@ class QueryEngine:
 
         return read
 
+    def _check_fallbacks(self, read: TableReadInfo, view: Any) -> None:
+        """Fail when the table's timeline fell back, for an unreadable segment, to data that
+        cannot answer at this read's snapshots (see :mod:`timeline.fallback`)."""
+        if not view.fallbacks:
+            return
+        snapshot = None
+        if view.descriptor.upsert:  # an append table's rows are never closed by a rewrite
+            reads = [end for _, end in read.change_windows]
+            reads += [read.snapshot] if read.snapshot is not None else []
+            snapshot = max(reads, default=_EVERY_SNAPSHOT)
+        for fallback in view.fallbacks:
+            problem = fallback_problem([fallback.lost], fallback.before, fallback.after, snapshot)
+            if problem is not None:
+                mark = fallback.mark
+                raise Unavailable(
+                    f"{problem}: the query fails rather than answer without its rows or with a "
+                    f"key twice (unreadable since {format_instant(mark.since_ms)}: {mark.reason})"
+                )
+
     def _drop_unreadable(self, prepared: Prepared, error: UnreadableFiles) -> list[str]:
         """Remove every visible segment with an unreadable file from the timeline."""
         paths = set(error.paths)
@@ -418,7 +444,7 @@ class QueryEngine:
         for table in prepared.tables:
             for segment in table.segments:
                 if paths & set(segment.location):
-                    self.follower.mark_unreadable(segment.id)
+                    self.follower.mark_unreadable(segment.id, str(error))
                     removed.append(str(segment.id))
         return removed
 

@@ -60,7 +60,7 @@ def segment_message(segment: Any) -> pb.Segment:
         server=segment.server,
         open_files=list(getattr(segment, "open_files", ())),
     )
-    for bound in ("max_valid_from", "max_valid_until"):
+    for bound in ("max_valid_from", "max_valid_until", "applied_through"):
         value = getattr(segment, bound, None)
         if value is not None:
             setattr(message, bound, value)

@@ -46,13 +46,30 @@ class BrokerEnv:
 def broker_config(redis_url: str, **sections: dict) -> object:
     data: dict = {
         "server": {"listen": "127.0.0.1:0", "grace_s": 1.0},
-        "state": {"redis_url": redis_url, "max_staleness_s": 30.0},
+        "state": {"redis_url": redis_url, "max_staleness_s": 30.0, "unreadable_recheck_s": 0.5},
         "limits": {"max_concurrent": 3, "queue_size": 8},
         "tokens": TOKENS,
     }
     for name, values in sections.items():
         data[name] = {**data.get(name, {}), **values} if isinstance(values, dict) else values
     return config_from_mapping(data)
+
+
+def publish_table(env: BrokerEnv, desc, segments, *others: BrokerServer) -> None:  # type: ignore[no-untyped-def]
+    """Register and announce a table, then wait until every broker's follower sees all of it."""
+    server = env.server_client
+    server.register_table(desc)
+    server.announce(segments)
+    server.report(desc.name, {0: (LWM, LWM), 1: (1500, 1500)})
+
+    def ready(follower) -> bool:  # type: ignore[no-untyped-def]
+        if desc.name not in follower.tables():
+            return False
+        view = follower.view(desc.name)
+        return view.lwm == LWM and len(view.visible_segments) > 0
+
+    for broker in (env.broker, *others):
+        assert broker.follower.wait_for(ready, 10), f"the broker never saw {desc.name}"
 
 
 @pytest.fixture(scope="package")

@@ -76,7 +76,9 @@ class UpsertTable:
     * ``p1``: ids 51..100 inserted at 600, and the new versions of ids 1..10 at 1000.
     * ``o0``: overwrite of ``p0`` (minor 1, root [0, 1)): the same rows, ids 1..10 closed at 1000.
 
-    The timeline shows ``o0`` + ``p1``; if ``o0``'s file disappears it falls back to ``p0``.
+    The timeline shows ``o0`` + ``p1``; if ``o0``'s file disappears it falls back to ``p0``, which
+    answers as ``o0`` at snapshots up to 999 only (``applied_through``): from 1000 on it would
+    show ids 1..10 twice.
     """
 
     def __init__(self, name: str, root: Path) -> None:
@@ -96,6 +98,7 @@ class UpsertTable:
             core_partitions=2,
             location=(write_rows(directory / "p0.parquet", self.desc, self.p0_rows),),
             row_count=len(self.p0_rows),
+            applied_through=999,
         )
         self.p1 = Segment(
             table=name,

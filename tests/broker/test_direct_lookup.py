@@ -22,7 +22,7 @@ from broker.server import BrokerServer
 from broker.views import UnreadableFiles
 from ingest.segments import write_segments
 from ingest.storage import Storage
-from tests.broker.conftest import LWM, BrokerEnv, broker_config
+from tests.broker.conftest import LWM, BrokerEnv, broker_config, publish_table
 from tests.broker.data import (
     DAY_MS,
     VERSION,
@@ -33,6 +33,7 @@ from tests.broker.data import (
     visible,
     write_rows,
 )
+from timeline.errors import Unavailable
 from timeline.interval import Interval
 from timeline.segment import Segment
 
@@ -229,23 +230,6 @@ def spark_only(broker_env: BrokerEnv, spark) -> Iterator[tuple[HorizonClient, Br
     broker.follower.stop()
 
 
-def _publish(env: BrokerEnv, desc, segments, *others: BrokerServer) -> None:  # type: ignore[no-untyped-def]
-    """Register and announce a table, then wait until every broker's follower sees all of it."""
-    server = env.server_client
-    server.register_table(desc)
-    server.announce(segments)
-    server.report(desc.name, {0: (LWM, LWM), 1: (1500, 1500)})
-
-    def ready(follower) -> bool:  # type: ignore[no-untyped-def]
-        if desc.name not in follower.tables():
-            return False
-        view = follower.view(desc.name)
-        return view.lwm == LWM and len(view.visible_segments) > 0
-
-    for broker in (env.broker, *others):
-        assert broker.follower.wait_for(ready, 10), f"the broker never saw {desc.name}"
-
-
 @pytest.fixture(scope="module")
 def ingested(broker_env: BrokerEnv, spark, spark_only) -> list[dict]:  # type: ignore[no-untyped-def]
     """A table written by ``ingest.segments.write_segments``: two time chunks x three key
@@ -275,7 +259,7 @@ def ingested(broker_env: BrokerEnv, spark, spark_only) -> list[dict]:  # type: i
         for (chunk, partition), segment in written.items()
     ]
     assert len(segments) == 6 and all(s.location[0].startswith("file:") for s in segments)
-    _publish(broker_env, descriptor("ingested"), segments, spark_only[1])
+    publish_table(broker_env, descriptor("ingested"), segments, spark_only[1])
     return rows
 
 
@@ -342,11 +326,15 @@ def test_other_queries_run_on_spark_with_the_same_answers(
     assert _same(result, spark_only[0].query(sql))
 
 
-def test_a_missing_file_still_makes_the_timeline_fall_back(broker_env: BrokerEnv, client):
+def test_a_missing_file_found_by_a_lookup_makes_the_timeline_fall_back_where_that_is_exact(
+    broker_env: BrokerEnv, client
+):
     """The overwrite's file vanishes after its footer was cached: the lookup reports the segment
-    unreadable, the timeline falls back to the overwritten segment and the answer comes from it."""
+    unreadable and the timeline falls back to the overwritten segment, which answers lookups at
+    snapshots it holds every update for, and refuses (UNAVAILABLE) the LWM, where it would show
+    the key twice."""
     table = UpsertTable("direct_fb", Path(broker_env.root))
-    _publish(broker_env, table.desc, table.segments)
+    publish_table(broker_env, table.desc, table.segments)
     assert broker_env.broker.follower.wait_for(
         lambda f: len(f.view("direct_fb").visible_segments) == 2, 10
     )
@@ -356,14 +344,17 @@ def test_a_missing_file_still_makes_the_timeline_fall_back(broker_env: BrokerEnv
     assert _direct_answers(broker_env) == before + 1
     assert as_rows(first) == oracle(r for r in table.rows_visible_at(LWM) if r["id"] == 3)
     os.remove(table.o0.location[0])
-    result = client.execute(sql)
-    assert result.metadata.retried
-    assert list(result.metadata.unreadable_segments) == [str(table.o0.id)]
-    fallen_back = table.rows_visible_at(LWM, overwrite=False)
-    assert as_rows(result.table) == oracle(r for r in fallen_back if r["id"] == 3)
+    with pytest.raises(Unavailable) as refused:
+        client.execute(sql)
+    assert str(table.o0.id) in str(refused.value)
+    old = client.query("SELECT * FROM direct_fb VERSION AS OF 900 WHERE id = 3")
+    fallen_back = table.rows_visible_at(900, overwrite=False)
+    assert as_rows(old) == oracle(r for r in fallen_back if r["id"] == 3)
 
 
-def test_a_file_missing_before_its_footer_was_read_also_falls_back(broker_env, client):
+def test_a_file_missing_before_its_footer_was_read_fails_the_query_instead_of_losing_its_rows(
+    broker_env, client
+):
     desc = descriptor("direct_gone")
     rows = [
         {"id": i, "owner": f"x{i}", "balance": i, "validFrom": 500, "validUntil": None}
@@ -379,11 +370,12 @@ def test_a_file_missing_before_its_footer_was_read_also_falls_back(broker_env, c
         location=(path,),
         row_count=5,
     )
-    _publish(broker_env, desc, [segment])
+    publish_table(broker_env, desc, [segment])
     os.remove(path)
-    result = client.execute("SELECT * FROM direct_gone WHERE id = 1")
-    assert list(result.metadata.unreadable_segments) == [str(segment.id)]
-    assert result.table.num_rows == 0
+    with pytest.raises(Unavailable) as refused:
+        client.execute("SELECT * FROM direct_gone WHERE id = 1")
+    assert str(segment.id) in str(refused.value)
+    assert "no complete data is left for its time chunk" in str(refused.value)
 
 
 def test_a_missing_file_is_reported_but_a_file_pyarrow_cannot_read_is_left_to_spark(tmp_path):

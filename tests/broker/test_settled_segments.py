@@ -28,6 +28,7 @@ from tests.broker.data import (
     visible,
     write_rows,
 )
+from timeline.errors import Unavailable
 from timeline.segment import Segment
 
 SETTLED_MAX = 900
@@ -378,7 +379,7 @@ def test_a_moving_lwm_resplits_one_generation_under_new_view_names(broker_env, c
     assert _views(env, "settle_move") == [second.metadata.tables[0].view], "old split dropped"
 
 
-def test_a_missing_settled_file_falls_back_and_retries(broker_env, client):
+def test_a_missing_settled_file_falls_back_where_the_fallback_is_exact(broker_env, client):
     table = UpsertTable("settle_fallback", broker_env.root)
     segments = [
         replace(table.p0, max_valid_from=500),
@@ -390,12 +391,11 @@ def test_a_missing_settled_file_falls_back_and_retries(broker_env, client):
     assert before.metadata.tables[0].view.endswith("_t500")
     assert as_rows(before.table) == oracle(table.rows_visible_at(LWM))
     os.remove(table.o0.location[0])
-    result = client.execute("SELECT * FROM settle_fallback")
-    assert result.metadata.retried
-    assert list(result.metadata.unreadable_segments) == [str(table.o0.id)]
-    assert as_rows(result.table) == oracle(table.rows_visible_at(LWM, overwrite=False))
-    at_900 = client.query("SELECT * FROM settle_fallback VERSION AS OF 900")
-    assert as_rows(at_900) == oracle(table.rows_visible_at(900, overwrite=False))
+    with pytest.raises(Unavailable) as refused:
+        client.execute("SELECT * FROM settle_fallback")
+    assert str(table.o0.id) in str(refused.value)
+    at_900 = client.execute("SELECT * FROM settle_fallback VERSION AS OF 900")
+    assert as_rows(at_900.table) == oracle(table.rows_visible_at(900, overwrite=False))
 
 
 def test_a_vanished_settled_view_is_rebuilt_and_the_query_answers(broker_env, client, split):
