@@ -16,6 +16,7 @@ TOML layout (every key optional)::
     [state]
     redis_url = "redis://127.0.0.1:6379/0"
     key_prefix = "horizon"
+    unreadable_recheck_s = 10.0  # a segment found unreadable is checked again this often
 
     [spark]
     master = "local[*]"          # or spark://host:7077
@@ -81,6 +82,8 @@ class StateConfig:
     max_staleness_s: float = 30.0
     regression_policy: RegressionPolicy = "keep"
     sync_timeout_s: float = 10.0
+    unreadable_recheck_s: float = 10.0
+    """How often a segment found unreadable is checked again (readable: visible again)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -313,6 +316,8 @@ def _validate(config: BrokerConfig) -> None:
         raise InvalidArgument("[server] tls_cert and tls_key must be given together")
     if config.state.max_staleness_s <= 0 or config.state.heartbeat_timeout_s <= 0:
         raise InvalidArgument("[state] staleness and heartbeat limits must be > 0")
+    if config.state.unreadable_recheck_s <= 0:
+        raise InvalidArgument("[state].unreadable_recheck_s must be > 0")
     parse_listen(config.server.listen)
     secrets = [grant.token for grant in config.tokens]
     if len(set(secrets)) != len(secrets):

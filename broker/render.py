@@ -216,6 +216,15 @@ def print_timeline(console: Console, timeline: pb.GetTimelineResponse) -> None:
             f"[magenta]locked[/magenta] {_interval(lock.interval)} by {lock_summary(lock)}",
             highlight=False,
         )
+    for entry in timeline.unreadable:
+        checked = (
+            f", still unreadable at {format_instant(entry.checked_ms)}" if entry.checked_ms else ""
+        )
+        console.print(
+            f"[red]unreadable[/red] segment {entry.segment.id} since "
+            f"{format_instant(entry.since_ms)}{checked}: {entry.reason}",
+            highlight=False,
+        )
     if timeline.locks_error:
         console.print(f"[yellow]locks unknown:[/yellow] {timeline.locks_error}")
 

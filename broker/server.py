@@ -11,6 +11,7 @@ import ipaddress
 import logging
 import socket
 import threading
+from collections.abc import Iterable
 from concurrent import futures
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,23 @@ def is_loopback(host: str) -> bool:
             )
         except OSError:
             return False
+
+
+def files_readable(paths: Iterable[str]) -> bool:
+    """Whether every file's Parquet footer reads (files off this machine's file system are
+    assumed readable: the next query that reads them is the check)."""
+    import pyarrow.parquet as pq
+
+    from broker.views import is_local, local_path
+
+    for path in paths:
+        if not is_local(path):
+            continue
+        try:
+            pq.read_metadata(local_path(path))
+        except (OSError, ValueError):
+            return False
+    return True
 
 
 def check_listen_policy(config: BrokerConfig) -> None:
@@ -130,6 +148,9 @@ class BrokerServer:
         self._server = self._build_grpc_server()
         self._server.start()
         threading.Thread(target=self._watch_health, name="horizon-health", daemon=True).start()
+        threading.Thread(
+            target=self._recheck_unreadable, name="horizon-unreadable", daemon=True
+        ).start()
         log.info("horizon broker listening on %s", self.target)
         return self
 
@@ -175,6 +196,24 @@ class BrokerServer:
         state = self.config.state
         self._locks = LockClient(state.redis_url, prefix=state.key_prefix, retry_timeout_s=1.0)
         return self._locks
+
+    def _recheck_unreadable(self) -> None:
+        """Give segments found unreadable another chance: one whose files all read again (or,
+        off this machine's file system, whose mark is older than the interval) is visible again;
+        if it is still bad, the next query that reads it marks it again and falls back."""
+        interval = self.config.state.unreadable_recheck_s
+        while not self._stopped.wait(interval):
+            for segment, mark in self._follower.unreadable():
+                try:
+                    readable = files_readable(segment.location)
+                except Exception:  # a check that cannot run leaves the mark as it is
+                    log.exception("could not recheck segment %s", segment.id)
+                    continue
+                if readable:
+                    log.info("segment %s is readable again (was: %s)", segment.id, mark.reason)
+                    self._follower.clear_unreadable(segment.id)
+                else:
+                    self._follower.still_unreadable(segment.id)
 
     def _watch_health(self) -> None:
         """Report NOT_SERVING while the state store is stale past the limit (queries would fail)."""

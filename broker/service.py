@@ -217,6 +217,16 @@ class InspectionServicer(rpc.InspectionServiceServicer):
             locks=locks,
         )
         response.locks_error = locks_error
+        for segment, mark in self.follower.unreadable():
+            if segment.table == table and (interval is None or segment.interval.overlaps(interval)):
+                response.unreadable.append(
+                    pb.UnreadableSegment(
+                        segment=messages.segment_message(segment),
+                        reason=mark.reason,
+                        since_ms=mark.since_ms,
+                        checked_ms=mark.checked_ms,
+                    )
+                )
         return response
 
     @unary_errors

@@ -6,17 +6,20 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import grpc
+import pytest
 from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
     ProtoReflectionDescriptorDatabase,
 )
 
 from broker._proto.horizon.v1 import horizon_pb2 as pb
 from broker.cli import main as cli_main
-from tests.broker.conftest import ADMIN, LWM, BrokerEnv
-from tests.broker.data import CHUNK, VERSION, as_rows, oracle, write_rows
+from tests.broker.conftest import ADMIN, LWM, BrokerEnv, publish_table
+from tests.broker.data import CHUNK, VERSION, UpsertTable, as_rows, oracle, write_rows
+from timeline.errors import Unavailable
 from timeline.interval import Interval
 from timeline.segment import Segment
 
@@ -93,22 +96,63 @@ def test_list_tables_reports_schema_lwm_and_visible_segments(client):
     assert not tables["empty_t"].visible_segments
 
 
-def test_deleted_overwrite_file_falls_back_to_the_original_and_answers_correctly(
+def test_a_deleted_overwrite_file_fails_queries_its_fallback_cannot_answer_and_serves_older_ones(
     broker_env, client
 ):
+    """At the LWM the original ``p0`` would show ids 1..10 open beside their newer versions: the
+    query fails with UNAVAILABLE naming the segment and its chunk, never answers with a key
+    twice; at a snapshot before the update the fallback answers exactly."""
     table = broker_env.tables["fallback_t"]
     before = client.query("SELECT * FROM fallback_t")
     assert as_rows(before) == oracle(table.rows_visible_at(LWM))
     os.remove(table.o0.location[0])
-    result = client.execute("SELECT * FROM fallback_t")
-    assert result.metadata.retried
-    assert list(result.metadata.unreadable_segments) == [str(table.o0.id)]
-    assert as_rows(result.table) == oracle(table.rows_visible_at(LWM, overwrite=False))
-    explain = client.explain("SELECT * FROM fallback_t")
+    for _ in range(2):  # the first read finds the file gone, the second knows it already
+        with pytest.raises(Unavailable) as refused:
+            client.execute("SELECT * FROM fallback_t")
+        message = str(refused.value)
+        assert str(table.o0.id) in message and str(table.o0.interval) in message
+        assert "up to 999" in message and "a key twice" in message
+    with pytest.raises(Unavailable):
+        client.explain("SELECT * FROM fallback_t")
+    with pytest.raises(Unavailable):
+        client.rewrite("SELECT * FROM fallback_t")
+    at_900 = client.execute("SELECT * FROM fallback_t VERSION AS OF 900")
+    assert as_rows(at_900.table) == oracle(table.rows_visible_at(900, overwrite=False))
+    explain = client.explain("SELECT * FROM fallback_t VERSION AS OF 900")
     segments = {chosen.segment.partition for chosen in explain.tables[0].segments}
-    assert segments == {0, 1}, "the timeline now reads the original partition 0"
-    again = client.execute("SELECT * FROM fallback_t")
-    assert not again.metadata.retried
+    assert segments == {0, 1}, "the timeline reads the original partition 0"
+    (entry,) = client.timeline("fallback_t").unreadable
+    assert entry.segment.id == str(table.o0.id) and entry.since_ms > 0
+    assert "o0.parquet" in entry.reason
+
+
+def test_a_segment_whose_file_is_readable_again_is_visible_again(broker_env, client):
+    """A transient read error must not hide a segment for good: the broker rechecks it (every
+    0.5 s here) and shows why and since when meanwhile."""
+    table = UpsertTable("recheck_t", broker_env.root)
+    publish_table(broker_env, table.desc, table.segments)
+    path = table.o0.location[0]
+    aside = f"{path}.aside"
+    os.rename(path, aside)
+    with pytest.raises(Unavailable):
+        client.execute("SELECT * FROM recheck_t")
+    (entry,) = client.timeline("recheck_t").unreadable
+    assert entry.segment.id == str(table.o0.id) and "o0.parquet" in entry.reason
+    assert _eventually(lambda: client.timeline("recheck_t").unreadable[0].checked_ms > 0)
+    os.rename(aside, path)
+    assert _eventually(lambda: not client.timeline("recheck_t").unreadable)
+    result = client.execute("SELECT * FROM recheck_t")
+    assert as_rows(result.table) == oracle(table.rows_visible_at(LWM))
+    assert not result.metadata.retried
+
+
+def _eventually(predicate, timeout: float = 10.0) -> bool:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
 
 
 def test_concurrent_queries_from_several_threads_all_get_their_own_correct_answer(
