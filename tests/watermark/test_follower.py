@@ -173,15 +173,21 @@ def test_decommissioned_server_stops_counting(redis_url, make_server, make_follo
     assert rows[0].owner is None
 
 
-def test_unreadable_segment_stays_out_across_a_resync(
-    redis_url, make_server, make_follower, redis_client
-):
+def _two_versions(redis_url, make_server):  # type: ignore[no-untyped-def]
+    """A server announcing versions v1 and v2 of one chunk; returns it and the v2 segment."""
     server = make_server(redis_url, "s1")
     server.register()
     server.register_table(table_descriptor())
     old = segment(version="v1", partition=0, core_partitions=1)
     new = segment(version="v2", partition=0, core_partitions=1)
     server.announce([old, new])
+    return server, new
+
+
+def test_unreadable_segment_stays_out_across_a_resync(
+    redis_url, make_server, make_follower, redis_client
+):
+    server, new = _two_versions(redis_url, make_server)
     follower = make_follower(redis_url)
     assert [s.version for s in follower.view("accounts").visible_segments] == ["v2"]
     generation = follower.view("accounts").generation
@@ -200,12 +206,7 @@ def test_unreadable_segment_stays_out_across_a_resync(
 def test_an_unreadable_segment_is_listed_with_its_fallback_and_visible_again_once_cleared(
     redis_url, make_server, make_follower, redis_client
 ):
-    server = make_server(redis_url, "s1")
-    server.register()
-    server.register_table(table_descriptor())
-    old = segment(version="v1", partition=0, core_partitions=1)
-    new = segment(version="v2", partition=0, core_partitions=1)
-    server.announce([old, new])
+    server, new = _two_versions(redis_url, make_server)
     follower = make_follower(redis_url)
     assert follower.view("accounts").fallbacks == ()
     assert follower.mark_unreadable(new.id, "file gone") is True
