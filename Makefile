@@ -10,7 +10,7 @@ export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYSPARK_PYTHON ?= $(abspath $(BIN)/python)
 export PYTHONHASHSEED ?= 0
 
-.PHONY: all install system-deps proto lint test demo bench clean
+.PHONY: all install system-deps proto lint test demo bench chaos clean
 
 all: test
 
@@ -44,6 +44,11 @@ demo: install
 
 bench: install
 	$(BIN)/python -m bench
+
+DURATION ?= 300
+SEED ?= 1
+chaos: install
+	$(BIN)/python -m bench.chaos --duration $(DURATION) --seed $(SEED)
 
 clean:
 	rm -rf $(VENV) broker/_proto .pytest_cache .ruff_cache .hypothesis

@@ -1,0 +1,223 @@
+"""``make chaos``: consistency under faults, checked over the recorded history.
+
+A real redis-server (persistent), the gRPC broker and two ingestion servers run as processes;
+writers move money between bank accounts and bump registers, readers query through the broker
+(LWM, pinned, time travel, self-join, change feeds), and faults hit at seeded random moments
+(:mod:`chaos.faults`: kill -9 and restart of a server, a stalled server, a Redis restart and a
+Redis pause, a broker kill, a segment file vanishing or cut short under queries, a compaction
+killed mid-flight). Then everything is brought back, the writes are awaited at the LWM, and
+:func:`chaos.checker.check` looks for anomalies. The report gives operations and queries by
+kind, faults by kind, availability by fault window and anomalies by kind; the exit code is 1 on
+any anomaly. Results go to ``bench/results/chaos.json``.
+
+Run: ``python -m bench.chaos --duration 60 --seed 1``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+from bench.report import print_table, write_results
+
+ACCOUNTS = 40
+SETTLE_TIMEOUT_S = 240.0
+
+
+def key_owners(servers: dict[str, list[int]], keys: int) -> dict[int, str]:
+    """Which server owns each key (0..keys-1) by key partition, computed by the same Spark code
+    ingestion uses (a short local session)."""
+    from broker.spark_session import create_spark_session
+    from chaos.cluster import KEY_PARTITIONS
+    from ingest.partitioning import partitions_of
+
+    spark = create_spark_session(master="local[1]", app_name="chaos-partitions")
+    try:
+        # Both tables' keys are bigint columns: the same hash, whatever the column's name.
+        found = partitions_of(
+            spark, [(k,) for k in range(keys)], ["account"], KEY_PARTITIONS, "account bigint"
+        )
+    finally:
+        spark.stop()
+    by_partition = {p: name for name, parts in servers.items() for p in parts}
+    return {key: by_partition[partition] for key, partition in enumerate(found)}
+
+
+def run(duration: float, seed: int, work: Path) -> dict[str, Any]:
+    from broker.client import connect
+    from chaos.checker import check, count_by_kind
+    from chaos.cluster import BANK, Cluster
+    from chaos.faults import Faults
+    from chaos.workload import Readers, Writer, history
+
+    servers = {"server-1": [0], "server-2": [1]}
+    owners = key_owners(servers, ACCOUNTS)
+    cluster = Cluster(work, servers)
+    writer = Writer(work, owners, seed)
+    started = time.monotonic()
+    cluster.start()
+    client = connect(cluster.target, timeout=30.0)
+    faults = Faults(cluster, client, seed)
+    readers = Readers(cluster.target, 3, seed)
+    try:
+        cluster.wait_for_broker(client)
+        writer.opening()
+        bank_since = _wait_for_writes(client, writer, SETTLE_TIMEOUT_S)
+        readers.since = bank_since
+        startup_s = time.monotonic() - started
+        print(f"cluster up and opening balances visible after {startup_s:.0f} s", flush=True)
+        supervisor = threading.Thread(target=faults.supervise, daemon=True)
+        supervisor.start()
+        readers.start()
+        deadline = time.monotonic() + duration
+        injector = threading.Thread(target=faults.run, args=(deadline,), daemon=True)
+        injector.start()
+        steps = 0
+        while time.monotonic() < deadline:
+            steps += writer.step()
+            time.sleep(0.2)
+        injector.join()
+        faults.settle()
+        final_high = _wait_for_writes(client, writer, SETTLE_TIMEOUT_S)
+        time.sleep(2.0)  # a few reads at the final LWM
+        readers.join()
+        faults.stop.set()
+        recorded = history(writer, readers, faults.recorded)
+        anomalies = check(recorded)
+    finally:
+        readers.stop.set()
+        faults.stop.set()
+        client.close()
+        cluster.stop()
+    availability = _availability(recorded)
+    return {
+        "duration_s": duration,
+        "seed": seed,
+        "startup_s": round(startup_s, 1),
+        "files_written": len(writer.files),
+        "operations": dict(writer.counts),
+        "writes_acknowledged": len(recorded.writes),
+        "queries": dict(Counter(r.kind for r in recorded.reads)),
+        "errors": dict(Counter(r.error for r in recorded.reads if not r.ok)),
+        "error_samples": _error_samples(recorded.reads),
+        "faults": dict(faults.counts),
+        "process_restarts_after_crashes": dict(faults.restarts),
+        "availability": availability,
+        "final_lwm_covers": final_high,
+        "anomalies": count_by_kind(anomalies),
+        "anomaly_details": [a.describe() for a in anomalies[:50]],
+        "bank_table": BANK,
+    }
+
+
+def _wait_for_writes(client: Any, writer: Any, timeout: float) -> int:
+    """Wait until every file written so far is acknowledged and the LWM of both tables covers
+    it; returns the highest commit timestamp awaited."""
+    from chaos.cluster import BANK, REGISTER
+    from chaos.workload import acknowledged
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        writes = writer.writes()
+        acked = acknowledged(writer.work)
+        if set(writer.files) <= acked and writes:
+            high = max(write.commit_ts for write in writes)
+            try:
+                lwms = [client.watermarks(table).lwm for table in (BANK, REGISTER)]
+            except Exception:
+                lwms = [0]
+            if min(lwms) >= high:
+                return high
+        time.sleep(0.5)
+    raise RuntimeError(f"the writes were not all visible at the LWM within {timeout} s")
+
+
+def _error_samples(reads: list[Any]) -> dict[str, list[str]]:
+    """A few messages of each error status (the documented ones too: they should make sense)."""
+    samples: dict[str, list[str]] = defaultdict(list)
+    for read in reads:
+        if not read.ok and len(samples[read.error]) < 3 and read.message not in samples[read.error]:
+            samples[read.error].append(f"{read.kind}: {read.message[:300]}")
+    return dict(samples)
+
+
+def _availability(recorded: Any) -> dict[str, dict[str, Any]]:
+    """Share of queries answered, for the reads overlapping each kind of fault, and for the rest."""
+    totals: dict[str, Counter[str]] = defaultdict(Counter)
+    for read in recorded.reads:
+        kinds = {f.kind for f in recorded.faults_during(read.started, read.ended)} or {"no fault"}
+        for kind in kinds:
+            totals[kind]["queries"] += 1
+            totals[kind]["answered"] += read.ok
+    return {
+        kind: {
+            "queries": counts["queries"],
+            "answered": counts["answered"],
+            "share": round(counts["answered"] / counts["queries"], 3)
+            if counts["queries"]
+            else None,
+        }
+        for kind, counts in sorted(totals.items())
+    }
+
+
+def print_report(results: dict[str, Any]) -> None:
+    print_table(
+        f"chaos run: {results['duration_s']:.0f} s, seed {results['seed']}",
+        ["what", "counts"],
+        [
+            ("operations", results["operations"]),
+            ("writes acknowledged", results["writes_acknowledged"]),
+            ("queries", results["queries"]),
+            ("errors", results["errors"] or "-"),
+            ("faults", results["faults"]),
+            ("restarts after crashes", results["process_restarts_after_crashes"] or "-"),
+            ("anomalies", results["anomalies"] or "none"),
+        ],
+    )
+    print_table(
+        "availability by fault window",
+        ["window", "queries", "answered", "share"],
+        [(k, v["queries"], v["answered"], v["share"]) for k, v in results["availability"].items()],
+    )
+    for status, messages in results["error_samples"].items():
+        for message in messages:
+            print(f"  {status} {message}")
+    for line in results["anomaly_details"]:
+        print(f"  {line}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--duration", type=float, default=60.0, help="seconds of workload")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--keep", action="store_true", help="keep the work directory")
+    parser.add_argument("--no-results", action="store_true", help="do not write chaos.json")
+    parser.add_argument("--json", type=Path, help="also write the results to this file")
+    args = parser.parse_args(argv)
+    work = Path(tempfile.mkdtemp(prefix="horizon-chaos-"))
+    try:
+        results = run(args.duration, args.seed, work)
+    finally:
+        if args.keep:
+            print(f"work directory kept: {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+    print_report(results)
+    if args.json is not None:
+        args.json.write_text(json.dumps(results, indent=2, default=str))
+    if not args.no_results:
+        print(f"wrote {write_results('chaos', results)}")
+    return 1 if results["anomalies"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,182 @@
+"""The faults of a run, injected one at a time at seeded random moments, each recorded with when
+it was in force; and the supervisor that restarts a process that died on its own (as systemd
+would), except the one a fault is holding down."""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import signal
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from chaos.cluster import BANK, Cluster
+from chaos.history import Fault
+
+FAULT_KINDS = (
+    "server_kill",
+    "server_stall",
+    "redis_restart",
+    "redis_pause",
+    "broker_kill",
+    "segment_file",
+    "compaction_kill",
+)
+PAUSE_S = (6.0, 9.0)
+"""Redis pauses and server stalls outlast the 5 s heartbeat timeout."""
+
+
+class Faults:
+    def __init__(self, cluster: Cluster, client: Any, seed: int) -> None:
+        self.cluster = cluster
+        self.client = client
+        self.random = random.Random(seed)
+        self.recorded: list[Fault] = []
+        self.counts: Counter[str] = Counter()
+        self.held: set[str] = set()
+        """Processes a fault keeps down or paused: the supervisor leaves them alone."""
+        self.restarts: Counter[str] = Counter()
+        """Processes the supervisor restarted after they died on their own."""
+        self.stop = threading.Event()
+        self._lock = threading.Lock()
+
+    # -- the schedule ----------------------------------------------------------------------------
+
+    def run(self, deadline: float) -> None:
+        """Every kind once in a shuffled order, then at random, until ``deadline``; the kinds
+        not yet injected by then still are, one after another, so a short run has them all."""
+        kinds = list(FAULT_KINDS)
+        self.random.shuffle(kinds)
+        while not self.stop.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0 and not kinds:
+                return
+            gap = max(1.0, left / (len(kinds) + 1)) if left > 0 else 1.0
+            if self.stop.wait(self.random.uniform(0.5, 1.5) * gap):
+                return
+            if kinds:
+                self.inject(kinds.pop(0))
+            elif time.monotonic() < deadline:
+                self.inject(self.random.choice(FAULT_KINDS))
+
+    def inject(self, kind: str) -> Fault:
+        started = time.monotonic()
+        getattr(self, f"_{kind}")()
+        fault = Fault(kind, started, time.monotonic())
+        with self._lock:
+            self.recorded.append(fault)
+            self.counts[kind] += 1
+        return fault
+
+    # -- the kinds -------------------------------------------------------------------------------
+
+    def _server_kill(self) -> None:
+        name = self.random.choice(sorted(self.cluster.servers))
+        server = self.cluster.servers[name]
+        with self._holding(name):
+            server.kill()
+            time.sleep(self.random.uniform(0.5, 3.0))
+            server.start()
+
+    def _server_stall(self) -> None:
+        name = self.random.choice(sorted(self.cluster.servers))
+        server = self.cluster.servers[name]
+        with self._holding(name):
+            server.pause()
+            time.sleep(self.random.uniform(*PAUSE_S))
+            server.resume()
+
+    def _redis_restart(self) -> None:
+        with self._holding("redis"):
+            self.cluster.redis.restart(kill=True)
+
+    def _redis_pause(self) -> None:
+        process = self.cluster.redis.process
+        if process is None:
+            return
+        with self._holding("redis"):
+            os.kill(process.pid, signal.SIGSTOP)
+            try:
+                time.sleep(self.random.uniform(*PAUSE_S))
+            finally:
+                os.kill(process.pid, signal.SIGCONT)
+
+    def _broker_kill(self) -> None:
+        with self._holding("broker"):
+            self.cluster.broker.kill()
+            time.sleep(self.random.uniform(0.5, 2.0))
+            self.cluster.broker.start()
+            self.cluster.wait_for_broker(self.client)
+
+    def _segment_file(self) -> None:
+        """A file of a visible segment vanishes (or is cut in half) for a few seconds under the
+        running queries, then comes back."""
+        try:
+            timeline = self.client.timeline(BANK)
+        except Exception:
+            return
+        files = [
+            path
+            for chunk in timeline.chunks
+            for group in chunk.groups
+            for segment in group.segments
+            for path in segment.location
+        ]
+        if not files:
+            return
+        path = Path(self.random.choice(files).removeprefix("file:"))
+        aside = path.with_name(path.name + ".aside")
+        truncate = self.random.random() < 0.5
+        try:
+            if truncate:
+                shutil.copy2(path, aside)
+                with path.open("r+b") as handle:
+                    handle.truncate(max(1, path.stat().st_size // 2))
+            else:
+                path.rename(aside)
+        except FileNotFoundError:
+            return  # replaced and collected meanwhile
+        time.sleep(self.random.uniform(3.0, 6.0))
+        aside.replace(path)
+
+    def _compaction_kill(self) -> None:
+        compactor = self.cluster.compactor
+        with self._holding("compactor"):
+            compactor.start()
+            time.sleep(self.random.uniform(4.0, 15.0))
+            compactor.kill()
+
+    # -- supervision -----------------------------------------------------------------------------
+
+    def supervise(self) -> None:
+        """Restart a server or the broker that exited on its own, once a second."""
+        while not self.stop.wait(1.0):
+            for name, process in [*self.cluster.servers.items(), ("broker", self.cluster.broker)]:
+                with self._lock:
+                    held = name in self.held
+                if not held and not process.alive:
+                    self.restarts[name] += 1
+                    process.start()
+
+    def settle(self) -> None:
+        """Everything running and resumed (after the last fault)."""
+        for process in (*self.cluster.servers.values(), self.cluster.broker):
+            process.resume()
+            if not process.alive:
+                process.start()
+
+    @contextmanager
+    def _holding(self, name: str) -> Iterator[None]:
+        with self._lock:
+            self.held.add(name)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self.held.discard(name)

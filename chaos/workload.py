@@ -1,0 +1,304 @@
+"""The workload of a fault-injection run: writers, readers, and what they recorded.
+
+* **Bank** (``bank``): accounts with balances, each server owning the accounts of its key
+  partition; every change is a transfer between two of them (or a close, which moves the whole
+  balance and deletes the account), committed as one source transaction (the ``txn`` column);
+  now and then a late record (an older ``seq``), which must never show.
+* **Register** (``register``): each key written with increasing values by one writer.
+* **Readers** query through the gRPC broker: the whole table at the LWM, at a pinned snapshot
+  (``VERSION AS OF`` one seen a moment ago), at an old snapshot, a self-join, and change feeds.
+
+The writers know every row they wrote; the servers' acknowledgements (:mod:`chaos.worker`) give
+each file's first commit timestamp, from which each write's own follows (a transaction's changes
+share the timestamp of its first change), so the history is the workload's, not the system's.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from chaos.cluster import BANK, REGISTER
+from chaos.history import History, Read, Row, Write
+
+OPENING_BALANCE = 1_000
+MAX_BACKLOG = 4
+"""Files a server may have waiting before the writer stops feeding it."""
+BANK_SQL = "SELECT account, txn, balance FROM bank"
+REGISTER_SQL = "SELECT key, value FROM register"
+SELF_JOIN_SQL = (
+    "SELECT a.account, a.txn, a.balance FROM bank a JOIN bank b "
+    "ON a.account = b.account AND a.txn = b.txn"
+)
+
+
+@dataclass
+class Account:
+    balance: int
+    seq: int
+    open: bool = True
+
+
+@dataclass
+class Writer:
+    """Writes changelog files into each server's inbox; remembers every row it wrote."""
+
+    work: Path
+    owners: dict[int, str]
+    """account (and register key) -> the server owning its key partition."""
+    seed: int
+    accounts: dict[int, Account] = field(default_factory=dict)
+    registers: dict[int, int] = field(default_factory=dict)
+    files: dict[str, tuple[str, list[dict[str, Any]]]] = field(default_factory=dict)
+    """file -> (table, rows in the order written)."""
+    late: set[str] = field(default_factory=set)
+    """Transactions of late records: stored, never visible."""
+    owners_of: dict[str, str] = field(default_factory=dict)
+    """file -> the server whose inbox it is in."""
+    counts: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    _sequence: int = 0
+
+    def __post_init__(self) -> None:
+        self.random = random.Random(self.seed)
+
+    def opening(self) -> None:
+        """Every account with the opening balance (one transaction per server), every register
+        at 0."""
+        by_server: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for account, server in sorted(self.owners.items()):
+            self.accounts[account] = Account(OPENING_BALANCE, 1)
+            by_server[server].append(
+                {"account": account, "balance": OPENING_BALANCE, "txn": f"open-{server}",
+                 "seq": 1, "deleted": False}
+            )  # fmt: skip
+        for server, rows in by_server.items():
+            self._drop(BANK, server, rows)
+        for key in sorted(self.owners):
+            self.registers[key] = 0
+        for server in set(self.owners.values()):
+            keys = [k for k, s in self.owners.items() if s == server]
+            self._drop(
+                REGISTER, server, [{"key": k, "value": 0, "seq": 0, "deleted": False} for k in keys]
+            )
+
+    @property
+    def total(self) -> int:
+        return OPENING_BALANCE * len(self.owners)
+
+    def step(self) -> bool:
+        """One file for one server: a few transfers (a close, a late record now and then) and a
+        few register writes. A server with :data:`MAX_BACKLOG` files not yet ingested gets no
+        more (it is down or behind); False when every server is."""
+        acked = acknowledged(self.work)
+        servers = sorted(
+            server
+            for server in set(self.owners.values())
+            if sum(1 for f, s in self.owners_of.items() if s == server and f not in acked)
+            < MAX_BACKLOG
+        )
+        if not servers:
+            return False
+        server = self.random.choice(servers)
+        mine = [a for a, s in self.owners.items() if s == server and self.accounts[a].open]
+        rows: list[dict[str, Any]] = []
+        for _ in range(self.random.randint(1, 4)):
+            if len(mine) < 3:
+                break
+            source, target = self.random.sample(mine, 2)
+            self._sequence += 1
+            txn = f"t{self._sequence}"
+            if self.random.random() < 0.03:
+                rows += self._close(source, target, txn)
+                mine.remove(source)
+                self.counts["close"] += 1
+            else:
+                amount = self.random.randint(0, self.accounts[source].balance)
+                rows += self._move(source, target, amount, txn)
+                self.counts["transfer"] += 1
+        if self.random.random() < 0.2 and mine:
+            account = self.random.choice(mine)
+            self._sequence += 1
+            txn = f"late{self._sequence}"
+            self.late.add(txn)
+            rows.append(
+                {"account": account, "balance": 10**9, "txn": txn, "seq": 0, "deleted": False}
+            )
+            self.counts["late record"] += 1
+        if rows:
+            self._drop(BANK, server, rows)
+        keys = [k for k, s in self.owners.items() if s == server]
+        writes = []
+        for key in self.random.sample(keys, min(3, len(keys))):
+            self.registers[key] += 1
+            value = self.registers[key]
+            writes.append({"key": key, "value": value, "seq": value, "deleted": False})
+        self.counts["register write"] += len(writes)
+        self._drop(REGISTER, server, writes)
+        return True
+
+    def _move(self, source: int, target: int, amount: int, txn: str) -> list[dict[str, Any]]:
+        rows = []
+        for account, delta in ((source, -amount), (target, amount)):
+            state = self.accounts[account]
+            state.balance += delta
+            state.seq += 1
+            rows.append({"account": account, "balance": state.balance, "txn": txn,
+                         "seq": state.seq, "deleted": False})  # fmt: skip
+        return rows
+
+    def _close(self, source: int, target: int, txn: str) -> list[dict[str, Any]]:
+        amount = self.accounts[source].balance
+        rows = self._move(source, target, amount, txn)
+        rows[0]["deleted"] = True
+        self.accounts[source].open = False
+        return rows
+
+    def _drop(self, table: str, server: str, rows: list[dict[str, Any]]) -> None:
+        inbox = self.work / "inbox" / table / server
+        inbox.mkdir(parents=True, exist_ok=True)
+        self._sequence += 1
+        path = inbox / f"{self._sequence:09d}.json"
+        staging = inbox / f".{self._sequence:09d}.tmp"
+        staging.write_text("".join(json.dumps(row) + "\n" for row in rows))
+        staging.rename(path)  # the worker never sees half a file
+        self.files[str(path)] = (table, rows)
+        self.owners_of[str(path)] = server
+
+    def writes(self) -> list[Write]:
+        """Every acknowledged write, with its commit timestamp."""
+        found: list[Write] = []
+        for ack in _acks(self.work):
+            base = ack.get("base")
+            entry = self.files.get(ack["file"])
+            if base is None or entry is None:
+                continue
+            table, rows = entry
+            first: dict[str, int] = {}
+            for position, row in enumerate(rows):
+                if table == BANK:
+                    txn = row["txn"]
+                    first.setdefault(txn, position)
+                    if txn in self.late:
+                        continue
+                    found.append(Write(BANK, row["account"], txn, base + first[txn],
+                                       deleted=row["deleted"], txn=txn))  # fmt: skip
+                else:
+                    found.append(Write(REGISTER, row["key"], row["value"], base + position))
+        return found
+
+
+def acknowledged(work: Path) -> set[str]:
+    """The files some server acknowledged."""
+    return {ack["file"] for ack in _acks(work)}
+
+
+def _acks(work: Path) -> list[dict[str, Any]]:
+    entries = []
+    for path in sorted((work / "acks").glob("*.jsonl")):
+        entries += [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return entries
+
+
+class Readers:
+    """Threads querying the broker until stopped; every answer and error is recorded."""
+
+    def __init__(self, target: str, count: int, seed: int) -> None:
+        self.target = target
+        self.count = count
+        self.seed = seed
+        self.reads: list[Read] = []
+        self.stop = threading.Event()
+        self._lock = threading.Lock()
+        self._threads: list[threading.Thread] = []
+        self.since = 0
+        """The earliest snapshot time travel may pick (every account opened by then)."""
+
+    def start(self) -> None:
+        for number in range(self.count):
+            thread = threading.Thread(target=self._run, args=(number,), daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def join(self) -> None:
+        self.stop.set()
+        for thread in self._threads:
+            thread.join(timeout=120)
+
+    def _run(self, number: int) -> None:
+        from broker.client import connect
+
+        chooser = random.Random(self.seed * 1000 + number)
+        client_name = f"reader-{number}"
+        seen: list[int] = []
+        with connect(self.target, timeout=30.0) as client:
+            while not self.stop.is_set():
+                kind = chooser.choice(
+                    ["lwm", "lwm", "register", "pinned", "travel", "self_join", "changes"]
+                )
+                read = self._query(client, client_name, kind, seen, chooser)
+                with self._lock:
+                    self.reads.append(read)
+                if read.ok and read.kind == "lwm" and read.table == BANK and read.snapshot:
+                    seen.append(read.snapshot)  # the bank's LWMs only: the tables' differ
+                if not read.ok:
+                    time.sleep(0.2)
+
+    def _query(
+        self, client: Any, name: str, kind: str, seen: list[int], chooser: random.Random
+    ) -> Read:
+        table, sql, window = BANK, BANK_SQL, None
+        if kind == "register":
+            table, sql, kind = REGISTER, REGISTER_SQL, "lwm"
+        elif kind == "pinned" and seen:
+            sql = f"{BANK_SQL} VERSION AS OF {seen[-1]}"
+        elif kind == "travel" and seen:
+            old = [s for s in seen if s >= self.since] or seen
+            sql = f"{BANK_SQL} VERSION AS OF {chooser.choice(old[: max(1, len(old) // 2)])}"
+        elif kind == "self_join":
+            sql = SELF_JOIN_SQL
+        elif kind == "changes" and len(seen) >= 2:
+            low, high = (
+                sorted(chooser.sample(seen[-20:], 2))
+                if len(set(seen[-20:])) > 1
+                else (seen[0], seen[-1])
+            )
+            window = (low, high)
+            sql = (
+                f"SELECT account, txn, _change_type FROM table_changes('bank', {low}, {high}) "
+                "WHERE _change_type IN ('insert', 'update_postimage')"
+            )
+        else:
+            kind = "lwm"
+        started = time.monotonic()
+        try:
+            result = client.execute(sql)
+        except Exception as error:  # every failure is recorded for the checker
+            code = getattr(getattr(error, "code", None), "value", None) or type(error).__name__
+            return Read(name, table, sql, kind, started, time.monotonic(), error=str(code),
+                        message=str(error)[:500], window=window)  # fmt: skip
+        ended = time.monotonic()
+        rows = result.table.to_pylist()
+        if table == REGISTER:
+            found = tuple(Row(r["key"], r["value"], r["value"]) for r in rows)
+        else:
+            found = tuple(Row(r["account"], r["txn"], r.get("balance") or 0) for r in rows)
+        return Read(name, table, sql, kind, started, ended, snapshot=result.snapshot,
+                    rows=found, window=window)  # fmt: skip
+
+
+def history(writer: Writer, readers: Readers, faults: list[Any]) -> History:
+    """What the run recorded. Readers only read at snapshots where every account is open (they
+    start once the opening commits are visible), so the bank's total holds at every one."""
+    return History(
+        writes=writer.writes(),
+        reads=list(readers.reads),
+        faults=list(faults),
+        bank_tables=frozenset({BANK}),
+        bank_total=writer.total,
+    )

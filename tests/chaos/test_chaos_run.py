@@ -1,0 +1,28 @@
+"""A short fault-injection run (``python -m bench.chaos``) in every test run: real processes,
+every fault kind at least once, and no anomaly in the recorded history."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from chaos.faults import FAULT_KINDS
+
+
+def test_a_short_run_with_every_fault_kind_records_no_anomaly(tmp_path: Path) -> None:
+    results = tmp_path / "chaos.json"
+    command = [
+        sys.executable, "-m", "bench.chaos", "--duration", "60", "--seed", "1",
+        "--no-results", "--json", str(results),
+    ]  # fmt: skip
+    run = subprocess.run(command, capture_output=True, text=True, timeout=900, check=False)
+    assert results.exists(), run.stdout[-3000:] + run.stderr[-3000:]
+    report = json.loads(results.read_text())
+    assert report["anomalies"] == {}, "\n".join(report["anomaly_details"])
+    assert run.returncode == 0, run.stdout[-3000:]
+    assert set(report["faults"]) == set(FAULT_KINDS)
+    assert report["writes_acknowledged"] > 0
+    assert {"lwm", "pinned", "travel", "self_join", "changes"} <= set(report["queries"])
+    assert report["availability"]["no fault"]["answered"] > 0
