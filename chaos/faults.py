@@ -28,6 +28,8 @@ FAULT_KINDS = (
     "segment_file",
     "compaction_kill",
 )
+MAX_GAP_S = 20.0
+"""A long run still has a fault every 10 to 30 s."""
 PAUSE_S = (6.0, 9.0)
 """Redis pauses and server stalls outlast the 5 s heartbeat timeout."""
 
@@ -57,7 +59,7 @@ class Faults:
             left = deadline - time.monotonic()
             if left <= 0 and not kinds:
                 return
-            gap = max(1.0, left / (len(kinds) + 1)) if left > 0 else 1.0
+            gap = min(MAX_GAP_S, max(1.0, left / (len(kinds) + 1))) if left > 0 else 1.0
             if self.stop.wait(self.random.uniform(0.5, 1.5) * gap):
                 return
             if kinds:
