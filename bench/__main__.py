@@ -129,6 +129,26 @@ def _compaction(r: dict[str, Any]) -> list[Row]:
     return rows
 
 
+def _chaos(r: dict[str, Any]) -> list[Row]:
+    faults, queries = r.get("faults") or {}, r.get("queries") or {}
+    anomalies = sum((r.get("anomalies") or {}).values())
+    run = f"fault-injection run, {_num(r.get('duration_s'))} s, seed {r.get('seed')}"
+    return [
+        (f"{run}: anomalies", str(anomalies), "0"),
+        ("faults injected (kinds)", f"{sum(faults.values())} ({len(faults)})", "every kind"),
+        (
+            "queries / acknowledged writes",
+            f"{sum(queries.values()):,} / {r.get('writes_acknowledged', 0):,}",
+            "-",
+        ),
+        (
+            "queries answered outside fault windows",
+            _num(_get(r, "availability", "no fault", "share"), "", 3),
+            "-",
+        ),
+    ]
+
+
 EXTRACTORS: dict[str, Extractor] = {
     "timeline": _timeline,
     "watermark": _watermark,
@@ -137,12 +157,13 @@ EXTRACTORS: dict[str, Extractor] = {
     "broker": _broker,
     "query": _query,
     "compaction": _compaction,
+    "chaos": _chaos,
 }
 
 
 def write_summary() -> Path:
     lines = ["# Benchmark summary", "", "| benchmark | measure | result | target |", "| --- | --- | --- | --- |"]  # fmt: skip
-    for name in BENCHMARKS:
+    for name in (*BENCHMARKS, "chaos"):  # chaos runs apart (make chaos), its last result shows
         path = RESULTS_DIR / f"{name}.json"
         if not path.exists():
             lines.append(f"| {name} | (not run) | | |")
