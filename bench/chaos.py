@@ -80,9 +80,8 @@ def run(duration: float, seed: int, work: Path) -> dict[str, Any]:
         deadline = time.monotonic() + duration
         injector = threading.Thread(target=faults.run, args=(deadline,), daemon=True)
         injector.start()
-        steps = 0
         while time.monotonic() < deadline:
-            steps += writer.step()
+            writer.step()
             time.sleep(0.2)
         injector.join()
         faults.settle()
