@@ -9,6 +9,8 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 
+from broker.render import chunk_locks
+
 
 def timeline_picture(timeline: Any, state_names: dict[int, str], *, title: str = "") -> Table:
     """Time chunks (rows) x root partitions (columns), one block per root partition: green for a
@@ -42,14 +44,7 @@ def timeline_picture(timeline: Any, state_names: dict[int, str], *, title: str =
                 style = "cyan" if group.minor_version else "green"
             for root in range(group.root_start, group.root_end):
                 cells[root] = Text("█", style=style)
-        holders = sorted(
-            {
-                lock.job
-                for lock in timeline.locks
-                if lock.interval.start_ms < chunk.interval.end_ms
-                and chunk.interval.start_ms < lock.interval.end_ms
-            }
-        )
+        holders = sorted({lock.job for lock in chunk_locks(timeline, chunk)})
         view.add_row(
             day(chunk.interval.start_ms),
             Text.assemble(*cells),
