@@ -1,4 +1,4 @@
-"""The query pipeline: follower state -> catalog -> rewrite -> access check -> views -> Spark.
+"""The query engine: follower state -> catalog -> rewrite -> access check -> views -> Spark.
 
 Transport-neutral: the gRPC servicer turns these results into messages. One query takes one atomic
 view of each table (segments, generation, LWM), rewrites against it, and runs on the temp views of
@@ -11,9 +11,8 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable
 from contextlib import ExitStack
-from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
@@ -23,187 +22,22 @@ from broker.auth import Principal, check_read
 from broker.catalog_builder import build_catalog
 from broker.config import BrokerConfig
 from broker.direct_read import DirectReader
+from broker.engine.execution import FIRST_FLUSH_BYTES, Execution, first_batches
+from broker.engine.prepared import Prepared, TableReadInfo, read_info
 from broker.executor import QueryScope, ResultLimits, SparkExecutor
 from broker.key_lookup import plan_key_lookup
 from broker.query_shape import is_key_lookup, is_ordered
 from broker.sql.errors import NoLowWatermark
-from broker.sql.model import QueryPlan, RewriteLimits, RewriteResult
-from broker.view_layout import ViewLayout, ViewPart, segment_files
-from broker.views import SegmentViews, UnreadableFiles, ViewMissing, schema_ddl
-from timeline.errors import HorizonError, Internal, InvalidArgument, Unavailable
+from broker.sql.model import RewriteLimits
+from broker.views import SegmentViews, UnreadableFiles, ViewMissing
+from timeline.errors import HorizonError, InvalidArgument, Unavailable
 from timeline.fallback import fallback_problem
 from timeline.interval import format_instant
 
 log = logging.getLogger("horizon.broker.engine")
 
-SNAPSHOT_LWM = "lwm"
-SNAPSHOT_VERSION = "version"
-SNAPSHOT_TIMESTAMP = "timestamp"
-SNAPSHOT_CHANGES = "changes"
-SNAPSHOT_NONE = "none"
-
-
-@dataclass(frozen=True, slots=True)
-class TableReadInfo:
-    """What one table of a query reads (the metadata a client sees).
-
-    ``segments``/``files`` are all the table's visible segments; ``layout`` says which temp view
-    reads which of their files (one part, or up to four, see ``broker.view_layout``), and
-    ``view`` is the main one (the first part).
-    """
-
-    table: str
-    snapshot: int | None
-    generation: int
-    lwm: int | None
-    retention_horizon: int
-    view: str
-    segments: tuple[Any, ...]
-    files: tuple[str, ...]
-    schema_ddl: str
-    staleness_s: float
-    laggard: Any
-    change_windows: tuple[tuple[int, int], ...] = ()
-    layout: ViewLayout | None = None
-
-    @property
-    def parts(self) -> tuple[ViewPart, ...]:
-        return self.layout.parts if self.layout is not None else ()
-
-
-@dataclass(frozen=True, slots=True)
-class Prepared:
-    """A rewritten query bound to one view of each table it reads."""
-
-    query_id: str
-    original_sql: str
-    rewrite: RewriteResult
-    tables: tuple[TableReadInfo, ...]
-    table_views: tuple[Any, ...]
-    staleness_s: float
-    rewrite_s: float
-
-    @property
-    def sql(self) -> str:
-        return self.rewrite.sql
-
-    @property
-    def plan(self) -> QueryPlan:
-        return self.rewrite.plan
-
-    @property
-    def files(self) -> tuple[str, ...]:
-        return tuple(path for table in self.tables for path in table.files)
-
-    @property
-    def snapshot_source(self) -> str:
-        return snapshot_source(self.plan)
-
-    @property
-    def snapshot_reason(self) -> str:
-        return snapshot_reason(self.plan, self.tables)
-
-
 _EVERY_SNAPSHOT = 2**63 - 1
 """What a read of an upsert table that names no snapshot must be assumed to see."""
-
-FIRST_FLUSH_BYTES = 4 * 1024 * 1024
-"""Result bytes gathered before anything is sent: a smaller result is whole before the header
-goes out, so a segment file found unreadable can still be fallen back from and retried."""
-
-
-@dataclass(slots=True)
-class Execution:
-    """A started query: its schema, its result as a stream, what it read, where the time went."""
-
-    prepared: Prepared
-    schema: pa.Schema
-    head: list[pa.RecordBatch]
-    """The batches gathered before the first send."""
-    rest: Iterator[Any] | None
-    """The executor's stream of the remaining batches (None when ``head`` is everything)."""
-    files: tuple[str, ...] = ()
-    queued_s: float = 0.0
-    rewrite_s: float = 0.0
-    views_s: float = 0.0
-    spark_s: float = 0.0
-    """Seconds spent waiting on Spark (planning, jobs, and reading the streamed batches)."""
-    unreadable_segments: list[str] = field(default_factory=list)
-    retried: bool = False
-    _held: ExitStack = field(default_factory=ExitStack)
-
-    def batches(self) -> Iterator[pa.RecordBatch]:
-        """Every batch of the result, in order; Spark's time while waiting goes to ``spark_s``."""
-        head, self.head = self.head, []
-        yield from head
-        if self.rest is None:
-            return
-        while True:
-            started = time.perf_counter()
-            try:
-                batch = next(self.rest)
-            except StopIteration:
-                return
-            except UnreadableFiles as error:
-                raise Unavailable(
-                    f"{error}; part of the result was already sent, so the query was not "
-                    "retried: the segment is now dropped, run the query again"
-                ) from None
-            finally:
-                self.spark_s += time.perf_counter() - started
-            yield batch
-
-    def close(self) -> None:
-        """Stop the stream (cancelling Spark's jobs if unfinished) and free the admission slot."""
-        self._held.close()
-
-
-def _first_batches(stream: Iterator[Any], limit_bytes: int) -> tuple[list[pa.RecordBatch], bool]:
-    """Take batches from ``stream`` until ``limit_bytes`` are held; True when it ran out."""
-    head: list[pa.RecordBatch] = []
-    held = 0
-    while held < limit_bytes:
-        try:
-            batch = next(stream)
-        except StopIteration:
-            return head, True
-        head.append(batch)
-        held += batch.nbytes
-    return head, False
-
-
-def snapshot_source(plan: QueryPlan) -> str:
-    source = (plan.snapshot_source or "").upper()
-    if "VERSION" in source:
-        return SNAPSHOT_VERSION
-    if "TIMESTAMP" in source:
-        return SNAPSHOT_TIMESTAMP
-    if plan.snapshot is not None:
-        return SNAPSHOT_LWM
-    if plan.change_feed:
-        return SNAPSHOT_CHANGES
-    return SNAPSHOT_NONE
-
-
-def snapshot_reason(plan: QueryPlan, tables: Sequence[TableReadInfo]) -> str:
-    """A sentence saying how the snapshot was chosen, with the LWMs it was chosen from."""
-    kind = snapshot_source(plan)
-    lwms = ", ".join(f"{t.table}={t.lwm}" for t in tables if t.snapshot is not None)
-    if kind == SNAPSHOT_LWM:
-        return f"no snapshot clause: the lowest low-watermark of the tables read ({lwms})"
-    if kind == SNAPSHOT_VERSION:
-        return f"VERSION AS OF {plan.snapshot} (current low-watermarks: {lwms})"
-    if kind == SNAPSHOT_TIMESTAMP:
-        return (
-            f"TIMESTAMP AS OF: the last HLC of that millisecond, {plan.snapshot} "
-            f"(current low-watermarks: {lwms})"
-        )
-    if kind == SNAPSHOT_CHANGES:
-        windows = "; ".join(
-            f"{t.table} ({lo}, {hi}]" for t in tables for lo, hi in t.change_windows
-        )
-        return f"table_changes windows: {windows}"
-    return "the query reads no upsert table at a snapshot"
 
 
 class QueryEngine:
@@ -273,7 +107,7 @@ class QueryEngine:
             if read.snapshot is not None:
                 self.follower.lwm(view.table)  # regression policy, staleness, no LWM
             table_views.append(view)
-            info = _read_info(read, view, self.views.layout(view))
+            info = read_info(read, view, self.views.layout(view))
             self._check_fallbacks(info, view)
             reads.append(info)
         return Prepared(
@@ -359,7 +193,7 @@ class QueryEngine:
                     with self.views.lease(prepared.table_views) as (_, views_s):
                         spark_started = time.perf_counter()
                         schema = next(stream)
-                        head, done = _first_batches(stream, FIRST_FLUSH_BYTES)
+                        head, done = first_batches(stream, FIRST_FLUSH_BYTES)
                         spark_s = time.perf_counter() - spark_started
                 except ViewMissing as error:
                     stream.close()
@@ -460,27 +294,3 @@ def _embedded(spark: Any) -> bool:
         return str(spark.sparkContext.master).startswith("local")
     except Exception:  # a session without a context is not an embedded one
         return False
-
-
-def _read_info(read: Any, view: Any, layout: ViewLayout) -> TableReadInfo:
-    segments = tuple(view.visible_segments)
-    if read.views and tuple(read.views) != layout.names:
-        raise Internal(
-            f"table {view.table}: the rewrite reads views {', '.join(read.views)} but the "
-            f"segment layout has {', '.join(layout.names)}"
-        )
-    return TableReadInfo(
-        table=view.table,
-        snapshot=read.snapshot,
-        generation=int(view.generation),
-        lwm=view.lwm,
-        retention_horizon=int(view.retention_horizon or 0),
-        view=read.source_view,
-        segments=segments,
-        files=segment_files(segments),
-        schema_ddl=schema_ddl(view.descriptor),
-        staleness_s=float(view.staleness_s),
-        laggard=view.laggard,
-        change_windows=tuple(read.change_windows),
-        layout=layout,
-    )

@@ -1,0 +1,80 @@
+"""A started query: its schema, the batches gathered before the first send, the rest as a
+stream, and where the time went."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from broker.engine.prepared import Prepared
+from broker.views import UnreadableFiles
+from timeline.errors import Unavailable
+
+FIRST_FLUSH_BYTES = 4 * 1024 * 1024
+"""Result bytes gathered before anything is sent: a smaller result is whole before the header
+goes out, so a segment file found unreadable can still be fallen back from and retried."""
+
+
+@dataclass(slots=True)
+class Execution:
+    """A started query: its schema, its result as a stream, what it read, where the time went."""
+
+    prepared: Prepared
+    schema: pa.Schema
+    head: list[pa.RecordBatch]
+    """The batches gathered before the first send."""
+    rest: Iterator[Any] | None
+    """The executor's stream of the remaining batches (None when ``head`` is everything)."""
+    files: tuple[str, ...] = ()
+    queued_s: float = 0.0
+    rewrite_s: float = 0.0
+    views_s: float = 0.0
+    spark_s: float = 0.0
+    """Seconds spent waiting on Spark (planning, jobs, and reading the streamed batches)."""
+    unreadable_segments: list[str] = field(default_factory=list)
+    retried: bool = False
+    _held: ExitStack = field(default_factory=ExitStack)
+
+    def batches(self) -> Iterator[pa.RecordBatch]:
+        """Every batch of the result, in order; Spark's time while waiting goes to ``spark_s``."""
+        head, self.head = self.head, []
+        yield from head
+        if self.rest is None:
+            return
+        while True:
+            started = time.perf_counter()
+            try:
+                batch = next(self.rest)
+            except StopIteration:
+                return
+            except UnreadableFiles as error:
+                raise Unavailable(
+                    f"{error}; part of the result was already sent, so the query was not "
+                    "retried: the segment is now dropped, run the query again"
+                ) from None
+            finally:
+                self.spark_s += time.perf_counter() - started
+            yield batch
+
+    def close(self) -> None:
+        """Stop the stream (cancelling Spark's jobs if unfinished) and free the admission slot."""
+        self._held.close()
+
+
+def first_batches(stream: Iterator[Any], limit_bytes: int) -> tuple[list[pa.RecordBatch], bool]:
+    """Take batches from ``stream`` until ``limit_bytes`` are held; True when it ran out."""
+    head: list[pa.RecordBatch] = []
+    held = 0
+    while held < limit_bytes:
+        try:
+            batch = next(stream)
+        except StopIteration:
+            return head, True
+        head.append(batch)
+        held += batch.nbytes
+    return head, False

@@ -1,0 +1,137 @@
+"""A query bound to one view of each table it reads, and how its snapshot was chosen."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from broker.sql.model import QueryPlan, RewriteResult
+from broker.view_layout import ViewLayout, ViewPart, segment_files
+from broker.views import schema_ddl
+from timeline.errors import Internal
+
+SNAPSHOT_LWM = "lwm"
+SNAPSHOT_VERSION = "version"
+SNAPSHOT_TIMESTAMP = "timestamp"
+SNAPSHOT_CHANGES = "changes"
+SNAPSHOT_NONE = "none"
+
+
+@dataclass(frozen=True, slots=True)
+class TableReadInfo:
+    """What one table of a query reads (the metadata a client sees).
+
+    ``segments``/``files`` are all the table's visible segments; ``layout`` says which temp view
+    reads which of their files (one part, or up to four, see ``broker.view_layout``), and
+    ``view`` is the main one (the first part).
+    """
+
+    table: str
+    snapshot: int | None
+    generation: int
+    lwm: int | None
+    retention_horizon: int
+    view: str
+    segments: tuple[Any, ...]
+    files: tuple[str, ...]
+    schema_ddl: str
+    staleness_s: float
+    laggard: Any
+    change_windows: tuple[tuple[int, int], ...] = ()
+    layout: ViewLayout | None = None
+
+    @property
+    def parts(self) -> tuple[ViewPart, ...]:
+        return self.layout.parts if self.layout is not None else ()
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """A rewritten query bound to one view of each table it reads."""
+
+    query_id: str
+    original_sql: str
+    rewrite: RewriteResult
+    tables: tuple[TableReadInfo, ...]
+    table_views: tuple[Any, ...]
+    staleness_s: float
+    rewrite_s: float
+
+    @property
+    def sql(self) -> str:
+        return self.rewrite.sql
+
+    @property
+    def plan(self) -> QueryPlan:
+        return self.rewrite.plan
+
+    @property
+    def files(self) -> tuple[str, ...]:
+        return tuple(path for table in self.tables for path in table.files)
+
+    @property
+    def snapshot_source(self) -> str:
+        return snapshot_source(self.plan)
+
+    @property
+    def snapshot_reason(self) -> str:
+        return snapshot_reason(self.plan, self.tables)
+
+
+def snapshot_source(plan: QueryPlan) -> str:
+    source = (plan.snapshot_source or "").upper()
+    if "VERSION" in source:
+        return SNAPSHOT_VERSION
+    if "TIMESTAMP" in source:
+        return SNAPSHOT_TIMESTAMP
+    if plan.snapshot is not None:
+        return SNAPSHOT_LWM
+    if plan.change_feed:
+        return SNAPSHOT_CHANGES
+    return SNAPSHOT_NONE
+
+
+def snapshot_reason(plan: QueryPlan, tables: Sequence[TableReadInfo]) -> str:
+    """A sentence saying how the snapshot was chosen, with the LWMs it was chosen from."""
+    kind = snapshot_source(plan)
+    lwms = ", ".join(f"{t.table}={t.lwm}" for t in tables if t.snapshot is not None)
+    if kind == SNAPSHOT_LWM:
+        return f"no snapshot clause: the lowest low-watermark of the tables read ({lwms})"
+    if kind == SNAPSHOT_VERSION:
+        return f"VERSION AS OF {plan.snapshot} (current low-watermarks: {lwms})"
+    if kind == SNAPSHOT_TIMESTAMP:
+        return (
+            f"TIMESTAMP AS OF: the last HLC of that millisecond, {plan.snapshot} "
+            f"(current low-watermarks: {lwms})"
+        )
+    if kind == SNAPSHOT_CHANGES:
+        windows = "; ".join(
+            f"{t.table} ({lo}, {hi}]" for t in tables for lo, hi in t.change_windows
+        )
+        return f"table_changes windows: {windows}"
+    return "the query reads no upsert table at a snapshot"
+
+
+def read_info(read: Any, view: Any, layout: ViewLayout) -> TableReadInfo:
+    segments = tuple(view.visible_segments)
+    if read.views and tuple(read.views) != layout.names:
+        raise Internal(
+            f"table {view.table}: the rewrite reads views {', '.join(read.views)} but the "
+            f"segment layout has {', '.join(layout.names)}"
+        )
+    return TableReadInfo(
+        table=view.table,
+        snapshot=read.snapshot,
+        generation=int(view.generation),
+        lwm=view.lwm,
+        retention_horizon=int(view.retention_horizon or 0),
+        view=read.source_view,
+        segments=segments,
+        files=segment_files(segments),
+        schema_ddl=schema_ddl(view.descriptor),
+        staleness_s=float(view.staleness_s),
+        laggard=view.laggard,
+        change_windows=tuple(read.change_windows),
+        layout=layout,
+    )
