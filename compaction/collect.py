@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from compaction.run import compaction_record_dir
 from ingest import garbage
 from ingest.storage import Storage
+from pins.store import pinned_releases
 from timeline.segment import Segment, SegmentId
 from timeline.timeline import Timeline
 from watermark.server import ServerClient
@@ -39,13 +40,16 @@ def collect_replaced(
     grace_ms: int,
     now_ms: int,
 ) -> Collected:
-    """Withdraw and delete the overshadowed inputs of compactions published ``grace_ms`` ago."""
+    """Withdraw and delete the overshadowed inputs of compactions published ``grace_ms`` ago
+    that no snapshot pin taken before then (or within the grace period) still holds."""
     directory = compaction_record_dir(table_root)
     records = [info for info in storage.list_files(directory, suffix=".json")]
     runs = withdrawn = deleted = freed = 0
+    held = pinned_releases(client, table, grace_ms) if records else (lambda released_ms: False)
     for info in sorted(records, key=lambda item: item.path):
         body = json.loads(storage.read_text(info.path))
-        if int(body["published_ms"]) + grace_ms > now_ms:
+        published = int(body["published_ms"])
+        if published + grace_ms > now_ms or held(published):
             continue
         announced = client.announced_segments(table)
         timeline = Timeline(table)

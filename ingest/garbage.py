@@ -14,7 +14,7 @@ this, key index levels replaced by a full index would fill the disk at the rate 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from ingest.manifest import Garbage
@@ -34,9 +34,14 @@ class Collection:
 
 
 def collectable(
-    garbage: Mapping[int, Garbage], now_ms: int, grace_ms: int, in_use: Iterable[str]
+    garbage: Mapping[int, Garbage],
+    now_ms: int,
+    grace_ms: int,
+    in_use: Iterable[str],
+    held: Callable[[int], bool] = lambda released_ms: False,
 ) -> Collection:
-    """The garbage whose grace period is over and none of whose files an announced segment uses
+    """The garbage whose grace period is over, none of whose files an announced segment uses and
+    that no snapshot pin holds (``held(released_ms)``, see :func:`pins.rules.holds_release`)
     (pure). Files are compared by the segment directory they live in (see :mod:`ingest.segments`).
     """
     used = {segment_directory(location) for location in in_use}
@@ -44,6 +49,8 @@ def collectable(
     locations: list[str] = []
     for seq, item in sorted(garbage.items()):
         if item.released_ms is None or item.released_ms + grace_ms > now_ms:
+            continue
+        if held(item.released_ms):
             continue
         if any(segment_directory(location) in used for location in item.locations):
             continue

@@ -129,5 +129,6 @@ def retention_horizon(job: IngestJob) -> int:
     lwm = retention.table_lwm(job.client, table.name)
     horizon = retention.retention_horizon(lwm, table.retention_ms, state.retention_horizon)
     if horizon > state.retention_horizon:
-        job.client.report_retention_horizon(table.name, horizon)
+        # A snapshot pin may hold the horizon lower: only history below the granted one goes.
+        horizon = job.client.report_retention_horizon(table.name, horizon)
     return horizon

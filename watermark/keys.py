@@ -135,6 +135,14 @@ class Keys:
     def majors(self, table: str) -> str:
         return self._table(table, "majors")
 
+    def pins(self, table: str) -> str:
+        return self._table(table, "pins")
+
+    @property
+    def pin_index(self) -> str:
+        """Every live pin's tables, by pin id (see :mod:`pins.store`)."""
+        return f"{self.prefix}:pins"
+
 
 LUA_KEYS = """
 local P = ARGV[1]
@@ -152,5 +160,8 @@ local function k_pending(t) return P .. ':t:' .. t .. ':pending' end
 local function k_alloc(t) return P .. ':t:' .. t .. ':alloc' end
 local function k_locks(t) return P .. ':t:' .. t .. ':locks' end
 local function k_majors(t) return P .. ':t:' .. t .. ':majors' end
+local function k_pins(t) return P .. ':t:' .. t .. ':pins' end
+local K_PINS = P .. ':pins'
+local function pad(hlc) return string.rep('0', 20 - #hlc) .. hlc end
 """
 """Lua preamble defining the same keys from ``ARGV[1]`` (the prefix); see :class:`Keys`."""

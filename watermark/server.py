@@ -266,8 +266,9 @@ class ServerClient:
             with self._remembered_first(restore):
                 self._run("REPORT", args)
 
-    def report_retention_horizon(self, table: str, horizon: int) -> None:
-        """History below ``horizon`` (an HLC) may be gone from this server's segments."""
+    def report_retention_horizon(self, table: str, horizon: int) -> int:
+        """Ask to drop history below ``horizon`` (an HLC); returns the horizon granted, which a
+        live snapshot pin may hold lower (:mod:`pins`): only history below *that* may go."""
         padded_hlc(horizon)
         with self._lock:
             event = _dumps({"table": table, "horizon": str(horizon)})
@@ -281,7 +282,10 @@ class ServerClient:
 
             self._retention[table] = horizon
             with self._remembered_first(restore):
-                self._run("RETENTION", [table, str(horizon), event])
+                reply = self._run("RETENTION", [table, str(horizon), event])
+            granted = int(reply[0])
+            self._retention[table] = granted
+            return granted
 
     def chunk_versions(
         self, table: str, intervals: Iterable[Interval], default: str

@@ -1,0 +1,293 @@
+"""Snapshot pins in Redis: take, renew, release and list, each one atomic script.
+
+A pin is one entry per table in ``{p}:t:{table}:pins`` (``snapshot|created|expires|owner``, the
+form the retention script reads) plus its table list in ``{p}:pins``. Taking a pin checks, in the
+same step, that the snapshot is not below any table's retention horizon: from then on the
+retention script caps every horizon by it, so the two can never cross. Times are Redis's clock.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import redis
+
+from pins.rules import Pin
+from timeline.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
+from watermark.keys import DEFAULT_PREFIX, LUA_KEYS, Keys, padded_hlc
+
+MAX_LEASE_S = 7 * 86400.0
+"""The longest lease one call may ask for (renew to hold longer)."""
+MAX_TABLES = 100
+_TRANSIENT = (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError, OSError)
+_ERRORS: dict[str, type[Exception]] = {
+    "FAILED_PRECONDITION": FailedPrecondition,
+    "NOT_FOUND": NotFound,
+}
+
+_NOW = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+"""
+
+PIN = (
+    LUA_KEYS
+    + _NOW
+    + """
+-- ARGV[2] pin id, ARGV[3] snapshot, ARGV[4] lease ms, ARGV[5] owner, ARGV[6..] tables
+local id, snapshot, lease, owner = ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5]
+local tables = {}
+for i = 6, #ARGV do
+  local t = ARGV[i]
+  tables[#tables + 1] = t
+  if redis.call('HEXISTS', K_TABLES, t) == 0 then
+    return {'ERR', 'NOT_FOUND', 'table ' .. t .. ' is not registered'}
+  end
+  for _, horizon in ipairs(redis.call('HVALS', k_ret(t))) do
+    if pad(horizon) > pad(snapshot) then
+      return {'ERR', 'FAILED_PRECONDITION', 'table ' .. t .. ': snapshot ' .. snapshot ..
+              ' is below the retention horizon ' .. horizon ..
+              ' (history below it is already gone), pin a later snapshot'}
+    end
+  end
+end
+local created = string.format('%.0f', now)
+local expires = string.format('%.0f', now + lease)
+local value = snapshot .. '|' .. created .. '|' .. expires .. '|' .. owner
+for _, t in ipairs(tables) do redis.call('HSET', k_pins(t), id, value) end
+redis.call('HSET', K_PINS, id, cjson.encode(tables))
+return {'OK', created, expires}
+"""
+)
+
+RENEW = (
+    LUA_KEYS
+    + _NOW
+    + """
+-- ARGV[2] pin id, ARGV[3] lease ms
+local id, lease = ARGV[2], tonumber(ARGV[3])
+local listed = redis.call('HGET', K_PINS, id)
+if not listed then
+  return {'ERR', 'NOT_FOUND', 'pin ' .. id .. ' does not exist (released, or never taken)'}
+end
+local tables = cjson.decode(listed)
+local expires = string.format('%.0f', now + lease)
+for _, t in ipairs(tables) do
+  local value = redis.call('HGET', k_pins(t), id)
+  if not value then
+    redis.call('HDEL', K_PINS, id)
+    return {'ERR', 'NOT_FOUND', 'pin ' .. id .. ' expired: it no longer holds table ' .. t}
+  end
+  local snapshot, created, old_expires, owner = string.match(value, '^([^|]*)|([^|]*)|([^|]*)|(.*)$')
+  if tonumber(old_expires) <= now then
+    for _, u in ipairs(tables) do redis.call('HDEL', k_pins(u), id) end
+    redis.call('HDEL', K_PINS, id)
+    return {'ERR', 'NOT_FOUND', 'pin ' .. id .. ' expired before it was renewed'}
+  end
+end
+for _, t in ipairs(tables) do
+  local value = redis.call('HGET', k_pins(t), id)
+  local snapshot, created, _, owner = string.match(value, '^([^|]*)|([^|]*)|([^|]*)|(.*)$')
+  redis.call('HSET', k_pins(t), id, snapshot .. '|' .. created .. '|' .. expires .. '|' .. owner)
+end
+return {'OK', expires}
+"""
+)
+
+RELEASE = (
+    LUA_KEYS
+    + """
+-- ARGV[2] pin id
+local listed = redis.call('HGET', K_PINS, ARGV[2])
+if not listed then return {'OK', '0'} end
+for _, t in ipairs(cjson.decode(listed)) do redis.call('HDEL', k_pins(t), ARGV[2]) end
+redis.call('HDEL', K_PINS, ARGV[2])
+return {'OK', '1'}
+"""
+)
+
+LIST = (
+    LUA_KEYS
+    + _NOW
+    + """
+-- ARGV[2..] tables: every pin entry of them, expired ones dropped, and Redis's clock
+local out = {'OK', string.format('%.0f', now)}
+for i = 2, #ARGV do
+  local t = ARGV[i]
+  local entries = redis.call('HGETALL', k_pins(t))
+  for j = 1, #entries, 2 do
+    local expires = string.match(entries[j + 1], '^[^|]*|[^|]*|([^|]*)|')
+    if tonumber(expires) <= now then
+      redis.call('HDEL', k_pins(t), entries[j])
+      redis.call('HDEL', K_PINS, entries[j])
+    else
+      out[#out + 1] = t
+      out[#out + 1] = entries[j]
+      out[#out + 1] = entries[j + 1]
+    end
+  end
+end
+return out
+"""
+)
+
+
+def new_pin_id() -> str:
+    return "pin-" + uuid.uuid4().hex[:16]
+
+
+class PinStore:
+    """Pin calls against one Redis (one key prefix)."""
+
+    def __init__(
+        self,
+        redis_: str | redis.Redis,
+        *,
+        prefix: str = DEFAULT_PREFIX,
+        retry_timeout_s: float = 2.0,
+    ) -> None:
+        from watermark.server import connect
+
+        self._owns_connection = isinstance(redis_, str)
+        self._redis = connect(redis_) if isinstance(redis_, str) else redis_
+        self._keys = Keys(prefix)
+        self._retry_timeout_s = retry_timeout_s
+        self._scripts = {
+            name: self._redis.register_script(script)
+            for name, script in (
+                ("PIN", PIN),
+                ("RENEW", RENEW),
+                ("RELEASE", RELEASE),
+                ("LIST", LIST),
+            )
+        }
+
+    def pin(
+        self,
+        tables: Sequence[str],
+        snapshot: int,
+        *,
+        lease_s: float,
+        owner: str = "",
+        pin_id: str | None = None,
+    ) -> Pin:
+        """Pin ``snapshot`` of every table in ``tables`` for ``lease_s`` seconds."""
+        tables = tuple(dict.fromkeys(tables))
+        if not tables:
+            raise InvalidArgument("a pin needs at least one table")
+        if len(tables) > MAX_TABLES:
+            raise InvalidArgument(f"a pin holds at most {MAX_TABLES} tables, {len(tables)} asked")
+        lease_ms = _lease_ms(lease_s)
+        padded_hlc(snapshot)
+        pin_id = pin_id or new_pin_id()
+        owner = owner.replace("|", "/")[:200]
+        reply = self._call("PIN", [pin_id, str(snapshot), str(lease_ms), owner, *tables])
+        return Pin(pin_id, tables, snapshot, int(reply[0]), int(reply[1]), owner)
+
+    def renew(self, pin_id: str, *, lease_s: float) -> int:
+        """Extend a live pin's lease to ``lease_s`` from now; returns its new expiry (epoch ms)."""
+        reply = self._call("RENEW", [_check_id(pin_id), str(_lease_ms(lease_s))])
+        return int(reply[0])
+
+    def release(self, pin_id: str) -> bool:
+        """Stop holding anything back for ``pin_id``; False when it was already gone."""
+        return self._call("RELEASE", [_check_id(pin_id)])[0] == "1"
+
+    def pin_tables(self, pin_id: str) -> list[str]:
+        """The tables ``pin_id`` holds (empty: no such pin, or it was released)."""
+        listed = self._retrying(lambda: self._redis.hget(self._keys.pin_index, _check_id(pin_id)))
+        return json.loads(listed) if listed else []
+
+    def listing(self, tables: Iterable[str]) -> tuple[int, list[Pin]]:
+        """Redis's clock and the live pins of ``tables`` (one entry per pin)."""
+        tables = list(dict.fromkeys(tables))
+        if not tables:
+            return int(time.time() * 1000), []
+        reply = self._call("LIST", tables)
+        now_ms = int(reply[0])
+        found: dict[str, Pin] = {}
+        for i in range(1, len(reply), 3):
+            table, pin_id, value = reply[i], reply[i + 1], reply[i + 2]
+            snapshot, created, expires, owner = value.split("|", 3)
+            known = found.get(pin_id)
+            held = (*known.tables, table) if known else (table,)
+            found[pin_id] = Pin(pin_id, held, int(snapshot), int(created), int(expires), owner)
+        return now_ms, sorted(found.values(), key=lambda pin: (pin.snapshot, pin.pin_id))
+
+    def close(self) -> None:
+        if self._owns_connection:
+            self._redis.close()
+
+    def _call(self, name: str, args: list[str]) -> list[Any]:
+        reply = _decode(
+            self._retrying(lambda: self._scripts[name](args=[self._keys.prefix, *args]))
+        )
+        if reply[0] == "ERR":
+            raise _ERRORS.get(reply[1], FailedPrecondition)(reply[2])
+        return reply[1:]
+
+    def _retrying(self, call: Callable[[], Any]) -> Any:
+        deadline = time.monotonic() + self._retry_timeout_s
+        delay = 0.02
+        while True:
+            try:
+                return call()
+            except _TRANSIENT as error:
+                if time.monotonic() + delay > deadline:
+                    raise Unavailable(f"the pin store (Redis) is unreachable: {error}") from None
+                time.sleep(delay)
+                delay = min(delay * 2, 0.5)
+
+
+def pins_json(pins: Iterable[Pin]) -> str:
+    """Pins as JSON (the CLI's ``--json``)."""
+    return json.dumps(
+        [
+            {
+                "pin_id": pin.pin_id,
+                "tables": list(pin.tables),
+                "snapshot": pin.snapshot,
+                "created_ms": pin.created_ms,
+                "expires_ms": pin.expires_ms,
+                "owner": pin.owner,
+            }
+            for pin in pins
+        ]
+    )
+
+
+def _lease_ms(lease_s: float) -> int:
+    if not isinstance(lease_s, (int, float)) or not 0 < lease_s <= MAX_LEASE_S:
+        raise InvalidArgument(
+            f"a pin's lease must be more than 0 and at most {MAX_LEASE_S:.0f} seconds, "
+            f"{lease_s!r} asked"
+        )
+    return max(1, int(lease_s * 1000))
+
+
+def _check_id(pin_id: str) -> str:
+    if not isinstance(pin_id, str) or not pin_id or len(pin_id) > 64 or "|" in pin_id:
+        raise InvalidArgument(f"{pin_id!r} is not a pin id")
+    return pin_id
+
+
+def _decode(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return value.decode()
+    if isinstance(value, list):
+        return [_decode(item) for item in value]
+    return value
+
+
+def pinned_releases(client: Any, table: str, grace_ms: int) -> Callable[[int], bool]:
+    """For a garbage collector: whether a live pin of ``table`` holds the files released at a
+    given time (:func:`pins.rules.holds_release`), as of one read of the pins now. ``client`` is
+    a :class:`watermark.server.ServerClient` (its connection and key prefix are used)."""
+    from pins.rules import holds_release
+
+    now_ms, pins = PinStore(client.redis, prefix=client.prefix).listing([table])
+    return lambda released_ms: holds_release(pins, table, released_ms, grace_ms, now_ms)
