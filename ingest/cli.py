@@ -100,19 +100,27 @@ def _run(args: argparse.Namespace) -> int:
             source = _stream_source(spark, job, args)
             query = job.run_stream(
                 source, args.checkpoint, available_now=args.available_now,
-                processing_time=args.trigger,
+                processing_time=args.trigger, on_batch=_print_batch,
             )  # fmt: skip
             query.awaitTermination()
             return 0
         while True:
-            result = job.run_directory(args.source, args.format)
-            log.info("batch %s: %s rows, %s segments, high %s", result.seq, result.rows,
-                     len(result.segments), result.high)  # fmt: skip
+            _print_batch(job.run_directory(args.source, args.format))
             if not args.watch:
                 return 0
             time.sleep(args.watch)
     finally:
         client.close()
+
+
+def _print_batch(result: Any) -> None:
+    """One line per batch on stdout, ending with its snapshot token: pass it to a query's
+    ``--min-snapshot`` to read this batch's writes."""
+    print(
+        f"batch {result.seq}: {result.rows} rows, {len(result.segments)} segments, "
+        f"high {result.high}, token {result.token or '-'}",
+        flush=True,
+    )
 
 
 def _stream_source(spark: Any, job: Any, args: argparse.Namespace) -> Any:

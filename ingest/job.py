@@ -13,11 +13,12 @@ are injectable with ``fail_at`` (one of :data:`STEPS`) for tests.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import logging
 import re
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -69,8 +70,10 @@ from ingest.storage import Storage
 from ingest.table import TableDefinition
 from locks.client import DEFAULT_LEASE_S
 from locks.rules import STREAMING_INGESTION_PRIORITY
+from pins.store import pinned_releases
 from timeline.errors import Internal, InvalidArgument, LockConflict
 from timeline.segment import Segment
+from watermark import tokens
 from watermark.hlc import HybridLogicalClock
 from watermark.server import ServerClient
 
@@ -123,6 +126,9 @@ class BatchResult:
     skipped: bool = False
     updated_segments: int = 0
     sources: tuple[str, ...] = field(default=())
+    token: str = ""
+    """The snapshot token of this commit (:mod:`watermark.tokens`): a query sent with it as its
+    ``min_snapshot`` sees the batch (read-your-writes)."""
 
 
 class IngestJob:
@@ -174,6 +180,8 @@ class IngestJob:
         self.lock_priority = lock_priority
         self.lock_lease_s = lock_lease_s
         self._locks: TransactionLocks | None = None
+        self.last_result: BatchResult | None = None
+        """The last batch's result, with its snapshot token (streaming callers read it here)."""
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -272,7 +280,9 @@ class IngestJob:
         sources = tuple(sources)
         needed = [p for p in self.partitions if not sources or self.state.needs(p, sources)]
         if not needed:
-            return BatchResult(seq=0, rows=0, skipped=True, high=self.state.high, sources=sources)
+            return self._remember(
+                BatchResult(seq=0, rows=0, skipped=True, high=self.state.high, sources=sources)
+            )
         for partition in needed:
             done = self.state.consumed.get(partition, set()) & set(sources)
             if done:
@@ -336,8 +346,11 @@ class IngestJob:
         *,
         available_now: bool = False,
         processing_time: str | None = None,
+        on_batch: Callable[[BatchResult], None] | None = None,
     ) -> Any:
         """Run a Structured Streaming source through ``foreachBatch``; returns the query.
+
+        ``on_batch`` gets each micro-batch's result (its snapshot token for read-your-writes).
 
         ``source`` is a streaming DataFrame (``stream_directory`` builds one for a directory of
         changelog files; Kafka or any other source works the same after a select to the table's
@@ -348,7 +361,9 @@ class IngestJob:
         stream = hashlib.sha1(self.storage.qualify(checkpoint).encode()).hexdigest()[:12]
 
         def each(frame: Any, batch_id: int) -> None:
-            self.run_batch(frame, sources=[f"stream:{stream}:{batch_id}"])
+            result = self.run_batch(frame, sources=[f"stream:{stream}:{batch_id}"])
+            if on_batch is not None:
+                on_batch(result)
 
         writer = source.writeStream.foreachBatch(each).option("checkpointLocation", checkpoint)
         if available_now:
@@ -591,15 +606,24 @@ class IngestJob:
         updated = 0
         if self.state.pending and len(self.state.pending) >= self.table.update_cadence:
             updated = self.flush_updates()
-        return BatchResult(
-            seq=seq,
-            rows=rows,
-            segments=tuple(segments.values()),
-            high=high,
-            base=base,
-            updated_segments=updated,
-            sources=sources,
+        return self._remember(
+            BatchResult(
+                seq=seq,
+                rows=rows,
+                segments=tuple(segments.values()),
+                high=high,
+                base=base,
+                updated_segments=updated,
+                sources=sources,
+            )
         )
+
+    def _remember(self, result: BatchResult) -> BatchResult:
+        """Stamp ``result`` with its snapshot token and keep it as :attr:`last_result` (what a
+        streaming query's caller reads to wait for its writes)."""
+        token = tokens.encode({self.table.name: result.high}) if result.high else ""
+        self.last_result = dataclasses.replace(result, token=token)
+        return self.last_result
 
     def _publish(self, record: Record) -> None:
         """Announce a commit under its transaction's locks (taken again when rolling forward)."""
@@ -708,7 +732,13 @@ class IngestJob:
             for segment in self.client.announced_segments(self.table.name)
             for location in segment.location
         ]
-        collection = garbage.collectable(self.state.garbage, now, grace, in_use)
+        collection = garbage.collectable(
+            self.state.garbage,
+            now,
+            grace,
+            in_use,
+            pinned_releases(self.client, self.table.name, grace),
+        )
         if not collection.seqs:
             return 0
         garbage.delete_files(self.storage, collection.locations)
