@@ -98,6 +98,9 @@ def _broker(r: dict[str, Any]) -> list[Row]:
         ("same query on Spark (direct lookups off), p50 / p99", f"{_num(_get(r, 'point_query_on_spark', 'end_to_end_ms', 'p50'), ' ms')} / {_num(_get(r, 'point_query_on_spark', 'end_to_end_ms', 'p99'), ' ms')}", "p50 <= 150 ms"),
         ("broker overhead per query p50 (end to end - Spark)", _num(_get(r, "point_query", "overhead_ms", "p50"), " ms"), "-"),
         ("rewrite + planning p50", _num(_get(r, "point_query", "rewrite_planning_ms", "p50"), " ms", 2), "-"),
+        ("dashboard query (1,000 rows): cache hit / miss p50", f"{_num(_get(r, 'dashboard_cache', 'hit_ms', 'p50'), ' ms', 2)} / {_num(_get(r, 'dashboard_cache', 'miss_ms', 'p50'), ' ms')}", "hit < 5 ms"),
+        ("  miss / hit at p50", _num(_get(r, "dashboard_cache", "miss_over_hit_p50"), "x"), ">= 20x"),
+        ("read-your-writes: commit to answer p50 / p99", f"{_num(_get(r, 'read_your_writes', 'commit_to_answer_ms', 'p50'), ' ms')} / {_num(_get(r, 'read_your_writes', 'commit_to_answer_ms', 'p99'), ' ms')}", "-"),
     ]  # fmt: skip
 
 

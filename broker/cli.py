@@ -59,16 +59,33 @@ def build_parser() -> argparse.ArgumentParser:
     query = sub.add_parser("query", help="run a SELECT and print its rows")
     query.add_argument("sql")
     query.add_argument("--max-rows", type=int, default=0, help="fail beyond this many rows")
+    _read_options(query)
     _client_options(query)
 
     explain = sub.add_parser("explain", help="show the rewritten SQL, snapshot and segments")
     explain.add_argument("sql")
     explain.add_argument("--spark-plan", action="store_true", help="include Spark's plan")
+    _read_options(explain)
     _client_options(explain)
 
     rewrite = sub.add_parser("rewrite", help="passthrough: rewritten SQL and file lists (JSON)")
     rewrite.add_argument("sql")
+    rewrite.add_argument(
+        "--pin-lease", type=float, default=0.0, help="also pin what it reads for SECONDS"
+    )
+    _read_options(rewrite)
     _client_options(rewrite)
+
+    pin = sub.add_parser(
+        "pin", help="pin a snapshot of tables (retention and file deletion wait for it)"
+    )
+    pin.add_argument("tables", nargs="*", help="the tables to pin at one snapshot")
+    pin.add_argument("--snapshot", type=int, help="the snapshot (default: their lowest LWM)")
+    pin.add_argument("--lease", type=float, default=300.0, help="seconds it holds (default 300)")
+    pin.add_argument("--renew", metavar="PIN_ID", help="renew this pin for --lease seconds")
+    pin.add_argument("--release", metavar="PIN_ID", help="release this pin")
+    pin.add_argument("--min-snapshot", default="", help="a snapshot token to wait for first")
+    _client_options(pin)
 
     timeline = sub.add_parser("timeline", help="show a table's segment timeline")
     timeline.add_argument("table")
@@ -99,6 +116,24 @@ def build_parser() -> argparse.ArgumentParser:
         "compact", help="compact a table (arguments go to the compaction CLI)", add_help=False
     )
     return parser
+
+
+def _read_options(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
+        "--min-snapshot", default="", help="a snapshot token: read at or after it (waits)"
+    )
+    command.add_argument("--max-staleness", type=float, help="refuse a snapshot older than SECONDS")
+    command.add_argument("--pin", default="", help="read at this snapshot pin")
+    command.add_argument("--no-cache", action="store_true", help="skip the result cache")
+
+
+def _read_controls(args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "min_snapshot": args.min_snapshot,
+        "max_staleness": args.max_staleness,
+        "pin": args.pin or None,
+        "cache": not args.no_cache,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -213,17 +248,23 @@ def _run(client: Any, args: argparse.Namespace, console: Any, render: Any) -> An
     """Run one client command; returns the JSON to print (``--json``) or None after printing."""
     command = args.command
     if command == "query":
-        result = client.execute(args.sql, max_rows=args.max_rows)
+        result = client.execute(args.sql, max_rows=args.max_rows, **_read_controls(args))
         if args.json:
             return render.result_json(result)
         render.print_result(console, result)
     elif command == "explain":
-        explain = client.explain(args.sql, include_spark_plan=args.spark_plan)
+        explain = client.explain(
+            args.sql, include_spark_plan=args.spark_plan, **_read_controls(args)
+        )
         if args.json:
             return render.to_dict(explain)
         render.print_explain(console, explain)
     elif command == "rewrite":
-        return render.to_dict(client.rewrite(args.sql))
+        return render.to_dict(
+            client.rewrite(args.sql, pin_lease=args.pin_lease, **_read_controls(args))
+        )
+    elif command == "pin":
+        return _pin_command(client, args, console, render)
     elif command == "timeline":
         timeline = client.timeline(
             args.table, interval=args.interval, include_overshadowed=args.overshadowed
@@ -252,6 +293,37 @@ def _run(client: Any, args: argparse.Namespace, console: Any, render: Any) -> An
         if args.json:
             return [render.to_dict(table) for table in tables]
         render.print_tables(console, tables)
+    return None
+
+
+def _pin_command(client: Any, args: argparse.Namespace, console: Any, render: Any) -> Any:
+    if args.release:
+        released = client.release_pin(args.release)
+        if args.json:
+            return {"pin_id": args.release, "released": released}
+        state = "released" if released else "was already gone (expired or released)"
+        console.print(f"pin {args.release} {state}")
+        return None
+    if args.renew:
+        pin = client.renew_pin(args.renew, lease=args.lease)
+    elif not args.tables:
+        raise _usage("name the tables to pin, or give --renew PIN_ID or --release PIN_ID")
+    else:
+        held = client.pin(
+            args.tables,
+            snapshot=args.snapshot,
+            lease=args.lease,
+            min_snapshot=args.min_snapshot,
+            renew=False,
+        )
+        pin = held.pin
+    if args.json:
+        return render.to_dict(pin)
+    render.print_pins(console, [pin])
+    console.print(
+        f"query it with --pin {pin.pin_id}; release it with horizon pin --release {pin.pin_id}",
+        highlight=False,
+    )
     return None
 
 

@@ -29,6 +29,12 @@ TOML layout (every key optional)::
     [limits]
     max_concurrent = 4
 
+    [reads]
+    max_wait_s = 30.0            # min_snapshot / floor wait when the call has no deadline
+    persist_floor = true         # a restarted broker never serves an older default snapshot
+    cache = true                 # answers at a fixed snapshot and timeline, memory-bounded LRU
+    cache_max_bytes = 268435456
+
     [[tokens]]
     name = "analyst"
     token = "s3cret"
@@ -123,6 +129,24 @@ class LimitsConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class ReadsConfig:
+    """The read controls (:mod:`broker.reads`): waiting for a snapshot, the monotonic floor, the
+    snapshot pins and the result cache."""
+
+    max_wait_s: float = 30.0
+    """How long a query waits for a table's LWM to reach its ``min_snapshot`` (or the broker's
+    floor) when the call sets no deadline."""
+    persist_floor: bool = True
+    """Keep the highest snapshot served per table in the state store, so a restarted broker
+    never serves an older default snapshot."""
+    max_pin_lease_s: float = 86_400.0
+    cache: bool = True
+    cache_max_bytes: int = 256 * 1024 * 1024
+    cache_max_entry_bytes: int = 32 * 1024 * 1024
+    """A larger answer is not kept (it would push out many small dashboard answers)."""
+
+
+@dataclass(frozen=True, slots=True)
 class TokenGrant:
     """A bearer token and what it may do: read ``tables`` (``*`` = all), inspect timelines."""
 
@@ -143,6 +167,7 @@ class BrokerConfig:
     state: StateConfig = StateConfig()
     spark: SparkConfig = SparkConfig()
     limits: LimitsConfig = LimitsConfig()
+    reads: ReadsConfig = ReadsConfig()
     tokens: tuple[TokenGrant, ...] = ()
 
     def __post_init__(self) -> None:
@@ -158,6 +183,7 @@ _SECTIONS: dict[str, type] = {
     "state": StateConfig,
     "spark": SparkConfig,
     "limits": LimitsConfig,
+    "reads": ReadsConfig,
 }
 
 
@@ -318,6 +344,11 @@ def _validate(config: BrokerConfig) -> None:
         raise InvalidArgument("[state] staleness and heartbeat limits must be > 0")
     if config.state.unreadable_recheck_s <= 0:
         raise InvalidArgument("[state].unreadable_recheck_s must be > 0")
+    reads = config.reads
+    if reads.max_wait_s <= 0 or reads.max_pin_lease_s <= 0:
+        raise InvalidArgument("[reads] max_wait_s and max_pin_lease_s must be > 0")
+    if reads.cache_max_bytes < 0 or reads.cache_max_entry_bytes < 0:
+        raise InvalidArgument("[reads] cache sizes must be >= 0")
     parse_listen(config.server.listen)
     secrets = [grant.token for grant in config.tokens]
     if len(set(secrets)) != len(secrets):

@@ -12,6 +12,7 @@ from broker.engine import (
     SNAPSHOT_CHANGES,
     SNAPSHOT_LWM,
     SNAPSHOT_NONE,
+    SNAPSHOT_PIN,
     SNAPSHOT_TIMESTAMP,
     SNAPSHOT_VERSION,
     Prepared,
@@ -25,6 +26,7 @@ SNAPSHOT_SOURCES = {
     SNAPSHOT_TIMESTAMP: pb.SNAPSHOT_SOURCE_TIMESTAMP,
     SNAPSHOT_CHANGES: pb.SNAPSHOT_SOURCE_CHANGES,
     SNAPSHOT_NONE: pb.SNAPSHOT_SOURCE_NONE,
+    SNAPSHOT_PIN: pb.SNAPSHOT_SOURCE_PIN,
 }
 LOCK_GRANULARITIES = {
     "time_chunk": pb.LOCK_GRANULARITY_TIME_CHUNK,
@@ -94,7 +96,11 @@ def table_read_message(read: TableReadInfo) -> pb.TableRead:
 
 
 def metadata_message(
-    prepared: Prepared, *, unreadable: Iterable[str] = (), retried: bool = False
+    prepared: Prepared,
+    *,
+    unreadable: Iterable[str] = (),
+    retried: bool = False,
+    cache: str = "",
 ) -> pb.QueryMetadata:
     message = pb.QueryMetadata(
         query_id=prepared.query_id,
@@ -104,10 +110,26 @@ def metadata_message(
         staleness_seconds=prepared.staleness_s,
         unreadable_segments=list(unreadable),
         retried=retried,
+        snapshot_token=prepared.snapshot_token,
+        cache=cache,
+        waited_ms=prepared.waited_s * 1000,
+        pin_id=prepared.pin.pin_id if prepared.pin is not None else "",
     )
     if prepared.plan.snapshot is not None:
         message.snapshot = prepared.plan.snapshot
     return message
+
+
+def pin_message(pin: Any, now_ms: int) -> pb.SnapshotPin:
+    return pb.SnapshotPin(
+        pin_id=pin.pin_id,
+        tables=list(pin.tables),
+        snapshot=pin.snapshot,
+        created_ms=pin.created_ms,
+        expires_ms=pin.expires_ms,
+        lease_left_seconds=pin.lease_left_s(now_ms),
+        owner=pin.owner,
+    )
 
 
 def substituted_table_messages(read: TableReadInfo, sql: str) -> list[pb.SubstitutedTable]:

@@ -74,8 +74,13 @@ def print_result(console: Console, result: Any) -> None:
     console.print(
         f"[dim]{result.table.num_rows} row(s) at snapshot {_opt(metadata, 'snapshot')} "
         f"({metadata.snapshot_reason}); {timings.total_ms:.0f} ms total, "
-        f"{timings.spark_ms:.0f} ms Spark, {timings.rewrite_ms:.1f} ms rewrite[/dim]"
+        f"{timings.spark_ms:.0f} ms Spark, {timings.rewrite_ms:.1f} ms rewrite; "
+        f"cache {metadata.cache or '-'}"
+        + (f"; waited {metadata.waited_ms:.0f} ms for the snapshot" if metadata.waited_ms else "")
+        + "[/dim]"
     )
+    if metadata.snapshot_token:
+        console.print(f"[dim]snapshot token {metadata.snapshot_token}[/dim]", highlight=False)
     if metadata.retried:
         console.print(
             "[yellow]unreadable segment(s) removed, query retried:[/yellow] "
@@ -260,6 +265,25 @@ def print_watermarks(console: Console, marks: pb.GetWatermarksResponse) -> None:
             f"[red]regression[/red] server {regression.server} partition "
             f"{regression.partition}: {regression.from_watermark} -> {regression.to_watermark}"
         )
+    if marks.pins_error:
+        console.print(f"[yellow]pins unknown:[/yellow] {marks.pins_error}")
+    if marks.pins:
+        print_pins(console, marks.pins, title="Snapshot pins (retention stops at the oldest)")
+
+
+def print_pins(console: Console, pins: Any, *, title: str = "Snapshot pins") -> None:
+    view = Table(title=title)
+    for column in ("pin", "snapshot", "tables", "owner", "lease left"):
+        view.add_column(column)
+    for pin in pins:
+        view.add_row(
+            pin.pin_id,
+            str(pin.snapshot),
+            ", ".join(pin.tables),
+            pin.owner or "-",
+            f"{pin.lease_left_seconds:.0f}s",
+        )
+    console.print(view)
 
 
 # -- the timeline picture -------------------------------------------------------------------------

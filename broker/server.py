@@ -25,6 +25,7 @@ from broker._proto.horizon.v1 import horizon_pb2_grpc as rpc
 from broker.auth import Authenticator
 from broker.config import BrokerConfig, parse_listen
 from broker.engine import QueryEngine
+from broker.reads.floor import SnapshotFloor
 from broker.service import InspectionServicer, QueryServicer
 from timeline.errors import FailedPrecondition, InvalidArgument, Unavailable
 
@@ -104,6 +105,8 @@ class BrokerServer:
         self.port: int = 0
         self._stopped = threading.Event()
         self._locks: Any = None
+        self._pins: Any = None
+        self._floor_redis: Any = None
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -144,6 +147,8 @@ class BrokerServer:
             self.config,
             functions=self._functions,
             view_namespace=self._view_namespace,
+            pins=self._pin_store(),
+            floor=self._floor(),
         )
         self._server = self._build_grpc_server()
         self._server.start()
@@ -175,6 +180,7 @@ class BrokerServer:
                 auth,
                 regression_policy=self.config.state.regression_policy,
                 locks=self._lock_client(),
+                pins=self._pins,
             ),
             server,
         )
@@ -196,6 +202,23 @@ class BrokerServer:
         state = self.config.state
         self._locks = LockClient(state.redis_url, prefix=state.key_prefix, retry_timeout_s=1.0)
         return self._locks
+
+    def _pin_store(self) -> Any:
+        """Snapshot pins live in the state store beside the locks (:mod:`pins`)."""
+        from pins.store import PinStore
+
+        state = self.config.state
+        self._pins = PinStore(state.redis_url, prefix=state.key_prefix, retry_timeout_s=1.0)
+        return self._pins
+
+    def _floor(self) -> SnapshotFloor:
+        state = self.config.state
+        if not self.config.reads.persist_floor:
+            return SnapshotFloor(None, prefix=state.key_prefix)
+        from watermark.server import connect
+
+        self._floor_redis = connect(state.redis_url)
+        return SnapshotFloor(self._floor_redis, prefix=state.key_prefix)
 
     def _recheck_unreadable(self) -> None:
         """Give segments found unreadable another chance: one whose files all read again (or,
@@ -280,6 +303,10 @@ class BrokerServer:
             self.engine.views.clear()
         if self._locks is not None:
             self._locks.close()
+        if self._pins is not None:
+            self._pins.close()
+        if self._floor_redis is not None:
+            self._floor_redis.close()
         if self._owns_follower and self._follower is not None:
             self._follower.stop()
         if self._owns_spark and self._spark is not None:

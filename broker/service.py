@@ -18,13 +18,16 @@ import pyarrow as pa
 from broker import arrow_ipc, messages
 from broker._proto.horizon.v1 import horizon_pb2 as pb
 from broker._proto.horizon.v1 import horizon_pb2_grpc as rpc
-from broker.auth import Authenticator, Principal, check_inspect
+from broker.auth import Authenticator, Principal, check_inspect, check_read
 from broker.engine import Execution, QueryEngine
 from broker.errors import stream_errors, unary_errors
 from broker.executor import CANCELLED, QueryScope
 from broker.explain import segment_reasons, view_notes
+from broker.reads.options import ReadOptions
+from broker.reads.pinning import DEFAULT_LEASE_S, find_pin, resolve_tables, take_pin
 from timeline.errors import InvalidArgument, NotFound, Unavailable
 from timeline.interval import Interval
+from watermark import tokens
 
 log = logging.getLogger("horizon.broker.service")
 
@@ -41,6 +44,25 @@ def _query_id(requested: str) -> str:
     if len(requested) > 64 or not set(requested) <= _QUERY_ID_CHARS:
         raise InvalidArgument("query_id must be at most 64 letters, digits, '-', '_' or '.'")
     return requested
+
+
+def _read_options(read: pb.ReadOptions) -> ReadOptions:
+    return ReadOptions.parse(
+        min_snapshot=read.min_snapshot,
+        max_staleness_s=read.max_staleness_seconds,
+        pin_id=read.pin_id,
+        bypass_cache=read.bypass_cache,
+    )
+
+
+def _lease_s(requested: float, limit: float, default: float) -> float:
+    lease = requested or default
+    if not 0 < lease <= limit:
+        raise InvalidArgument(
+            f"a pin's lease must be more than 0 and at most {limit:g} seconds "
+            f"([reads].max_pin_lease_s), {requested:g} asked"
+        )
+    return lease
 
 
 def _deadline(context: grpc.ServicerContext) -> float | None:
@@ -63,6 +85,7 @@ class QueryServicer(rpc.QueryServiceServicer):
         principal = _principal(self.auth, context)
         if request.max_rows < 0:
             raise InvalidArgument("max_rows must not be negative")
+        options = _read_options(request.read)
         scope = QueryScope(_query_id(request.query_id), deadline=_deadline(context))
         context.add_callback(lambda: scope.cancel(CANCELLED))
         execution = self.engine.execute(
@@ -71,6 +94,7 @@ class QueryServicer(rpc.QueryServiceServicer):
             scope,
             max_rows=request.max_rows,
             is_active=context.is_active,
+            options=options,
         )
         try:
             yield from self._stream(execution, started)
@@ -90,6 +114,7 @@ class QueryServicer(rpc.QueryServiceServicer):
                 execution.prepared,
                 unreadable=execution.unreadable_segments,
                 retried=execution.retried,
+                cache=execution.cache,
             ),
         )
         serialize_s += time.perf_counter() - encode_started
@@ -119,6 +144,7 @@ class QueryServicer(rpc.QueryServiceServicer):
                 batch_count=batches,
                 byte_count=byte_count,
                 timings=timings,
+                cache=execution.cache,
             )
         )
 
@@ -127,7 +153,10 @@ class QueryServicer(rpc.QueryServiceServicer):
         self, request: pb.ExplainQueryRequest, context: grpc.ServicerContext
     ) -> pb.ExplainQueryResponse:
         principal = _principal(self.auth, context)
-        prepared = self.engine.prepare(request.sql, principal)
+        options = _read_options(request.read)
+        prepared = self.engine.prepare(
+            request.sql, principal, options=options, deadline=_deadline(context)
+        )
         tables = []
         for read in prepared.tables:
             snapshot = self.engine.follower.timeline_snapshot(read.table)
@@ -149,7 +178,9 @@ class QueryServicer(rpc.QueryServiceServicer):
         response = pb.ExplainQueryResponse(
             original_sql=request.sql,
             rewritten_sql=prepared.sql,
-            metadata=messages.metadata_message(prepared),
+            metadata=messages.metadata_message(
+                prepared, cache=self.engine.cache_state(prepared, options)
+            ),
             tables=tables,
         )
         if request.include_spark_plan:
@@ -161,8 +192,14 @@ class QueryServicer(rpc.QueryServiceServicer):
         self, request: pb.RewriteQueryRequest, context: grpc.ServicerContext
     ) -> pb.RewriteQueryResponse:
         principal = _principal(self.auth, context)
-        prepared = self.engine.prepare(request.sql, principal)
-        return pb.RewriteQueryResponse(
+        reads = self.engine.config.reads
+        lease = None
+        if request.pin_lease_seconds:
+            lease = _lease_s(request.pin_lease_seconds, reads.max_pin_lease_s, DEFAULT_LEASE_S)
+        prepared = self.engine.prepare(
+            request.sql, principal, options=_read_options(request.read), deadline=_deadline(context)
+        )
+        response = pb.RewriteQueryResponse(
             sql=prepared.sql,
             metadata=messages.metadata_message(prepared),
             tables=[
@@ -171,16 +208,69 @@ class QueryServicer(rpc.QueryServiceServicer):
                 for entry in messages.substituted_table_messages(read, prepared.sql)
             ],
         )
+        if lease is not None:
+            pin = self.engine.pin_plan(prepared, lease, owner=principal.name)
+            if pin is not None:
+                response.pin.CopyFrom(messages.pin_message(pin, pin.created_ms))
+        return response
+
+    @unary_errors
+    def PinSnapshot(
+        self, request: pb.PinSnapshotRequest, context: grpc.ServicerContext
+    ) -> pb.PinSnapshotResponse:
+        principal = _principal(self.auth, context)
+        store = self.engine.pin_store()
+        reads = self.engine.config.reads
+        lease = _lease_s(request.lease_seconds, reads.max_pin_lease_s, DEFAULT_LEASE_S)
+        if request.renew_pin_id:
+            check_read(principal, store.pin_tables(request.renew_pin_id))
+            store.renew(request.renew_pin_id, lease_s=lease)
+            pin = find_pin(store, request.renew_pin_id)
+        else:
+            tables = resolve_tables(self.engine.follower, request.tables)
+            check_read(principal, tables)
+            pin = take_pin(
+                store,
+                self.engine.follower,
+                tables,
+                snapshot=request.snapshot if request.HasField("snapshot") else None,
+                lease_s=lease,
+                owner=principal.name,
+                min_snapshot=_read_options(request.read).min_snapshot,
+                deadline=self.engine.wait_deadline(_deadline(context)),
+            )
+        return pb.PinSnapshotResponse(
+            pin=messages.pin_message(pin, pin.created_ms),
+            snapshot_token=tokens.encode({table: pin.snapshot for table in pin.tables}),
+        )
+
+    @unary_errors
+    def ReleaseSnapshot(
+        self, request: pb.ReleaseSnapshotRequest, context: grpc.ServicerContext
+    ) -> pb.ReleaseSnapshotResponse:
+        principal = _principal(self.auth, context)
+        store = self.engine.pin_store()
+        if not request.pin_id:
+            raise InvalidArgument("pin_id is required")
+        check_read(principal, store.pin_tables(request.pin_id))
+        return pb.ReleaseSnapshotResponse(released=store.release(request.pin_id))
 
 
 class InspectionServicer(rpc.InspectionServiceServicer):
     def __init__(
-        self, follower: Any, auth: Authenticator, *, regression_policy: str, locks: Any = None
+        self,
+        follower: Any,
+        auth: Authenticator,
+        *,
+        regression_policy: str,
+        locks: Any = None,
+        pins: Any = None,
     ) -> None:
         self.follower = follower
         self.auth = auth
         self.regression_policy = regression_policy
         self.locks = locks
+        self.pins = pins
 
     @unary_errors
     def ListTables(
@@ -238,7 +328,14 @@ class InspectionServicer(rpc.InspectionServiceServicer):
         check_inspect(principal, table)
         report = self.follower.watermarks(table)
         blocked = self.regression_policy == "fail" and report.active_regression is not None
-        return messages.watermarks_message(report, queries_blocked=blocked)
+        response = messages.watermarks_message(report, queries_blocked=blocked)
+        if self.pins is not None:
+            try:
+                now_ms, pins = self.pins.listing([table])
+                response.pins.extend(messages.pin_message(pin, now_ms) for pin in pins)
+            except Unavailable as error:
+                response.pins_error = str(error)
+        return response
 
     @unary_errors
     def ListLocks(

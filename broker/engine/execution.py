@@ -12,6 +12,7 @@ from typing import Any
 import pyarrow as pa
 
 from broker.engine.prepared import Prepared
+from broker.reads.cache import Recorder
 from broker.views import UnreadableFiles
 from timeline.errors import Unavailable
 
@@ -38,19 +39,27 @@ class Execution:
     """Seconds spent waiting on Spark (planning, jobs, and reading the streamed batches)."""
     unreadable_segments: list[str] = field(default_factory=list)
     retried: bool = False
+    cache: str = ""
+    """What the result cache did: hit, miss, off, bypassed, or why the query is not cached."""
+    recorder: Recorder | None = None
+    """On a miss, collects the batches sent, kept in the cache once the stream ends whole."""
     _held: ExitStack = field(default_factory=ExitStack)
 
     def batches(self) -> Iterator[pa.RecordBatch]:
         """Every batch of the result, in order; Spark's time while waiting goes to ``spark_s``."""
         head, self.head = self.head, []
-        yield from head
+        for batch in head:
+            self._record(batch)
+            yield batch
         if self.rest is None:
+            self._finish()
             return
         while True:
             started = time.perf_counter()
             try:
                 batch = next(self.rest)
             except StopIteration:
+                self._finish()
                 return
             except UnreadableFiles as error:
                 raise Unavailable(
@@ -59,7 +68,17 @@ class Execution:
                 ) from None
             finally:
                 self.spark_s += time.perf_counter() - started
+            self._record(batch)
             yield batch
+
+    def _record(self, batch: pa.RecordBatch) -> None:
+        if self.recorder is not None:
+            self.recorder.add(batch)
+
+    def _finish(self) -> None:
+        if self.recorder is not None:
+            self.recorder.finish()
+            self.recorder = None
 
     def close(self) -> None:
         """Stop the stream (cancelling Spark's jobs if unfinished) and free the admission slot."""

@@ -9,13 +9,16 @@ from typing import Any
 from broker.sql.model import QueryPlan, RewriteResult
 from broker.view_layout import ViewLayout, ViewPart, segment_files
 from broker.views import schema_ddl
+from pins.rules import Pin
 from timeline.errors import Internal
+from watermark import tokens
 
 SNAPSHOT_LWM = "lwm"
 SNAPSHOT_VERSION = "version"
 SNAPSHOT_TIMESTAMP = "timestamp"
 SNAPSHOT_CHANGES = "changes"
 SNAPSHOT_NONE = "none"
+SNAPSHOT_PIN = "pin"
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +60,10 @@ class Prepared:
     table_views: tuple[Any, ...]
     staleness_s: float
     rewrite_s: float
+    pin: Pin | None = None
+    """The snapshot pin the query reads at (its default snapshot), if any."""
+    waited_s: float = 0.0
+    """Time spent waiting for a table's LWM to reach ``min_snapshot`` or the broker's floor."""
 
     @property
     def sql(self) -> str:
@@ -72,11 +79,29 @@ class Prepared:
 
     @property
     def snapshot_source(self) -> str:
-        return snapshot_source(self.plan)
+        source = snapshot_source(self.plan)
+        return SNAPSHOT_PIN if self.pin is not None and source == SNAPSHOT_LWM else source
 
     @property
     def snapshot_reason(self) -> str:
+        if self.snapshot_source == SNAPSHOT_PIN and self.pin is not None:
+            return (
+                f"snapshot pin {self.pin.pin_id}: {self.pin.snapshot} for "
+                f"{', '.join(self.pin.tables)}"
+            )
         return snapshot_reason(self.plan, self.tables)
+
+    @property
+    def snapshot_token(self) -> str:
+        """The token of what this query reads (:mod:`watermark.tokens`): a client sending it
+        back is never served an older default snapshot of these tables (monotonic reads)."""
+        seen: dict[str, int] = {}
+        for table in self.tables:
+            ends = [hi for _, hi in table.change_windows]
+            ends += [table.snapshot] if table.snapshot is not None else []
+            if ends:
+                seen[table.table] = max(ends)
+        return tokens.encode(seen)
 
 
 def snapshot_source(plan: QueryPlan) -> str:

@@ -8,10 +8,11 @@ the timeline (which falls back to what it overwrote) and the query is prepared a
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from contextlib import ExitStack
 from typing import Any
 
@@ -23,14 +24,21 @@ from broker.catalog_builder import build_catalog
 from broker.config import BrokerConfig
 from broker.direct_read import DirectReader
 from broker.engine.execution import FIRST_FLUSH_BYTES, Execution, first_batches
-from broker.engine.prepared import Prepared, TableReadInfo, read_info
+from broker.engine.prepared import SNAPSHOT_LWM, Prepared, TableReadInfo, read_info
 from broker.executor import QueryScope, ResultLimits, SparkExecutor
 from broker.key_lookup import plan_key_lookup
 from broker.query_shape import is_key_lookup, is_ordered
+from broker.reads.cache import BYPASSED, HIT, MISS, OFF, ResultCache, cache_key
+from broker.reads.floor import SnapshotFloor
+from broker.reads.freshness import check_staleness, required_snapshot, wait_for_snapshot
+from broker.reads.options import DEFAULT as DEFAULT_READ
+from broker.reads.options import ReadOptions
+from broker.reads.pinning import check_pinned_tables, find_pin, pinned_views
 from broker.sql.errors import NoLowWatermark
 from broker.sql.model import RewriteLimits
 from broker.views import SegmentViews, UnreadableFiles, ViewMissing
-from timeline.errors import HorizonError, InvalidArgument, Unavailable
+from pins.rules import Pin
+from timeline.errors import FailedPrecondition, HorizonError, InvalidArgument, Unavailable
 from timeline.fallback import fallback_problem
 from timeline.interval import format_instant
 
@@ -38,6 +46,10 @@ log = logging.getLogger("horizon.broker.engine")
 
 _EVERY_SNAPSHOT = 2**63 - 1
 """What a read of an upsert table that names no snapshot must be assumed to see."""
+
+REPREPARE_AFTER_QUEUE_S = 1.0
+"""A query that queued longer than this is prepared again on the newest state once admitted
+(what it was prepared on may have been replaced, and its files collected, meanwhile)."""
 
 
 class QueryEngine:
@@ -51,7 +63,11 @@ class QueryEngine:
         *,
         functions: Any = None,
         view_namespace: str = "",
+        pins: Any = None,
+        floor: SnapshotFloor | None = None,
     ) -> None:
+        """``pins`` is the pin store (:class:`pins.store.PinStore`; None: pins are off);
+        ``floor`` the persisted served-snapshot floor (None: kept in memory only)."""
         from broker.sql.functions_from_spark import function_policy_from_spark
 
         self.follower = follower
@@ -66,6 +82,14 @@ class QueryEngine:
         self.direct_answers = 0
         """Queries answered by :attr:`direct` (a test and benchmark probe)."""
         self.admission = Admission(config.limits.max_concurrent, config.limits.queue_size)
+        self.pins = pins
+        self.floor = floor if floor is not None else SnapshotFloor(None, prefix="")
+        reads = config.reads
+        self.cache = (
+            ResultCache(reads.cache_max_bytes, reads.cache_max_entry_bytes)
+            if reads.cache and reads.cache_max_bytes > 0
+            else None
+        )
         self.functions = functions if functions is not None else function_policy_from_spark(spark)
         self.rewrite_limits = RewriteLimits(
             max_sql_length=config.limits.max_sql_length,
@@ -75,15 +99,71 @@ class QueryEngine:
 
     # -- preparing -----------------------------------------------------------------------------
 
-    def prepare(self, sql: str, principal: Principal, *, query_id: str | None = None) -> Prepared:
-        """Rewrite ``sql`` against the current state and check the caller may read its tables."""
-        from broker.sql import rewrite
+    def prepare(
+        self,
+        sql: str,
+        principal: Principal,
+        *,
+        query_id: str | None = None,
+        options: ReadOptions = DEFAULT_READ,
+        deadline: float | None = None,
+    ) -> Prepared:
+        """Rewrite ``sql`` against the current state and check the caller may read its tables.
 
+        ``options`` are the read controls (:mod:`broker.reads`): a default read waits, until
+        ``deadline`` (monotonic), for its tables' LWM to reach ``min_snapshot`` and this broker's
+        floor, and is refused when older than ``max_staleness``; a pinned one reads at the pin.
+        """
         started = time.perf_counter()
         if not isinstance(sql, str) or not sql.strip():
             raise InvalidArgument("the query is empty: send one SELECT statement")
+        pin = self._pin(options.pin_id) if options.pin_id else None
+        waited_s = 0.0
+        while True:
+            prepared = self._prepare_once(sql, principal, query_id, pin)
+            if prepared.snapshot_source != SNAPSHOT_LWM:
+                break
+            tables = [t.table for t in prepared.tables if t.snapshot is not None]
+            floor = self.floor.floor()
+            required = required_snapshot(tables, options.min_snapshot, floor)
+            snapshot = prepared.plan.snapshot
+            if required is None or snapshot is None or snapshot >= required:
+                break
+            why = (
+                f"min_snapshot asks for snapshot {required} or later"
+                if required == required_snapshot(tables, options.min_snapshot)
+                else f"this broker already served snapshot {required} (its floor)"
+            )
+            wait_started = time.perf_counter()
+            wait_for_snapshot(self.follower, tables, required, self.wait_deadline(deadline), why)
+            waited_s += time.perf_counter() - wait_started
+        if prepared.snapshot_source == SNAPSHOT_LWM and prepared.plan.snapshot is not None:
+            self._check_staleness(prepared, options.max_staleness_s)
+            self.floor.record(
+                {t.table: t.snapshot for t in prepared.tables if t.snapshot is not None}
+            )
+        return dataclasses.replace(
+            prepared, pin=pin, waited_s=waited_s, rewrite_s=time.perf_counter() - started
+        )
+
+    def wait_deadline(self, deadline: float | None) -> float:
+        """When to stop waiting for a snapshot: a little before the call's deadline, so the
+        caller gets the error naming the laggard rather than a bare DEADLINE_EXCEEDED."""
+        now = time.monotonic()
+        limit = now + self.config.reads.max_wait_s
+        if deadline is None:
+            return limit
+        return min(limit, deadline - min(0.25, max(0.0, deadline - now) * 0.1))
+
+    def _prepare_once(
+        self, sql: str, principal: Principal, query_id: str | None, pin: Pin | None
+    ) -> Prepared:
+        from broker.sql import rewrite
+
         staleness = self._check_fresh()
         views, failures = self._table_views()
+        if pin is not None:
+            views = pinned_views(views, pin)
         catalog = build_catalog(
             views.values(),
             [d for d, _ in failures.values()],
@@ -97,6 +177,8 @@ class QueryEngine:
             self._raise_failed_table(sql, failures)
             raise
         check_read(principal, result.plan.table_names)
+        if pin is not None:
+            check_pinned_tables(result.plan.tables_read, pin)
         reads = []
         table_views = []
         for read in result.plan.tables_read:
@@ -117,8 +199,47 @@ class QueryEngine:
             tables=tuple(reads),
             table_views=tuple(table_views),
             staleness_s=staleness,
-            rewrite_s=time.perf_counter() - started,
+            rewrite_s=0.0,
         )
+
+    def pin_store(self) -> Any:
+        if self.pins is None:
+            raise FailedPrecondition("this broker has no pin store: snapshot pins are off")
+        return self.pins
+
+    def _pin(self, pin_id: str) -> Pin:
+        return find_pin(self.pin_store(), pin_id)
+
+    def pin_plan(self, prepared: Prepared, lease_s: float, *, owner: str) -> Pin | None:
+        """Pin what a passthrough plan reads, so its files and history outlive the lease: the
+        lowest snapshot (or change-feed window start) of its tables (None: nothing to pin)."""
+        if prepared.pin is not None:
+            return prepared.pin
+        lows: dict[str, int] = {}
+        for table in prepared.tables:
+            points = [lo for lo, _ in table.change_windows]
+            points += [table.snapshot] if table.snapshot is not None else []
+            if points:
+                lows[table.table] = max(min(points), table.retention_horizon)
+        if not lows:
+            return None
+        return self.pin_store().pin(list(lows), min(lows.values()), lease_s=lease_s, owner=owner)
+
+    def _check_staleness(self, prepared: Prepared, max_staleness_s: float | None) -> None:
+        snapshot = prepared.plan.snapshot
+        if max_staleness_s is None or snapshot is None:
+            return
+        lowest = min(
+            (t for t in prepared.tables if t.snapshot is not None), key=lambda t: t.lwm or 0
+        )
+        laggard = lowest.laggard
+        holding = (
+            f"table {lowest.table} is held back by partition {laggard.partition} on server "
+            f"{laggard.server}"
+            if laggard is not None
+            else f"table {lowest.table} has no laggard on record"
+        )
+        check_staleness(snapshot, int(time.time() * 1000), max_staleness_s, holding)
 
     def _check_fresh(self) -> float:
         staleness = float(self.follower.staleness_s())
@@ -157,13 +278,15 @@ class QueryEngine:
         *,
         max_rows: int = 0,
         is_active: Callable[[], bool] = lambda: True,
+        options: ReadOptions = DEFAULT_READ,
     ) -> Execution:
         """Start a query under admission control, falling back once on unreadable segment files.
 
         Returns once the result's first :data:`FIRST_FLUSH_BYTES` (or all of it) came from Spark;
         the rest streams from :meth:`Execution.batches`. Until then a read failure can still be
         retried on the fallen-back timeline; after that it ends the stream. The caller must
-        :meth:`Execution.close` the execution (it holds an admission slot until then).
+        :meth:`Execution.close` the execution (it holds an admission slot until then). An answer
+        in the result cache is returned without a slot or Spark (grants were checked by prepare).
         """
         limits = self.config.limits
         if max_rows > 0 and max_rows < limits.max_result_rows:
@@ -172,13 +295,35 @@ class QueryEngine:
             rows_limit = ResultLimits(limits.max_result_rows, limits.max_result_bytes)
         timeout_deadline = time.monotonic() + limits.query_timeout_s
         scope.deadline = min(scope.deadline or timeout_deadline, timeout_deadline)
+        prepared = self.prepare(
+            sql, principal, query_id=scope.query_id, options=options, deadline=scope.deadline
+        )
+        key, cache_state = self._cache_key(prepared, rows_limit.max_rows, options)
+        answer = self.cache.get(key) if self.cache is not None and key is not None else None
+        if answer is not None:
+            return Execution(
+                prepared=prepared,
+                schema=answer.schema,
+                head=list(answer.batches),
+                rest=None,
+                rewrite_s=prepared.rewrite_s,
+                cache=HIT,
+            )
         with ExitStack() as held:
             queued_s = held.enter_context(
                 self.admission.slot(deadline=scope.deadline, is_active=is_active)
             )
             unreadable: list[str] = []
             for attempt in range(2):
-                prepared = self.prepare(sql, principal, query_id=scope.query_id)
+                if attempt > 0 or queued_s > REPREPARE_AFTER_QUEUE_S:
+                    prepared = self.prepare(
+                        sql,
+                        principal,
+                        query_id=scope.query_id,
+                        options=options,
+                        deadline=scope.deadline,
+                    )
+                    key, cache_state = self._cache_key(prepared, rows_limit.max_rows, options)
                 keys = {v.table.lower(): v.descriptor.primary_key for v in prepared.table_views}
                 stream = self.executor.stream(
                     prepared.sql,
@@ -229,9 +374,33 @@ class QueryEngine:
                     spark_s=spark_s,
                     unreadable_segments=unreadable,
                     retried=attempt > 0,
+                    cache=cache_state,
+                    recorder=(
+                        self.cache.recorder(key, schema)
+                        if self.cache is not None and key is not None
+                        else None
+                    ),
                     _held=held.pop_all(),
                 )
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _cache_key(
+        self, prepared: Prepared, max_rows: int, options: ReadOptions
+    ) -> tuple[Hashable | None, str]:
+        """The result cache key of ``prepared`` and what the metadata says about the cache."""
+        if self.cache is None:
+            return None, OFF
+        if not options.use_cache:
+            return None, BYPASSED
+        key, reason = cache_key(prepared, max_rows)
+        return (key, MISS) if key is not None else (None, f"not cached: {reason}")
+
+    def cache_state(self, prepared: Prepared, options: ReadOptions = DEFAULT_READ) -> str:
+        """What :meth:`execute` would do with the cache for ``prepared`` (explain's answer)."""
+        key, state = self._cache_key(prepared, self.config.limits.max_result_rows, options)
+        if key is not None and self.cache is not None and self.cache.contains(key):
+            return HIT
+        return state
 
     def _direct_lookup(self, prepared: Prepared) -> Callable[[pa.Schema], pa.Table | None] | None:
         """A reader of ``prepared`` straight from its files, when it is a plain key lookup."""

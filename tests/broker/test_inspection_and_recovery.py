@@ -108,7 +108,7 @@ def test_a_deleted_overwrite_file_fails_queries_its_fallback_cannot_answer_and_s
     os.remove(table.o0.location[0])
     for _ in range(2):  # the first read finds the file gone, the second knows it already
         with pytest.raises(Unavailable) as refused:
-            client.execute("SELECT * FROM fallback_t")
+            client.execute("SELECT * FROM fallback_t", cache=False)
         message = str(refused.value)
         assert str(table.o0.id) in message and str(table.o0.interval) in message
         assert "up to 999" in message and "a key twice" in message
