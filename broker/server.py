@@ -217,7 +217,9 @@ class BrokerServer:
             return SnapshotFloor(None, prefix=state.key_prefix)
         from watermark.server import connect
 
-        self._floor_redis = connect(state.redis_url)
+        # A short timeout: recording the floor is on the query path, and a paused Redis must
+        # not hold queries (the floor is recorded again by the next query that moves it).
+        self._floor_redis = connect(state.redis_url, socket_timeout=0.5)
         return SnapshotFloor(self._floor_redis, prefix=state.key_prefix)
 
     def _recheck_unreadable(self) -> None:
