@@ -143,7 +143,7 @@ class QueryEngine:
                 {t.table: t.snapshot for t in prepared.tables if t.snapshot is not None}
             )
         return dataclasses.replace(
-            prepared, pin=pin, waited_s=waited_s, rewrite_s=time.perf_counter() - started
+            prepared, waited_s=waited_s, rewrite_s=time.perf_counter() - started
         )
 
     def wait_deadline(self, deadline: float | None) -> float:
@@ -200,6 +200,7 @@ class QueryEngine:
             table_views=tuple(table_views),
             staleness_s=staleness,
             rewrite_s=0.0,
+            pin=pin,
         )
 
     def pin_store(self) -> Any:

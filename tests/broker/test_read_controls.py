@@ -110,6 +110,10 @@ def test_a_pin_reads_one_snapshot_of_every_table_it_holds_until_released(broker_
         assert after.metadata.pin_id == cut.pin_id
         assert after.table.equals(before.table)
         assert client.execute(sql).snapshot == 1400  # without the pin: the LWM
+        # The session has now seen 1400: the pin still reads at 1200 (an explicit moment, like
+        # VERSION AS OF), and no staleness bound applies to it.
+        again = cut.execute(sql, max_staleness=1)
+        assert again.snapshot == 1200 and again.metadata.waited_ms == 0
         listed = client.watermarks(table.name).pins
         assert [p.pin_id for p in listed] == [cut.pin_id]
         assert listed[0].owner == "admin" and listed[0].lease_left_seconds > 50
