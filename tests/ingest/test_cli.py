@@ -5,10 +5,11 @@ from __future__ import annotations
 from ingest.cli import main_ingest
 from tests.ingest.cli_test_table import TABLE
 from tests.ingest.conftest import Change, assert_broker_sees, write_changelog
+from watermark import tokens
 
 
-def test_the_ingest_command_ingests_a_changelog_directory_once(
-    spark, redis_server, server, follower, tmp_path
+def test_the_ingest_command_ingests_a_changelog_directory_once_and_prints_its_token(
+    spark, redis_server, server, follower, tmp_path, capsys
 ):
     (tmp_path / "accounts.toml").write_text(TABLE)
     changes = [Change("a", 1, 1), Change("b", 2, 1), Change("a", 3, 2)]
@@ -19,6 +20,9 @@ def test_the_ingest_command_ingests_a_changelog_directory_once(
         "--storage-root", str(tmp_path / "store"),
     ]  # fmt: skip
     assert main_ingest(argv) == 0
+    printed = capsys.readouterr().out
+    token = printed.rsplit("token ", 1)[1].strip()
+    assert "3 rows" in printed and tokens.decode(token)["accounts"] > 0
     assert main_ingest(argv) == 0  # nothing new: an empty batch, no duplicates
     history = [(i, c) for i, c in enumerate(changes)]
     assert_broker_sees(spark, follower, server("reader"), "accounts", history, exact_ts=False)
