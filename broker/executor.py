@@ -1,8 +1,9 @@
 """Runs rewritten SQL on Spark: one job group per query, cancel and deadline, result limits.
 
 Every query runs under its own Spark job group (classic Spark: ``setJobGroup`` with interrupt on
-cancel, which PySpark's pinned threads make per-thread) or tag (Spark Connect: ``addTag``). A
-client cancel or a passed deadline cancels the group; a watchdog keeps cancelling until the query
+cancel, which PySpark's pinned threads make per-thread) or tag (Spark Connect: ``addTag``); how,
+and how results are collected, is the session's :class:`broker.sessions.SparkMode`. A client
+cancel or a passed deadline cancels the group; a watchdog keeps cancelling until the query
 returns, which also catches a job submitted just after the first cancel.
 """
 
@@ -19,6 +20,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from broker.sessions import spark_mode
 from broker.views import VIEW_PREFIX, ViewMissing, classify_read_error
 from timeline.errors import (
     Cancelled,
@@ -51,10 +53,6 @@ _CLIENT_ERRORS = (
 def job_group(query_id: str) -> str:
     """The Spark job group (or tag) a query's jobs run under."""
     return f"horizon-{query_id}"
-
-
-def is_spark_connect(spark: Any) -> bool:
-    return type(spark).__module__.startswith("pyspark.sql.connect")
 
 
 @dataclass(slots=True)
@@ -122,10 +120,6 @@ class ResultLimits:
             )
 
 
-LOOKUP_CONF: dict[str, str] = {"spark.sql.codegen.wholeStage": "false"}
-"""The lookup session's settings (see :mod:`broker.query_shape` for why)."""
-
-
 class SparkExecutor:
     """Executes SQL on one Spark session and streams the result as Arrow record batches.
 
@@ -135,12 +129,8 @@ class SparkExecutor:
 
     def __init__(self, spark: Any) -> None:
         self.spark = spark
-        self.connect = is_spark_connect(spark)
-        self.lookup_spark = spark
-        if not self.connect:
-            self.lookup_spark = spark.newSession()
-            for key, value in LOOKUP_CONF.items():
-                self.lookup_spark.conf.set(key, value)
+        self.mode = spark_mode(spark)
+        self.lookup_spark = self.mode.lookup_session()
 
     @property
     def mirrors(self) -> tuple[Any, ...]:
@@ -150,13 +140,7 @@ class SparkExecutor:
     @contextmanager
     def _job_group(self, scope: QueryScope) -> Iterator[None]:
         scope.finished = False  # a retry runs under the same scope
-        if self.connect:
-            self.spark.addTag(scope.group)
-            cancel = self.spark.interruptTag
-        else:
-            context = self.spark.sparkContext
-            context.setJobGroup(scope.group, f"horizon query {scope.query_id}", True)
-            cancel = context.cancelJobGroup
+        cancel = self.mode.begin(scope.group, f"horizon query {scope.query_id}")
         with scope._lock:
             scope._cancel = cancel
             already = scope.reason
@@ -176,12 +160,7 @@ class SparkExecutor:
             scope.finished = True
             if timer is not None:
                 timer.cancel()
-            if self.connect:
-                self.spark.removeTag(scope.group)
-            else:
-                context = self.spark.sparkContext
-                for key in ("spark.jobGroup.id", "spark.job.description"):
-                    context.setLocalProperty(key, None)
+            self.mode.end(scope.group)
 
     def stream(
         self,
@@ -224,7 +203,7 @@ class SparkExecutor:
             if answer is not None:
                 batches = _table_batches(answer)
             else:
-                batches = self._batches(frame, schema, ordered)
+                batches = self.mode.collect(frame, schema, ordered)
             rows = byte_count = 0
             completed = False
             try:
@@ -246,36 +225,10 @@ class SparkExecutor:
                 batches.close()  # closes the socket and joins the JVM's serving thread
         scope.check()
 
-    def _batches(self, frame: Any, schema: pa.Schema, ordered: bool) -> Iterator[pa.RecordBatch]:
-        if self.connect:
-            yield from frame.toArrow().cast(schema).to_batches()
-            return
-        from pyspark.errors.exceptions.captured import unwrap_spark_exception
-        from pyspark.util import _create_local_socket
-
-        port, secret, server = frame._jdf.collectAsArrowToPython()
-        sockfile, sock = _create_local_socket((port, secret))
-        completed = False
-        try:
-            for batch in _read_collect_stream(sockfile, ordered):
-                yield batch if batch.schema == schema else _cast(batch, schema)
-            completed = True
-        finally:
-            sockfile.close()
-            sock.close()
-            if completed:
-                with unwrap_spark_exception():
-                    server.getResult()  # raises the JVM serving thread's failure, if any
-            else:
-                with suppress(Exception):  # the jobs were cancelled; only wait for the thread
-                    server.getResult()
-
     def _stop_jobs(self, scope: QueryScope) -> None:
         with suppress(Exception):  # the jobs may have finished already
-            if self.connect:
-                self.spark.interruptTag(scope.group)
-            else:
-                self.spark.sparkContext.cancelJobGroup(scope.group)
+            if scope._cancel is not None:
+                scope._cancel(scope.group)
 
     @staticmethod
     def _failure(error: BaseException, scope: QueryScope, files: Sequence[str]) -> BaseException:
@@ -290,10 +243,7 @@ class SparkExecutor:
     def explain(self, sql: str) -> str:
         """Spark's physical plan for ``sql`` (analysis only; nothing is executed)."""
         try:
-            frame = self.spark.sql(sql)
-            if self.connect:
-                return str(frame._explain_string(mode="formatted"))  # type: ignore[attr-defined]
-            return str(frame._jdf.queryExecution().executedPlan().toString())
+            return self.mode.physical_plan(self.spark.sql(sql))
         except Exception as error:
             raise classify_spark_error(error, ()) from None
 
@@ -308,40 +258,6 @@ def _arrow_schema(frame: Any) -> pa.Schema:
     return to_arrow_schema(
         frame.schema, error_on_duplicated_field_names_in_struct=True, timezone="UTC"
     )
-
-
-def _cast(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
-    return pa.Table.from_batches([batch]).cast(schema).combine_chunks().to_batches()[0]
-
-
-def _read_collect_stream(stream: Any, ordered: bool) -> Iterator[pa.RecordBatch]:
-    """Read the JVM's ``collectAsArrowToPython`` stream: an Arrow IPC stream of batches in task
-    completion order, then how many batches there were and their query order (or -1 and an
-    error message)."""
-    from pyspark.errors import PySparkRuntimeError
-    from pyspark.serializers import UTF8Deserializer, read_int
-
-    held: list[pa.RecordBatch | None] = []
-    for batch in pa.ipc.open_stream(stream):
-        if ordered:
-            held.append(batch)
-        else:
-            yield batch
-    count = read_int(stream)
-    if count == -1:
-        raise PySparkRuntimeError(
-            errorClass="ERROR_OCCURRED_WHILE_CALLING",
-            messageParameters={
-                "func_name": "collectAsArrowToPython",
-                "error_msg": UTF8Deserializer().loads(stream),
-            },
-        )
-    for _ in range(count):
-        index = read_int(stream)
-        if ordered:
-            batch, held[index] = held[index], None
-            assert batch is not None
-            yield batch
 
 
 def classify_spark_error(error: BaseException, files: Sequence[str]) -> BaseException:

@@ -101,6 +101,7 @@ def metadata_message(
     unreadable: Iterable[str] = (),
     retried: bool = False,
     cache: str = "",
+    execution: str = "",
 ) -> pb.QueryMetadata:
     message = pb.QueryMetadata(
         query_id=prepared.query_id,
@@ -112,6 +113,7 @@ def metadata_message(
         retried=retried,
         snapshot_token=prepared.snapshot_token,
         cache=cache,
+        execution=execution,
         waited_ms=prepared.waited_s * 1000,
         pin_id=prepared.pin.pin_id if prepared.pin is not None else "",
     )

@@ -115,6 +115,7 @@ class QueryServicer(rpc.QueryServiceServicer):
                 unreadable=execution.unreadable_segments,
                 retried=execution.retried,
                 cache=execution.cache,
+                execution=execution.route,
             ),
         )
         serialize_s += time.perf_counter() - encode_started

@@ -41,6 +41,8 @@ class Execution:
     retried: bool = False
     cache: str = ""
     """What the result cache did: hit, miss, off, bypassed, or why the query is not cached."""
+    route: str = ""
+    """Where the answer came from: the Spark mode, the files directly, or the result cache."""
     recorder: Recorder | None = None
     """On a miss, collects the batches sent, kept in the cache once the stream ends whole."""
     _held: ExitStack = field(default_factory=ExitStack)

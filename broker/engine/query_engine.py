@@ -47,6 +47,9 @@ log = logging.getLogger("horizon.broker.engine")
 _EVERY_SNAPSHOT = 2**63 - 1
 """What a read of an upsert table that names no snapshot must be assumed to see."""
 
+DIRECT_ROUTE = "answered from the segment files with pyarrow (direct key lookup), no Spark job"
+CACHE_ROUTE = "answered from the result cache, no Spark job"
+
 REPREPARE_AFTER_QUEUE_S = 1.0
 """A query that queued longer than this is prepared again on the newest state once admitted
 (what it was prepared on may have been replaced, and its files collected, meanwhile)."""
@@ -76,9 +79,16 @@ class QueryEngine:
         self.executor = SparkExecutor(spark)
         self.views = SegmentViews(spark, namespace=view_namespace, mirrors=self.executor.mirrors)
         self.direct = DirectReader(max_rows=config.spark.direct_lookup_max_rows)
-        self._direct_enabled = config.spark.direct_lookups and _embedded(spark)
+        mode = self.executor.mode
+        self._direct_enabled = config.spark.direct_lookups and mode.direct_reads
         """Only with embedded Spark: its files are this machine's files (on a cluster or behind
         Spark Connect a local path may name a file the broker cannot see)."""
+        self.direct_bypassed = (
+            mode.bypass_reason if config.spark.direct_lookups and not mode.direct_reads else ""
+        )
+        """Why direct lookups are configured but not used ("" when they are, or are off)."""
+        if self.direct_bypassed:
+            log.warning("direct key lookups are bypassed: %s", self.direct_bypassed)
         self.direct_answers = 0
         """Queries answered by :attr:`direct` (a test and benchmark probe)."""
         self.admission = Admission(config.limits.max_concurrent, config.limits.queue_size)
@@ -309,6 +319,7 @@ class QueryEngine:
                 rest=None,
                 rewrite_s=prepared.rewrite_s,
                 cache=HIT,
+                route=CACHE_ROUTE,
             )
         with ExitStack() as held:
             queued_s = held.enter_context(
@@ -326,6 +337,7 @@ class QueryEngine:
                     )
                     key, cache_state = self._cache_key(prepared, rows_limit.max_rows, options)
                 keys = {v.table.lower(): v.descriptor.primary_key for v in prepared.table_views}
+                route = [self.executor.mode.describe()]
                 stream = self.executor.stream(
                     prepared.sql,
                     scope,
@@ -333,7 +345,7 @@ class QueryEngine:
                     files=prepared.files,
                     lookup=is_key_lookup(prepared.original_sql, keys),
                     ordered=is_ordered(prepared.sql),
-                    direct=self._direct_lookup(prepared),
+                    direct=self._direct_lookup(prepared, route),
                 )
                 try:
                     with self.views.lease(prepared.table_views) as (_, views_s):
@@ -376,6 +388,7 @@ class QueryEngine:
                     unreadable_segments=unreadable,
                     retried=attempt > 0,
                     cache=cache_state,
+                    route="; ".join(route),
                     recorder=(
                         self.cache.recorder(key, schema)
                         if self.cache is not None and key is not None
@@ -403,21 +416,29 @@ class QueryEngine:
             return HIT
         return state
 
-    def _direct_lookup(self, prepared: Prepared) -> Callable[[pa.Schema], pa.Table | None] | None:
-        """A reader of ``prepared`` straight from its files, when it is a plain key lookup."""
-        if not self._direct_enabled or len(prepared.tables) != 1:
+    def _direct_lookup(
+        self, prepared: Prepared, route: list[str]
+    ) -> Callable[[pa.Schema], pa.Table | None] | None:
+        """A reader of ``prepared`` straight from its files, when it is a plain key lookup.
+        ``route`` gets a line saying so when the reader answered, or why it was bypassed."""
+        if len(prepared.tables) != 1 or len(prepared.plan.tables_read) != 1:
             return None
         table, view = prepared.tables[0], prepared.table_views[0]
-        if table.snapshot is None or len(prepared.plan.tables_read) != 1:
+        if table.snapshot is None:
             return None
         lookup = plan_key_lookup(prepared.original_sql, table.table, view.descriptor.primary_key)
         if lookup is None:
+            return None
+        if not self._direct_enabled:
+            if self.direct_bypassed:
+                route.append(f"direct key lookup bypassed: {self.direct_bypassed}")
             return None
 
         def read(schema: pa.Schema) -> pa.Table | None:
             answer = self.direct.read(lookup, table.files, table.snapshot, schema)
             if answer is not None:
                 self.direct_answers += 1
+                route[:] = [DIRECT_ROUTE]
             return answer
 
         return read
@@ -457,10 +478,3 @@ class QueryEngine:
             return self.executor.explain(prepared.sql)
 
 
-def _embedded(spark: Any) -> bool:
-    if type(spark).__module__.startswith("pyspark.sql.connect"):
-        return False
-    try:
-        return str(spark.sparkContext.master).startswith("local")
-    except Exception:  # a session without a context is not an embedded one
-        return False
