@@ -19,7 +19,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from timeline.errors import HorizonError, InvalidArgument
+from timeline.errors import FailedPrecondition, HorizonError, InvalidArgument
 
 log = logging.getLogger("horizon.ingest")
 
@@ -45,6 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--lock-priority", type=int, default=75, help="priority of the batches' locks (Druid: 75)"
     )
     parser.add_argument("--spark-master", default="local[*]")
+    parser.add_argument(
+        "--spark-remote", help="a Spark Connect URL: refused (ingestion needs a classic session)"
+    )
     parser.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE")
     return parser
 
@@ -78,6 +81,10 @@ def _run(args: argparse.Namespace) -> int:
     from ingest.table import TableDefinition
     from watermark.server import ServerClient
 
+    if args.spark_remote:
+        from ingest.storage import CONNECT_REFUSAL
+
+        raise FailedPrecondition(CONNECT_REFUSAL)
     table = TableDefinition.load(args.table, storage_root=args.storage_root)
     partitions = (
         [int(p) for p in args.partitions.split(",") if p.strip()] if args.partitions else None

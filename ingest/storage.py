@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from timeline.errors import Unavailable
+from timeline.errors import FailedPrecondition, Unavailable
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,10 +29,25 @@ class FileInfo:
     size: int
 
 
+CONNECT_REFUSAL = (
+    "ingestion needs a classic Spark session, not Spark Connect: it writes segments and its "
+    "commit log through the Hadoop FileSystem API of Spark's JVM, which Connect does not expose. "
+    "Run the ingestion server with a master instead (--spark-master local[*], or "
+    "spark://host:7077 next to your cluster); brokers can still use Spark Connect"
+)
+
+
+def require_classic_session(spark: Any) -> None:
+    """Refuse a Spark Connect session before anything is written (never fail halfway)."""
+    if type(spark).__module__.startswith("pyspark.sql.connect"):
+        raise FailedPrecondition(CONNECT_REFUSAL)
+
+
 class Storage:
     """Hadoop FileSystem operations for paths under any URI Spark can write."""
 
     def __init__(self, spark: Any) -> None:
+        require_classic_session(spark)
         self._jvm = spark.sparkContext._jvm
         self._conf = spark.sparkContext._jsc.hadoopConfiguration()
         default_fs = str(self._conf.get("fs.defaultFS") or "file:///")
