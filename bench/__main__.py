@@ -100,6 +100,8 @@ def _broker(r: dict[str, Any]) -> list[Row]:
         ("rewrite + planning p50", _num(_get(r, "point_query", "rewrite_planning_ms", "p50"), " ms", 2), "-"),
         ("dashboard query (1,000 rows): cache hit / miss p50", f"{_num(_get(r, 'dashboard_cache', 'hit_ms', 'p50'), ' ms', 2)} / {_num(_get(r, 'dashboard_cache', 'miss_ms', 'p50'), ' ms')}", "hit < 5 ms"),
         ("  miss / hit at p50", _num(_get(r, "dashboard_cache", "miss_over_hit_p50"), "x"), ">= 20x"),
+        ("point query p50: standalone cluster / Connect vs local", f"{_num(_get(r, 'modes', 'standalone', 'point_p50_over_local'), 'x')} / {_num(_get(r, 'modes', 'connect', 'point_p50_over_local'), 'x')}", "-"),
+        ("full aggregate p50: standalone cluster / Connect vs local", f"{_num(_get(r, 'modes', 'standalone', 'aggregate_p50_over_local'), 'x')} / {_num(_get(r, 'modes', 'connect', 'aggregate_p50_over_local'), 'x')}", "-"),
         ("read-your-writes: commit to answer p50 / p99", f"{_num(_get(r, 'read_your_writes', 'commit_to_answer_ms', 'p50'), ' ms')} / {_num(_get(r, 'read_your_writes', 'commit_to_answer_ms', 'p99'), ' ms')}", "-"),
     ]  # fmt: skip
 

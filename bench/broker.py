@@ -17,7 +17,11 @@ then measures from the client:
 * a repeated dashboard query (1,000 rows) answered from the result cache vs run again on Spark
   (``cache=False``), interleaved (target: a hit >= 20x faster than a miss, p50 < 5 ms);
 * read-your-writes: a server reports a commit, and a query sent at once with that commit's token
-  waits until the broker's follower has it: the time from the report to the answer.
+  waits until the broker's follower has it: the time from the report to the answer;
+* the point query and a full aggregate through three brokers over the same files: this one on
+  local Spark, one on a Spark standalone cluster (a master and two one-core workers on
+  loopback) and one over Spark Connect (a Connect server on local[2]), interleaved, as ratios to
+  local mode (``--no-modes`` skips it).
 
     .venv/bin/python -m bench.broker [--quick]
 """
@@ -164,9 +168,69 @@ def read_your_writes(client: Any, server_client: Any, iterations: int) -> dict[s
     return {"commit_to_answer_ms": summarize(to_answer), "waited_ms": summarize(waited)}
 
 
+MODES_AGGREGATE_SQL = f"SELECT count(*) AS n, sum(balance) AS s FROM {TABLE}"
+
+
+def modes_side_by_side(
+    local: Any, redis_url: str, workdir: Path, rows: int, iterations: int
+) -> dict[str, Any]:
+    """The point query and the full aggregate through the local broker, a broker on a standalone
+    cluster and one over Spark Connect, one after another in each round (the cache skipped)."""
+    from broker.client import connect
+    from broker.sessions.local_cluster import BrokerProcess, ConnectServer, StandaloneCluster
+
+    cluster_conf = (
+        '[spark.conf]\n"spark.cores.max" = "2"\n"spark.executor.memory" = "1g"\n'
+        '"spark.sql.shuffle.partitions" = "4"\n"spark.driver.host" = "127.0.0.1"\n'
+    )
+    rng = random.Random(11)
+    samples: dict[str, dict[str, list[float]]] = {}
+    with (
+        StandaloneCluster(workers=2, cores=1, memory="1536m") as cluster,
+        ConnectServer(master="local[2]", conf={"spark.sql.shuffle.partitions": "4"}) as server,
+        BrokerProcess(
+            workdir, redis_url, f'[spark]\nmaster = "{cluster.url}"\n\n{cluster_conf}',
+            name="standalone",
+        ) as on_cluster,
+        BrokerProcess(workdir, redis_url, f'[spark]\nremote = "{server.url}"\n', name="connect")
+        as on_connect,
+        connect(on_cluster.target) as cluster_client,
+        connect(on_connect.target) as connect_client,
+    ):  # fmt: skip
+        clients = {"local": local, "standalone": cluster_client, "connect": connect_client}
+        for client in clients.values():  # warm up each: view build, JIT, executors
+            client.query(f"SELECT * FROM {TABLE} WHERE id = 1", cache=False)
+            client.query(MODES_AGGREGATE_SQL, cache=False)
+        expected = local.query(MODES_AGGREGATE_SQL, cache=False)
+        for _ in range(iterations):
+            key = rng.randrange(rows)
+            for mode, client in clients.items():
+                for kind, sql in (
+                    ("point", f"SELECT * FROM {TABLE} WHERE id = {key}"),
+                    ("aggregate", MODES_AGGREGATE_SQL),
+                ):
+                    started = time.perf_counter()
+                    answer = client.query(sql, cache=False)
+                    elapsed = (time.perf_counter() - started) * 1000
+                    samples.setdefault(mode, {}).setdefault(kind, []).append(elapsed)
+                    if kind == "aggregate":
+                        assert answer.equals(expected), (mode, answer)
+    results: dict[str, Any] = {"iterations": iterations}
+    for mode, kinds in samples.items():
+        results[mode] = {kind: summarize(values) for kind, values in kinds.items()}
+    for mode in ("standalone", "connect"):
+        for kind in ("point", "aggregate"):
+            ratio = results[mode][kind]["p50"] / results["local"][kind]["p50"]
+            results[mode][f"{kind}_p50_over_local"] = round(ratio, 2)
+    return results
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="200k rows, fewer iterations")
+    parser.add_argument(
+        "--no-modes", action="store_true", help="skip the standalone cluster / Connect comparison"
+    )
     args = parser.parse_args(argv)
     rows = 200_000 if args.quick else 5_000_000
     files = 4 if args.quick else 8
@@ -242,6 +306,11 @@ def main(argv: list[str] | None = None) -> int:
             assert check.to_pylist() and check.to_pylist()[0]["owner"] == "owner12345", check
             assert check == on_spark.query(f"SELECT * FROM {TABLE} WHERE id = 12345")
             cache = cache_hit_vs_miss(client, iterations // 2)
+            modes = (
+                None
+                if args.no_modes
+                else modes_side_by_side(client, redis.url, workdir, rows, max(5, iterations // 10))
+            )
             # Last: it moves the LWM (a new snapshot per commit).
             ryw = read_your_writes(client, server_client, iterations // 2)
         server_client.close()
@@ -269,6 +338,7 @@ def main(argv: list[str] | None = None) -> int:
         "target_point_p50_ms": 150,
         "dashboard_cache": cache,
         "read_your_writes": ryw,
+        "modes": modes,
     }
     table_rows = []
     for label, samples in (
@@ -313,6 +383,21 @@ def main(argv: list[str] | None = None) -> int:
             ),
         ],
     )
+    if modes is not None:
+        print_table(
+            f"The same broker on three kinds of Spark ({modes['iterations']} interleaved rounds)",
+            ("mode", "point p50 ms", "vs local", "full aggregate p50 ms", "vs local"),
+            [
+                (
+                    mode,
+                    f"{modes[mode]['point']['p50']:.1f}",
+                    f"{modes[mode].get('point_p50_over_local', 1.0)}x",
+                    f"{modes[mode]['aggregate']['p50']:.1f}",
+                    f"{modes[mode].get('aggregate_p50_over_local', 1.0)}x",
+                )
+                for mode in ("local", "standalone", "connect")
+            ],
+        )
     print(
         f"cache: a hit is {cache['miss_over_hit_p50']}x faster than a miss at p50 "
         "(target >= 20x, hit p50 < 5 ms)"

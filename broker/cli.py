@@ -49,6 +49,11 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--picture", help="write the timeline picture (SVG) here")
     demo.add_argument("--keep", action="store_true", help="keep the work directory")
     demo.add_argument("--spark-master", default="local[*]")
+    demo.add_argument(
+        "--cluster",
+        action="store_true",
+        help="start a Spark standalone cluster (a master, two workers) and run on it",
+    )
 
     serve = sub.add_parser("serve", help="run the broker")
     serve.add_argument("--config", help="TOML configuration file (or HORIZON_CONFIG)")
@@ -162,6 +167,7 @@ def _demo(args: argparse.Namespace) -> int:
         "seed": args.seed,
         "spark_master": args.spark_master,
         "keep": args.keep,
+        "cluster": args.cluster,
         "picture": Path(args.picture) if args.picture else None,
     }
     if args.accounts is not None:

@@ -61,6 +61,8 @@ class DemoOptions:
     transfers_per_batch: int = 20_000
     key_partitions: int = 4
     spark_master: str = "local[*]"
+    cluster: bool = False
+    """Start a Spark standalone cluster (a master, two workers) and run everything on it."""
     picture: Path | None = None
     workdir: Path | None = None
     keep: bool = False
@@ -161,9 +163,19 @@ class _Demo:
             self.stack.callback(redis.close)
             self.redis_url = redis.url
         if self.spark is None:
-            self.spark = create_spark_session(
-                master=self.options.spark_master, app_name="horizon-demo"
-            )
+            master = self.options.spark_master
+            if self.options.cluster:
+                from broker.sessions.local_cluster import StandaloneCluster
+
+                cluster = StandaloneCluster(workers=2, cores=1, memory="2g")
+                self.stack.enter_context(cluster)
+                master = cluster.url
+                self.console.print(
+                    f"[bold]Spark standalone cluster[/bold] {master}: a master and two one-core "
+                    "workers on loopback; the ingestion servers and the broker run on it "
+                    "(key lookups too: the broker does not read the files itself on a cluster)"
+                )
+            self.spark = create_spark_session(master=master, app_name="horizon-demo")
             self.stack.callback(self.spark.stop)
         config = config_from_mapping(
             {

@@ -476,5 +476,3 @@ class QueryEngine:
     def spark_plan(self, prepared: Prepared) -> str:
         with self.views.lease(prepared.table_views):
             return self.executor.explain(prepared.sql)
-
-

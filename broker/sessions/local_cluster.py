@@ -7,8 +7,10 @@ before pointing it at theirs::
     python -m broker.sessions.local_cluster standalone --workers 2   # prints spark://127.0.0.1:P
     python -m broker.sessions.local_cluster connect                  # prints sc://127.0.0.1:P
 
-Every process is started in its own process group, on loopback, and stopped by its process id
-(the group: the JVM and the launcher script), never by name.
+:class:`BrokerProcess` runs ``horizon serve`` against one of them (a process of its own: one
+Python process holds one Spark context). Every process is started in its own process group, on
+loopback, and stopped by its process id (the group: the JVM and the launcher script), never by
+name.
 """
 
 from __future__ import annotations
@@ -207,6 +209,73 @@ class ConnectServer:
         self._processes.stop()
 
     def __enter__(self) -> ConnectServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class BrokerProcess:
+    """``horizon serve`` as a process with a TOML configuration whose ``[spark]`` part is
+    ``spark_section`` (a cluster master or a Connect URL); stopped with SIGTERM, then SIGKILL."""
+
+    def __init__(
+        self, directory: Path, redis_url: str, spark_section: str, *, name: str = "broker"
+    ) -> None:
+        self.port = free_port()
+        self.config = directory / f"{name}.toml"
+        self.config.write_text(
+            f'[server]\nlisten = "{HOST}:{self.port}"\ngrace_s = 1.0\n\n'
+            f'[state]\nredis_url = "{redis_url}"\nunreadable_recheck_s = 0.5\n\n'
+            f"{spark_section}"
+        )
+        self.log = directory / f"{name}.log"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def target(self) -> str:
+        return f"{HOST}:{self.port}"
+
+    def start(self, timeout_s: float = 180.0) -> BrokerProcess:
+        from broker.client import connect
+
+        horizon = str(Path(sys.executable).with_name("horizon"))
+        with self.log.open("wb") as log:
+            self.process = subprocess.Popen(
+                [horizon, "serve", "--config", str(self.config)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env={**os.environ, "SPARK_LOCAL_IP": HOST},
+            )
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise Unavailable(f"the broker exited:\n{self._log_tail()}")
+            try:
+                with connect(self.target, timeout=2) as client:
+                    if client.health() == "SERVING":
+                        return self
+            except Exception:  # not listening yet
+                pass
+            time.sleep(1)
+        self.stop()
+        raise Unavailable(f"the broker did not start in {timeout_s:.0f}s:\n{self._log_tail()}")
+
+    def _log_tail(self) -> str:
+        return self.log.read_text(errors="replace")[-3000:]
+
+    def stop(self) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        os.killpg(self.process.pid, signal.SIGTERM)
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(timeout=10)
+
+    def __enter__(self) -> BrokerProcess:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

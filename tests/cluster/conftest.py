@@ -7,11 +7,6 @@ written with pyarrow. Each test module starts its cluster once and stops it by p
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from broker.client import HorizonClient, connect
+from broker.sessions.local_cluster import BrokerProcess
 from tests.broker.data import UpsertTable, big_table
-from tests.processes import RedisProcess, free_port
+from tests.processes import RedisProcess
 from watermark.server import ServerClient
 
 LWM = 1200
@@ -61,64 +57,11 @@ def publish(redis: RedisProcess, root: Path) -> tuple[ServerClient, dict[str, Up
     return server, tables
 
 
-class BrokerProcess:
-    """``horizon serve`` with a TOML configuration, stopped with SIGTERM (then SIGKILL)."""
-
-    def __init__(self, directory: Path, spark_section: str, redis_url: str) -> None:
-        self.port = free_port()
-        self.config = directory / "broker.toml"
-        self.config.write_text(
-            f'[server]\nlisten = "127.0.0.1:{self.port}"\ngrace_s = 1.0\n\n'
-            f'[state]\nredis_url = "{redis_url}"\nunreadable_recheck_s = 0.5\n\n'
-            f"{spark_section}"
-        )
-        self.log = directory / "broker.log"
-        self.process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def target(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def start(self, timeout_s: float = 180.0) -> BrokerProcess:
-        horizon = str(Path(sys.executable).with_name("horizon"))
-        with self.log.open("wb") as log:
-            self.process = subprocess.Popen(
-                [horizon, "serve", "--config", str(self.config)],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"},
-            )
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"the broker exited:\n{self.log.read_text()[-3000:]}")
-            try:
-                with connect(self.target, timeout=2) as client:
-                    if client.health() == "SERVING":
-                        return self
-            except Exception:
-                pass
-            time.sleep(1)
-        self.stop()
-        raise RuntimeError(f"the broker did not start:\n{self.log.read_text()[-3000:]}")
-
-    def stop(self) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        os.killpg(self.process.pid, signal.SIGTERM)
-        try:
-            self.process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait(timeout=10)
-
-
 def cluster_env(tmp: Path, spark_section: str) -> Iterator[ClusterEnv]:
     """A private Redis with the test tables, and a broker process with ``spark_section``."""
     redis = RedisProcess().start()
     server, tables = publish(redis, tmp / "segments")
-    broker = BrokerProcess(tmp, spark_section, redis.url)
+    broker = BrokerProcess(tmp, redis.url, spark_section)
     try:
         broker.start()
         yield ClusterEnv(broker.target, redis, server, tables, tmp / "segments")
