@@ -243,23 +243,6 @@ class PinStore:
                 delay = min(delay * 2, 0.5)
 
 
-def pins_json(pins: Iterable[Pin]) -> str:
-    """Pins as JSON (the CLI's ``--json``)."""
-    return json.dumps(
-        [
-            {
-                "pin_id": pin.pin_id,
-                "tables": list(pin.tables),
-                "snapshot": pin.snapshot,
-                "created_ms": pin.created_ms,
-                "expires_ms": pin.expires_ms,
-                "owner": pin.owner,
-            }
-            for pin in pins
-        ]
-    )
-
-
 def _lease_ms(lease_s: float) -> int:
     if not isinstance(lease_s, (int, float)) or not 0 < lease_s <= MAX_LEASE_S:
         raise InvalidArgument(
