@@ -196,3 +196,35 @@ def test_an_update_cut_short_before_its_publish_is_applied_again_to_the_compacte
     assert_broker_sees(spark, follower, client, "accounts", log, exact_ts=False)
     churn(restarted, spark, log, rounds=1, start=4)
     assert_broker_sees(spark, follower, client, "accounts", log, exact_ts=False)
+
+
+def test_a_live_pin_taken_before_the_compaction_keeps_its_inputs_until_released(
+    spark, server, follower, tmp_path, redis_server
+):
+    from pins.store import PinStore
+
+    table, client, _job, log = churned(spark, server, tmp_path, rounds=3)
+    pins = PinStore(redis_server.url)
+    pin = pins.pin(["accounts"], broker_view(follower, client, "accounts").lwm, lease_s=60)
+    compactor_client = server("compactor")
+    compactor = Compactor(spark, table, compactor_client)
+    report = compactor.compact()
+    assert report.outcome == "published"
+    storage = Storage(spark)
+    later = time.time_ns() // 1_000_000 + 10_000
+    held = collect_replaced(
+        storage, compactor_client, "accounts", compactor.root, grace_ms=0, now_ms=later
+    )
+    assert held.withdrawn == 0 and held.deleted_files == 0
+    assert all(
+        Path(path.removeprefix("file:")).exists()
+        for segment in report.inputs
+        for path in segment.location
+    )
+    assert pins.release(pin.pin_id)
+    done = collect_replaced(
+        storage, compactor_client, "accounts", compactor.root, grace_ms=0, now_ms=later
+    )
+    assert done.withdrawn == len(report.inputs) and done.deleted_files > 0
+    assert_every_snapshot_answers_the_replay(spark, follower, client, log)
+    pins.close()
