@@ -55,6 +55,10 @@ def _read_options(read: pb.ReadOptions) -> ReadOptions:
     )
 
 
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
 def _lease_s(requested: float, limit: float, default: float) -> float:
     lease = requested or default
     if not 0 < lease <= limit:
@@ -212,7 +216,7 @@ class QueryServicer(rpc.QueryServiceServicer):
         if lease is not None:
             pin = self.engine.pin_plan(prepared, lease, owner=principal.name)
             if pin is not None:
-                response.pin.CopyFrom(messages.pin_message(pin, pin.created_ms))
+                response.pin.CopyFrom(messages.pin_message(pin, _now_ms()))
         return response
 
     @unary_errors
@@ -241,7 +245,7 @@ class QueryServicer(rpc.QueryServiceServicer):
                 deadline=self.engine.wait_deadline(_deadline(context)),
             )
         return pb.PinSnapshotResponse(
-            pin=messages.pin_message(pin, pin.created_ms),
+            pin=messages.pin_message(pin, _now_ms()),
             snapshot_token=tokens.encode({table: pin.snapshot for table in pin.tables}),
         )
 

@@ -21,7 +21,8 @@ from collections.abc import Mapping
 from timeline.errors import InvalidArgument
 
 PREFIX = "hz1."
-MAX_TOKEN_LENGTH = 16_384
+MAX_TOKEN_LENGTH = 1_000_000
+"""Generous: a long-lived client session names every table it ever read."""
 _MAX_HLC = 2**63 - 1
 
 
