@@ -26,16 +26,16 @@ from locks.rules import (
     Mode,
     PublishGuard,
 )
-from timeline.errors import InvalidArgument, LockConflict, LockLost, Unavailable
+from timeline.errors import InvalidArgument, LockConflict, LockLost
 from timeline.interval import Interval
 from timeline.segment import Segment
 from watermark.keys import DEFAULT_PREFIX, Keys, check_server_id
+from watermark.redis_calls import decode_reply, retrying
 
 log = logging.getLogger(__name__)
 
 DEFAULT_LEASE_S = 30.0
 """How long a lock outlives its holder's last renewal."""
-_TRANSIENT = (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError)
 
 
 def request_json(request: LockRequest) -> str:
@@ -200,18 +200,11 @@ class LockClient:
             self._redis.close()
 
     def _call(self, name: str, args: list[str]) -> Any:
-        deadline = time.monotonic() + self._retry_timeout_s
-        delay = 0.02
-        while True:
-            try:
-                return _decode(self._scripts[name](args=[self._keys.prefix, *args]))
-            except _TRANSIENT as error:
-                if time.monotonic() + delay > deadline:
-                    raise Unavailable(
-                        f"Redis is unreachable for the lock service: {error}"
-                    ) from None
-                time.sleep(delay)
-                delay = min(delay * 2, 0.5)
+        return retrying(
+            lambda: decode_reply(self._scripts[name](args=[self._keys.prefix, *args])),
+            self._retry_timeout_s,
+            "Redis is unreachable for the lock service",
+        )
 
 
 class JobLocks:
@@ -385,11 +378,3 @@ def _request_text(request: LockRequest) -> str:
         return f"time chunk {request.interval}"
     partitions = ",".join(map(str, sorted(request.partitions)))
     return f"segments {request.interval} version {request.version} partitions {partitions}"
-
-
-def _decode(value: Any) -> Any:
-    if isinstance(value, bytes):
-        return value.decode()
-    if isinstance(value, list):
-        return [_decode(item) for item in value]
-    return value

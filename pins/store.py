@@ -17,13 +17,13 @@ from typing import Any
 import redis
 
 from pins.rules import Pin
-from timeline.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
+from timeline.errors import FailedPrecondition, InvalidArgument, NotFound
 from watermark.keys import DEFAULT_PREFIX, LUA_KEYS, Keys, padded_hlc
+from watermark.redis_calls import decode_reply, retrying
 
 MAX_LEASE_S = 7 * 86400.0
 """The longest lease one call may ask for (renew to hold longer)."""
 MAX_TABLES = 100
-_TRANSIENT = (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError, OSError)
 _ERRORS: dict[str, type[Exception]] = {
     "FAILED_PRECONDITION": FailedPrecondition,
     "NOT_FOUND": NotFound,
@@ -190,16 +190,18 @@ class PinStore:
 
     def renew(self, pin_id: str, *, lease_s: float) -> int:
         """Extend a live pin's lease to ``lease_s`` from now; returns its new expiry (epoch ms)."""
-        reply = self._call("RENEW", [_check_id(pin_id), str(_lease_ms(lease_s))])
+        reply = self._call("RENEW", [check_pin_id(pin_id), str(_lease_ms(lease_s))])
         return int(reply[0])
 
     def release(self, pin_id: str) -> bool:
         """Stop holding anything back for ``pin_id``; False when it was already gone."""
-        return self._call("RELEASE", [_check_id(pin_id)])[0] == "1"
+        return self._call("RELEASE", [check_pin_id(pin_id)])[0] == "1"
 
     def pin_tables(self, pin_id: str) -> list[str]:
         """The tables ``pin_id`` holds (empty: no such pin, or it was released)."""
-        listed = self._retrying(lambda: self._redis.hget(self._keys.pin_index, _check_id(pin_id)))
+        listed = self._retrying(
+            lambda: self._redis.hget(self._keys.pin_index, check_pin_id(pin_id))
+        )
         return json.loads(listed) if listed else []
 
     def listing(self, tables: Iterable[str]) -> tuple[int, list[Pin]]:
@@ -223,24 +225,17 @@ class PinStore:
             self._redis.close()
 
     def _call(self, name: str, args: list[str]) -> list[Any]:
-        reply = _decode(
-            self._retrying(lambda: self._scripts[name](args=[self._keys.prefix, *args]))
-        )
+        reply = self._retrying(lambda: self._scripts[name](args=[self._keys.prefix, *args]))
         if reply[0] == "ERR":
             raise _ERRORS.get(reply[1], FailedPrecondition)(reply[2])
         return reply[1:]
 
     def _retrying(self, call: Callable[[], Any]) -> Any:
-        deadline = time.monotonic() + self._retry_timeout_s
-        delay = 0.02
-        while True:
-            try:
-                return call()
-            except _TRANSIENT as error:
-                if time.monotonic() + delay > deadline:
-                    raise Unavailable(f"the pin store (Redis) is unreachable: {error}") from None
-                time.sleep(delay)
-                delay = min(delay * 2, 0.5)
+        return retrying(
+            lambda: decode_reply(call()),
+            self._retry_timeout_s,
+            "the pin store (Redis) is unreachable",
+        )
 
 
 def _lease_ms(lease_s: float) -> int:
@@ -252,18 +247,11 @@ def _lease_ms(lease_s: float) -> int:
     return max(1, int(lease_s * 1000))
 
 
-def _check_id(pin_id: str) -> str:
+def check_pin_id(pin_id: str) -> str:
+    """``pin_id`` if it can name a pin, else INVALID_ARGUMENT."""
     if not isinstance(pin_id, str) or not pin_id or len(pin_id) > 64 or "|" in pin_id:
         raise InvalidArgument(f"{pin_id!r} is not a pin id")
     return pin_id
-
-
-def _decode(value: Any) -> Any:
-    if isinstance(value, bytes):
-        return value.decode()
-    if isinstance(value, list):
-        return [_decode(item) for item in value]
-    return value
 
 
 def pinned_releases(client: Any, table: str, grace_ms: int) -> Callable[[int], bool]:

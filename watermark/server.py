@@ -15,7 +15,6 @@ import dataclasses
 import json
 import logging
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -50,6 +49,7 @@ from watermark.keys import (
     segment_key,
 )
 from watermark.lwm import PartitionProgress
+from watermark.redis_calls import decode_reply, retrying
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +61,6 @@ _ERRORS: dict[str, type[HorizonError]] = {
     "NOT_OWNER": PartitionNotOwned,
     "SUPERSEDED": FailedPrecondition,
 }
-_TRANSIENT = (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError)
 
 
 class _EpochChanged(Exception):
@@ -473,7 +472,7 @@ class ServerClient:
             raise
 
     def _read(self, operation: Callable[[redis.Redis], Any]) -> Any:
-        return self._with_retries(lambda: _decode(operation(self._redis)))
+        return self._with_retries(lambda: decode_reply(operation(self._redis)))
 
     def _run(self, name: str, args: list[str]) -> list[Any]:
         """Run one script, re-publishing first whenever Redis's data set is not ours."""
@@ -491,21 +490,12 @@ class ServerClient:
         return self._with_retries(attempt)
 
     def _with_retries(self, operation: Callable[[], Any]) -> Any:
-        deadline = time.monotonic() + self._retry_timeout_s
-        delay = 0.02
-        while True:
-            try:
-                return operation()
-            except _TRANSIENT as error:
-                if time.monotonic() + delay > deadline:
-                    raise Unavailable(
-                        f"Redis is unreachable for server {self.server_id}: {error}"
-                    ) from None
-                time.sleep(delay)
-                delay = min(delay * 2, 0.5)
+        return retrying(
+            operation, self._retry_timeout_s, f"Redis is unreachable for server {self.server_id}"
+        )
 
     def _exec(self, name: str, args: list[str]) -> list[Any]:
-        reply = _decode(
+        reply = decode_reply(
             self._scripts[name](args=[self._keys.prefix, self._epoch or "", self.server_id, *args])
         )
         status = reply[0]
@@ -518,7 +508,7 @@ class ServerClient:
     def _republish(self) -> None:
         """Adopt the data set's epoch (creating it if absent) and publish our whole state again."""
         candidate = uuid.uuid4().hex
-        reply = _decode(
+        reply = decode_reply(
             self._scripts["ADOPT_EPOCH"](args=[self._keys.prefix, candidate, self.server_id])
         )
         self._epoch = reply[1]
@@ -576,13 +566,3 @@ def _progress_json(progress: Mapping[int, tuple[int, int]]) -> dict[str, list[st
 def _check_partition(partition: int) -> None:
     if not isinstance(partition, int) or not 0 <= partition < OVERWRITE_PARTITION_LIMIT:
         raise InvalidArgument(f"partition {partition!r} is not in [0, {OVERWRITE_PARTITION_LIMIT})")
-
-
-def _decode(value: Any) -> Any:
-    if isinstance(value, bytes):
-        return value.decode()
-    if isinstance(value, list):
-        return [_decode(item) for item in value]
-    if isinstance(value, dict):
-        return {_decode(k): _decode(v) for k, v in value.items()}
-    return value

@@ -17,6 +17,7 @@ from typing import Any
 import redis
 
 from watermark.keys import LUA_KEYS, padded_hlc
+from watermark.redis_calls import TRANSIENT
 
 log = logging.getLogger("horizon.broker.floor")
 
@@ -32,7 +33,6 @@ end
 return 'OK'
 """
 )
-_TRANSIENT = (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError, OSError)
 
 
 class SnapshotFloor:
@@ -53,7 +53,7 @@ class SnapshotFloor:
             if self._loaded is None:
                 try:
                     raw = self._redis.hgetall(f"{self._prefix}:floor")  # type: ignore[union-attr]
-                except _TRANSIENT as error:
+                except TRANSIENT as error:
                     log.warning("cannot read the served-snapshot floor yet: %s", error)
                     return {}
                 self._loaded = {k.decode(): int(v) for k, v in raw.items()}
@@ -73,7 +73,7 @@ class SnapshotFloor:
                     args += [table, str(snapshot)]
                 try:
                     self._raise(args=args)
-                except _TRANSIENT as error:
+                except TRANSIENT as error:
                     # The follower cannot move the LWM either while Redis is away; the next
                     # query after it is back records the floor.
                     log.warning("could not record the served-snapshot floor: %s", error)

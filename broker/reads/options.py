@@ -6,6 +6,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from pins.store import check_pin_id
 from timeline.errors import InvalidArgument
 from watermark import tokens
 
@@ -42,8 +43,8 @@ class ReadOptions:
                 f"max_staleness must be between 0 (no bound) and {MAX_STALENESS_S:.0f} seconds, "
                 f"got {max_staleness_s!r}"
             )
-        if pin_id and (len(pin_id) > 64 or "|" in pin_id):
-            raise InvalidArgument(f"{pin_id[:64]!r} is not a pin id")
+        if pin_id:
+            check_pin_id(pin_id)
         return cls(
             min_snapshot=tokens.decode(min_snapshot),
             max_staleness_s=max_staleness_s or None,
