@@ -35,6 +35,7 @@ def catalog_table(
         open_view=layout.open.name if layout.open is not None else "",
         closed_view=layout.closed.name if layout.closed is not None else "",
         closed_through=layout.closed_through,
+        rows=sum(int(segment.row_count or 0) for segment in segments),
     )
 
 

@@ -51,6 +51,9 @@ class CatalogTable:
     open_view: str = ""
     closed_view: str = ""
     closed_through: int | None = None
+    rows: int = 0
+    """Stored row versions in the visible segments: an upper bound of what a scan reads (the
+    work budget's estimates start from it)."""
 
     def __post_init__(self) -> None:
         if not self.columns:
@@ -85,6 +88,7 @@ class CatalogTable:
         open_view: str = "",
         closed_view: str = "",
         closed_through: int | None = None,
+        rows: int = 0,
     ) -> CatalogTable:
         """The catalog entry of a table a server published, with the broker's current state."""
         return cls(
@@ -102,6 +106,7 @@ class CatalogTable:
             open_view=open_view,
             closed_view=closed_view,
             closed_through=closed_through,
+            rows=rows,
         )
 
     @property

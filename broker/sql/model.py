@@ -20,6 +20,28 @@ class RewriteLimits:
 
 
 @dataclass(frozen=True, slots=True)
+class WorkBudget:
+    """How much work one query may ask of the shared Spark, decided from its text before anything
+    runs (:mod:`broker.sql.passes.check_budget`). The defaults suit a laptop broker; every value is
+    ``[limits]`` configuration."""
+
+    max_generated_rows: int = 1_000_000_000
+    """Rows one ``range(...)`` may generate."""
+    max_array_elements: int = 10_000_000
+    """Elements one ``sequence(...)`` / ``array_repeat(...)`` may make (arrays live in memory)."""
+    max_string_length: int = 10_000_000
+    """Characters one ``repeat``/``space``/``lpad``/``rpad`` may make."""
+    max_partitions: int = 1_000
+    """Partitions ``range(...)``'s fourth argument or a partitioning hint may ask for."""
+    max_table_references: int = 64
+    """Tables, CTE references and table functions one query may read."""
+    max_cross_joins: int = 1
+    """Joins without any join condition between sources of more than one row."""
+    max_estimated_rows: int = 1_000_000_000
+    """Rows a SELECT may build from its sources (stored rows; joins and generators multiply)."""
+
+
+@dataclass(frozen=True, slots=True)
 class TableRead:
     """One registered table the query reads, with what its substituted scan(s) read.
 
@@ -62,7 +84,14 @@ class QueryPlan:
 
 @dataclass(frozen=True, slots=True)
 class RewriteResult:
-    """The Spark SQL to run (readable, shown by Explain) and the plan behind it."""
+    """The rewritten Spark SQL (readable, shown by Explain and handed to passthrough clients),
+    the SQL the broker runs (the same with the row cap planned as a ``LIMIT``), and the plan."""
 
     sql: str
     plan: QueryPlan
+    capped_sql: str = ""
+    """``sql`` with the broker's row cap as its outermost ``LIMIT`` ("" when no cap was asked)."""
+
+    @property
+    def run_sql(self) -> str:
+        return self.capped_sql or self.sql

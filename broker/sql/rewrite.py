@@ -14,7 +14,9 @@ from sqlglot.errors import ParseError
 from broker.sql.catalog import Catalog
 from broker.sql.errors import QueryTooLarge, SqlSyntaxError
 from broker.sql.functions import FunctionPolicy
-from broker.sql.model import QueryPlan, RewriteLimits, RewriteResult, TableRead
+from broker.sql.model import QueryPlan, RewriteLimits, RewriteResult, TableRead, WorkBudget
+from broker.sql.passes.cap_rows import cap_rows
+from broker.sql.passes.check_budget import check_budget
 from broker.sql.passes.check_expressions import check_expressions
 from broker.sql.passes.check_limits import check_limits
 from broker.sql.passes.check_statement_kind import check_statement_kind
@@ -77,23 +79,30 @@ def rewrite(
     catalog: Catalog,
     *,
     limits: RewriteLimits = RewriteLimits(),  # noqa: B008 - frozen value object
+    budget: WorkBudget = WorkBudget(),  # noqa: B008 - frozen value object
     functions: FunctionPolicy,
     pretty: bool = False,
+    row_cap: int | None = None,
 ) -> RewriteResult:
     """Check ``sql`` and rewrite every registered-table reference to read its visible versions.
 
     Raises a subclass of ``timeline.errors.HorizonError`` (InvalidArgument, NotFound,
     FailedPrecondition, ResourceExhausted) naming the problem; never lets a parser recursion
-    error escape.
+    error escape. With ``row_cap``, ``capped_sql`` returns at most ``row_cap + 1`` rows (one
+    more than the cap, so the broker can tell a result over it).
     """
     tokens = check_limits(sql, limits)
     tree = check_statement_kind(_parse(sql, tokens))
     tree = check_expressions(tree, functions=functions, limits=limits)
     tree = resolve_references(tree, catalog)
+    tree = check_budget(tree, budget)
     tree = choose_snapshot(tree)
     tree = expand_table_changes(tree)
     tree = substitute_tables(tree)
-    return RewriteResult(sql=generate(tree, pretty=pretty), plan=_plan(state_of(tree)))
+    plan = _plan(state_of(tree))
+    sql = generate(tree, pretty=pretty)
+    capped = generate(cap_rows(tree, row_cap + 1), pretty=pretty) if row_cap is not None else ""
+    return RewriteResult(sql=sql, plan=plan, capped_sql=capped)
 
 
 def generate(tree: exp.Expression, *, pretty: bool = False) -> str:

@@ -1,0 +1,472 @@
+"""Refuse, before Spark runs anything, a query whose work the broker cannot bound.
+
+One shared broker serves every caller from one Spark driver, so a single query must not be able
+to occupy it for hours or exhaust its memory. This pass sizes what the text alone decides:
+generated rows (``range``), generated arrays and strings (``sequence``, ``array_repeat``,
+``repeat``, ``space``, ``lpad``/``rpad``), partition counts (``range``'s fourth argument, the
+partitioning hints), how many tables a query reads, how many joins have no join condition, and an
+estimate of the rows each ``SELECT`` builds from its sources (joins multiply, generators
+multiply). Over a limit: RESOURCE_EXHAUSTED naming the limit. Hints outside an allow-list are
+refused (Spark would silently ignore a misspelt one, and some take arguments that reach the
+planner unchecked).
+
+Row estimates are upper bounds from what the catalog knows (stored row versions per table), with
+sources linked by an equality condition estimated as the larger side (no key statistics) and
+unlinked ones as their product.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from sqlglot import exp
+
+from broker.sql.constants import instant_seconds, integer_value, interval_seconds
+from broker.sql.errors import HintNotAllowed, OverBudget
+from broker.sql.model import WorkBudget
+from broker.sql.state import state_of
+
+JOIN_HINTS = frozenset(
+    {
+        "BROADCAST",
+        "BROADCASTJOIN",
+        "MAPJOIN",
+        "MERGE",
+        "SHUFFLE_MERGE",
+        "MERGEJOIN",
+        "SHUFFLE_HASH",
+        "SHUFFLE_REPLICATE_NL",
+    }
+)
+PARTITION_HINTS = frozenset({"COALESCE", "REPARTITION", "REPARTITION_BY_RANGE", "REBALANCE"})
+ALLOWED_HINTS = JOIN_HINTS | PARTITION_HINTS
+_EXPLODES = (exp.Explode, exp.Posexplode, exp.ExplodeOuter, exp.Inline)
+_MULTIPLYING_JOIN_KINDS = frozenset({"", "INNER", "CROSS", "OUTER", "FULL"})
+
+
+def check_budget(tree: exp.Expression, budget: WorkBudget) -> exp.Expression:
+    """Check ``tree`` against ``budget``; return it unchanged.
+
+    Runs after :func:`~broker.sql.passes.resolve_references`, whose references give each
+    registered table's stored row count.
+
+    >>> import sqlglot
+    >>> check_budget(sqlglot.parse_one("SELECT * FROM range(10)", read="spark"), WorkBudget())
+    Select(...)
+    >>> check_budget(sqlglot.parse_one("SELECT * FROM range(1000000000000)", read="spark"),
+    ...              WorkBudget())
+    Traceback (most recent call last):
+    ...
+    broker.sql.errors.OverBudget: range() would generate 1000000000000 rows, over the limit ...
+    """
+    _check_hints(tree, budget)
+    _check_generators(tree, budget)
+    references = sum(1 for node in _walk(tree) if isinstance(node, exp.Table))
+    if references > budget.max_table_references:
+        raise OverBudget(
+            f"the query reads {references} tables or table functions, over the limit "
+            f"[limits].max_table_references = {budget.max_table_references}"
+        )
+    rows = {id(ref.node): ref.table.rows for ref in state_of(tree).references}
+    columns = {
+        id(ref.node): {c.lower() for c in ref.table.column_names}
+        for ref in state_of(tree).references
+    }
+    estimator = _Estimator(budget, rows, columns)
+    estimator.query(tree)
+    return tree
+
+
+def _walk(tree: exp.Expression) -> Iterator[exp.Expression]:
+    """Every node outside hints (whose arguments name aliases, not tables)."""
+    return tree.walk(prune=lambda node: isinstance(node, exp.Hint))
+
+
+# -- hints --------------------------------------------------------------------------------------
+
+
+def _hint_name(node: exp.Expression) -> str:
+    if isinstance(node, exp.JoinHint):
+        return str(node.this).upper()
+    if isinstance(node, exp.Anonymous):
+        return node.name.upper()
+    if isinstance(node, exp.Var):
+        return node.name.upper()
+    if isinstance(node, exp.Func):
+        return type(node).sql_names()[0].upper()
+    return node.sql(dialect="spark")
+
+
+def _hint_arguments(node: exp.Expression) -> list[exp.Expression]:
+    if isinstance(node, exp.Var):
+        return []
+    return [arg for arg in node.iter_expressions()]
+
+
+def _check_hints(tree: exp.Expression, budget: WorkBudget) -> None:
+    for hint in tree.find_all(exp.Hint):
+        for entry in hint.expressions:
+            name = _hint_name(entry)
+            if name not in ALLOWED_HINTS:
+                raise HintNotAllowed(
+                    f"hint {name} is not allowed: use one of {', '.join(sorted(ALLOWED_HINTS))}"
+                )
+            arguments = _hint_arguments(entry)
+            for position, argument in enumerate(arguments):
+                if isinstance(argument, (exp.Table, exp.Column, exp.Identifier)):
+                    continue
+                number = integer_value(argument)
+                if name in PARTITION_HINTS and position == 0 and number is not None:
+                    _check_partitions(number, f"hint {name}", budget)
+                    continue
+                raise HintNotAllowed(
+                    f"hint {name} takes table or column names"
+                    + (" and a partition count first" if name in PARTITION_HINTS else "")
+                    + f", not {argument.sql(dialect='spark')}"
+                )
+
+
+def _check_partitions(count: int, what: str, budget: WorkBudget) -> None:
+    if not 1 <= count <= budget.max_partitions:
+        raise OverBudget(
+            f"{what} asks for {count} partitions: it must be between 1 and the limit "
+            f"[limits].max_partitions = {budget.max_partitions}"
+        )
+
+
+# -- generators ---------------------------------------------------------------------------------
+
+
+def _check_generators(tree: exp.Expression, budget: WorkBudget) -> None:
+    for node in _walk(tree):
+        if isinstance(node, exp.GenerateSeries):
+            _sequence_length(node, budget)
+        elif isinstance(node, exp.Anonymous) and node.name.lower() == "array_repeat":
+            _array_repeat_length(node, budget)
+        elif isinstance(node, exp.Anonymous) and node.name.lower() == "range":
+            _range_rows(node, budget)
+        elif isinstance(node, exp.Repeat):
+            _string_length(node.args.get("times"), "repeat()", budget)
+        elif isinstance(node, exp.Space):
+            _string_length(node.this, "space()", budget)
+        elif isinstance(node, exp.Pad):
+            _string_length(node.expression, "lpad()" if node.args.get("is_left") else "rpad()",
+                           budget)  # fmt: skip
+
+
+def _not_constant(what: str, limit: str, value: int, hint: str) -> OverBudget:
+    return OverBudget(
+        f"{what} is computed from the data, so its size cannot be bounded before the query "
+        f"runs (the limit [limits].{limit} = {value} needs constant arguments); {hint}"
+    )
+
+
+def _sequence_length(node: exp.GenerateSeries, budget: WorkBudget) -> int:
+    """How many elements ``sequence(start, stop[, step])`` makes (an upper bound)."""
+    limit = budget.max_array_elements
+    start, end, step = node.args.get("start"), node.args.get("end"), node.args.get("step")
+    length: int | None = None
+    first, last = integer_value(start), integer_value(end)
+    if first is not None and last is not None:
+        stride = integer_value(step) if step is not None else (1 if last >= first else -1)
+        if stride:
+            length = max(0, (last - first) // stride + 1)
+    else:
+        low, high = instant_seconds(start), instant_seconds(end)
+        stride_s = interval_seconds(step) if step is not None else 86400.0
+        if low is not None and high is not None and stride_s:
+            length = max(0, int(abs(high - low) // abs(stride_s)) + 1)
+    if length is None:
+        raise _not_constant(
+            "sequence() with these bounds",
+            "max_array_elements",
+            limit,
+            "write constant bounds, or join with range(...) for a series per row",
+        )
+    if length > limit:
+        raise OverBudget(
+            f"sequence() would make an array of {length} elements, over the limit "
+            f"[limits].max_array_elements = {limit}"
+        )
+    return length
+
+
+def _array_repeat_length(node: exp.Anonymous, budget: WorkBudget) -> int:
+    limit = budget.max_array_elements
+    count = integer_value(node.expressions[1]) if len(node.expressions) == 2 else None
+    if count is None:
+        raise _not_constant("array_repeat()'s count", "max_array_elements", limit, "use a constant")
+    if count > limit:
+        raise OverBudget(
+            f"array_repeat() would make an array of {count} elements, over the limit "
+            f"[limits].max_array_elements = {limit}"
+        )
+    return max(0, count)
+
+
+def _string_length(argument: exp.Expression | None, what: str, budget: WorkBudget) -> None:
+    limit = budget.max_string_length
+    length = integer_value(argument)
+    if length is None:
+        raise _not_constant(f"{what}'s length", "max_string_length", limit, "use a constant")
+    if length > limit:
+        raise OverBudget(
+            f"{what} would make a string of {length} characters, over the limit "
+            f"[limits].max_string_length = {limit}"
+        )
+
+
+def _range_rows(node: exp.Anonymous, budget: WorkBudget) -> int:
+    """How many rows ``range([start,] end[, step[, partitions]])`` generates."""
+    values = [integer_value(argument) for argument in node.expressions]
+    if not 1 <= len(values) <= 4 or any(value is None for value in values):
+        raise OverBudget(
+            "range() takes one to four constant integers (start, end, step, partitions), "
+            f"got {node.sql(dialect='spark')}: its rows cannot be bounded before it runs"
+        )
+    numbers = [int(value) for value in values if value is not None]
+    start, end = (0, numbers[0]) if len(numbers) == 1 else (numbers[0], numbers[1])
+    step = numbers[2] if len(numbers) >= 3 else 1
+    if len(numbers) == 4:
+        _check_partitions(numbers[3], "range()", budget)
+    if step == 0:
+        return 0  # Spark refuses it with its own error
+    rows = max(0, -((start - end) // step))
+    if rows > budget.max_generated_rows:
+        raise OverBudget(
+            f"range() would generate {rows} rows, over the limit "
+            f"[limits].max_generated_rows = {budget.max_generated_rows}"
+        )
+    return rows
+
+
+def _generator_rows(node: exp.Expression, budget: WorkBudget) -> int:
+    """Rows one call of a generator makes per input row (1 when the data decides)."""
+    if isinstance(node, exp.Stack):
+        return max(1, integer_value(node.this) or 1)
+    if isinstance(node, _EXPLODES):
+        source = node.this
+        if isinstance(source, exp.GenerateSeries):
+            return _sequence_length(source, budget)
+        if isinstance(source, exp.Array):
+            return len(source.expressions)
+        if isinstance(source, exp.Anonymous) and source.name.lower() == "array_repeat":
+            return _array_repeat_length(source, budget)
+    return 1
+
+
+# -- row estimates ------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Source:
+    names: set[str]
+    rows: int
+    columns: set[str] = field(default_factory=set)
+
+
+class _UnionFind:
+    def __init__(self, size: int) -> None:
+        self.parent = list(range(size))
+
+    def find(self, item: int) -> int:
+        while self.parent[item] != item:
+            self.parent[item] = self.parent[self.parent[item]]
+            item = self.parent[item]
+        return item
+
+    def union(self, a: int, b: int) -> None:
+        self.parent[self.find(a)] = self.find(b)
+
+
+class _Estimator:
+    """Estimates rows bottom-up and checks each SELECT's estimate and cross joins."""
+
+    def __init__(
+        self, budget: WorkBudget, table_rows: dict[int, int], table_columns: dict[int, set[str]]
+    ) -> None:
+        self.budget = budget
+        self.table_rows = table_rows
+        self.table_columns = table_columns
+        self.ctes: dict[str, int] = {}
+        self.cross_joins = 0
+
+    def query(self, node: exp.Expression) -> int:
+        if isinstance(node, (exp.Subquery, exp.Paren)):
+            rows = self.query(node.this)
+        else:
+            with_ = node.args.get("with_")
+            if isinstance(with_, exp.With):
+                for cte in with_.expressions:
+                    self.ctes[cte.alias.lower()] = self.query(cte.this)
+            if isinstance(node, exp.Union):
+                rows = self.query(node.this) + self.query(node.expression)
+            elif isinstance(node, exp.Intersect):
+                rows = min(self.query(node.this), self.query(node.expression))
+            elif isinstance(node, exp.Except):
+                rows = self.query(node.this)
+                self.query(node.expression)
+            elif isinstance(node, exp.Select):
+                rows = self.select(node)
+            else:
+                rows = 1
+        limit = node.args.get("limit")
+        if isinstance(limit, exp.Limit):
+            value = integer_value(limit.expression)
+            if value is not None:
+                rows = min(rows, max(0, value))
+        return rows
+
+    def select(self, node: exp.Select) -> int:
+        self._subqueries(node)
+        sources: list[_Source] = []
+        from_ = node.args.get("from_")
+        if isinstance(from_, exp.From):
+            sources.append(self.source(from_.this))
+        joins = node.args.get("joins") or []
+        for join in joins:
+            sources.append(self.source(join.this))
+        links = _UnionFind(len(sources))
+        conditioned = [True] * len(sources)
+        for index, join in enumerate(joins, start=1):
+            kind = (join.kind or "").upper()
+            if join.args.get("using") or (join.method or "").upper() == "NATURAL":
+                links.union(index, index - 1)
+            elif join.args.get("on") is not None:
+                self._link(join.args["on"], sources, links, default=(index, index - 1))
+            elif kind not in _MULTIPLYING_JOIN_KINDS:
+                links.union(index, index - 1)  # SEMI / ANTI never multiply
+            else:
+                conditioned[index] = False
+            if kind in ("SEMI", "ANTI"):
+                links.union(index, index - 1)
+        where = node.args.get("where")
+        if isinstance(where, exp.Where):
+            self._link(where.this, sources, links, default=None)
+        multiplier = 1
+        for lateral in node.args.get("laterals") or []:
+            multiplier *= _generator_rows(lateral.this, self.budget)
+        for expression in node.expressions:
+            for generator in _own_nodes(expression, (*_EXPLODES, exp.Stack)):
+                multiplier *= _generator_rows(generator, self.budget)
+        for index in range(1, len(sources)):
+            if conditioned[index] or any(
+                links.find(index) == links.find(other) for other in range(index)
+            ):
+                continue
+            if sources[index].rows > 1 and any(source.rows > 1 for source in sources[:index]):
+                self.cross_joins += 1
+                if self.cross_joins > self.budget.max_cross_joins:
+                    raise OverBudget(
+                        f"the query has {self.cross_joins} joins without a join condition "
+                        f"(cross products), over the limit [limits].max_cross_joins = "
+                        f"{self.budget.max_cross_joins}: add a join condition"
+                    )
+        components: dict[int, int] = {}
+        for index, source in enumerate(sources):
+            root = links.find(index)
+            components[root] = max(components.get(root, 0), source.rows)
+        estimate = multiplier
+        for rows in components.values():
+            estimate *= max(rows, 1)
+        if (len(sources) > 1 or multiplier > 1) and estimate > self.budget.max_estimated_rows:
+            raise OverBudget(
+                f"the query would build about {estimate:.3g} rows from its sources (joins and "
+                f"generators multiply), over the limit [limits].max_estimated_rows = "
+                f"{self.budget.max_estimated_rows}: add join conditions or filters"
+            )
+        if node.args.get("group") is None and _aggregates(node) and multiplier == 1:
+            return 1
+        return estimate if sources else multiplier
+
+    def source(self, node: exp.Expression) -> _Source:
+        alias = node.alias_or_name.lower() if hasattr(node, "alias_or_name") else ""
+        names = {alias} if alias else set()
+        if isinstance(node, exp.Table):
+            target = node.this
+            if id(node) in self.table_rows:
+                names.add(node.name.lower())
+                return _Source(names, self.table_rows[id(node)], self.table_columns[id(node)])
+            if isinstance(target, exp.Anonymous) and target.name.lower() == "range":
+                return _Source(names, _range_rows(target, self.budget))
+            if isinstance(target, exp.Func):
+                return _Source(names, _generator_rows(target, self.budget))
+            names.add(node.name.lower())
+            return _Source(names, self.ctes.get(node.name.lower(), 1))
+        if isinstance(node, (exp.Subquery, exp.Paren)):
+            return _Source(names, self.query(node))
+        if isinstance(node, exp.Values):
+            return _Source(names, len(node.expressions))
+        return _Source(names, 1)
+
+    def _subqueries(self, node: exp.Select) -> None:
+        """Estimate (and so check) queries nested in expressions: scalar, IN, EXISTS."""
+        for expression in (*node.expressions, node.args.get("where"), node.args.get("having")):
+            if expression is None:
+                continue
+            for nested in _own_nodes(expression, (exp.Subquery, exp.Select)):
+                self.query(nested)
+
+    def _link(
+        self,
+        condition: exp.Expression,
+        sources: list[_Source],
+        links: _UnionFind,
+        default: tuple[int, int] | None,
+    ) -> None:
+        """Link the sources an equality between their columns relates."""
+        parts = condition.flatten() if isinstance(condition, exp.And) else (condition,)
+        for part in parts:
+            part = part.unnest()
+            if not isinstance(part, exp.EQ):
+                continue
+            left = _owner(part.left.unnest(), sources)
+            right = _owner(part.right.unnest(), sources)
+            if left is not None and right is not None and left != right:
+                links.union(left, right)
+            elif default is not None and _is_column(part.left) and _is_column(part.right):
+                links.union(*default)
+
+
+def _is_column(node: exp.Expression) -> bool:
+    return isinstance(node.unnest(), exp.Column)
+
+
+def _owner(node: exp.Expression, sources: list[_Source]) -> int | None:
+    """Which source a column belongs to (by qualifier, else by a unique column name)."""
+    if not isinstance(node, exp.Column):
+        return None
+    qualifier = node.table.lower()
+    name = node.name.lower()
+    matches = [
+        index
+        for index, source in enumerate(sources)
+        if (qualifier in source.names if qualifier else name in source.columns)
+    ]
+    return matches[0] if len(matches) == 1 else None
+
+
+def _own_nodes(
+    node: exp.Expression, kinds: tuple[type[exp.Expression], ...]
+) -> Iterator[exp.Expression]:
+    """Nodes of ``kinds`` in ``node`` (itself included) that belong to its own query level:
+    nested queries and the insides of a found node are not entered."""
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, kinds):
+            yield current
+            continue
+        if current is not node and isinstance(current, (exp.Select, exp.Subquery)):
+            continue
+        stack.extend(current.iter_expressions())
+
+
+def _aggregates(node: exp.Select) -> bool:
+    """Whether the projection aggregates (outside windows), so one row comes out."""
+    return any(
+        isinstance(found, exp.AggFunc)
+        for expression in node.expressions
+        for found in _own_nodes(expression, (exp.AggFunc, exp.Window))
+    )
