@@ -12,12 +12,19 @@ import json
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import redis
 
 from pins.rules import Pin
-from timeline.errors import FailedPrecondition, InvalidArgument, NotFound
+from timeline.errors import (
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+    ResourceExhausted,
+)
 from watermark.keys import DEFAULT_PREFIX, LUA_KEYS, Keys, padded_hlc
 from watermark.redis_calls import decode_reply, retrying
 
@@ -27,6 +34,8 @@ MAX_TABLES = 100
 _ERRORS: dict[str, type[Exception]] = {
     "FAILED_PRECONDITION": FailedPrecondition,
     "NOT_FOUND": NotFound,
+    "PERMISSION_DENIED": PermissionDenied,
+    "RESOURCE_EXHAUSTED": ResourceExhausted,
 }
 
 _NOW = """
@@ -34,14 +43,80 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 """
 
+_OWNED = """
+-- A pin's index entry: {"t": tables, "o": owner} (a bare list of tables before owners).
+local function pin_info(id)
+  local listed = redis.call('HGET', K_PINS, id)
+  if not listed then return nil end
+  local info = cjson.decode(listed)
+  if info.t == nil then
+    local owner = ''
+    local value = redis.call('HGET', k_pins(info[1]), id)
+    if value then owner = string.match(value, '^[^|]*|[^|]*|[^|]*|(.*)$') or '' end
+    info = {t = info, o = owner}
+  end
+  return info
+end
+local function pin_expires(id, info)
+  local value = redis.call('HGET', k_pins(info.t[1]), id)
+  if not value then return nil end
+  return tonumber(string.match(value, '^[^|]*|[^|]*|([^|]*)|'))
+end
+-- The live pins and the lease (ms from now) ``owner`` holds, leaving out pin ``except``.
+local function holdings(owner, except)
+  local count, lease = 0, 0
+  local entries = redis.call('HGETALL', K_PINS)
+  for j = 1, #entries, 2 do
+    local id = entries[j]
+    if id ~= except then
+      local info = pin_info(id)
+      if info.o == owner then
+        local expires = pin_expires(id, info)
+        if expires and expires > now then
+          count = count + 1
+          lease = lease + (expires - now)
+        end
+      end
+    end
+  end
+  return count, lease
+end
+local function over_quota(owner, except, lease, max_pins, max_lease)
+  local count, held = holdings(owner, except)
+  if max_pins > 0 and count + 1 > max_pins then
+    return {'ERR', 'RESOURCE_EXHAUSTED', owner .. ' already holds ' .. count ..
+            ' live pins, the limit of [reads].max_pins_per_identity (' .. max_pins ..
+            '): release one first'}
+  end
+  if max_lease > 0 and held + lease > max_lease then
+    return {'ERR', 'RESOURCE_EXHAUSTED', owner .. ' would hold ' ..
+            string.format('%.0f', (held + lease) / 1000) .. ' s of pin leases, over ' ..
+            '[reads].max_pin_lease_total_s (' .. string.format('%.0f', max_lease / 1000) ..
+            ' s): release a pin or ask for a shorter lease'}
+  end
+  return nil
+end
+local function not_owner(id, info, owner)
+  if info.o ~= owner then
+    return {'ERR', 'PERMISSION_DENIED', 'pin ' .. id .. ' was taken by another identity: ' ..
+            'only its owner may renew or release it'}
+  end
+  return nil
+end
+"""
+
 PIN = (
     LUA_KEYS
     + _NOW
+    + _OWNED
     + """
--- ARGV[2] pin id, ARGV[3] snapshot, ARGV[4] lease ms, ARGV[5] owner, ARGV[6..] tables
+-- ARGV[2] pin id, ARGV[3] snapshot, ARGV[4] lease ms, ARGV[5] owner,
+-- ARGV[6] max pins of one owner, ARGV[7] max total lease ms of one owner (0: no limit),
+-- ARGV[8..] tables
 local id, snapshot, lease, owner = ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5]
+local max_pins, max_lease = tonumber(ARGV[6]), tonumber(ARGV[7])
 local tables = {}
-for i = 6, #ARGV do
+for i = 8, #ARGV do
   local t = ARGV[i]
   tables[#tables + 1] = t
   if redis.call('HEXISTS', K_TABLES, t) == 0 then
@@ -55,11 +130,13 @@ for i = 6, #ARGV do
     end
   end
 end
+local refused = over_quota(owner, id, lease, max_pins, max_lease)
+if refused then return refused end
 local created = string.format('%.0f', now)
 local expires = string.format('%.0f', now + lease)
 local value = snapshot .. '|' .. created .. '|' .. expires .. '|' .. owner
 for _, t in ipairs(tables) do redis.call('HSET', k_pins(t), id, value) end
-redis.call('HSET', K_PINS, id, cjson.encode(tables))
+redis.call('HSET', K_PINS, id, cjson.encode({t = tables, o = owner}))
 return {'OK', created, expires}
 """
 )
@@ -67,14 +144,17 @@ return {'OK', created, expires}
 RENEW = (
     LUA_KEYS
     + _NOW
+    + _OWNED
     + """
--- ARGV[2] pin id, ARGV[3] lease ms
-local id, lease = ARGV[2], tonumber(ARGV[3])
-local listed = redis.call('HGET', K_PINS, id)
-if not listed then
+-- ARGV[2] pin id, ARGV[3] lease ms, ARGV[4] caller, ARGV[5] max pins, ARGV[6] max lease ms
+local id, lease, caller = ARGV[2], tonumber(ARGV[3]), ARGV[4]
+local info = pin_info(id)
+if not info then
   return {'ERR', 'NOT_FOUND', 'pin ' .. id .. ' does not exist (released, or never taken)'}
 end
-local tables = cjson.decode(listed)
+local refused = not_owner(id, info, caller)
+if refused then return refused end
+local tables = info.t
 local expires = string.format('%.0f', now + lease)
 for _, t in ipairs(tables) do
   local value = redis.call('HGET', k_pins(t), id)
@@ -82,13 +162,15 @@ for _, t in ipairs(tables) do
     redis.call('HDEL', K_PINS, id)
     return {'ERR', 'NOT_FOUND', 'pin ' .. id .. ' expired: it no longer holds table ' .. t}
   end
-  local snapshot, created, old_expires, owner = string.match(value, '^([^|]*)|([^|]*)|([^|]*)|(.*)$')
+  local _, _, old_expires = string.match(value, '^([^|]*)|([^|]*)|([^|]*)|(.*)$')
   if tonumber(old_expires) <= now then
     for _, u in ipairs(tables) do redis.call('HDEL', k_pins(u), id) end
     redis.call('HDEL', K_PINS, id)
     return {'ERR', 'NOT_FOUND', 'pin ' .. id .. ' expired before it was renewed'}
   end
 end
+refused = over_quota(caller, id, lease, 0, tonumber(ARGV[6]))
+if refused then return refused end
 for _, t in ipairs(tables) do
   local value = redis.call('HGET', k_pins(t), id)
   local snapshot, created, _, owner = string.match(value, '^([^|]*)|([^|]*)|([^|]*)|(.*)$')
@@ -100,11 +182,14 @@ return {'OK', expires}
 
 RELEASE = (
     LUA_KEYS
+    + _OWNED
     + """
--- ARGV[2] pin id
-local listed = redis.call('HGET', K_PINS, ARGV[2])
-if not listed then return {'OK', '0'} end
-for _, t in ipairs(cjson.decode(listed)) do redis.call('HDEL', k_pins(t), ARGV[2]) end
+-- ARGV[2] pin id, ARGV[3] caller
+local info = pin_info(ARGV[2])
+if not info then return {'OK', '0'} end
+local refused = not_owner(ARGV[2], info, ARGV[3])
+if refused then return refused end
+for _, t in ipairs(info.t) do redis.call('HDEL', k_pins(t), ARGV[2]) end
 redis.call('HDEL', K_PINS, ARGV[2])
 return {'OK', '1'}
 """
@@ -136,6 +221,14 @@ return out
 )
 
 
+@dataclass(frozen=True, slots=True)
+class PinQuota:
+    """What one identity may hold at once: live pins, and their leases summed (from now)."""
+
+    max_pins: int = 16
+    max_lease_total_s: float = 2 * 86_400.0
+
+
 def new_pin_id() -> str:
     return "pin-" + uuid.uuid4().hex[:16]
 
@@ -149,9 +242,12 @@ class PinStore:
         *,
         prefix: str = DEFAULT_PREFIX,
         retry_timeout_s: float = 2.0,
+        quota: PinQuota | None = None,
     ) -> None:
+        """``quota``: what one owner may hold (None: no limit, for jobs and tests)."""
         from watermark.server import connect
 
+        self.quota = quota
         self._owns_connection = isinstance(redis_, str)
         self._redis = connect(redis_) if isinstance(redis_, str) else redis_
         self._keys = Keys(prefix)
@@ -184,25 +280,40 @@ class PinStore:
         lease_ms = _lease_ms(lease_s)
         padded_hlc(snapshot)
         pin_id = pin_id or new_pin_id()
-        owner = owner.replace("|", "/")[:200]
-        reply = self._call("PIN", [pin_id, str(snapshot), str(lease_ms), owner, *tables])
+        owner = _owner(owner)
+        reply = self._call(
+            "PIN", [pin_id, str(snapshot), str(lease_ms), owner, *self._quota_args(), *tables]
+        )
         return Pin(pin_id, tables, snapshot, int(reply[0]), int(reply[1]), owner)
 
-    def renew(self, pin_id: str, *, lease_s: float) -> int:
-        """Extend a live pin's lease to ``lease_s`` from now; returns its new expiry (epoch ms)."""
-        reply = self._call("RENEW", [check_pin_id(pin_id), str(_lease_ms(lease_s))])
+    def renew(self, pin_id: str, *, lease_s: float, owner: str = "") -> int:
+        """Extend a live pin's lease to ``lease_s`` from now; returns its new expiry (epoch ms).
+        Only the pin's ``owner`` may (PERMISSION_DENIED otherwise)."""
+        reply = self._call(
+            "RENEW",
+            [check_pin_id(pin_id), str(_lease_ms(lease_s)), _owner(owner), *self._quota_args()],
+        )
         return int(reply[0])
 
-    def release(self, pin_id: str) -> bool:
-        """Stop holding anything back for ``pin_id``; False when it was already gone."""
-        return self._call("RELEASE", [check_pin_id(pin_id)])[0] == "1"
+    def release(self, pin_id: str, *, owner: str = "") -> bool:
+        """Stop holding anything back for ``pin_id``; False when it was already gone. Only the
+        pin's ``owner`` may (PERMISSION_DENIED otherwise)."""
+        return self._call("RELEASE", [check_pin_id(pin_id), _owner(owner)])[0] == "1"
+
+    def _quota_args(self) -> list[str]:
+        if self.quota is None:
+            return ["0", "0"]
+        return [str(self.quota.max_pins), str(int(self.quota.max_lease_total_s * 1000))]
 
     def pin_tables(self, pin_id: str) -> list[str]:
         """The tables ``pin_id`` holds (empty: no such pin, or it was released)."""
         listed = self._retrying(
             lambda: self._redis.hget(self._keys.pin_index, check_pin_id(pin_id))
         )
-        return json.loads(listed) if listed else []
+        if not listed:
+            return []
+        info = json.loads(listed)
+        return list(info["t"] if isinstance(info, dict) else info)
 
     def listing(self, tables: Iterable[str]) -> tuple[int, list[Pin]]:
         """Redis's clock and the live pins of ``tables`` (one entry per pin)."""
@@ -236,6 +347,10 @@ class PinStore:
             self._retry_timeout_s,
             "the pin store (Redis) is unreachable",
         )
+
+
+def _owner(owner: str) -> str:
+    return owner.replace("|", "/")[:200]
 
 
 def _lease_ms(lease_s: float) -> int:

@@ -6,9 +6,15 @@ import time
 
 import pytest
 
-from pins.store import PinStore
+from pins.store import PinQuota, PinStore
 from tests.watermark.conftest import table_descriptor
-from timeline.errors import FailedPrecondition, InvalidArgument, NotFound
+from timeline.errors import (
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+    ResourceExhausted,
+)
 
 
 @pytest.fixture
@@ -34,8 +40,8 @@ def test_a_pin_holds_every_table_it_names_and_is_listed_until_released(server, s
     assert set(listed[0].tables) == {"accounts", "orders"}
     assert listed[0].snapshot == 1_000 and listed[0].owner == "report"
     assert 59 < listed[0].lease_left_s(now_ms) <= 60
-    assert store.release(pin.pin_id)
-    assert not store.release(pin.pin_id)
+    assert store.release(pin.pin_id, owner="report")
+    assert not store.release(pin.pin_id, owner="report")
     assert store.listing(["accounts", "orders"])[1] == []
 
 
@@ -85,3 +91,32 @@ def test_bad_pin_requests_are_refused_with_what_is_wrong(server, store):
         store.pin([], 10, lease_s=60)
     with pytest.raises(InvalidArgument, match="not a non-negative"):
         store.pin(["accounts"], -1, lease_s=60)
+
+
+def test_only_the_owner_renews_or_releases_a_pin(server, store):
+    pin = store.pin(["accounts"], 1_000, lease_s=60, owner="report")
+    with pytest.raises(PermissionDenied, match="another identity"):
+        store.renew(pin.pin_id, lease_s=120, owner="intruder")
+    with pytest.raises(PermissionDenied, match="another identity"):
+        store.release(pin.pin_id, owner="intruder")
+    assert [p.pin_id for p in store.listing(["accounts"])[1]] == [pin.pin_id]
+    assert store.renew(pin.pin_id, lease_s=120, owner="report") > pin.expires_ms
+    assert store.release(pin.pin_id, owner="report")
+
+
+def test_an_identity_over_its_pin_quotas_is_refused_while_others_still_pin(server, redis_url):
+    quota = PinStore(redis_url, quota=PinQuota(max_pins=2, max_lease_total_s=100.0))
+    try:
+        first = quota.pin(["accounts"], 1_000, lease_s=40, owner="greedy")
+        quota.pin(["accounts"], 1_000, lease_s=40, owner="greedy")
+        with pytest.raises(ResourceExhausted, match="max_pins_per_identity"):
+            quota.pin(["accounts"], 1_000, lease_s=1, owner="greedy")
+        quota.pin(["accounts"], 1_000, lease_s=40, owner="modest")  # another identity
+        with pytest.raises(ResourceExhausted, match="max_pin_lease_total_s"):
+            quota.renew(first.pin_id, lease_s=70, owner="greedy")  # 70 + 40 > 100
+        assert quota.release(first.pin_id, owner="greedy")
+        quota.pin(["accounts"], 1_000, lease_s=50, owner="greedy")  # room again
+        with pytest.raises(ResourceExhausted, match="max_pin_lease_total_s"):
+            quota.pin(["orders"], 1_000, lease_s=101, owner="other")  # one pin over the total
+    finally:
+        quota.close()
