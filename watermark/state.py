@@ -35,6 +35,9 @@ class UnreadableMark:
     since_ms: int
     checked_ms: int = 0
     """When a recheck last found it still unreadable (0: never rechecked)."""
+    refused: bool = False
+    """Kept out for what its announcement says (files outside the table's storage root), not
+    for a read that failed: no recheck brings it back."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +49,39 @@ class Fallback:
     mark: UnreadableMark
     before: tuple[Segment, ...]
     after: tuple[Segment, ...]
+
+
+def outside_storage_root(descriptor: TableDescriptor, segment: Segment) -> str | None:
+    """Why ``segment``'s files may not be read, when one lies outside the table's registered
+    storage root (an announcement must not point the broker at any other file), else None.
+
+    >>> from watermark.catalog import ColumnSpec
+    >>> from timeline.interval import Interval
+    >>> d = TableDescriptor("t", (ColumnSpec("k", "int"),), ("k",), storage_root="/data/t")
+    >>> def at(path): return Segment(table="t", interval=Interval(0, 1), version="v",
+    ...                              partition=0, location=(path,))
+    >>> outside_storage_root(d, at("file:///data/t/p0/a.parquet")) is None
+    True
+    >>> outside_storage_root(d, at("/data/t/../../etc/passwd"))
+    "file /data/t/../../etc/passwd is outside the table's storage root /data/t"
+    """
+    root = _normal_location(descriptor.storage_root)
+    for path in (*segment.location, *segment.open_files):
+        if not root:
+            return (
+                f"file {path} cannot be checked: table {descriptor.name} registered no storage root"
+            )
+        normal = _normal_location(path)
+        if ".." in normal.split("/") or not normal.startswith(root + "/"):
+            return f"file {path} is outside the table's storage root {descriptor.storage_root}"
+    return None
+
+
+def _normal_location(path: str) -> str:
+    """``file:`` URIs as plain paths, no trailing slash (``file:///a/`` -> ``/a``)."""
+    if path.startswith("file:"):
+        path = "/" + path[len("file:") :].lstrip("/")
+    return path.rstrip("/")
 
 
 def segment_ref(segment_or_id: Any) -> SegmentRef:
@@ -116,7 +152,7 @@ class ServerState:
                 timeline.generation = previous.timelines[name].generation + 1
             state.progress.setdefault(name, TableProgress())
             state.retention.setdefault(name, {})
-            state._add_segments(name, raw_segments.get(name, []))
+            state._add_segments(name, raw_segments.get(name, []), int(now_ms))
             floor = previous.served.get(name) if previous is not None else None
             tracker = floor.copy() if floor is not None else MonotonicLwm(name)
             tracker.observe(state.progress[name].minimum(), int(now_ms) / 1000)
@@ -168,7 +204,7 @@ class ServerState:
             by_table.setdefault(segment.table, []).append(segment)
         for table, segments in by_table.items():
             if table in self.timelines:
-                self._add_segments(table, segments)
+                self._add_segments(table, segments, t_ms)
                 touched.add(table)
         return touched
 
@@ -225,9 +261,10 @@ class ServerState:
     def _observe(self, table: str, t_ms: int) -> None:
         self.served[table].observe(self.progress[table].minimum(), t_ms / 1000)
 
-    def _add_segments(self, table: str, segments: Iterable[Segment]) -> None:
+    def _add_segments(self, table: str, segments: Iterable[Segment], now_ms: int) -> None:
         stored = self.segments[table]
         timeline = self.timelines[table]
+        descriptor = self.descriptors[table]
         for segment in segments:
             key = segment_key(segment)
             previous = stored.get(key)
@@ -237,6 +274,15 @@ class ServerState:
                 if (table, key) not in self.unreadable:
                     timeline.remove(previous)
             stored[key] = segment
+            problem = outside_storage_root(descriptor, segment)
+            if problem is not None:
+                # Kept out like an unreadable segment: its chunk falls back, and a query that
+                # would need it fails clearly instead of missing its rows.
+                self.unreadable[(table, key)] = UnreadableMark(
+                    f"refused: {problem}", now_ms, refused=True
+                )
+                log.error("refused announced segment %s: %s", segment, problem)
+                continue
             if (table, key) in self.unreadable:
                 continue
             try:
@@ -250,6 +296,9 @@ class ServerState:
 
     def mark_unreadable(self, ref: SegmentRef, mark: UnreadableMark) -> bool:
         """Keep the segment out of the timeline (it falls back) until :meth:`clear_unreadable`."""
+        known = self.unreadable.get(ref)
+        if known is not None and known.refused:
+            return False
         self.unreadable[ref] = mark
         table, key = ref
         timeline = self.timelines.get(table)
@@ -260,8 +309,10 @@ class ServerState:
 
     def clear_unreadable(self, ref: SegmentRef) -> bool:
         """The segment is readable again: back into the timeline if it is still announced."""
-        if self.unreadable.pop(ref, None) is None:
+        known = self.unreadable.get(ref)
+        if known is None or known.refused:
             return False
+        del self.unreadable[ref]
         table, key = ref
         timeline = self.timelines.get(table)
         segment = self.segments.get(table, {}).get(key)
