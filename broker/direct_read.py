@@ -16,7 +16,7 @@ scheduling, every file's footer, row-by-row decoding). This reader answers the n
 Whenever the files or the query fall outside what is reproduced exactly (remote files, a column
 missing from a file or stored with another type, a literal of another type than its column, too
 many candidate rows), :meth:`DirectReader.read` returns None and the query runs on Spark. A file
-that is missing raises :class:`broker.views.UnreadableFiles`, exactly as Spark's failure
+that is missing raises :class:`broker.spark.failures.UnreadableFiles`, exactly as Spark's failure
 would, so the timeline falls back and the query is retried; a file that is there but that pyarrow
 cannot read is left to Spark to judge.
 """
@@ -35,7 +35,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from broker.key_lookup import KeyLookup, Predicate
-from broker.views import UnreadableFiles, is_local, local_path
+from broker.spark.failures import UnreadableFiles
+from broker.spark.reading import is_local, local_path
 from watermark.catalog import VALID_FROM, VALID_UNTIL
 
 DEFAULT_MAX_ROWS = 1_000_000

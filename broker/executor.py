@@ -10,7 +10,6 @@ returns, which also catches a job submitted just after the first cancel.
 from __future__ import annotations
 
 import logging
-import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -21,33 +20,14 @@ from typing import Any
 import pyarrow as pa
 
 from broker.sessions import spark_mode
-from broker.views import VIEW_PREFIX, ViewMissing, classify_read_error
-from timeline.errors import (
-    Cancelled,
-    DeadlineExceeded,
-    HorizonError,
-    Internal,
-    InvalidArgument,
-    ResourceExhausted,
-    Unavailable,
-)
+from broker.spark.failures import classify
+from timeline.errors import Cancelled, DeadlineExceeded, HorizonError, ResourceExhausted
 
 log = logging.getLogger("horizon.broker.executor")
 
 CANCELLED = "cancelled"
 DEADLINE = "deadline"
 _RECANCEL_S = 0.1
-
-# Spark error classes that say the query itself is wrong (the client can fix it).
-_CLIENT_ERRORS = (
-    "AnalysisException",
-    "ParseException",
-    "ArithmeticException",
-    "NumberFormatException",
-    "DateTimeException",
-    "IllegalArgumentException",
-    "ArrayIndexOutOfBoundsException",
-)
 
 
 def job_group(query_id: str) -> str:
@@ -169,6 +149,7 @@ class SparkExecutor:
         limits: ResultLimits,
         *,
         files: Sequence[str] = (),
+        views: Sequence[str] = (),
         lookup: bool = False,
         ordered: bool = True,
         direct: Callable[[pa.Schema], pa.Table | None] | None = None,
@@ -181,8 +162,10 @@ class SparkExecutor:
         order they belong in. The row and byte limits are checked on every batch: past one,
         the query's jobs are cancelled and RESOURCE_EXHAUSTED names the limit.
 
-        ``files`` are the segment files the query reads: a failure that names one of them becomes
-        :class:`broker.views.UnreadableFiles` so the caller can fall back and retry.
+        ``files`` are the segment files the query reads and ``views`` the segment views it reads
+        them through: a reader's failure of one of the files becomes
+        :class:`broker.spark.failures.UnreadableFiles` (the caller checks it, falls back and
+        retries), a vanished view :class:`~broker.spark.failures.ViewMissing`.
 
         ``direct`` may answer the query without a Spark job: it gets the analysed schema and
         returns the whole result, or None to let Spark run it.
@@ -194,16 +177,16 @@ class SparkExecutor:
                 frame = session.sql(sql)
                 schema = _arrow_schema(frame)
             except Exception as error:
-                raise self._failure(error, scope, files) from None
+                raise self._failure(error, scope, files, views) from None
             yield schema
             try:
                 answer = direct(schema) if direct is not None else None
             except Exception as error:
-                raise self._failure(error, scope, files) from None
+                raise self._failure(error, scope, files, views) from None
             if answer is not None:
                 batches = _table_batches(answer)
             else:
-                batches = self.mode.collect(frame, schema, ordered)
+                batches = self.mode.collect(frame, schema, ordered, limits)
             rows = byte_count = 0
             completed = False
             try:
@@ -213,7 +196,7 @@ class SparkExecutor:
                     except StopIteration:
                         break
                     except Exception as error:
-                        raise self._failure(error, scope, files) from None
+                        raise self._failure(error, scope, files, views) from None
                     rows += batch.num_rows
                     byte_count += batch.nbytes
                     limits.check(rows, byte_count)
@@ -231,21 +214,23 @@ class SparkExecutor:
                 scope._cancel(scope.group)
 
     @staticmethod
-    def _failure(error: BaseException, scope: QueryScope, files: Sequence[str]) -> BaseException:
+    def _failure(
+        error: BaseException, scope: QueryScope, files: Sequence[str], views: Sequence[str]
+    ) -> BaseException:
         if isinstance(error, HorizonError):
             return error
         try:
             scope.check()
         except HorizonError as cancelled:
             return cancelled
-        return classify_spark_error(error, files)
+        return classify(error, files, views)
 
     def explain(self, sql: str) -> str:
         """Spark's physical plan for ``sql`` (analysis only; nothing is executed)."""
         try:
             return self.mode.physical_plan(self.spark.sql(sql))
         except Exception as error:
-            raise classify_spark_error(error, ()) from None
+            raise classify(error) from None
 
 
 def _table_batches(table: pa.Table) -> Iterator[pa.RecordBatch]:
@@ -258,43 +243,3 @@ def _arrow_schema(frame: Any) -> pa.Schema:
     return to_arrow_schema(
         frame.schema, error_on_duplicated_field_names_in_struct=True, timezone="UTC"
     )
-
-
-def classify_spark_error(error: BaseException, files: Sequence[str]) -> BaseException:
-    """Map a Spark failure to Horizon's hierarchy (no Java stack trace reaches the client)."""
-    if isinstance(error, HorizonError):
-        return error
-    read_error = classify_read_error(error, files)
-    if read_error is not error:
-        return read_error
-    name = type(error).__name__
-    message = _spark_message(error)
-    if "maxResultSize" in str(error):
-        return ResourceExhausted(f"the result is too large for the broker: {message}")
-    if "TABLE_OR_VIEW_NOT_FOUND" in message:
-        missing = re.search(r"`(" + re.escape(VIEW_PREFIX) + r"\w+)`", message)
-        if missing:
-            return ViewMissing(missing.group(1))
-    if name in _CLIENT_ERRORS:
-        return InvalidArgument(f"Spark rejected the query: {message}")
-    if "SPARK_JOB_CANCELLED" in str(error) or "cancelled" in message.lower():
-        return Unavailable(f"Spark cancelled the query: {message}")
-    if name in {"Py4JNetworkError", "ConnectionRefusedError"} or "SparkContext was shut down" in (
-        str(error)
-    ):
-        return Unavailable(f"Spark is not available: {message}")
-    log.warning("Spark failed", exc_info=error)
-    return Internal(f"Spark failed to run the query: {message}")
-
-
-def _spark_message(error: BaseException) -> str:
-    """The first meaningful line of a Spark error, without JVM stack frames."""
-    text = str(error).strip()
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    for line in lines:
-        if line.startswith(("at ", "An error occurred while calling", "JVM stacktrace")):
-            continue
-        if line.startswith(": "):
-            line = line[2:]
-        return line[:1000]
-    return type(error).__name__

@@ -12,16 +12,14 @@ validUntil. Older layouts are dropped once no running query holds them.
 
 from __future__ import annotations
 
-import os
-import re
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import Any
 
+from broker.spark.failures import UnreadableFiles, ViewMissing, classify
 from broker.view_layout import VIEW_PREFIX, ViewLayout, view_layout
-from timeline.errors import HorizonError, Unavailable
 from watermark.catalog import VALIDITY_COLUMNS, TableDescriptor
 
 __all__ = [
@@ -29,7 +27,6 @@ __all__ = [
     "SegmentViews",
     "UnreadableFiles",
     "ViewMissing",
-    "classify_read_error",
     "schema_ddl",
 ]
 
@@ -39,23 +36,6 @@ def schema_ddl(descriptor: TableDescriptor) -> str:
     columns = [f"`{column.name}` {column.type}" for column in descriptor.columns]
     columns += [f"`{name}` bigint" for name in VALIDITY_COLUMNS]
     return ", ".join(columns)
-
-
-class ViewMissing(Unavailable):
-    """A segment view this cache built is gone from the Spark session (dropped by someone else)."""
-
-    def __init__(self, name: str) -> None:
-        super().__init__(f"segment view {name} vanished from the Spark session")
-        self.name = name
-
-
-class UnreadableFiles(HorizonError):
-    """Spark could not read some segment files (missing or corrupt); the caller falls back."""
-
-    def __init__(self, paths: Sequence[str], detail: str) -> None:
-        super().__init__(f"unreadable segment file(s): {', '.join(paths) or '?'} ({detail})")
-        self.paths = tuple(paths)
-        self.detail = detail
 
 
 @dataclass(slots=True)
@@ -177,7 +157,7 @@ class SegmentViews:
                     frame = session.createDataFrame([], ddl)
                 frame.createOrReplaceTempView(name)
         except Exception as error:
-            raise classify_read_error(error, files) from None
+            raise classify(error, files) from None
 
     def _evict_older(self, table: str) -> None:
         """Drop this table's views older than its newest layout that no query holds."""
@@ -202,62 +182,3 @@ class SegmentViews:
         for session in self._sessions:
             with suppress(Exception):  # a vanished session has nothing left to drop
                 session.catalog.dropTempView(name)
-
-
-_MISSING_MARKERS = (
-    "PATH_NOT_FOUND",
-    "FILE_NOT_EXIST",
-    "FileNotFoundException",
-    "does not exist",
-    "CANNOT_READ_FILE_FOOTER",
-    "FAILED_READ_FILE",
-    "is not a Parquet file",
-)
-
-
-def classify_read_error(error: BaseException, files: Sequence[str]) -> BaseException:
-    """Turn a Spark failure into :class:`UnreadableFiles` when it is about segment files.
-
-    The paths are taken from Spark's message when it names them, otherwise found by checking which
-    local files are gone. Other failures come back unchanged.
-    """
-    message = str(error)
-    if not any(marker in message for marker in _MISSING_MARKERS):
-        return error
-    named = [path for path in files if _mentions(message, path)]
-    if not named:
-        named = [path for path in files if is_local(path) and not os.path.exists(local_path(path))]
-    if not named:
-        if "PATH_NOT_FOUND" in message or "FILE_NOT_EXIST" in message:
-            return Unavailable(f"Spark cannot read a file it was given: {_first_line(message)}")
-        return error
-    return UnreadableFiles(named, _first_line(message))
-
-
-def _mentions(message: str, path: str) -> bool:
-    local = local_path(path)
-    candidates = {path, local, os.path.abspath(local)} if is_local(path) else {path}
-    for candidate in candidates:
-        # The path must end where the message's token ends (no prefix-of-a-longer-name hits).
-        if re.search(re.escape(candidate) + r"(?![\w.\-/])", message):
-            return True
-    return False
-
-
-def is_local(path: str) -> bool:
-    """A path on this machine's file system (plain, or a ``file:`` URI)."""
-    return "://" not in path or path.startswith("file:")
-
-
-def local_path(path: str) -> str:
-    """The file system path of a local ``path`` (``file:`` prefixes removed)."""
-    if path.startswith("file://"):
-        return path[len("file://") :]
-    if path.startswith("file:"):
-        return path[len("file:") :]
-    return path
-
-
-def _first_line(message: str) -> str:
-    line = message.strip().splitlines()[0] if message.strip() else ""
-    return line[:500]

@@ -4,7 +4,7 @@ stream, and where the time went."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any
@@ -13,7 +13,7 @@ import pyarrow as pa
 
 from broker.engine.prepared import Prepared
 from broker.reads.cache import Recorder
-from broker.views import UnreadableFiles
+from broker.spark.failures import UnreadableFiles
 from timeline.errors import Unavailable
 
 FIRST_FLUSH_BYTES = 4 * 1024 * 1024
@@ -45,6 +45,9 @@ class Execution:
     """Where the answer came from: the Spark mode, the files directly, or the result cache."""
     recorder: Recorder | None = None
     """On a miss, collects the batches sent, kept in the cache once the stream ends whole."""
+    on_failure: Callable[[BaseException], BaseException] | None = None
+    """Turns a failure of the streamed rest into the error to raise (the engine's check for a
+    lost Spark session)."""
     _held: ExitStack = field(default_factory=ExitStack)
 
     def batches(self) -> Iterator[pa.RecordBatch]:
@@ -66,8 +69,12 @@ class Execution:
             except UnreadableFiles as error:
                 raise Unavailable(
                     f"{error}; part of the result was already sent, so the query was not "
-                    "retried: the segment is now dropped, run the query again"
+                    "retried: run the query again"
                 ) from None
+            except Exception as error:
+                if self.on_failure is None:
+                    raise
+                raise self.on_failure(error) from None
             finally:
                 self.spark_s += time.perf_counter() - started
             self._record(batch)

@@ -67,7 +67,18 @@ class Prepared:
 
     @property
     def sql(self) -> str:
+        """The rewritten SQL as shown to clients (Explain, passthrough)."""
         return self.rewrite.sql
+
+    @property
+    def run_sql(self) -> str:
+        """The SQL the broker runs: :attr:`sql` with the row cap planned as a ``LIMIT``."""
+        return self.rewrite.run_sql
+
+    @property
+    def view_names(self) -> tuple[str, ...]:
+        """Every segment view the query reads."""
+        return tuple(part.name for table in self.tables for part in table.parts)
 
     @property
     def plan(self) -> QueryPlan:

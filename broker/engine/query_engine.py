@@ -19,7 +19,7 @@ from typing import Any
 import pyarrow as pa
 
 from broker.admission import Admission
-from broker.auth import Principal, check_read
+from broker.auth import Principal, check_read, not_readable
 from broker.catalog_builder import build_catalog
 from broker.config import BrokerConfig
 from broker.direct_read import DirectReader
@@ -34,7 +34,9 @@ from broker.reads.freshness import check_staleness, required_snapshot, wait_for_
 from broker.reads.options import DEFAULT as DEFAULT_READ
 from broker.reads.options import ReadOptions
 from broker.reads.pinning import check_pinned_tables, find_pin, pinned_views
-from broker.sql.errors import NoLowWatermark
+from broker.spark.failures import EngineLost
+from broker.spark.reading import file_readable
+from broker.sql.errors import NoLowWatermark, UnknownTable
 from broker.sql.model import RewriteLimits
 from broker.views import SegmentViews, UnreadableFiles, ViewMissing
 from pins.rules import Pin
@@ -74,10 +76,14 @@ class QueryEngine:
         from broker.sql.functions_from_spark import function_policy_from_spark
 
         self.follower = follower
-        self.spark = spark
         self.config = config
-        self.executor = SparkExecutor(spark)
-        self.views = SegmentViews(spark, namespace=view_namespace, mirrors=self.executor.mirrors)
+        self._view_namespace = view_namespace
+        self.spark_generation = 0
+        """Bumped each time the engine moves to a new Spark session (:meth:`use_spark`)."""
+        self.supervisor: Any = None
+        """The Spark supervisor (:class:`broker.spark.supervisor.SparkSupervisor`), if any:
+        told when a query suspects the engine, asked whether it is up."""
+        self.use_spark(spark)
         self.direct = DirectReader(max_rows=config.spark.direct_lookup_max_rows)
         mode = self.executor.mode
         self._direct_enabled = config.spark.direct_lookups and mode.direct_reads
@@ -107,6 +113,15 @@ class QueryEngine:
             max_tree_depth=config.limits.max_sql_tree_depth,
         )
 
+    def use_spark(self, spark: Any) -> None:
+        """Run every later query on ``spark`` (a new session after the old one died): a fresh
+        executor and view cache; views are rebuilt from the follower's state as queries lease
+        them. Queries still running on the old session fail as having lost their engine."""
+        executor = SparkExecutor(spark)
+        views = SegmentViews(spark, namespace=self._view_namespace, mirrors=executor.mirrors)
+        self.spark, self.executor, self.views = spark, executor, views
+        self.spark_generation += 1
+
     # -- preparing -----------------------------------------------------------------------------
 
     def prepare(
@@ -117,8 +132,11 @@ class QueryEngine:
         query_id: str | None = None,
         options: ReadOptions = DEFAULT_READ,
         deadline: float | None = None,
+        row_cap: int | None = None,
     ) -> Prepared:
         """Rewrite ``sql`` against the current state and check the caller may read its tables.
+
+        ``row_cap`` plans the result's row limit into the SQL that runs (``Prepared.run_sql``).
 
         ``options`` are the read controls (:mod:`broker.reads`): a default read waits, until
         ``deadline`` (monotonic), for its tables' LWM to reach ``min_snapshot`` and this broker's
@@ -130,7 +148,7 @@ class QueryEngine:
         pin = self._pin(options.pin_id) if options.pin_id else None
         waited_s = 0.0
         while True:
-            prepared = self._prepare_once(sql, principal, query_id, pin)
+            prepared = self._prepare_once(sql, principal, query_id, pin, row_cap)
             if prepared.snapshot_source != SNAPSHOT_LWM:
                 break
             tables = [t.table for t in prepared.tables if t.snapshot is not None]
@@ -166,12 +184,17 @@ class QueryEngine:
         return min(limit, deadline - min(0.25, max(0.0, deadline - now) * 0.1))
 
     def _prepare_once(
-        self, sql: str, principal: Principal, query_id: str | None, pin: Pin | None
+        self,
+        sql: str,
+        principal: Principal,
+        query_id: str | None,
+        pin: Pin | None,
+        row_cap: int | None,
     ) -> Prepared:
         from broker.sql import rewrite
 
         staleness = self._check_fresh()
-        views, failures = self._table_views()
+        views, failures = self._table_views(principal)
         if pin is not None:
             views = pinned_views(views, pin)
         catalog = build_catalog(
@@ -181,10 +204,23 @@ class QueryEngine:
             layout_of=self.views.layout,
         )
         try:
-            result = rewrite(sql, catalog, limits=self.rewrite_limits, functions=self.functions)
+            result = rewrite(
+                sql,
+                catalog,
+                limits=self.rewrite_limits,
+                budget=self.config.limits.budget,
+                functions=self.functions,
+                row_cap=row_cap,
+            )
         except NoLowWatermark:
             # A table whose state could not be read explains itself better than "no LWM".
             self._raise_failed_table(sql, failures)
+            raise
+        except UnknownTable as error:
+            # The catalog holds only the caller's tables: to a caller without every grant an
+            # unknown name and an ungranted one must look the same.
+            if principal.restricted:
+                raise not_readable(principal, [error.name or "?"]) from None
             raise
         check_read(principal, result.plan.table_names)
         if pin is not None:
@@ -262,10 +298,15 @@ class QueryEngine:
             )
         return staleness
 
-    def _table_views(self) -> tuple[dict[str, Any], dict[str, tuple[Any, HorizonError]]]:
+    def _table_views(
+        self, principal: Principal
+    ) -> tuple[dict[str, Any], dict[str, tuple[Any, HorizonError]]]:
+        """Each table ``principal`` may read, as one atomic view (or the error reading it)."""
         views: dict[str, Any] = {}
         failures: dict[str, tuple[Any, HorizonError]] = {}
         for table in self.follower.tables():
+            if not principal.may_read(table):
+                continue
             try:
                 views[table.lower()] = self.follower.view(table)
             except HorizonError as error:
@@ -307,7 +348,12 @@ class QueryEngine:
         timeout_deadline = time.monotonic() + limits.query_timeout_s
         scope.deadline = min(scope.deadline or timeout_deadline, timeout_deadline)
         prepared = self.prepare(
-            sql, principal, query_id=scope.query_id, options=options, deadline=scope.deadline
+            sql,
+            principal,
+            query_id=scope.query_id,
+            options=options,
+            deadline=scope.deadline,
+            row_cap=rows_limit.max_rows,
         )
         key, cache_state = self._cache_key(prepared, rows_limit.max_rows, options)
         answer = self.cache.get(key) if self.cache is not None and key is not None else None
@@ -321,6 +367,8 @@ class QueryEngine:
                 cache=HIT,
                 route=CACHE_ROUTE,
             )
+        self._check_engine_up()
+        generation = self.spark_generation
         with ExitStack() as held:
             queued_s = held.enter_context(
                 self.admission.slot(deadline=scope.deadline, is_active=is_active)
@@ -334,15 +382,17 @@ class QueryEngine:
                         query_id=scope.query_id,
                         options=options,
                         deadline=scope.deadline,
+                        row_cap=rows_limit.max_rows,
                     )
                     key, cache_state = self._cache_key(prepared, rows_limit.max_rows, options)
                 keys = {v.table.lower(): v.descriptor.primary_key for v in prepared.table_views}
                 route = [self.executor.mode.describe()]
                 stream = self.executor.stream(
-                    prepared.sql,
+                    prepared.run_sql,
                     scope,
                     rows_limit,
                     files=prepared.files,
+                    views=prepared.view_names,
                     lookup=is_key_lookup(prepared.original_sql, keys),
                     ordered=is_ordered(prepared.sql),
                     direct=self._direct_lookup(prepared, route),
@@ -368,12 +418,18 @@ class QueryEngine:
                             "query %s: %s; retrying on the new visible set", scope.query_id, error
                         )
                         continue
+                    if not removed:
+                        raise Unavailable(
+                            f"Spark's reader failed on {', '.join(error.paths)} "
+                            f"({error.detail}), but the broker reads them: nothing was marked "
+                            "unreadable; retry the query"
+                        ) from None
                     raise Unavailable(
                         f"segment files stayed unreadable after a retry: {error}"
                     ) from None
-                except BaseException:
+                except BaseException as error:
                     stream.close()
-                    raise
+                    raise self._engine_failure(error, generation) from None
                 held.callback(stream.close)
                 return Execution(
                     prepared=prepared,
@@ -389,6 +445,7 @@ class QueryEngine:
                     retried=attempt > 0,
                     cache=cache_state,
                     route="; ".join(route),
+                    on_failure=lambda error: self._engine_failure(error, generation),
                     recorder=(
                         self.cache.recorder(key, schema)
                         if self.cache is not None and key is not None
@@ -397,6 +454,27 @@ class QueryEngine:
                     _held=held.pop_all(),
                 )
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _check_engine_up(self) -> None:
+        supervisor = self.supervisor
+        if supervisor is not None and not supervisor.up:
+            raise Unavailable(
+                "the Spark engine is restarting after it stopped answering "
+                f"({supervisor.last_failure or 'probe failed'}); retry shortly"
+            )
+
+    def _engine_failure(self, error: BaseException, generation: int) -> BaseException:
+        """``error``, or EngineLost when the query's Spark session died under it (the
+        supervisor is told at once, so the broker starts recovering before the next probe)."""
+        lost = isinstance(error, EngineLost) or generation != self.spark_generation
+        if not lost:
+            return error
+        if self.supervisor is not None:
+            self.supervisor.suspect()
+        return EngineLost(
+            "the Spark engine stopped answering while this query ran (its JVM died or "
+            "hung); the broker is restarting it: retry shortly"
+        )
 
     def _cache_key(
         self, prepared: Prepared, max_rows: int, options: ReadOptions
@@ -463,16 +541,27 @@ class QueryEngine:
                 )
 
     def _drop_unreadable(self, prepared: Prepared, error: UnreadableFiles) -> list[str]:
-        """Remove every visible segment with an unreadable file from the timeline."""
-        paths = set(error.paths)
+        """Remove every visible segment with a file Spark's reader failed on *and* that the
+        broker cannot read either (a file off this machine is taken on the reader's word)."""
+        broken = {path for path in error.paths if not file_readable(path)}
         removed = []
         for table in prepared.tables:
             for segment in table.segments:
-                if paths & set(segment.location):
+                if broken & set(segment.location):
                     self.follower.mark_unreadable(segment.id, str(error))
                     removed.append(str(segment.id))
         return removed
 
-    def spark_plan(self, prepared: Prepared) -> str:
-        with self.views.lease(prepared.table_views):
-            return self.executor.explain(prepared.sql)
+    def spark_plan(self, prepared: Prepared, *, deadline: float | None = None) -> str:
+        """Spark's physical plan of ``prepared``: planning is work on the shared driver, so it
+        takes an admission slot like a query (waiting at most until ``deadline``)."""
+        self._check_engine_up()
+        generation = self.spark_generation
+        with (
+            self.admission.slot(deadline=deadline),
+            self.views.lease(prepared.table_views),
+        ):
+            try:
+                return self.executor.explain(prepared.run_sql)
+            except BaseException as error:
+                raise self._engine_failure(error, generation) from None

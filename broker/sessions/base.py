@@ -47,8 +47,12 @@ class SparkMode(ABC):
         """Stop tagging the calling thread's jobs with ``group``."""
 
     @abstractmethod
-    def collect(self, frame: Any, schema: pa.Schema, ordered: bool) -> Iterator[pa.RecordBatch]:
-        """Run ``frame`` and yield its rows as Arrow batches of ``schema``."""
+    def collect(
+        self, frame: Any, schema: pa.Schema, ordered: bool, limits: Any
+    ) -> Iterator[pa.RecordBatch]:
+        """Run ``frame`` and yield its rows as Arrow batches of ``schema``, streaming: no more
+        is held than ``limits`` (a :class:`broker.executor.ResultLimits`) allow, also while an
+        ordered result's batches wait for the ones before them."""
 
     @abstractmethod
     def physical_plan(self, frame: Any) -> str:

@@ -41,7 +41,9 @@ class ClassicMode(SparkMode):
         for key in ("spark.jobGroup.id", "spark.job.description"):
             context.setLocalProperty(key, None)
 
-    def collect(self, frame: Any, schema: pa.Schema, ordered: bool) -> Iterator[pa.RecordBatch]:
+    def collect(
+        self, frame: Any, schema: pa.Schema, ordered: bool, limits: Any
+    ) -> Iterator[pa.RecordBatch]:
         from pyspark.errors.exceptions.captured import unwrap_spark_exception
         from pyspark.util import _create_local_socket
 
@@ -49,8 +51,12 @@ class ClassicMode(SparkMode):
         sockfile, sock = _create_local_socket((port, secret))
         completed = False
         try:
-            for batch in _read_collect_stream(sockfile, ordered):
+            for batch in _read_collect_stream(sockfile, ordered, limits):
                 yield batch if batch.schema == schema else _cast(batch, schema)
+            completed = True
+        except _StreamFailed:
+            # The JVM's serving thread failed: its exception (typed, with its cause chain) is
+            # what explains the failure, not the text it wrote into the stream.
             completed = True
         finally:
             sockfile.close()
@@ -91,28 +97,29 @@ def _cast(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
     return pa.Table.from_batches([batch]).cast(schema).combine_chunks().to_batches()[0]
 
 
-def _read_collect_stream(stream: Any, ordered: bool) -> Iterator[pa.RecordBatch]:
+class _StreamFailed(Exception):
+    """The JVM reported a failure at the end of its Arrow stream."""
+
+
+def _read_collect_stream(stream: Any, ordered: bool, limits: Any) -> Iterator[pa.RecordBatch]:
     """Read the JVM's ``collectAsArrowToPython`` stream: an Arrow IPC stream of batches in task
     completion order, then how many batches there were and their query order (or -1 and an
-    error message)."""
-    from pyspark.errors import PySparkRuntimeError
-    from pyspark.serializers import UTF8Deserializer, read_int
+    error message). Batches held for their turn count against ``limits``."""
+    from pyspark.serializers import read_int
 
     held: list[pa.RecordBatch | None] = []
+    held_rows = held_bytes = 0
     for batch in pa.ipc.open_stream(stream):
         if ordered:
             held.append(batch)
+            held_rows += batch.num_rows
+            held_bytes += batch.nbytes
+            limits.check(held_rows, held_bytes)
         else:
             yield batch
     count = read_int(stream)
     if count == -1:
-        raise PySparkRuntimeError(
-            errorClass="ERROR_OCCURRED_WHILE_CALLING",
-            messageParameters={
-                "func_name": "collectAsArrowToPython",
-                "error_msg": UTF8Deserializer().loads(stream),
-            },
-        )
+        raise _StreamFailed()
     for _ in range(count):
         index = read_int(stream)
         if ordered:

@@ -33,8 +33,16 @@ class ConnectMode(SparkMode):
     def end(self, group: str) -> None:
         self.spark.removeTag(group)
 
-    def collect(self, frame: Any, schema: pa.Schema, ordered: bool) -> Iterator[pa.RecordBatch]:
-        yield from frame.toArrow().cast(schema).to_batches()
+    def collect(
+        self, frame: Any, schema: pa.Schema, ordered: bool, limits: Any
+    ) -> Iterator[pa.RecordBatch]:
+        """Connect's result stream, batch by batch as the server sends it (in query order), so
+        nothing past the limits is ever held."""
+        client = frame._session.client
+        plan = frame._plan.to_proto(client)
+        for piece in client.to_table_as_iterator(plan, frame._plan.observations):
+            if isinstance(piece, pa.Table):
+                yield from piece.cast(schema).to_batches()
 
     def physical_plan(self, frame: Any) -> str:
         return str(frame._explain_string(mode="formatted"))
