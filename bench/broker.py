@@ -78,6 +78,7 @@ def publish(redis_url: str, files: list[str], rows: int) -> Any:
             ColumnSpec("balance", "bigint"),
         ),
         primary_key=("id",),
+        storage_root=os.path.commonpath([os.path.dirname(path) for path in files]),
     )
     client = ServerClient(redis_url, "bench-server")
     client.register()

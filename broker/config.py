@@ -54,6 +54,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from broker.sql.model import WorkBudget
 from timeline.errors import InvalidArgument
 
 ALL_TABLES = "*"
@@ -67,8 +68,14 @@ class ServerConfig:
     listen: str = "127.0.0.1:50051"
     tls_cert: str | None = None
     tls_key: str | None = None
+    tls_client_ca: str | None = None
+    """With TLS: require client certificates signed by this CA (mutual TLS); a certificate's
+    common name is the caller's identity (``[[tokens]] client_cn``)."""
     allow_insecure_remote: bool = False
     """Allow plaintext on a non-loopback address (refused by default)."""
+    allow_anonymous: bool = False
+    """Serve callers without a token or certificate on a non-loopback address (refused by
+    default: with no ``[[tokens]]`` every caller could read every table)."""
     grace_s: float = 5.0
     """How long a stopping server lets running calls finish."""
     reflection: bool = True
@@ -104,6 +111,18 @@ class SparkConfig:
     """Answer plain key lookups over local segment files with pyarrow, without a Spark job."""
     direct_lookup_max_rows: int = 1_000_000
     """A direct lookup whose candidate row groups hold more rows than this runs on Spark."""
+    driver_memory: str = "4g"
+    """The embedded driver's JVM heap (local and cluster client mode)."""
+    memory_fraction: float = 0.6
+    """``spark.memory.fraction``: the heap share for execution and storage."""
+    max_result_size: str = ""
+    """``spark.driver.maxResultSize`` ("": twice ``[limits].max_result_bytes``, at least 64m)."""
+    task_max_failures: int = 1
+    """Attempts per task before the query fails (a caller's error fails at once)."""
+    probe_interval_s: float = 2.0
+    """How often the broker checks that its Spark session answers."""
+    probe_timeout_s: float = 10.0
+    """A session that does not answer a probe within this is wedged: the broker replaces it."""
 
     @property
     def conf_dict(self) -> dict[str, str]:
@@ -126,6 +145,36 @@ class LimitsConfig:
     max_sql_tree_depth: int = 1_000
     batch_bytes: int = 1024 * 1024
     """Target size of one Arrow batch message (well under gRPC's 4 MiB default)."""
+    max_generated_rows: int = 1_000_000_000
+    """Rows one ``range(...)`` may generate."""
+    max_array_elements: int = 10_000_000
+    """Elements one ``sequence(...)`` or ``array_repeat(...)`` may make."""
+    max_string_length: int = 10_000_000
+    """Characters one ``repeat``, ``space``, ``lpad`` or ``rpad`` may make."""
+    max_partitions: int = 1_000
+    """Partitions ``range(...)``'s fourth argument or a partitioning hint may ask for."""
+    max_table_references: int = 64
+    """Tables, CTE references and table functions one query may read."""
+    max_cross_joins: int = 1
+    """Joins without a join condition (between sources of more than one row)."""
+    max_estimated_rows: int = 1_000_000_000
+    """Rows one SELECT may build from its sources (stored rows; joins and generators multiply)."""
+    max_waiting: int = 256
+    """Calls that may wait besides the running and queued queries (for a snapshot, a pin, a
+    slow Redis); each waits on a thread of its own, so the bound keeps threads finite."""
+
+    @property
+    def budget(self) -> WorkBudget:
+        """The part of these limits the rewriter checks before Spark runs anything."""
+        return WorkBudget(
+            max_generated_rows=self.max_generated_rows,
+            max_array_elements=self.max_array_elements,
+            max_string_length=self.max_string_length,
+            max_partitions=self.max_partitions,
+            max_table_references=self.max_table_references,
+            max_cross_joins=self.max_cross_joins,
+            max_estimated_rows=self.max_estimated_rows,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,16 +193,24 @@ class ReadsConfig:
     cache_max_bytes: int = 256 * 1024 * 1024
     cache_max_entry_bytes: int = 32 * 1024 * 1024
     """A larger answer is not kept (it would push out many small dashboard answers)."""
+    max_pins_per_identity: int = 16
+    """Live snapshot pins one identity (token name) may hold."""
+    max_pin_lease_total_s: float = 2 * 86_400.0
+    """The leases of one identity's live pins, summed from now, may not exceed this."""
 
 
 @dataclass(frozen=True, slots=True)
 class TokenGrant:
-    """A bearer token and what it may do: read ``tables`` (``*`` = all), inspect timelines."""
+    """An identity and what it may do: read ``tables`` (``*`` = all), inspect timelines.
+
+    A caller proves it is ``name`` with the bearer ``token``, or (mutual TLS) with a client
+    certificate whose common name is ``client_cn``."""
 
     name: str
-    token: str = field(repr=False)
+    token: str = field(default="", repr=False)
     tables: frozenset[str] = frozenset({ALL_TABLES})
     inspect: bool = False
+    client_cn: str = ""
 
     def may_read(self, table: str) -> bool:
         return ALL_TABLES in self.tables or table.lower() in self.tables
@@ -302,9 +359,12 @@ def _tokens(raw: Any) -> tuple[TokenGrant, ...]:
         raise InvalidArgument("tokens must be a list of {name, token, tables, inspect}")
     grants = []
     for index, entry in enumerate(raw):
-        if not isinstance(entry, Mapping) or not entry.get("token"):
-            raise InvalidArgument(f"tokens[{index}] needs at least a non-empty 'token'")
-        extra = set(entry) - {"name", "token", "tables", "inspect"}
+        if not isinstance(entry, Mapping) or not (entry.get("token") or entry.get("client_cn")):
+            raise InvalidArgument(
+                f"tokens[{index}] needs a non-empty 'token' or 'client_cn' (a client "
+                "certificate's common name)"
+            )
+        extra = set(entry) - {"name", "token", "tables", "inspect", "client_cn"}
         if extra:
             raise InvalidArgument(f"tokens[{index}]: unknown key(s) {', '.join(sorted(extra))}")
         tables = entry.get("tables", [ALL_TABLES])
@@ -313,9 +373,10 @@ def _tokens(raw: Any) -> tuple[TokenGrant, ...]:
         grants.append(
             TokenGrant(
                 name=str(entry.get("name", f"token{index}")),
-                token=str(entry["token"]),
+                token=str(entry.get("token", "")),
                 tables=frozenset(t.lower() for t in tables),
                 inspect=bool(entry.get("inspect", False)),
+                client_cn=str(entry.get("client_cn", "")),
             )
         )
     return tuple(grants)
@@ -331,9 +392,17 @@ def _validate(config: BrokerConfig) -> None:
         "max_sql_length",
         "max_sql_nesting",
         "max_sql_tree_depth",
+        "max_generated_rows",
+        "max_array_elements",
+        "max_string_length",
+        "max_partitions",
+        "max_table_references",
+        "max_estimated_rows",
     ):
         if getattr(limits, name) < 1:
             raise InvalidArgument(f"[limits].{name} must be >= 1")
+    if limits.max_cross_joins < 0:
+        raise InvalidArgument("[limits].max_cross_joins must be >= 0")
     if limits.queue_size < 0:
         raise InvalidArgument("[limits].queue_size must be >= 0")
     if limits.query_timeout_s <= 0:
@@ -350,9 +419,29 @@ def _validate(config: BrokerConfig) -> None:
     if reads.cache_max_bytes < 0 or reads.cache_max_entry_bytes < 0:
         raise InvalidArgument("[reads] cache sizes must be >= 0")
     parse_listen(config.server.listen)
-    secrets = [grant.token for grant in config.tokens]
+    secrets = [grant.token for grant in config.tokens if grant.token]
     if len(set(secrets)) != len(secrets):
         raise InvalidArgument("two configured tokens have the same secret")
+    names = [grant.name for grant in config.tokens]
+    if len(set(names)) != len(names):
+        raise InvalidArgument("two [[tokens]] entries have the same name (an identity owns pins)")
+    if config.server.tls_client_ca and not config.server.tls:
+        raise InvalidArgument("[server] tls_client_ca needs tls_cert and tls_key (mutual TLS)")
+    if any(grant.client_cn for grant in config.tokens) and not config.server.tls_client_ca:
+        raise InvalidArgument("[[tokens]] client_cn needs [server] tls_client_ca (mutual TLS)")
+    spark = config.spark
+    if not 0 < spark.memory_fraction < 1 or spark.task_max_failures < 1:
+        raise InvalidArgument(
+            "[spark] memory_fraction must be in (0, 1) and task_max_failures >= 1"
+        )
+    if spark.probe_interval_s <= 0 or spark.probe_timeout_s <= 0:
+        raise InvalidArgument("[spark] probe_interval_s and probe_timeout_s must be > 0")
+    if limits.max_waiting < 0:
+        raise InvalidArgument("[limits].max_waiting must be >= 0")
+    if reads.max_pins_per_identity < 1 or reads.max_pin_lease_total_s <= 0:
+        raise InvalidArgument(
+            "[reads] max_pins_per_identity must be >= 1 and max_pin_lease_total_s > 0"
+        )
 
 
 def parse_listen(listen: str) -> tuple[str, int]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import logging
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import grpc
@@ -94,38 +94,30 @@ def error_from_rpc(error: grpc.RpcError) -> HorizonError:
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 
-def _abort(context: grpc.ServicerContext, error: BaseException) -> None:
-    """Abort the RPC with the error's status (``context.abort`` raises to end the handler).
-
-    A cancelled or expired RPC has no one left to receive a status, so it returns quietly.
-    """
+async def _abort(context: grpc.aio.ServicerContext, error: BaseException) -> None:
+    """End the RPC with the error's status (``context.abort`` raises to end the handler)."""
     code, message = status_of(error)
-    if context.is_active():
-        context.abort(code, message)
+    await context.abort(code, message)
 
 
 def unary_errors(method: _F) -> _F:
-    """Decorate a unary servicer method: HorizonErrors become their status, the rest INTERNAL."""
+    """Decorate an async unary servicer method: HorizonErrors become their status, the rest
+    INTERNAL (a client's cancellation propagates as it is)."""
 
     @functools.wraps(method)
-    def wrapper(self: Any, request: Any, context: grpc.ServicerContext) -> Any:
+    async def wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext) -> Any:
         try:
-            return method(self, request, context)
+            return await method(self, request, context)
         except Exception as error:
-            _abort(context, error)
+            if isinstance(error, grpc.aio.AbortError):
+                raise
+            await _abort(context, error)
             return None
 
     return wrapper  # type: ignore[return-value]
 
 
 def stream_errors(method: _F) -> _F:
-    """Decorate a server-streaming servicer method the same way as :func:`unary_errors`."""
-
-    @functools.wraps(method)
-    def wrapper(self: Any, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
-        try:
-            yield from method(self, request, context)
-        except Exception as error:
-            _abort(context, error)
-
-    return wrapper  # type: ignore[return-value]
+    """Decorate an async streaming servicer method (one that writes with ``context.write``)
+    the same way as :func:`unary_errors`."""
+    return unary_errors(method)

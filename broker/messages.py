@@ -122,9 +122,11 @@ def metadata_message(
     return message
 
 
-def pin_message(pin: Any, now_ms: int) -> pb.SnapshotPin:
+def pin_message(pin: Any, now_ms: int, *, show_id: bool = True) -> pb.SnapshotPin:
+    """A pin as the API shows it; ``show_id`` False hides the id (another identity's pin: who
+    holds it and what it holds back is visible, the handle to renew or release it is not)."""
     return pb.SnapshotPin(
-        pin_id=pin.pin_id,
+        pin_id=pin.pin_id if show_id else "",
         tables=list(pin.tables),
         snapshot=pin.snapshot,
         created_ms=pin.created_ms,

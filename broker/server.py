@@ -1,18 +1,23 @@
 """Building and running the broker: Spark, the Redis follower, the engine and the gRPC server.
 
 The gRPC server carries Horizon's two services, standard health checking (``grpc.health.v1``) and
-server reflection (so ``grpcurl`` works without the .proto files). Plaintext is served only on a
-loopback address unless explicitly allowed; with a certificate and key configured it serves TLS.
+server reflection (so ``grpcurl`` works without the .proto files; ``[server] reflection = false``
+turns it off). It is an asyncio server on a thread of its own: health checks are answered on the
+loop whatever the queries do, and every call that may wait runs on its own thread
+(:mod:`broker.offload`). Plaintext is served only on a loopback address unless explicitly
+allowed; with a certificate and key configured it serves TLS (and mutual TLS with a client CA).
+A broker reachable from other machines needs identities (``[[tokens]]``) unless
+``allow_anonymous`` says it may serve anyone. Health says NOT_SERVING while the state store is
+stale past its limit or the Spark engine is down (:mod:`broker.spark.supervisor` restarts it).
 """
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import logging
 import socket
 import threading
-from collections.abc import Iterable
-from concurrent import futures
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +30,11 @@ from broker._proto.horizon.v1 import horizon_pb2_grpc as rpc
 from broker.auth import Authenticator
 from broker.config import BrokerConfig, parse_listen
 from broker.engine import QueryEngine
+from broker.offload import Offload
 from broker.reads.floor import SnapshotFloor
 from broker.service import InspectionServicer, QueryServicer
+from broker.spark.reading import files_readable
+from broker.spark.supervisor import SparkSupervisor
 from timeline.errors import FailedPrecondition, InvalidArgument, Unavailable
 
 log = logging.getLogger("horizon.broker.server")
@@ -51,37 +59,52 @@ def is_loopback(host: str) -> bool:
             return False
 
 
-def files_readable(paths: Iterable[str]) -> bool:
-    """Whether every file's Parquet footer reads (files off this machine's file system are
-    assumed readable: the next query that reads them is the check)."""
-    import pyarrow.parquet as pq
-
-    from broker.views import is_local, local_path
-
-    for path in paths:
-        if not is_local(path):
-            continue
-        try:
-            pq.read_metadata(local_path(path))
-        except (OSError, ValueError):
-            return False
-    return True
-
-
 def check_listen_policy(config: BrokerConfig) -> None:
-    """Refuse plaintext on a reachable address unless the configuration allows it explicitly."""
+    """Refuse to serve other machines in plaintext, or anonymously, unless told explicitly."""
     host, _ = parse_listen(config.server.listen)
-    if config.server.tls or config.server.allow_insecure_remote or is_loopback(host):
+    if is_loopback(host):
         return
-    raise FailedPrecondition(
-        f"refusing to serve plaintext on {config.server.listen}: configure [server] tls_cert and "
-        "tls_key, listen on a loopback address, or set allow_insecure_remote = true"
-    )
+    server = config.server
+    if not (server.tls or server.allow_insecure_remote):
+        raise FailedPrecondition(
+            f"refusing to serve plaintext on {server.listen}: configure [server] tls_cert and "
+            "tls_key, listen on a loopback address, or set allow_insecure_remote = true"
+        )
+    if not (config.tokens or server.allow_anonymous):
+        raise FailedPrecondition(
+            f"refusing to serve {server.listen} without identities: every caller would read "
+            "every table; configure [[tokens]] (or client certificates), listen on a loopback "
+            "address, or set [server] allow_anonymous = true"
+        )
+
+
+def spark_conf(config: BrokerConfig) -> dict[str, str]:
+    """The Spark settings the broker starts its session with: Spark's own guards from
+    ``[spark]`` (memory, result size, task attempts, exit on OutOfMemoryError so a dying JVM
+    is replaced rather than limping on), then the user's ``[spark.conf]`` over them."""
+    spark = config.spark
+    conf: dict[str, str] = {}
+    if not spark.remote:
+        result = spark.max_result_size or (
+            f"{max(64, 2 * config.limits.max_result_bytes // (1024 * 1024))}m"
+        )
+        conf.update(
+            {
+                "spark.driver.memory": spark.driver_memory,
+                "spark.memory.fraction": str(spark.memory_fraction),
+                "spark.driver.maxResultSize": result,
+                "spark.task.maxFailures": str(spark.task_max_failures),
+                "spark.driver.extraJavaOptions": "-XX:+ExitOnOutOfMemoryError",
+            }
+        )
+    conf.update(spark.conf_dict)
+    return conf
 
 
 class BrokerServer:
     """One running broker. Pass ``spark`` and/or ``follower`` to reuse existing ones (tests);
-    brokers sharing one Spark session need distinct ``view_namespace`` values."""
+    brokers sharing one Spark session need distinct ``view_namespace`` values. A session the
+    broker did not create is never replaced: its death is only reported."""
 
     def __init__(
         self,
@@ -94,16 +117,21 @@ class BrokerServer:
     ) -> None:
         self.config = config
         self._view_namespace = view_namespace
-        self._spark = spark
+        self._given_spark = spark
         self._owns_spark = spark is None
         self._follower = follower
         self._owns_follower = follower is None
         self._functions = functions
-        self._server: grpc.Server | None = None
-        self._health: health.HealthServicer | None = None
+        self._server: grpc.aio.Server | None = None
+        self._health: Any = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: threading.Thread | None = None
         self.engine: QueryEngine | None = None
+        self.supervisor: SparkSupervisor | None = None
+        self.offload: Offload | None = None
         self.port: int = 0
         self._stopped = threading.Event()
+        self._serving = True
         self._locks: Any = None
         self._pins: Any = None
         self._floor_redis: Any = None
@@ -125,33 +153,37 @@ class BrokerServer:
             )
             self._follower.start()
             self._follower.wait_until_synced(state.sync_timeout_s)
-        if self._spark is None:
-            from broker.spark_session import create_spark_session
-
-            spark_config = self.config.spark
-            conf = spark_config.conf_dict
-            if not spark_config.remote:
-                # Bounds what one query can pull into the driver, before the broker's own
-                # row and byte checks run on the collected result.
-                limit_mib = max(64, 2 * self.config.limits.max_result_bytes // (1024 * 1024))
-                conf.setdefault("spark.driver.maxResultSize", f"{limit_mib}m")
-            self._spark = create_spark_session(
-                master=spark_config.master,
-                remote=spark_config.remote,
-                app_name=spark_config.app_name,
-                conf=conf,
-            )
+        spark = self._given_spark if self._given_spark is not None else self._create_spark()
         self.engine = QueryEngine(
             self._follower,
-            self._spark,
+            spark,
             self.config,
             functions=self._functions,
             view_namespace=self._view_namespace,
             pins=self._pin_store(),
             floor=self._floor(),
         )
-        self._server = self._build_grpc_server()
-        self._server.start()
+        self.supervisor = SparkSupervisor(
+            spark,
+            create=self._create_spark if self._owns_spark else None,
+            probe_interval_s=self.config.spark.probe_interval_s,
+            probe_timeout_s=self.config.spark.probe_timeout_s,
+            on_restart=self.engine.use_spark,
+        )
+        self.engine.supervisor = self.supervisor
+        limits = self.config.limits
+        self.offload = Offload(limits.max_concurrent + limits.queue_size + limits.max_waiting)
+        self._loop = asyncio.new_event_loop()
+        self._loop_thread = threading.Thread(
+            target=self._loop.run_forever, name="horizon-grpc", daemon=True
+        )
+        self._loop_thread.start()
+        try:
+            asyncio.run_coroutine_threadsafe(self._start_grpc(), self._loop).result()
+        except BaseException:
+            self._stop_loop()
+            raise
+        self.supervisor.start()
         threading.Thread(target=self._watch_health, name="horizon-health", daemon=True).start()
         threading.Thread(
             target=self._recheck_unreadable, name="horizon-unreadable", daemon=True
@@ -159,41 +191,52 @@ class BrokerServer:
         log.info("horizon broker listening on %s", self.target)
         return self
 
-    def _build_grpc_server(self) -> grpc.Server:
-        assert self.engine is not None
-        limits = self.config.limits
-        workers = limits.max_concurrent + limits.queue_size + 8
-        server = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="horizon-rpc"),
+    def _create_spark(self) -> Any:
+        from broker.spark_session import create_spark_session
+
+        spark_config = self.config.spark
+        return create_spark_session(
+            master=spark_config.master,
+            remote=spark_config.remote,
+            app_name=spark_config.app_name,
+            conf=spark_conf(self.config),
+        )
+
+    async def _start_grpc(self) -> None:
+        assert self.engine is not None and self.offload is not None
+        server = grpc.aio.server(
             options=[
                 ("grpc.max_send_message_length", _MAX_MESSAGE_BYTES),
                 ("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),
                 ("grpc.so_reuseport", 0),
             ],
-            maximum_concurrent_rpcs=workers * 4,
         )
         auth = Authenticator(self.config.tokens)
-        rpc.add_QueryServiceServicer_to_server(QueryServicer(self.engine, auth), server)
+        rpc.add_QueryServiceServicer_to_server(
+            QueryServicer(self.engine, auth, self.offload), server
+        )
         rpc.add_InspectionServiceServicer_to_server(
             InspectionServicer(
                 self._follower,
                 auth,
+                self.offload,
                 regression_policy=self.config.state.regression_policy,
                 locks=self._lock_client(),
                 pins=self._pins,
             ),
             server,
         )
-        self._health = health.HealthServicer()
+        self._health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         for name in ("", *SERVICE_NAMES):
-            self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
+            await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
         if self.config.server.reflection:
             reflection.enable_server_reflection(
                 (*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server
             )
         self.port = self._bind(server)
-        return server
+        await server.start()
+        self._server = server
 
     def _lock_client(self) -> Any:
         """Reads the lock service for inspection; a short retry so an outage answers quickly."""
@@ -205,10 +248,16 @@ class BrokerServer:
 
     def _pin_store(self) -> Any:
         """Snapshot pins live in the state store beside the locks (:mod:`pins`)."""
-        from pins.store import PinStore
+        from pins.store import PinQuota, PinStore
 
         state = self.config.state
-        self._pins = PinStore(state.redis_url, prefix=state.key_prefix, retry_timeout_s=1.0)
+        reads = self.config.reads
+        self._pins = PinStore(
+            state.redis_url,
+            prefix=state.key_prefix,
+            retry_timeout_s=1.0,
+            quota=PinQuota(reads.max_pins_per_identity, reads.max_pin_lease_total_s),
+        )
         return self._pins
 
     def _floor(self) -> SnapshotFloor:
@@ -229,6 +278,8 @@ class BrokerServer:
         interval = self.config.state.unreadable_recheck_s
         while not self._stopped.wait(interval):
             for segment, mark in self._follower.unreadable():
+                if mark.refused:
+                    continue
                 try:
                     readable = files_readable(segment.location)
                 except Exception:  # a check that cannot run leaves the mark as it is
@@ -240,32 +291,51 @@ class BrokerServer:
                 else:
                     self._follower.still_unreadable(segment.id)
 
-    def _watch_health(self) -> None:
-        """Report NOT_SERVING while the state store is stale past the limit (queries would fail)."""
-        serving = True
-        while not self._stopped.wait(0.5):
-            try:
-                fresh = self._follower.staleness_s() <= self.config.state.max_staleness_s
-            except Exception:
-                fresh = False
-            if fresh != serving and self._health is not None and not self._stopped.is_set():
-                status = (
-                    health_pb2.HealthCheckResponse.SERVING
-                    if fresh
-                    else health_pb2.HealthCheckResponse.NOT_SERVING
-                )
-                for name in ("", *SERVICE_NAMES):
-                    self._health.set(name, status)
-                serving = fresh
+    def serving(self) -> bool:
+        """What health says: the state is fresh enough to serve and the Spark engine is up."""
+        try:
+            fresh = self._follower.staleness_s() <= self.config.state.max_staleness_s
+        except Exception:
+            fresh = False
+        return fresh and (self.supervisor is None or self.supervisor.up)
 
-    def _bind(self, server: grpc.Server) -> int:
+    def _watch_health(self) -> None:
+        """Report NOT_SERVING while queries would fail (stale state, or no Spark engine)."""
+        while not self._stopped.wait(0.25):
+            serving = self.serving()
+            if serving == self._serving or self._health is None or self._loop is None:
+                continue
+            status = (
+                health_pb2.HealthCheckResponse.SERVING
+                if serving
+                else health_pb2.HealthCheckResponse.NOT_SERVING
+            )
+            try:
+                for name in ("", *SERVICE_NAMES):
+                    asyncio.run_coroutine_threadsafe(
+                        self._health.set(name, status), self._loop
+                    ).result(timeout=5)
+            except Exception:  # the loop is stopping
+                continue
+            log.warning("health: %s", "SERVING" if serving else "NOT_SERVING")
+            self._serving = serving
+
+    def _bind(self, server: grpc.aio.Server) -> int:
         host, port = parse_listen(self.config.server.listen)
         address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        settings = self.config.server
         try:
-            if self.config.server.tls:
-                key = Path(self.config.server.tls_key or "").read_bytes()
-                cert = Path(self.config.server.tls_cert or "").read_bytes()
-                credentials = grpc.ssl_server_credentials([(key, cert)])
+            if settings.tls:
+                key = Path(settings.tls_key or "").read_bytes()
+                cert = Path(settings.tls_cert or "").read_bytes()
+                client_ca = (
+                    Path(settings.tls_client_ca).read_bytes() if settings.tls_client_ca else None
+                )
+                credentials = grpc.ssl_server_credentials(
+                    [(key, cert)],
+                    root_certificates=client_ca,
+                    require_client_auth=client_ca is not None,
+                )
                 bound = server.add_secure_port(address, credentials)
             else:
                 bound = server.add_insecure_port(address)
@@ -290,17 +360,22 @@ class BrokerServer:
 
     @property
     def spark(self) -> Any:
-        return self._spark
+        """The Spark session queries run on now (a new one after the engine was restarted)."""
+        return self.engine.spark if self.engine is not None else self._given_spark
 
     def stop(self, grace: float | None = None) -> None:
         """Stop accepting calls, let running ones finish for ``grace`` seconds, release resources."""
         if self._stopped.is_set():
             return
         self._stopped.set()
-        if self._health is not None:
-            self._health.enter_graceful_shutdown()
-        if self._server is not None:
-            self._server.stop(self.config.server.grace_s if grace is None else grace).wait()
+        if self.supervisor is not None:
+            self.supervisor.stop()
+        if self._loop is not None and self._server is not None:
+            grace_s = self.config.server.grace_s if grace is None else grace
+            asyncio.run_coroutine_threadsafe(
+                self._shutdown(self._server, grace_s), self._loop
+            ).result(timeout=grace_s + 30)
+        self._stop_loop()
         if self.engine is not None:
             self.engine.views.clear()
         if self._locks is not None:
@@ -311,13 +386,25 @@ class BrokerServer:
             self._floor_redis.close()
         if self._owns_follower and self._follower is not None:
             self._follower.stop()
-        if self._owns_spark and self._spark is not None:
-            self._spark.stop()
+        if self._owns_spark and self.engine is not None:
+            self.engine.spark.stop()
+
+    async def _shutdown(self, server: grpc.aio.Server, grace_s: float) -> None:
+        if self._health is not None:
+            await self._health.enter_graceful_shutdown()
+        await server.stop(grace_s)
+
+    def _stop_loop(self) -> None:
+        if self._loop is None:
+            return
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        if self._loop_thread is not None:
+            self._loop_thread.join(timeout=10)
+        self._loop = None
 
     def wait(self) -> None:
         """Block until the server stops."""
-        if self._server is not None:
-            self._server.wait_for_termination()
+        self._stopped.wait()
 
     def __enter__(self) -> BrokerServer:
         return self.start()

@@ -1,11 +1,16 @@
-"""The gRPC servicers: authenticate, call the engine or the follower, convert, stream.
+"""The gRPC servicers: authenticate, hand the work to a thread, convert, stream.
 
-Thin on purpose: the query pipeline is :mod:`broker.engine`, conversions are
+They run on the server's asyncio loop and never block it: every call that may wait (a snapshot,
+the admission queue, Spark, Redis) runs on a thread of its own (:mod:`broker.offload`), so health
+checks and other callers are answered however many queries wait. A query's messages come back
+through a bounded pipe; a client that reads too slowly is cut off at the query's deadline and its
+admission slot freed. The query pipeline is :mod:`broker.engine`, conversions are
 :mod:`broker.messages`, the status mapping is :mod:`broker.errors`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 import uuid
@@ -18,14 +23,15 @@ import pyarrow as pa
 from broker import arrow_ipc, messages
 from broker._proto.horizon.v1 import horizon_pb2 as pb
 from broker._proto.horizon.v1 import horizon_pb2_grpc as rpc
-from broker.auth import Authenticator, Principal, check_inspect, check_read
+from broker.auth import Authenticator, Principal, check_inspect, check_read, resolve_readable
 from broker.engine import Execution, QueryEngine
 from broker.errors import stream_errors, unary_errors
-from broker.executor import CANCELLED, QueryScope
+from broker.executor import CANCELLED, DEADLINE, QueryScope
 from broker.explain import segment_reasons, view_notes
+from broker.offload import END, Offload, ResultPipe, loop_deadline
 from broker.reads.options import ReadOptions
 from broker.reads.pinning import DEFAULT_LEASE_S, find_pin, resolve_tables, take_pin
-from timeline.errors import InvalidArgument, NotFound, Unavailable
+from timeline.errors import DeadlineExceeded, InvalidArgument, Unavailable
 from timeline.interval import Interval
 from watermark import tokens
 
@@ -34,8 +40,8 @@ log = logging.getLogger("horizon.broker.service")
 _QUERY_ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
 
 
-def _principal(auth: Authenticator, context: grpc.ServicerContext) -> Principal:
-    return auth.authenticate(context.invocation_metadata())
+def _principal(auth: Authenticator, context: grpc.aio.ServicerContext) -> Principal:
+    return auth.authenticate(context.invocation_metadata(), context.auth_context())
 
 
 def _query_id(requested: str) -> str:
@@ -69,99 +75,156 @@ def _lease_s(requested: float, limit: float, default: float) -> float:
     return lease
 
 
-def _deadline(context: grpc.ServicerContext) -> float | None:
+def _monotonic_deadline(context: grpc.aio.ServicerContext) -> float | None:
+    """The call's deadline on ``time.monotonic()`` (what the engine's waits use)."""
     remaining = context.time_remaining()
     if remaining is None or remaining > 10 * 365 * 86400:
         return None
     return time.monotonic() + remaining
 
 
+def query_messages(
+    execution: Execution, batch_bytes: int, started: float
+) -> Iterator[pb.ExecuteQueryResponse]:
+    """Header, then each Spark batch re-cut to gRPC-sized messages as it arrives, then the
+    trailer; no more of the result is held than what Spark has delivered and not yet sent."""
+    serialize_s = 0.0
+    encode_started = time.perf_counter()
+    schema = execution.schema
+    header = pb.QueryHeader(
+        arrow_schema=arrow_ipc.encode_schema(schema),
+        columns=[pb.Column(name=f.name, type=str(f.type)) for f in schema],
+        metadata=messages.metadata_message(
+            execution.prepared,
+            unreadable=execution.unreadable_segments,
+            retried=execution.retried,
+            cache=execution.cache,
+            execution=execution.route,
+        ),
+    )
+    serialize_s += time.perf_counter() - encode_started
+    yield pb.ExecuteQueryResponse(header=header)
+    batches = row_count = byte_count = 0
+    for batch in execution.batches():
+        encode_started = time.perf_counter()
+        pieces = list(arrow_ipc.encode_batches(pa.Table.from_batches([batch]), batch_bytes))
+        serialize_s += time.perf_counter() - encode_started
+        for data, rows in pieces:
+            batches += 1
+            row_count += rows
+            byte_count += len(data)
+            yield pb.ExecuteQueryResponse(batch=pb.ArrowBatch(data=data, row_count=rows))
+    timings = pb.QueryTimings(
+        total_ms=(time.perf_counter() - started) * 1000,
+        queued_ms=execution.queued_s * 1000,
+        rewrite_ms=execution.rewrite_s * 1000,
+        views_ms=execution.views_s * 1000,
+        spark_ms=execution.spark_s * 1000,
+        serialize_ms=serialize_s * 1000,
+    )
+    yield pb.ExecuteQueryResponse(
+        trailer=pb.QueryTrailer(
+            row_count=row_count,
+            batch_count=batches,
+            byte_count=byte_count,
+            timings=timings,
+            cache=execution.cache,
+        )
+    )
+
+
 class QueryServicer(rpc.QueryServiceServicer):
-    def __init__(self, engine: QueryEngine, auth: Authenticator) -> None:
+    def __init__(self, engine: QueryEngine, auth: Authenticator, offload: Offload) -> None:
         self.engine = engine
         self.auth = auth
+        self.offload = offload
 
     @stream_errors
-    def ExecuteQuery(
-        self, request: pb.ExecuteQueryRequest, context: grpc.ServicerContext
-    ) -> Iterator[pb.ExecuteQueryResponse]:
+    async def ExecuteQuery(
+        self, request: pb.ExecuteQueryRequest, context: grpc.aio.ServicerContext
+    ) -> None:
         started = time.perf_counter()
         principal = _principal(self.auth, context)
         if request.max_rows < 0:
             raise InvalidArgument("max_rows must not be negative")
         options = _read_options(request.read)
-        scope = QueryScope(_query_id(request.query_id), deadline=_deadline(context))
-        context.add_callback(lambda: scope.cancel(CANCELLED))
-        execution = self.engine.execute(
-            request.sql,
-            principal,
-            scope,
-            max_rows=request.max_rows,
-            is_active=context.is_active,
-            options=options,
-        )
-        try:
-            yield from self._stream(execution, started)
-        finally:
-            execution.close()
+        limits = self.engine.config.limits
+        timeout = limits.query_timeout_s
+        remaining = context.time_remaining()
+        if remaining is not None and remaining < timeout:
+            timeout = remaining
+        scope = QueryScope(_query_id(request.query_id), deadline=time.monotonic() + timeout)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        pipe = ResultPipe(loop)
 
-    def _stream(self, execution: Execution, started: float) -> Iterator[pb.ExecuteQueryResponse]:
-        """Header, then each Spark batch re-cut to gRPC-sized messages as it arrives, then the
-        trailer; no more of the result is held than what Spark has delivered and not yet sent."""
-        serialize_s = 0.0
-        encode_started = time.perf_counter()
-        schema = execution.schema
-        header = pb.QueryHeader(
-            arrow_schema=arrow_ipc.encode_schema(schema),
-            columns=[pb.Column(name=f.name, type=str(f.type)) for f in schema],
-            metadata=messages.metadata_message(
-                execution.prepared,
-                unreadable=execution.unreadable_segments,
-                retried=execution.retried,
-                cache=execution.cache,
-                execution=execution.route,
-            ),
-        )
-        serialize_s += time.perf_counter() - encode_started
-        yield pb.ExecuteQueryResponse(header=header)
-        batches = row_count = byte_count = 0
-        target = self.engine.config.limits.batch_bytes
-        for batch in execution.batches():
-            encode_started = time.perf_counter()
-            pieces = list(arrow_ipc.encode_batches(pa.Table.from_batches([batch]), target))
-            serialize_s += time.perf_counter() - encode_started
-            for data, rows in pieces:
-                batches += 1
-                row_count += rows
-                byte_count += len(data)
-                yield pb.ExecuteQueryResponse(batch=pb.ArrowBatch(data=data, row_count=rows))
-        timings = pb.QueryTimings(
-            total_ms=(time.perf_counter() - started) * 1000,
-            queued_ms=execution.queued_s * 1000,
-            rewrite_ms=execution.rewrite_s * 1000,
-            views_ms=execution.views_s * 1000,
-            spark_ms=execution.spark_s * 1000,
-            serialize_ms=serialize_s * 1000,
-        )
-        yield pb.ExecuteQueryResponse(
-            trailer=pb.QueryTrailer(
-                row_count=row_count,
-                batch_count=batches,
-                byte_count=byte_count,
-                timings=timings,
-                cache=execution.cache,
-            )
-        )
+        def produce() -> None:
+            try:
+                execution = self.engine.execute(
+                    request.sql,
+                    principal,
+                    scope,
+                    max_rows=request.max_rows,
+                    is_active=lambda: not pipe.closed,
+                    options=options,
+                )
+                try:
+                    for message in query_messages(execution, limits.batch_bytes, started):
+                        pipe.put(message)
+                finally:
+                    execution.close()
+            except BaseException as error:  # handed to the loop, which answers with it
+                pipe.finish(error)
+            else:
+                pipe.finish(END)
+
+        self.offload.start(produce, f"horizon-query-{scope.query_id}")
+        try:
+            while True:
+                item = await pipe.get(deadline)
+                if item is END:
+                    return
+                if isinstance(item, BaseException):
+                    raise item
+                try:
+                    await asyncio.wait_for(context.write(item), max(0.0, deadline - loop.time()))
+                except TimeoutError:
+                    raise DeadlineExceeded(
+                        f"query {scope.query_id}: the client did not read the result before the "
+                        "query's deadline; the query was stopped"
+                    ) from None
+        except DeadlineExceeded:
+            scope.cancel(DEADLINE)
+            raise
+        except BaseException:
+            scope.cancel(CANCELLED)
+            raise
+        finally:
+            pipe.close()
 
     @unary_errors
-    def ExplainQuery(
-        self, request: pb.ExplainQueryRequest, context: grpc.ServicerContext
+    async def ExplainQuery(
+        self, request: pb.ExplainQueryRequest, context: grpc.aio.ServicerContext
     ) -> pb.ExplainQueryResponse:
         principal = _principal(self.auth, context)
         options = _read_options(request.read)
-        prepared = self.engine.prepare(
-            request.sql, principal, options=options, deadline=_deadline(context)
+        return await self.offload.call(
+            self._explain,
+            request,
+            principal,
+            options,
+            _monotonic_deadline(context),
+            deadline=loop_deadline(context.time_remaining()),
         )
+
+    def _explain(
+        self,
+        request: pb.ExplainQueryRequest,
+        principal: Principal,
+        options: ReadOptions,
+        deadline: float | None,
+    ) -> pb.ExplainQueryResponse:
+        prepared = self.engine.prepare(request.sql, principal, options=options, deadline=deadline)
         tables = []
         for read in prepared.tables:
             snapshot = self.engine.follower.timeline_snapshot(read.table)
@@ -189,21 +252,38 @@ class QueryServicer(rpc.QueryServiceServicer):
             tables=tables,
         )
         if request.include_spark_plan:
-            response.spark_plan = self.engine.spark_plan(prepared)
+            response.spark_plan = self.engine.spark_plan(prepared, deadline=deadline)
         return response
 
     @unary_errors
-    def RewriteQuery(
-        self, request: pb.RewriteQueryRequest, context: grpc.ServicerContext
+    async def RewriteQuery(
+        self, request: pb.RewriteQueryRequest, context: grpc.aio.ServicerContext
     ) -> pb.RewriteQueryResponse:
         principal = _principal(self.auth, context)
         reads = self.engine.config.reads
         lease = None
         if request.pin_lease_seconds:
             lease = _lease_s(request.pin_lease_seconds, reads.max_pin_lease_s, DEFAULT_LEASE_S)
-        prepared = self.engine.prepare(
-            request.sql, principal, options=_read_options(request.read), deadline=_deadline(context)
+        options = _read_options(request.read)
+        return await self.offload.call(
+            self._rewrite,
+            request,
+            principal,
+            options,
+            lease,
+            _monotonic_deadline(context),
+            deadline=loop_deadline(context.time_remaining()),
         )
+
+    def _rewrite(
+        self,
+        request: pb.RewriteQueryRequest,
+        principal: Principal,
+        options: ReadOptions,
+        lease: float | None,
+        deadline: float | None,
+    ) -> pb.RewriteQueryResponse:
+        prepared = self.engine.prepare(request.sql, principal, options=options, deadline=deadline)
         response = pb.RewriteQueryResponse(
             sql=prepared.sql,
             metadata=messages.metadata_message(prepared),
@@ -220,20 +300,38 @@ class QueryServicer(rpc.QueryServiceServicer):
         return response
 
     @unary_errors
-    def PinSnapshot(
-        self, request: pb.PinSnapshotRequest, context: grpc.ServicerContext
+    async def PinSnapshot(
+        self, request: pb.PinSnapshotRequest, context: grpc.aio.ServicerContext
     ) -> pb.PinSnapshotResponse:
         principal = _principal(self.auth, context)
-        store = self.engine.pin_store()
         reads = self.engine.config.reads
         lease = _lease_s(request.lease_seconds, reads.max_pin_lease_s, DEFAULT_LEASE_S)
+        options = _read_options(request.read)
+        return await self.offload.call(
+            self._pin,
+            request,
+            principal,
+            lease,
+            options,
+            _monotonic_deadline(context),
+            deadline=loop_deadline(context.time_remaining()),
+        )
+
+    def _pin(
+        self,
+        request: pb.PinSnapshotRequest,
+        principal: Principal,
+        lease: float,
+        options: ReadOptions,
+        deadline: float | None,
+    ) -> pb.PinSnapshotResponse:
+        store = self.engine.pin_store()
         if request.renew_pin_id:
             check_read(principal, store.pin_tables(request.renew_pin_id))
-            store.renew(request.renew_pin_id, lease_s=lease)
+            store.renew(request.renew_pin_id, lease_s=lease, owner=principal.name)
             pin = find_pin(store, request.renew_pin_id)
         else:
-            tables = resolve_tables(self.engine.follower, request.tables)
-            check_read(principal, tables)
+            tables = resolve_tables(self.engine.follower, request.tables, principal)
             pin = take_pin(
                 store,
                 self.engine.follower,
@@ -241,8 +339,8 @@ class QueryServicer(rpc.QueryServiceServicer):
                 snapshot=request.snapshot if request.HasField("snapshot") else None,
                 lease_s=lease,
                 owner=principal.name,
-                min_snapshot=_read_options(request.read).min_snapshot,
-                deadline=self.engine.wait_deadline(_deadline(context)),
+                min_snapshot=options.min_snapshot,
+                deadline=self.engine.wait_deadline(deadline),
             )
         return pb.PinSnapshotResponse(
             pin=messages.pin_message(pin, _now_ms()),
@@ -250,15 +348,23 @@ class QueryServicer(rpc.QueryServiceServicer):
         )
 
     @unary_errors
-    def ReleaseSnapshot(
-        self, request: pb.ReleaseSnapshotRequest, context: grpc.ServicerContext
+    async def ReleaseSnapshot(
+        self, request: pb.ReleaseSnapshotRequest, context: grpc.aio.ServicerContext
     ) -> pb.ReleaseSnapshotResponse:
         principal = _principal(self.auth, context)
-        store = self.engine.pin_store()
         if not request.pin_id:
             raise InvalidArgument("pin_id is required")
-        check_read(principal, store.pin_tables(request.pin_id))
-        return pb.ReleaseSnapshotResponse(released=store.release(request.pin_id))
+        return await self.offload.call(
+            self._release,
+            request.pin_id,
+            principal,
+            deadline=loop_deadline(context.time_remaining()),
+        )
+
+    def _release(self, pin_id: str, principal: Principal) -> pb.ReleaseSnapshotResponse:
+        store = self.engine.pin_store()
+        check_read(principal, store.pin_tables(pin_id))
+        return pb.ReleaseSnapshotResponse(released=store.release(pin_id, owner=principal.name))
 
 
 class InspectionServicer(rpc.InspectionServiceServicer):
@@ -266,6 +372,7 @@ class InspectionServicer(rpc.InspectionServiceServicer):
         self,
         follower: Any,
         auth: Authenticator,
+        offload: Offload,
         *,
         regression_policy: str,
         locks: Any = None,
@@ -273,15 +380,24 @@ class InspectionServicer(rpc.InspectionServiceServicer):
     ) -> None:
         self.follower = follower
         self.auth = auth
+        self.offload = offload
         self.regression_policy = regression_policy
         self.locks = locks
         self.pins = pins
 
-    @unary_errors
-    def ListTables(
-        self, request: pb.ListTablesRequest, context: grpc.ServicerContext
-    ) -> pb.ListTablesResponse:
+    async def _answer(self, context: grpc.aio.ServicerContext, method: Any, *args: Any) -> Any:
         principal = _principal(self.auth, context)
+        return await self.offload.call(
+            method, principal, *args, deadline=loop_deadline(context.time_remaining())
+        )
+
+    @unary_errors
+    async def ListTables(
+        self, request: pb.ListTablesRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListTablesResponse:
+        return await self._answer(context, self._list_tables)
+
+    def _list_tables(self, principal: Principal) -> pb.ListTablesResponse:
         tables = [
             messages.table_info_message(self.follower.view(name))
             for name in self.follower.tables()
@@ -290,12 +406,16 @@ class InspectionServicer(rpc.InspectionServiceServicer):
         return pb.ListTablesResponse(tables=tables)
 
     @unary_errors
-    def GetTimeline(
-        self, request: pb.GetTimelineRequest, context: grpc.ServicerContext
+    async def GetTimeline(
+        self, request: pb.GetTimelineRequest, context: grpc.aio.ServicerContext
     ) -> pb.GetTimelineResponse:
-        principal = _principal(self.auth, context)
-        table = self._table(request.table)
-        check_inspect(principal, table)
+        return await self._answer(context, self._timeline, request)
+
+    def _timeline(
+        self, principal: Principal, request: pb.GetTimelineRequest
+    ) -> pb.GetTimelineResponse:
+        check_inspect(principal)
+        table = self._table(principal, request.table)
         interval = None
         if request.HasField("interval"):
             interval = Interval(request.interval.start_ms, request.interval.end_ms)
@@ -325,33 +445,43 @@ class InspectionServicer(rpc.InspectionServiceServicer):
         return response
 
     @unary_errors
-    def GetWatermarks(
-        self, request: pb.GetWatermarksRequest, context: grpc.ServicerContext
+    async def GetWatermarks(
+        self, request: pb.GetWatermarksRequest, context: grpc.aio.ServicerContext
     ) -> pb.GetWatermarksResponse:
-        principal = _principal(self.auth, context)
-        table = self._table(request.table)
-        check_inspect(principal, table)
+        return await self._answer(context, self._watermarks, request)
+
+    def _watermarks(
+        self, principal: Principal, request: pb.GetWatermarksRequest
+    ) -> pb.GetWatermarksResponse:
+        check_inspect(principal)
+        table = self._table(principal, request.table)
         report = self.follower.watermarks(table)
         blocked = self.regression_policy == "fail" and report.active_regression is not None
         response = messages.watermarks_message(report, queries_blocked=blocked)
         if self.pins is not None:
             try:
                 now_ms, pins = self.pins.listing([table])
-                response.pins.extend(messages.pin_message(pin, now_ms) for pin in pins)
+                response.pins.extend(
+                    messages.pin_message(pin, now_ms, show_id=pin.owner == principal.name)
+                    for pin in pins
+                )
             except Unavailable as error:
                 response.pins_error = str(error)
         return response
 
     @unary_errors
-    def ListLocks(
-        self, request: pb.ListLocksRequest, context: grpc.ServicerContext
+    async def ListLocks(
+        self, request: pb.ListLocksRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListLocksResponse:
-        principal = _principal(self.auth, context)
+        return await self._answer(context, self._list_locks, request)
+
+    def _list_locks(
+        self, principal: Principal, request: pb.ListLocksRequest
+    ) -> pb.ListLocksResponse:
+        check_inspect(principal)
         if request.table:
-            tables = [self._table(request.table)]
-            check_inspect(principal, tables[0])
+            tables = [self._table(principal, request.table)]
         else:
-            check_inspect(principal)
             tables = [name for name in self.follower.tables() if principal.may_read(name)]
         return self._locks(tables)
 
@@ -364,11 +494,7 @@ class InspectionServicer(rpc.InspectionServiceServicer):
             locks=[messages.lock_message(lock, listing.now_ms) for lock in listing.locks],
         )
 
-    def _table(self, name: str) -> str:
-        """The registered spelling of ``name`` (tables resolve case-insensitively, like SQL)."""
-        if not name:
-            raise InvalidArgument("a table name is required")
-        for table in self.follower.tables():
-            if table.lower() == name.lower():
-                return table
-        raise NotFound(f"table {name!r} is not registered")
+    def _table(self, principal: Principal, name: str) -> str:
+        """The registered spelling of ``name`` (tables resolve case-insensitively, like SQL),
+        if the caller may read it; unknown and ungranted answer alike to a restricted caller."""
+        return resolve_readable(principal, self.follower.tables(), name)

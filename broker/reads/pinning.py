@@ -12,6 +12,7 @@ import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from broker.auth import Principal, resolve_readable
 from broker.reads.freshness import required_snapshot, wait_for_snapshot
 from pins.rules import Pin
 from timeline.errors import FailedPrecondition, InvalidArgument, NotFound
@@ -54,16 +55,15 @@ def check_pinned_tables(reads: Any, pin: Pin) -> None:
 DEFAULT_LEASE_S = 300.0
 
 
-def resolve_tables(follower: Any, names: Iterable[str]) -> list[str]:
-    """The registered spelling of each name (tables resolve case-insensitively, like SQL)."""
-    registered = {table.lower(): table for table in follower.tables()}
+def resolve_tables(follower: Any, names: Iterable[str], principal: Principal) -> list[str]:
+    """The registered spelling of each name (tables resolve case-insensitively, like SQL), each
+    one the caller may read (unknown and ungranted answer alike, see :mod:`broker.auth`)."""
+    registered = follower.tables()
     resolved = []
     for name in names:
         if not name:
             raise InvalidArgument("a table name is empty")
-        if name.lower() not in registered:
-            raise NotFound(f"table {name!r} is not registered")
-        resolved.append(registered[name.lower()])
+        resolved.append(resolve_readable(principal, registered, name))
     if not resolved:
         raise InvalidArgument("name at least one table to pin")
     return list(dict.fromkeys(resolved))

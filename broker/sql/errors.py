@@ -30,7 +30,11 @@ class TableReferenceNotAllowed(InvalidArgument):
 
 
 class UnknownTable(NotFound):
-    """A table name that is neither registered nor a CTE in scope."""
+    """A table name that is neither registered nor a CTE in scope (``name``: as written)."""
+
+    def __init__(self, message: str, name: str = "") -> None:
+        super().__init__(message)
+        self.name = name
 
 
 class InvalidSnapshot(InvalidArgument):
@@ -51,3 +55,12 @@ class NoLowWatermark(FailedPrecondition):
 
 class QueryTooLarge(ResourceExhausted):
     """The query is past a configured limit (text length, nesting, tree depth)."""
+
+
+class OverBudget(ResourceExhausted):
+    """The query's work cannot be bounded within the configured budget (generated rows, arrays,
+    strings, partitions, tables, cross joins, estimated rows)."""
+
+
+class HintNotAllowed(InvalidArgument):
+    """A query hint outside the allow-list, or with arguments it must not have."""

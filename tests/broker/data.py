@@ -33,8 +33,17 @@ ACCOUNT_COLUMNS = (
 _ARROW_TYPES = {"bigint": pa.int64(), "string": pa.string(), "double": pa.float64()}
 
 
-def descriptor(name: str, columns: Sequence[ColumnSpec] = ACCOUNT_COLUMNS) -> TableDescriptor:
-    return TableDescriptor(name=name, columns=tuple(columns), primary_key=(columns[0].name,))
+def descriptor(
+    name: str, columns: Sequence[ColumnSpec] = ACCOUNT_COLUMNS, *, storage_root: str | Path = ""
+) -> TableDescriptor:
+    """A test table; its segment files must lie under ``storage_root`` (the broker refuses
+    any other announced file)."""
+    return TableDescriptor(
+        name=name,
+        columns=tuple(columns),
+        primary_key=(columns[0].name,),
+        storage_root=str(storage_root),
+    )
 
 
 def write_rows(path: Path, desc: TableDescriptor, rows: Iterable[Row]) -> str:
@@ -83,7 +92,7 @@ class UpsertTable:
 
     def __init__(self, name: str, root: Path) -> None:
         self.name = name
-        self.desc = descriptor(name)
+        self.desc = descriptor(name, storage_root=root)
         base = [version(i, f"owner{i}", i * 10, 500, None) for i in range(1, 51)]
         self.p0_rows = base
         self.o0_rows = [{**row, "validUntil": 1000 if row["id"] <= 10 else None} for row in base]
@@ -147,7 +156,7 @@ def big_table(
 ) -> tuple[TableDescriptor, list[Segment]]:
     """A wide-open table of ``rows`` keys (one version each, from 500) in ``files`` partitions:
     big enough that a cross join with it runs for minutes, in interruptible scan batches."""
-    desc = descriptor(name)
+    desc = descriptor(name, storage_root=root)
     per_file = rows // files
     segments = []
     for partition in range(files):

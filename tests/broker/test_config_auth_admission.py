@@ -141,13 +141,25 @@ def test_admission_gives_up_at_the_deadline_while_queued():
     assert gate.stats().queued == 0
 
 
-def test_plaintext_on_a_reachable_address_is_refused_unless_allowed():
+def test_plaintext_or_anonymous_on_a_reachable_address_is_refused_unless_allowed():
     assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
     assert not is_loopback("0.0.0.0")
     with pytest.raises(FailedPrecondition, match="tls"):
         check_listen_policy(config_from_mapping({"server": {"listen": "0.0.0.0:50051"}}))
+    with pytest.raises(FailedPrecondition, match="allow_anonymous"):
+        check_listen_policy(
+            config_from_mapping({"server": {"listen": "0.0.0.0:0", "allow_insecure_remote": True}})
+        )
     check_listen_policy(
-        config_from_mapping({"server": {"listen": "0.0.0.0:0", "allow_insecure_remote": True}})
+        config_from_mapping(
+            {
+                "server": {
+                    "listen": "0.0.0.0:0",
+                    "allow_insecure_remote": True,
+                    "allow_anonymous": True,
+                }
+            }
+        )
     )
 
 

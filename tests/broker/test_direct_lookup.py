@@ -259,7 +259,9 @@ def ingested(broker_env: BrokerEnv, spark, spark_only) -> list[dict]:  # type: i
         for (chunk, partition), segment in written.items()
     ]
     assert len(segments) == 6 and all(s.location[0].startswith("file:") for s in segments)
-    publish_table(broker_env, descriptor("ingested"), segments, spark_only[1])
+    publish_table(
+        broker_env, descriptor("ingested", storage_root=broker_env.root), segments, spark_only[1]
+    )
     return rows
 
 
@@ -355,7 +357,7 @@ def test_a_missing_file_found_by_a_lookup_makes_the_timeline_fall_back_where_tha
 def test_a_file_missing_before_its_footer_was_read_fails_the_query_instead_of_losing_its_rows(
     broker_env, client
 ):
-    desc = descriptor("direct_gone")
+    desc = descriptor("direct_gone", storage_root=broker_env.root)
     rows = [
         {"id": i, "owner": f"x{i}", "balance": i, "validFrom": 500, "validUntil": None}
         for i in range(5)

@@ -171,10 +171,16 @@ def test_a_passthrough_plan_can_pin_what_it_lists(broker_env, client, table):
 
 def test_pins_are_refused_for_tables_the_caller_may_not_read(broker_env, table):
     with connect(broker_env.target, token=READER) as reader:
-        with pytest.raises(PermissionDenied):
+        with pytest.raises(PermissionDenied) as ungranted:
             reader.pin(table.name, lease=10)
-        with pytest.raises(NotFound, match="not registered"):
+        with pytest.raises(PermissionDenied) as unknown:
             reader.pin("no_such_table", lease=10)
+    # A caller without the grant cannot tell an ungranted table from an unknown one.
+    assert str(ungranted.value).replace(table.name, "?") == str(unknown.value).replace(
+        "no_such_table", "?"
+    )
+    with broker_env.client() as admin, pytest.raises(NotFound, match="not registered"):
+        admin.pin("no_such_table", lease=10)
 
 
 def test_a_cache_hit_returns_exactly_the_miss_rows_without_spark(broker_env, client, table):

@@ -89,7 +89,7 @@ class SplitTables:
 
     def __init__(self, root: Path) -> None:
         self.a_rows, self.b_rows, self.c_rows = _rows()
-        desc = descriptor("settle_files")
+        desc = descriptor("settle_files", storage_root=root)
         directory = root / "settle"
         parts = (("a", self.a_rows), ("b", self.b_rows), ("c", self.c_rows))
         self.paths = [write_rows(directory / f"{name}.parquet", desc, rows) for name, rows in parts]
@@ -145,7 +145,7 @@ def _publish(
     lwm = LWM
     expected = len(segments) if visible_count is None else visible_count
     server = env.server_client
-    server.register_table(descriptor(name))
+    server.register_table(descriptor(name, storage_root=env.root))
     server.announce(segments)
     server.report(name, {0: (lwm, lwm), 1: (1500, 1500)})
 

@@ -21,11 +21,9 @@ from watermark.server import ServerClient
 
 LWM = 1200
 
-# Minutes of work even on two cores (2 * 10^11 combinations), interruptible (a cancel frees them).
-SLOW_SQL = (
-    "SELECT count(*) AS n FROM big a CROSS JOIN accounts b CROSS JOIN accounts c "
-    "CROSS JOIN accounts d WHERE a.balance + b.balance + c.balance + d.balance > 0"
-)
+SLOW_SQL = "SELECT count(DISTINCT sha2(repeat(owner, 1000000), 256)) AS n FROM big"
+"""Within every work budget, yet minutes of hashing (1 MB per row), in row-by-row tasks that a
+cancel interrupts."""
 
 
 @dataclass

@@ -91,17 +91,20 @@ def _registered(table: exp.Table, catalog: Catalog) -> CatalogTable:
         )
     if table.catalog and table.catalog.lower() not in REGISTERED_CATALOGS:
         raise UnknownTable(
-            f"catalog {table.catalog!r} is not available: {written} is not a registered table"
+            f"catalog {table.catalog!r} is not available: {written} is not a registered table",
+            written,
         )
     if table.db and table.db.lower() not in REGISTERED_NAMESPACES:
         raise UnknownTable(
             f"table {written} is not registered (namespace {table.db!r} is not "
-            f"{' or '.join(sorted(REGISTERED_NAMESPACES))})"
+            f"{' or '.join(sorted(REGISTERED_NAMESPACES))})",
+            written,
         )
     found = catalog.get(table.name)
     if found is None:
         raise UnknownTable(
-            f"table or view {written} is not registered and no CTE of that name is in scope"
+            f"table or view {written} is not registered and no CTE of that name is in scope",
+            written,
         )
     return found
 
@@ -120,10 +123,10 @@ def _change_feed_table(function: exp.Func, catalog: Catalog) -> CatalogTable:
         )
     parts = [part.strip("`") for part in name.name.split(".")]
     if len(parts) > 2 or (len(parts) == 2 and parts[0].lower() not in REGISTERED_NAMESPACES):
-        raise UnknownTable(f"table_changes: table {name.name!r} is not registered")
+        raise UnknownTable(f"table_changes: table {name.name!r} is not registered", name.name)
     found = catalog.get(parts[-1])
     if found is None:
-        raise UnknownTable(f"table_changes: table {name.name!r} is not registered")
+        raise UnknownTable(f"table_changes: table {name.name!r} is not registered", name.name)
     if not found.upsert:
         raise InvalidChangeWindow(
             f"table_changes: table {found.name} is append-only and has no change history"

@@ -1,0 +1,153 @@
+"""Blocking work off the gRPC event loop, each call on a thread of its own, in bounded number.
+
+The gRPC server runs on one asyncio loop, so health checks and cheap calls are answered however
+many queries wait. Everything that may block (a wait for a snapshot, the admission queue, Spark,
+Redis) runs on a thread started for that call, never on a shared pool that waiting calls could
+fill. The number of calls in flight is bounded (``[limits]`` ``max_concurrent + queue_size +
+max_waiting``): one more is refused at once with RESOURCE_EXHAUSTED.
+
+:class:`ResultPipe` carries one query's messages from its thread to the loop with back pressure:
+the thread waits while the client is slow to read (holding nothing but its own slot), and stops
+when the caller went away.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import threading
+from collections import deque
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from timeline.errors import Cancelled, DeadlineExceeded, ResourceExhausted
+
+_T = TypeVar("_T")
+END = object()
+"""The last item of a :class:`ResultPipe`: the query ended whole."""
+
+
+class Offload:
+    """Starts blocking calls on their own threads, at most ``limit`` at once."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._running = 0
+        self._lock = threading.Lock()
+
+    @property
+    def running(self) -> int:
+        with self._lock:
+            return self._running
+
+    def start(self, target: Callable[[], None], name: str) -> None:
+        """Run ``target`` on a new thread (RESOURCE_EXHAUSTED when ``limit`` calls run)."""
+        with self._lock:
+            if self._running >= self.limit:
+                raise ResourceExhausted(
+                    f"the broker is busy: {self._running} calls are in flight (running, queued "
+                    f"or waiting for a snapshot; limit {self.limit}); retry later"
+                )
+            self._running += 1
+
+        def run() -> None:
+            try:
+                target()
+            finally:
+                with self._lock:
+                    self._running -= 1
+
+        threading.Thread(target=run, name=name, daemon=True).start()
+
+    async def call(
+        self, function: Callable[..., _T], *args: Any, deadline: float | None = None
+    ) -> _T:
+        """``function(*args)`` on its own thread; DEADLINE_EXCEEDED when ``deadline`` (loop
+        time, see :func:`loop_deadline`) passes first (the thread finishes on its own)."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[_T] = loop.create_future()
+
+        def settle(outcome: Callable[[], None]) -> None:
+            if not future.done():
+                outcome()
+
+        def target() -> None:
+            try:
+                result = function(*args)
+            except BaseException as error:  # handed to the awaiting coroutine
+                loop.call_soon_threadsafe(settle, functools.partial(future.set_exception, error))
+            else:
+                loop.call_soon_threadsafe(settle, functools.partial(future.set_result, result))
+
+        self.start(target, f"horizon-call-{getattr(function, '__name__', 'call')}")
+        if deadline is None:
+            return await future
+        try:
+            return await asyncio.wait_for(asyncio.shield(future), max(0.0, deadline - loop.time()))
+        except TimeoutError:
+            raise DeadlineExceeded(
+                "the call's deadline passed before the broker answered"
+            ) from None
+
+
+def loop_deadline(time_remaining: float | None) -> float | None:
+    """A deadline on the running loop's clock from gRPC's ``time_remaining()``."""
+    if time_remaining is None or time_remaining > 10 * 365 * 86400:
+        return None
+    return asyncio.get_running_loop().time() + time_remaining
+
+
+class ResultPipe:
+    """A bounded hand-over of messages from a query's thread to the gRPC loop."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, capacity: int = 4) -> None:
+        self._loop = loop
+        self._capacity = capacity
+        self._items: deque[Any] = deque()
+        self._lock = threading.Condition()
+        self._ready = asyncio.Event()
+        self.closed = False
+
+    # -- the query's thread ------------------------------------------------------------------
+
+    def put(self, item: Any) -> None:
+        """Hand over one message, waiting while the loop holds ``capacity`` unsent ones;
+        CANCELLED once the loop side closed (the caller went away or was cut off)."""
+        with self._lock:
+            while len(self._items) >= self._capacity and not self.closed:
+                self._lock.wait(0.25)
+            if self.closed:
+                raise Cancelled("the caller stopped reading the result")
+            self._items.append(item)
+        self._loop.call_soon_threadsafe(self._ready.set)
+
+    def finish(self, outcome: Any) -> None:
+        """The last item: :data:`END`, or the error that ended the query (never blocks)."""
+        with self._lock:
+            if self.closed:
+                return
+            self._items.append(outcome)
+        self._loop.call_soon_threadsafe(self._ready.set)
+
+    # -- the loop ----------------------------------------------------------------------------
+
+    async def get(self, deadline: float | None) -> Any:
+        """The next item; DEADLINE_EXCEEDED when ``deadline`` (loop time) passes first."""
+        while True:
+            with self._lock:
+                if self._items:
+                    item = self._items.popleft()
+                    self._lock.notify_all()
+                    return item
+                self._ready.clear()
+            timeout = None if deadline is None else max(0.0, deadline - self._loop.time())
+            try:
+                await asyncio.wait_for(self._ready.wait(), timeout)
+            except TimeoutError:
+                raise DeadlineExceeded("the query ran past its deadline and was stopped") from None
+
+    def close(self) -> None:
+        with self._lock:
+            self.closed = True
+            self._items.clear()
+            self._lock.notify_all()
