@@ -38,6 +38,7 @@ from compaction.plan import (
     tiling,
     visible_by_chunk,
 )
+from ingest.compaction_records import compaction_record_dir
 from ingest.local_frames import local_frame
 from ingest.resolve import segment_schema, stored_columns
 from ingest.retention import kept_rows
@@ -85,10 +86,6 @@ class CompactionReport:
     @property
     def rows_dropped(self) -> int:
         return self.rows_in - self.rows_out
-
-
-def compaction_record_dir(table_root: str) -> str:
-    return f"{table_root}/_compaction"
 
 
 class Compactor:

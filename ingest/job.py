@@ -24,6 +24,7 @@ from typing import Any
 
 from ingest import garbage, update_run
 from ingest.bucketing import BUCKET_COLUMN, BucketLayout, bucket_column, bucket_layout
+from ingest.compaction_records import compacted_inputs
 from ingest.granularity import Granularity, chunk_interval, chunks_between, spark_chunk_start
 from ingest.local_frames import local_frame
 from ingest.locking import TransactionLocks, UpdateSuperseded, check_still_current
@@ -671,8 +672,6 @@ class IngestJob:
         crash, nor those a compaction took in while this server was down (its record names them,
         or, once collected, their files are gone): announcing those again would bring back what
         the compaction replaced, or be refused below a major compaction's version."""
-        from compaction.collect import compacted_inputs
-
         announced = {segment.id for segment in self.client.announced_segments(self.table.name)}
         compacted = compacted_inputs(self.storage, self.root)
         return [
