@@ -61,6 +61,7 @@ from ingest.resolve import (
 from ingest.segments import (
     FooterSummary,
     WrittenSegment,
+    describe_segment,
     footer_summaries,
     keep_row_order_in_partitioned_writes,
     plain_encoded,
@@ -960,18 +961,13 @@ class IngestJob:
     def _first_generation(
         self, written: WrittenSegment, summary: FooterSummary, version: str
     ) -> Segment:
-        return Segment(
+        return describe_segment(
+            written,
+            summary,
             table=self.table.name,
             interval=chunk_interval(self.table.granularity, written.chunk_start),
             version=version,
-            partition=written.partition,
-            location=written.locations,
-            row_count=summary.rows,
-            size_bytes=written.size_bytes,
             server=self.server_id,
-            max_valid_from=summary.max_valid_from,
-            open_files=written.open_locations,
-            max_valid_until=summary.max_valid_until,
         )
 
 
