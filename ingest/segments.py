@@ -1,4 +1,5 @@
-"""Writing segment files: open and closed versions apart, laid out for snapshot pruning.
+"""Writing segment files (open and closed versions apart, laid out for snapshot pruning) and
+describing them.
 
 Every segment's files live in their own directory ``<attempt>/_chunk=<chunk>/_seg=<partition>/``,
 so the directory names identify the segment a file belongs to (the updater relies on it). Below
@@ -10,7 +11,9 @@ ingestion reserves (so no user column can collide with them). The segment's desc
 its open files and the greatest ``validUntil`` of its closed ones, so a reader at a recent
 snapshot reads the open files without any validity test and skips the closed ones whole
 (``broker.view_layout``); inside a file, Parquet's min/max statistics let a key lookup skip all
-but a page or two, and time travel what was not yet written.
+but a page or two, and time travel what was not yet written. Every writer (a batch, the updater,
+a compaction) turns what it wrote into the :class:`Segment` it announces with
+:func:`describe_segment`.
 """
 
 from __future__ import annotations
