@@ -78,7 +78,7 @@ def _run(args: argparse.Namespace) -> int:
     from compaction.plan import CompactionSettings
     from compaction.reclaim import ReclaimSettings, reclaim
     from compaction.run import Compactor
-    from ingest.cli import _pairs
+    from ingest.cli import key_value_pairs
     from ingest.table import TableDefinition
     from watermark.server import ServerClient
 
@@ -96,7 +96,7 @@ def _run(args: argparse.Namespace) -> int:
     )
     spark = create_spark_session(
         master=args.spark_master, app_name=f"horizon-compact-{table.name}",
-        conf=_pairs(args.spark_conf, "--spark-conf"),
+        conf=key_value_pairs(args.spark_conf, "--spark-conf"),
     )  # fmt: skip
     client = ServerClient(args.redis, f"compactor-{uuid.uuid4().hex[:8]}", prefix=args.prefix)
     try:

@@ -14,11 +14,11 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from compaction.run import compaction_record_dir
 from ingest import garbage
+from ingest.compaction_records import compaction_record_dir
 from ingest.storage import Storage
 from pins.store import pinned_releases
-from timeline.segment import Segment, SegmentId
+from timeline.segment import Segment
 from timeline.timeline import Timeline
 from watermark.server import ServerClient
 
@@ -82,12 +82,3 @@ def collect_replaced(
             storage.delete(info.path)
             runs += 1
     return Collected(runs, withdrawn, deleted, freed)
-
-
-def compacted_inputs(storage: Storage, table_root: str) -> set[SegmentId]:
-    """Every segment a compaction record names as an input (not collected yet)."""
-    found: set[SegmentId] = set()
-    for info in storage.list_files(compaction_record_dir(table_root), suffix=".json"):
-        body = json.loads(storage.read_text(info.path))
-        found.update(Segment.from_dict(item).id for item in body["inputs"])
-    return found

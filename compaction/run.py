@@ -38,10 +38,11 @@ from compaction.plan import (
     tiling,
     visible_by_chunk,
 )
+from ingest.compaction_records import compaction_record_dir
 from ingest.local_frames import local_frame
 from ingest.resolve import segment_schema, stored_columns
 from ingest.retention import kept_rows
-from ingest.segments import footer_summaries, write_segments
+from ingest.segments import describe_segment, footer_summaries, write_segments
 from ingest.storage import Storage
 from ingest.table import TableDefinition
 from locks.client import DEFAULT_LEASE_S, JobLocks, LockClient
@@ -85,10 +86,6 @@ class CompactionReport:
     @property
     def rows_dropped(self) -> int:
         return self.rows_in - self.rows_out
-
-
-def compaction_record_dir(table_root: str) -> str:
-    return f"{table_root}/_compaction"
 
 
 class Compactor:
@@ -181,7 +178,7 @@ class Compactor:
         """Rewrite whole time chunks into a new major version, each under an exclusive
         time-chunk lock (:class:`compaction.plan.MajorTarget`). Ingestion into a chunk preempts
         the lock; batches allocated in the old version are refused at publish and allocated again
-        (see ``IngestJob._allocate``)."""
+        (see :func:`ingest.allocation.allocate_partitions`)."""
         started = time.perf_counter()
         run_id = f"{self.client.server_id}-{uuid.uuid4().hex[:10]}"
         suffix = f"major-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{run_id[-10:]}"
@@ -304,55 +301,21 @@ class Compactor:
         ranges = tiling([int(group.root_range[0]) for group, _, _ in kept], target.core)
         summaries = footer_summaries(self.storage, [item for _, _, item in kept])
         return [
-            self._output(
-                target.interval,
-                target.version,
-                number,
-                target.core,
-                roots,
-                1,
+            describe_segment(
                 item,
                 summary,
-                run_id,
-                merged_bound(group.inputs),
+                table=self.table.name,
+                interval=target.interval,
+                version=target.version,
+                server=run_id,
+                core_partitions=target.core,
+                root_range=roots,
+                minor_version=1,
+                # It holds the updates its inputs held: its fallback bound is theirs.
+                applied_through=merged_bound(group.inputs),
             )
             for (group, number, item), summary, roots in zip(kept, summaries, ranges, strict=True)
         ]
-
-    def _output(
-        self,
-        interval: Interval,
-        version: str,
-        partition: int,
-        core: int,
-        roots: tuple[int, int],
-        minor: int,
-        item: Any,
-        summary: Any,
-        run_id: str,
-        applied_through: int | None,
-    ) -> Segment:
-        """The description of one written output segment (an overwrite segment); it holds the
-        updates its inputs held, so its fallback bound is theirs (:func:`merged_bound`)."""
-        return Segment(
-            table=self.table.name,
-            interval=interval,
-            version=version,
-            partition=partition,
-            core_partitions=core,
-            root_start=roots[0],
-            root_end=roots[1],
-            minor_version=minor,
-            atomic_update_group_size=1,
-            location=item.locations,
-            row_count=summary.rows,
-            size_bytes=item.size_bytes,
-            server=run_id,
-            max_valid_from=summary.max_valid_from,
-            open_files=item.open_locations,
-            max_valid_until=summary.max_valid_until,
-            applied_through=applied_through,
-        )
 
     def _lock_inputs(
         self, locks: JobLocks, targets: Sequence[CompactionTarget]
@@ -440,17 +403,18 @@ class Compactor:
         items = [item for _, _, item in kept]
         summaries = footer_summaries(self.storage, items)
         return [
-            self._output(
-                target.interval,
-                target.version,
-                number,
-                max(s.core_partitions for s in target.inputs),
-                target.root_range,
-                target.minor_version,
+            describe_segment(
                 item,
                 summary,
-                run_id,
-                merged_bound(target.inputs),
+                table=self.table.name,
+                interval=target.interval,
+                version=target.version,
+                server=run_id,
+                core_partitions=max(s.core_partitions for s in target.inputs),
+                root_range=target.root_range,
+                minor_version=target.minor_version,
+                # It holds the updates its inputs held: its fallback bound is theirs.
+                applied_through=merged_bound(target.inputs),
             )
             for (target, number, item), summary in zip(kept, summaries, strict=True)
         ]

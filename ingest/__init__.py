@@ -1,11 +1,24 @@
 """Upsert ingestion on PySpark: changelog in, versioned segments and watermarks out.
 
-Modules (one idea each): ``table`` (TOML definition -> TableDefinition -> TableDescriptor),
-``granularity`` (time chunks), ``partitioning`` (key partition = pmod(xxhash64(pk), n)),
-``resolve`` (key resolution as Spark transformations), ``segments`` (segment files), ``updater``
-(validUntil rewrites as overwrite segments), ``manifest`` (exactly-once commit log), ``storage``
-(Hadoop FileSystem), ``local_frames`` (small driver tables), ``job`` (IngestJob), ``cli``
-(``main_ingest``).
+Modules, one idea each, in the order a batch meets them (``job`` ties them together):
+
+- the job: ``job`` (IngestJob: start, batches, streams, handovers; BatchResult), ``steps`` (kill
+  points and timings), ``server_table`` (what every stage shares), ``cli`` (``main_ingest``);
+- reading: ``changelog`` (reading the source, naming what a batch consumed), ``commit_times``
+  (each change's commit timestamp and time chunk);
+- the Spark batch: ``batch`` (the stages up to the commit), ``resolve`` (key resolution as Spark
+  transformations), ``key_index`` (key index levels: batches' resolutions), ``segments`` (writing
+  and describing segment files), ``bucketing`` (one key partition per Spark task);
+- allocation and locks: ``allocation`` (a batch's partition numbers), ``locking`` (its locks and the
+  updater's);
+- the commit protocol: ``manifest`` (the commit log and its state), ``commit`` (prepare, commit,
+  publish, report, done), ``recovery`` (a restart), ``update_run`` and ``updater`` (validUntil
+  rewrites as overwrite segments, a transaction like a batch);
+- upkeep: ``upkeep`` (between transactions), ``garbage`` (what may be deleted), ``retention``
+  (the history horizon), ``compaction_records`` (what compactions replaced, read by both floors);
+- foundations: ``table`` (TOML definition -> TableDefinition -> TableDescriptor), ``granularity``
+  (time chunks), ``partitioning`` (key partition = pmod(xxhash64(pk), n)), ``storage`` (Hadoop
+  FileSystem), ``local_frames`` (small driver tables).
 
 Storage layout under ``<storage_root>/<table>/``::
 
@@ -17,4 +30,5 @@ Storage layout under ``<storage_root>/<table>/``::
                                                                               key index level and
                                                                               pending validUntil
     _manifest/<server>/<seq>-{prepare,commit,done}.json                       commit log
+    _compaction/<run>.json                                                    compaction records
 """

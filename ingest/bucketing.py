@@ -92,3 +92,14 @@ def bucket_column(layout: BucketLayout, key_partition: str = "_kp") -> Any:
         return F.lit(None).cast("int")
     kp = f"`{key_partition}`"
     return F.expr(f"IF({kp} >= 0, try_element_at(array({', '.join(slots)}), {kp} + 1), NULL)")
+
+
+def allow_partial_cluster_keys(*sessions: Any) -> None:
+    """Let a join reuse a split by a bucket column that is a function of its other keys.
+
+    Both sides of the key index join (and of the updater's join) are split by a bucket of the key
+    partition; by default Spark shuffles them again by every join key. Other plans are unaffected
+    by the setting.
+    """
+    for session in sessions:
+        session.conf.set("spark.sql.requireAllClusterKeysForCoPartition", "false")

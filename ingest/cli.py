@@ -52,7 +52,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _pairs(items: Sequence[str], what: str) -> dict[str, str]:
+def key_value_pairs(items: Sequence[str], what: str) -> dict[str, str]:
+    """``KEY=VALUE`` options (``--spark-conf``, ``--source-option``) as a dict; ``what`` names the
+    option in the error a malformed one gets. Shared by every ``horizon`` command that takes them."""
     result = {}
     for item in items:
         key, sep, value = item.partition("=")
@@ -95,7 +97,7 @@ def _run(args: argparse.Namespace) -> int:
         raise InvalidArgument("give --source (a changelog directory) or --source-format")
     spark = create_spark_session(
         master=args.spark_master, app_name=f"horizon-ingest-{args.server_id}",
-        conf=_pairs(args.spark_conf, "--spark-conf"),
+        conf=key_value_pairs(args.spark_conf, "--spark-conf"),
     )  # fmt: skip
     client = ServerClient(args.redis, args.server_id, prefix=args.prefix)
     try:
@@ -131,7 +133,7 @@ def _print_batch(result: Any) -> None:
 
 
 def _stream_source(spark: Any, job: Any, args: argparse.Namespace) -> Any:
-    options = _pairs(args.source_option, "--source-option")
+    options = key_value_pairs(args.source_option, "--source-option")
     if not args.source_format:
         return job.stream_directory(args.source, args.format, options=options)
     from pyspark.sql import functions as F

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -64,6 +65,12 @@ class Record:
         return str(self.body["kind"])
 
 
+def wall_ms() -> int:
+    """Wall-clock milliseconds: when a transaction finished, from which grace periods of replaced
+    files run (never a commit timestamp)."""
+    return time.time_ns() // 1_000_000
+
+
 def manifest_dir(table_root: str, server_id: str) -> str:
     return f"{table_root}/_manifest/{server_id}"
 
@@ -87,6 +94,17 @@ class Manifest:
         text = json.dumps(body, sort_keys=True, separators=(",", ":"))
         self._storage.write_atomically(self._path(seq, phase), text)
         return Record(seq, phase, body)
+
+    def write_transaction(
+        self, state: ManifestState, body: dict[str, Any], *, at_ms: int
+    ) -> Record:
+        """A transaction that writes no data file (a ``collect`` or an ``abandon``): its commit
+        and its ``done`` at once, applied to ``state``; returns the commit."""
+        seq = state.next_seq
+        commit = self.write(seq, COMMIT, body)
+        state.apply_commit(commit)
+        state.apply_done(self.write(seq, DONE, {"kind": body["kind"], "at_ms": at_ms}))
+        return commit
 
     def delete(self, record: Record) -> None:
         self._storage.delete(self._path(record.seq, record.phase))

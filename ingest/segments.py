@@ -1,4 +1,5 @@
-"""Writing segment files: open and closed versions apart, laid out for snapshot pruning.
+"""Writing segment files (open and closed versions apart, laid out for snapshot pruning) and
+describing them.
 
 Every segment's files live in their own directory ``<attempt>/_chunk=<chunk>/_seg=<partition>/``,
 so the directory names identify the segment a file belongs to (the updater relies on it). Below
@@ -10,7 +11,9 @@ ingestion reserves (so no user column can collide with them). The segment's desc
 its open files and the greatest ``validUntil`` of its closed ones, so a reader at a recent
 snapshot reads the open files without any validity test and skips the closed ones whole
 (``broker.view_layout``); inside a file, Parquet's min/max statistics let a key lookup skip all
-but a page or two, and time travel what was not yet written.
+but a page or two, and time travel what was not yet written. Every writer (a batch, the updater,
+a compaction) turns what it wrote into the :class:`Segment` it announces with
+:func:`describe_segment`.
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ from typing import Any
 
 from ingest.resolve import SOURCE_POSITION
 from ingest.storage import FileInfo, Storage
+from timeline.interval import Interval
+from timeline.segment import Segment
 from watermark.catalog import VALID_FROM, VALID_UNTIL
 
 CHUNK_DIR_COLUMN = "_chunk"
@@ -201,6 +206,45 @@ def footer_summaries(storage: Storage, written: Sequence[WrittenSegment]) -> lis
             )
         )
     return summaries
+
+
+def describe_segment(
+    written: WrittenSegment,
+    summary: FooterSummary,
+    *,
+    table: str,
+    interval: Interval,
+    version: str,
+    server: str,
+    core_partitions: int = 0,
+    root_range: tuple[int, int] | None = None,
+    minor_version: int = 0,
+    applied_through: int | None = None,
+) -> Segment:
+    """The description of a segment :func:`write_segments` wrote, as it is announced: its files
+    and what their footers say. Every writer describes its segments here: a batch (a
+    first-generation segment: the defaults), the updater and compactions (overwrite segments:
+    the root range they cover, their minor version, up to which commit they hold every update).
+    """
+    return Segment(
+        table=table,
+        interval=interval,
+        version=version,
+        partition=written.partition,
+        core_partitions=core_partitions,
+        root_start=None if root_range is None else root_range[0],
+        root_end=None if root_range is None else root_range[1],
+        minor_version=minor_version,
+        atomic_update_group_size=1,
+        location=written.locations,
+        row_count=summary.rows,
+        size_bytes=written.size_bytes,
+        server=server,
+        max_valid_from=summary.max_valid_from,
+        open_files=written.open_locations,
+        max_valid_until=summary.max_valid_until,
+        applied_through=applied_through,
+    )
 
 
 def _greatest(footers: Sequence[tuple[int, tuple[Any, ...]]], column: int) -> int | None:

@@ -4,66 +4,65 @@ The updater applies every pending ``validUntil`` update by rewriting the segment
 for (see :mod:`ingest.updater` for the rewrite itself). Before it writes anything it locks those
 segments and the overwrite partitions it writes (:func:`ingest.locking.locked_update_plan`), so no
 compaction can publish another minor version over them meanwhile; its publish is guarded by the
-same locks.
+same locks. It goes through the job's commit protocol (:class:`ingest.commit.CommitProtocol`)
+like a batch: prepare, write, commit, publish, report, done.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ingest import retention, updater
+from ingest.bucketing import allow_partial_cluster_keys
+from ingest.commit import CommitProtocol
+from ingest.key_index import read_resolutions
 from ingest.locking import locked_update_plan
-from ingest.manifest import COMMIT, PREPARE, UPDATE
+from ingest.manifest import UPDATE
 from ingest.resolve import pending_updates
 from ingest.segments import footer_summaries
 from timeline.errors import Internal
 
-if TYPE_CHECKING:
-    from ingest.job import IngestJob
 
-
-def run_updater(job: IngestJob) -> int:
-    """Apply every pending update of ``job`` now; returns how many segments were rewritten."""
-    state = job.state
+def run_updater(protocol: CommitProtocol) -> int:
+    """Apply every pending update now; returns how many segments were rewritten."""
+    server, state = protocol.server, protocol.state
     if not state.pending:
         return 0
+    table, steps = server.table, server.steps
     seq = state.next_seq
     applied = sorted(state.pending)
     paths = [state.pending[s]["updates"] for s in applied]
-    updates = pending_updates(job._read_resolutions(paths), job.table)
-    per_target = pending_targets(job, applied, updates)
-    table = job.table
-    locks = job.transaction_locks()
+    updates = pending_updates(read_resolutions(server.spark, table, paths), table)
+    per_target = pending_targets(protocol, applied, updates)
+    locks = protocol.transaction_locks()
     try:
         plan = locked_update_plan(
             locks,
             sorted(per_target),
             table,
-            lambda: job.client.announced_segments(table.name),
-            lambda interval, version, count: job.client.allocate_overwrite_partitions(
+            lambda: server.client.announced_segments(table.name),
+            lambda interval, version, count: server.client.allocate_overwrite_partitions(
                 table.name, interval, version, count
             ),
         )
-        from ingest.job import allow_partial_cluster_keys
-
-        allow_partial_cluster_keys(job.spark)
-        horizon = retention_horizon(job)
-        directory = f"{job.root}/segments/{job.server_id}/u{seq:010d}"
-        job.manifest.write(seq, PREPARE, {"kind": UPDATE, "directories": [directory]})
-        job._step("update_after_prepare")
-        with job._action("updater rewrite"):
+        allow_partial_cluster_keys(server.spark)
+        horizon = retention_horizon(protocol)
+        directory = server.update_directory(seq)
+        protocol.prepare(seq, UPDATE, [directory])
+        steps.step("update_after_prepare")
+        with steps.action("updater rewrite"):
             written = updater.rewrite_segments(
-                job.spark,
+                server.spark,
                 updates,
                 plan,
                 table,
                 directory,
-                job.storage,
+                server.storage,
                 keep=retention.kept_rows(horizon) if horizon else None,
                 rows=sum(per_target.values()),
             )
-        job._step("update_after_files")
+        steps.step("update_after_files")
         # Overwrite partition numbers are allocated per time chunk: two chunks' rewrites can
         # share one, so a rewrite is found by its chunk and number.
         rewrites = []
@@ -72,11 +71,11 @@ def run_updater(job: IngestJob) -> int:
             if item is None:
                 raise Internal(f"the rewrite of segment {old} wrote no file")
             rewrites.append((old, item))
-        summaries = footer_summaries(job.storage, [item for _, item in rewrites])
+        summaries = footer_summaries(server.storage, [item for _, item in rewrites])
         # Every committed batch's updates are pending or applied, and all pending ones are
         # applied now: the rewrites hold every update up to the last commit.
         add = [
-            updater.overwrite_segment(old, item, summary, job.server_id, table, state.high)
+            updater.overwrite_segment(old, item, summary, server.server_id, table, state.high)
             for (old, item), summary in zip(rewrites, summaries, strict=True)
         ]
         remove = [old for old, _ in rewrites]
@@ -89,25 +88,24 @@ def run_updater(job: IngestJob) -> int:
             # What the updates were, so that an abandon can make them pending again.
             "pending": {str(seq): state.pending[seq] for seq in applied},
         }
-        record = job.manifest.write(seq, COMMIT, body)
-        state.apply_commit(record)
-        job._step("update_after_commit")
-        job._publish(record)
-        job._step("update_after_replace")
-        job._report()
-        job._done(record)
+        record = protocol.commit(seq, body)
+        steps.step("update_after_commit")
+        protocol.publish(record)
+        steps.step("update_after_replace")
+        protocol.report()
+        protocol.done(record)
     finally:
-        job.release_transaction_locks()
+        protocol.release_transaction_locks()
     return len(add)
 
 
 def pending_targets(
-    job: IngestJob, applied: Sequence[int], updates: Any
+    protocol: CommitProtocol, applied: Sequence[int], updates: Any
 ) -> dict[tuple[int, int], int]:
     """How many of the pending updates each segment ``(chunk start, root partition)`` gets:
     summed from what the batches' commits recorded, or counted by a job over the updates when a
     commit predates that record."""
-    recorded = [job.state.pending[seq].get("targets") for seq in applied]
+    recorded = [protocol.state.pending[seq].get("targets") for seq in applied]
     counts: dict[tuple[int, int], int] = {}
     if all(item is not None for item in recorded):
         for items in recorded:
@@ -115,20 +113,21 @@ def pending_targets(
                 key = (int(chunk), int(partition))
                 counts[key] = counts.get(key, 0) + int(count)
         return counts
-    with job._action("updater targets"):
+    with protocol.server.steps.action("updater targets"):
         rows = updates.groupBy("_chunk", "_seg").count().collect()
     return {(int(row["_chunk"]), int(row["_seg"])): int(row["count"]) for row in rows}
 
 
-def retention_horizon(job: IngestJob) -> int:
+def retention_horizon(protocol: CommitProtocol) -> int:
     """The horizon below which this rewrite drops history, reported to brokers first (so they
     refuse snapshots below it before any rewrite without that history is announced)."""
-    state, table = job.state, job.table
+    state, server = protocol.state, protocol.server
+    table, client = server.table, server.client
     if table.retention_ms is None:
         return state.retention_horizon
-    lwm = retention.table_lwm(job.client, table.name)
+    lwm = retention.table_lwm(client, table.name)
     horizon = retention.retention_horizon(lwm, table.retention_ms, state.retention_horizon)
     if horizon > state.retention_horizon:
         # A snapshot pin may hold the horizon lower: only history below the granted one goes.
-        horizon = job.client.report_retention_horizon(table.name, horizon)
+        horizon = client.report_retention_horizon(table.name, horizon)
     return horizon

@@ -13,13 +13,13 @@ of a segment is applied in one rewrite.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ingest.bucketing import BUCKET_COLUMN, bucket_layout
 from ingest.local_frames import local_frame
 from ingest.resolve import segment_schema, stored_columns
-from ingest.segments import FooterSummary, WrittenSegment, write_segments
+from ingest.segments import FooterSummary, WrittenSegment, describe_segment, write_segments
 from ingest.storage import Storage
 from ingest.table import TableDefinition
 from timeline.errors import Internal
@@ -241,23 +241,17 @@ def overwrite_segment(
 ) -> Segment:
     """The description of a rewrite of ``old`` (retention may have dropped some rows): same root
     range, next minor version, every update committed up to ``applied_through`` applied."""
-    return Segment(
+    # A rewrite changes validUntil and drops rows: the old bound of validFrom still holds.
+    summary = replace(summary, max_valid_from=old.max_valid_from)
+    return describe_segment(
+        written,
+        summary,
         table=table.name,
         interval=old.interval,
         version=old.version,
-        partition=written.partition,
-        core_partitions=old.core_partitions,
-        root_start=old.root_start,
-        root_end=old.root_end,
-        minor_version=old.minor_version + 1,
-        atomic_update_group_size=1,
-        location=written.locations,
-        row_count=summary.rows,
-        size_bytes=written.size_bytes,
         server=server_id,
-        # A rewrite changes validUntil and drops rows: the old bound still holds.
-        max_valid_from=old.max_valid_from,
-        open_files=written.open_locations,
-        max_valid_until=summary.max_valid_until,
+        core_partitions=old.core_partitions,
+        root_range=old.root_range,
+        minor_version=old.minor_version + 1,
         applied_through=applied_through,
     )

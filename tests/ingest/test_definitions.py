@@ -134,7 +134,7 @@ def test_chunks_between_lists_exactly_the_chunks_a_time_range_touches(granularit
 
 
 def test_segment_slots_take_the_time_column_chunk_or_every_commit_time_chunk():
-    from ingest.job import segment_slots
+    from ingest.allocation import segment_slots
 
     day = 86_400_000
     base = (2 * day - 1) << 16  # the batch's commit timestamps cross midnight

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from ingest.job import is_resolution, resolution_directory
+from ingest.key_index import is_resolution, resolution_directory
 from ingest.resolve import (
     DERIVED_ON_READ,
     empty_index,

@@ -13,7 +13,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ingest import job as job_module
+from ingest import key_index
 from ingest.job import IngestJob
 from tests.ingest.conftest import (
     Change,
@@ -58,7 +58,7 @@ def test_every_snapshot_shows_the_replay_of_the_changelog_up_to_it(
 ) -> None:
     # Two key index levels at most: batches alternate between writing the changed entries on
     # top of the index and writing it whole again.
-    monkeypatch.setattr(job_module, "MAX_INDEX_LEVELS", 2)
+    monkeypatch.setattr(key_index, "MAX_INDEX_LEVELS", 2)
     n = next(_example)
     name = f"random{n}"
     table = accounts_table(tmp_path / name, name=name, out_of_order="store")

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ingest import job as job_module
+from ingest import key_index
 from ingest.garbage import collectable, collection_due, delete_files, unreferenced
 from ingest.job import IngestJob
 from ingest.manifest import Garbage
@@ -212,7 +212,7 @@ def test_replaced_key_indexes_and_applied_updates_are_deleted_and_answers_stay_r
 ):
     # Two key index levels at most: batches alternate between writing the changed entries on
     # top of the index and writing it whole again, which leaves the older levels unreferenced.
-    monkeypatch.setattr(job_module, "MAX_INDEX_LEVELS", 2)
+    monkeypatch.setattr(key_index, "MAX_INDEX_LEVELS", 2)
     store = tmp_path / "store"
     source = tmp_path / "changelog"
     table = accounts_table(store, update_cadence=2)

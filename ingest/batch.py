@@ -1,0 +1,228 @@
+"""The Spark batch: one batch's changes resolved against the key index and written as segments.
+
+:func:`write_batch` runs a batch up to its commit, stage by stage::
+
+    read and count (changelog, commit_times) -> commit timestamps -> PREPARE -> allocate partitions
+    (allocation) -> resolve keys against the key index, write the resolution (key_index) ->
+    write segments (segments) -> describe them from their footers
+
+and returns what the commit records (:class:`ingest.commit.IngestCommit`); the commit protocol
+takes it from there. A batch shuffles its rows once: every key partition goes to one Spark task
+(:mod:`ingest.bucketing`), which resolves its keys and writes the resolved frame once, one
+directory per key partition. That write is the partition's new key index level and holds the
+batch's pending ``validUntil`` updates; the segment rows are a filter of it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ingest.allocation import allocate_partitions, segment_slots
+from ingest.bucketing import (
+    BUCKET_COLUMN,
+    allow_partial_cluster_keys,
+    bucket_column,
+    bucket_layout,
+)
+from ingest.changelog import enrich
+from ingest.commit import CommitProtocol, IngestCommit
+from ingest.commit_times import count_changes, reserve_timestamps, stamp
+from ingest.granularity import chunk_interval
+from ingest.key_index import (
+    INDEX_PARTITION_DIR,
+    levels_after_batch,
+    read_index,
+    read_resolutions,
+    resolution_directory,
+    resolves_against_levels,
+)
+from ingest.local_frames import local_frame
+from ingest.manifest import INGEST
+from ingest.resolve import (
+    PLAIN_RESOLUTION_COLUMNS,
+    append_only,
+    resolution_file,
+    resolution_summary,
+    resolve,
+    stored_columns,
+    stored_versions,
+)
+from ingest.segments import (
+    describe_segment,
+    footer_summaries,
+    keep_row_order_in_partitioned_writes,
+    plain_encoded,
+    unique_key,
+    write_segments,
+)
+from timeline.errors import Internal
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedBatch:
+    """A batch's versions to store, and what its resolution left for the key index and the
+    updater (nothing, for an append table)."""
+
+    versions: Any
+    """The rows to write as segments (lazy), with ``_chunk`` and ``_seg``."""
+    rows: int
+    """How many source rows the resolution read (it must be the count the batch began with)."""
+    key_index: Mapping[int, tuple[str, ...]] = field(default_factory=dict)
+    updates: str | None = None
+    pending_min: Mapping[int, int] = field(default_factory=dict)
+    targets: Sequence[Sequence[int]] = ()
+
+
+def write_batch(
+    protocol: CommitProtocol,
+    frame: Any,
+    seq: int,
+    sources: tuple[str, ...],
+    partitions: Sequence[int],
+) -> IngestCommit:
+    """Write batch ``seq`` of ``frame`` for the owned ``partitions`` that still need its
+    ``sources``, up to its commit; returns what the commit must record."""
+    from pyspark.sql import functions as F
+
+    server = protocol.server
+    spark, table, steps = server.spark, server.table, server.steps
+    allow_partial_cluster_keys(spark, frame.sparkSession)
+    keep_row_order_in_partitioned_writes(spark)  # before the resolution's write too
+    # Not cached: the source is read twice (here and by the resolution), which costs less
+    # than caching it. Sources must give the same rows when read again (files, Kafka offsets
+    # and foreachBatch frames do); the resolution counts them again and fails the batch loudly
+    # otherwise.
+    rows = enrich(frame, table, partitions)
+    with steps.action("read and count"):
+        count = count_changes(rows, table)
+    base, high = reserve_timestamps(server.clock, count)
+    if count.rows == 0:
+        return IngestCommit(seq, sources, partitions, base, high)
+    stamped = stamp(spark, rows, table, count.spans, base)
+
+    segments_directory = server.batch_directory(seq)
+    # The resolved frame: also this batch's key index level and pending updates.
+    resolution_dir = resolution_directory(server.root, server.server_id, seq)
+    protocol.prepare(seq, INGEST, sorted([segments_directory, resolution_dir]))
+    steps.step("after_prepare")
+    slots = segment_slots(count.groups, table.granularity, base, high)
+    allocation = allocate_partitions(server.client, table, protocol.transaction_locks(), slots)
+    mapping = local_frame(
+        spark,
+        [(chunk, kp, number) for (chunk, kp), number in allocation.numbers.items()],
+        [("_chunk", "long"), ("_kp", "int"), ("_seg", "int")],
+    )
+    if table.upsert:
+        resolved = resolve_upserts(protocol, stamped, mapping, count.touched, resolution_dir)
+    else:
+        versions = append_only(stamped, table).join(F.broadcast(mapping), on=["_chunk", "_kp"])
+        resolved = ResolvedBatch(versions, count.rows)
+    if resolved.rows != count.rows:
+        raise Internal(
+            f"table {table.name!r}: the batch's source gave {count.rows} rows when counted and "
+            f"{resolved.rows} when read again: it must be deterministic (persist it first)"
+        )
+    with steps.action("write segments"):
+        written = write_segments(
+            resolved.versions,
+            stored_columns(table),
+            segments_directory,
+            len(allocation.numbers),
+            server.storage,
+            primary_key=table.primary_key,
+            # Each resolution file holds whole key partitions (ingest.bucketing): no shuffle.
+            shuffle=not table.upsert,
+        )
+    steps.step("after_segments")
+    steps.step("after_files")
+
+    summaries = footer_summaries(server.storage, list(written.values()))
+    segments = tuple(
+        describe_segment(
+            item,
+            summary,
+            table=table.name,
+            interval=chunk_interval(table.granularity, item.chunk_start),
+            version=allocation.versions[item.chunk_start],
+            server=server.server_id,
+        )
+        for item, summary in zip(written.values(), summaries, strict=True)
+    )
+    return IngestCommit(
+        seq,
+        sources,
+        partitions,
+        base,
+        high,
+        rows=count.rows,
+        segments=segments,
+        key_index=resolved.key_index,
+        updates=resolved.updates,
+        pending_min=resolved.pending_min,
+        targets=resolved.targets,
+    )
+
+
+def resolve_upserts(
+    protocol: CommitProtocol,
+    stamped: Any,
+    mapping: Any,
+    touched: Sequence[int],
+    directory: str,
+) -> ResolvedBatch:
+    """Resolve an upsert table's batch against the key index of the ``touched`` partitions and
+    write the resolution to ``directory``: the versions to store, the new key index levels and
+    the pending updates."""
+    from pyspark.sql import functions as F
+
+    server = protocol.server
+    spark, table, steps = server.spark, server.table, server.steps
+    key_index = protocol.state.key_index
+    layout = bucket_layout(touched, resolution_tasks(spark, len(touched)))
+    stamped = stamped.withColumn(BUCKET_COLUMN, bucket_column(layout)).repartition(
+        layout.tasks, BUCKET_COLUMN
+    )
+    on_top = resolves_against_levels(key_index, touched)
+    index = read_index(spark, table, key_index, touched, stamped, layout)
+    resolved = resolve(
+        stamped, index, table, mapping, cluster_by=[BUCKET_COLUMN], untouched_keys=not on_top
+    )
+    with steps.action("resolve"):
+        (
+            resolution_file(resolved, [BUCKET_COLUMN])
+            .withColumn(INDEX_PARTITION_DIR, F.col("_kp"))
+            .write.mode("overwrite")
+            .options(**plain_encoded([*PLAIN_RESOLUTION_COLUMNS, *unique_key(table.primary_key)]))
+            .partitionBy(INDEX_PARTITION_DIR)
+            .parquet(directory)
+        )
+    staged = read_resolutions(spark, table, [directory])
+    with steps.action("summarize resolution"):
+        summary = resolution_summary(staged).collect()
+    updated = [row for row in summary if row["_seg"] is not None]
+    versions = stored_versions(staged, table)
+    levels = levels_after_batch(server.storage, key_index, directory, touched, on_top)
+    updates, pending_min = None, {}
+    if updated:
+        oldest = min(int(row["oldest"]) for row in updated)
+        # Per partition, the batch's oldest update: held back no later than needed by those
+        # with updates, a little longer by the others (until applied).
+        updates, pending_min = directory, {kp: oldest for kp in touched}
+    return ResolvedBatch(
+        versions,
+        rows=sum(int(row["rows"]) for row in summary),
+        key_index=levels,
+        updates=updates,
+        pending_min=pending_min,
+        targets=sorted(
+            [int(row["_chunk"]), int(row["_seg"]), int(row["updates"])] for row in updated
+        ),
+    )
+
+
+def resolution_tasks(spark: Any, partitions: int) -> int:
+    """Spark tasks resolving a batch: one per key partition, at most two per core."""
+    cores = max(1, int(spark.sparkContext.defaultParallelism))
+    return max(1, min(partitions, 2 * cores))
