@@ -19,7 +19,16 @@ from typing import Any
 
 from bench.report import RESULTS_DIR
 
-BENCHMARKS = ("timeline", "watermark", "rewrite", "ingest", "broker", "query", "compaction")
+BENCHMARKS = (
+    "timeline",
+    "watermark",
+    "rewrite",
+    "ingest",
+    "ingest_server",
+    "broker",
+    "query",
+    "compaction",
+)
 
 
 def _get(data: Any, *path: str | int) -> Any:
@@ -92,6 +101,24 @@ def _ingest(r: dict[str, Any]) -> list[Row]:
     return rows
 
 
+def _ingest_server(r: dict[str, Any]) -> list[Row]:
+    one, eight = r.get("one_server") or {}, r.get("eight_processes") or {}
+    rows = []
+    for label, key, unit in (
+        ("start-up", "startup_s", " s"),
+        ("total, 3 batches of every table", "total_s", " s"),
+        ("peak memory (RSS, JVMs included)", "peak_rss_mb", " MB"),
+    ):
+        rows.append(
+            (
+                f"8 tables, one server / eight processes: {label}",
+                f"{_num(one.get(key), unit)} / {_num(eight.get(key), unit)}",
+                "one server below",
+            )
+        )
+    return rows
+
+
 def _broker(r: dict[str, Any]) -> list[Row]:
     return [
         ("point query by key, end to end p50 / p99", f"{_num(_get(r, 'point_query', 'end_to_end_ms', 'p50'), ' ms')} / {_num(_get(r, 'point_query', 'end_to_end_ms', 'p99'), ' ms')}", "p50 <= 150 ms"),
@@ -159,6 +186,7 @@ EXTRACTORS: dict[str, Extractor] = {
     "watermark": _watermark,
     "rewrite": _rewrite,
     "ingest": _ingest,
+    "ingest_server": _ingest_server,
     "broker": _broker,
     "query": _query,
     "compaction": _compaction,

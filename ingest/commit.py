@@ -183,13 +183,15 @@ class CommitProtocol:
         if progress:
             self.server.client.report(self.server.table.name, progress, idle=idle)
 
-    def resume(self) -> None:
+    def resume(self) -> int | None:
         """Before taking commit timestamps: the owned partitions stop following the clock,
-        and the job's clock moves above every snapshot that may have been served for them."""
+        and the job's clock moves above every snapshot that may have been served for them
+        (returned; None when none was idle)."""
         server = self.server
         floor = server.client.resume(server.table.name, self.partitions)
         if floor is not None:
             server.clock.observe(floor)
+        return floor
 
     def done(self, record: Record) -> None:
         """Finish a transaction, then collect garbage and checkpoint if due (between

@@ -10,6 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from horizon import IngestServer, load_server_config, tokens
+from ingest.cli import main_ingest
 from tests.ingest import tpch_tables
 from timeline.errors import InvalidArgument
 from watermark.lwm import IDLE, PARKED
@@ -133,3 +134,23 @@ def test_a_parked_server_used_again_takes_its_partitions_back_above_what_was_ser
         assert result.base > served
     finally:
         server.close()
+
+
+def test_the_ingest_command_streams_several_tables_and_parks_them_when_the_streams_end(
+    spark, redis_server, redis_client, follower, tmp_path, capsys
+):
+    files = tpch_tables.write_tables(tmp_path, ("region", "nation"))
+    for name in files:
+        tpch_tables.write_batch(tmp_path / "landing" / name, name, 1)
+    tables = [arg for path in files.values() for arg in ("--table", str(path))]
+    argv = [*tables, "--source", str(tmp_path / "landing"), "--server-id", "streamer",
+            "--redis", redis_server.url, "--stream", "--available-now",
+            "--checkpoint", str(tmp_path / "checkpoints")]  # fmt: skip
+    assert main_ingest(argv) == 0
+    printed = capsys.readouterr().out
+    for name in files:
+        assert f"{name}: batch " in printed
+        assert (tmp_path / "checkpoints" / name).is_dir()
+        assert follower.wait_for(
+            lambda f, n=name: {r.state for r in f.watermarks(n).partitions} == {PARKED}, 10
+        )

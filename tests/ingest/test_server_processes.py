@@ -203,6 +203,10 @@ def test_a_one_shot_run_parks_and_its_tables_lwm_follows_the_state_stores_clock(
     assert broker_cli.main(argv) == 0
     answer = json.loads(capsys.readouterr().out)
     assert answer["rows"] == [{"n": 5}] and int(answer["metadata"]["snapshot"]) >= now
+    # horizon watermarks shows the parked partitions and the parked server.
+    assert broker_cli.main(["watermarks", "p2_region", "--target", broker.target]) == 0
+    shown = capsys.readouterr().out
+    assert "parked" in shown and "one-shot parked" in shown
 
 
 def test_a_join_of_a_busy_table_with_a_parked_one_is_answered_at_once_above_its_last_commit(
