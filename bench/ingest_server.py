@@ -171,9 +171,10 @@ def ingest_way(way: str, sizes: dict[str, int], work: Path, redis_url: str) -> d
     horizon = str(Path(sys.executable).with_name("horizon"))
     root = work / way
     landing, storage = root / "landing", root / "storage"
-    for name in sizes:
-        (landing / name).mkdir(parents=True)
-        (root / f"{name}.toml").write_text(table_toml(f"{way}_{name}", storage))
+    tables = {name: f"{way}_{name}" for name in sizes}  # one state store per way, names apart
+    for name, table in tables.items():
+        (landing / table).mkdir(parents=True)
+        (root / f"{name}.toml").write_text(table_toml(table, storage))
     common = ["--redis", redis_url, "--watch", "0.5", "--format", "json"]
     if way == "one_server":
         config = root / "server.toml"
@@ -185,7 +186,7 @@ def ingest_way(way: str, sizes: dict[str, int], work: Path, redis_url: str) -> d
     else:
         commands = [
             [horizon, "ingest", "--table", str(root / f"{name}.toml"), "--source",
-             str(landing / name), "--server-id", f"{way}-{name}", *common]
+             str(landing / tables[name]), "--server-id", f"{way}-{name}", *common]
             for name in sizes
         ]  # fmt: skip
     run = Run(commands, root / "output.log")
@@ -196,16 +197,15 @@ def ingest_way(way: str, sizes: dict[str, int], work: Path, redis_url: str) -> d
             ready.add(line)
         return len(ready) == len(commands)
 
-    tables = [f"{way}_{name}" for name in sizes]
     try:
         startup = run.wait_for(all_ready, "every server ready") - run.started
         rounds = []
         for number in range(1, BATCHES + 1):
             began = time.monotonic()
             for name, rows in sizes.items():
-                drop(landing / name, number, changelog(name, rows, number))
+                drop(landing / tables[name], number, changelog(name, rows, number))
             done = run.wait_for(
-                lambda _, n=number: all(run.batches.get(t, 0) >= n for t in tables),
+                lambda _, n=number: all(run.batches.get(t, 0) >= n for t in tables.values()),
                 f"batch {number} of every table",
             )
             rounds.append(round(done - began, 2))

@@ -234,7 +234,7 @@ def print_timeline(console: Console, timeline: pb.GetTimelineResponse) -> None:
         console.print(f"[yellow]locks unknown:[/yellow] {timeline.locks_error}")
 
 
-STATE_NAMES = {
+PARTITION_STATE_NAMES = {
     pb.PARTITION_STATE_ACTIVE: "active",
     pb.PARTITION_STATE_IDLE: "[green]idle[/green]",
     pb.PARTITION_STATE_PARKED: "[cyan]parked[/cyan]",
@@ -245,7 +245,7 @@ def print_watermarks(console: Console, marks: pb.GetWatermarksResponse) -> None:
     laggard = (
         f"server {marks.laggard.server} partition {marks.laggard.partition}"
         + (
-            f" ({STATE_NAMES[marks.laggard.state]})"
+            f" ({PARTITION_STATE_NAMES[marks.laggard.state]})"
             if marks.laggard.state in (pb.PARTITION_STATE_IDLE, pb.PARTITION_STATE_PARKED)
             else ""
         )
@@ -261,7 +261,7 @@ def print_watermarks(console: Console, marks: pb.GetWatermarksResponse) -> None:
     for column in ("server", "partition", "ingested", "applied", "watermark", "state", "live"):
         view.add_column(column)
     for row in marks.partitions:
-        state = STATE_NAMES.get(row.state, "-")
+        state = PARTITION_STATE_NAMES.get(row.state, "-")
         if row.state_since_ms:
             state += f" since {format_instant(row.state_since_ms)}"
         view.add_row(

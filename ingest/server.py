@@ -85,6 +85,10 @@ class IngestServer:
         self._sources: dict[str, TableSource] = {}
         self._jobs: dict[str, IngestJob] = {}
         self._broken: set[str] = set()
+        self._workers: ThreadPoolExecutor | None = None
+        """The threads :meth:`run_once` runs tables on, kept for the server's life (each keeps
+        its JVM thread: a watching server does not start threads every pass)."""
+        self._workers_size = 0
         self._lock = threading.RLock()
         self._state = "new"  # new -> live <-> parked -> closed
 
@@ -239,20 +243,19 @@ class IngestServer:
         outcome: dict[str, BatchResult | Exception] = {}
         if not names:
             return outcome
-        workers = min(len(names), self.concurrency or len(names))
-        with ThreadPoolExecutor(workers, thread_name_prefix=f"ingest-{self.server_id}") as pool:
-            futures = {pool.submit(self.run_directory, name): name for name in names}
-            for future in as_completed(futures):
-                name = futures[future]
-                try:
-                    outcome[name] = result = future.result()
-                except Exception as error:  # one table's failure must not stop the others
-                    outcome[name] = error
-                    if on_error is not None:
-                        on_error(name, error)
-                    continue
-                if on_result is not None:
-                    on_result(name, result)
+        pool = self._worker_pool(min(len(names), self.concurrency or len(names)))
+        futures = {pool.submit(self.run_directory, name): name for name in names}
+        for future in as_completed(futures):
+            name = futures[future]
+            try:
+                outcome[name] = result = future.result()
+            except Exception as error:  # one table's failure must not stop the others
+                outcome[name] = error
+                if on_error is not None:
+                    on_error(name, error)
+                continue
+            if on_result is not None:
+                on_result(name, result)
         return outcome
 
     def serve(
@@ -304,6 +307,12 @@ class IngestServer:
         with self._lock:
             if self._state == "closed":
                 return
+            workers, self._workers = self._workers, None
+        if workers is not None:  # batches in flight end first (outside the lock they take)
+            workers.shutdown(wait=True)
+        with self._lock:
+            if self._state == "closed":
+                return
             try:
                 self.park()
             finally:
@@ -337,6 +346,15 @@ class IngestServer:
             with self._lock:
                 self._broken.add(name)
             raise
+
+    def _worker_pool(self, size: int) -> ThreadPoolExecutor:
+        with self._lock:
+            if self._workers is None or self._workers_size < size:
+                if self._workers is not None:
+                    self._workers.shutdown(wait=True)
+                self._workers = ThreadPoolExecutor(size, f"ingest-{self.server_id}")
+                self._workers_size = size
+            return self._workers
 
     @contextlib.contextmanager
     def _pool(self, name: str) -> Iterator[None]:
