@@ -19,7 +19,9 @@ from typing import Any
 
 from bench.report import RESULTS_DIR
 
-BENCHMARKS = ("timeline", "watermark", "rewrite", "ingest", "broker", "query", "compaction")
+BENCHMARKS = (
+    "timeline", "watermark", "rewrite", "ingest", "broker", "query", "compaction", "abuse"
+)  # fmt: skip
 
 
 def _get(data: Any, *path: str | int) -> Any:
@@ -134,6 +136,19 @@ def _compaction(r: dict[str, Any]) -> list[Row]:
     return rows
 
 
+def _abuse(r: dict[str, Any]) -> list[Row]:
+    recovery = r.get("recovery") or {}
+    rows = [
+        ("hostile queries refused or bounded", str(r.get("refused_or_bounded")), "100%"),
+        ("INTERNAL answers / broker deaths", f"{r.get('internal_errors')} / {r.get('broker_deaths')}", "0 / 0"),
+        ("another client's query answered after every kind", _num(r.get("next_query_always_answered")), "yes"),
+        ("peak RSS broker / JVM", f"{_num(r.get('peak_rss_broker_mib'), ' MiB', 0)} / {_num(r.get('peak_rss_jvm_mib'), ' MiB', 0)}", "-"),
+    ]  # fmt: skip
+    for mode, times in recovery.items():
+        rows.append((f"{mode}: next query after a cancel / a deadline / a killed JVM", " / ".join(_num(times.get(k), " s", 2) for k in ("after_cancel_s", "after_deadline_s", "after_killed_jvm_s")), "-"))  # fmt: skip
+    return rows
+
+
 def _chaos(r: dict[str, Any]) -> list[Row]:
     faults, queries = r.get("faults") or {}, r.get("queries") or {}
     anomalies = sum((r.get("anomalies") or {}).values())
@@ -162,6 +177,7 @@ EXTRACTORS: dict[str, Extractor] = {
     "broker": _broker,
     "query": _query,
     "compaction": _compaction,
+    "abuse": _abuse,
     "chaos": _chaos,
 }
 

@@ -114,6 +114,10 @@ def build_parser() -> argparse.ArgumentParser:
     tables = sub.add_parser("tables", help="list the tables you may read")
     _client_options(tables)
 
+    queries = sub.add_parser("queries", help="show running and recent queries")
+    queries.add_argument("--running", action="store_true", help="only the running ones")
+    _client_options(queries)
+
     sub.add_parser(
         "ingest", help="run the ingestion job (arguments go to the ingest CLI)", add_help=False
     )
@@ -299,6 +303,11 @@ def _run(client: Any, args: argparse.Namespace, console: Any, render: Any) -> An
         if args.json:
             return [render.to_dict(table) for table in tables]
         render.print_tables(console, tables)
+    elif command == "queries":
+        found = client.queries(running_only=args.running)
+        if args.json:
+            return [render.to_dict(query) for query in found]
+        render.print_queries(console, found)
     return None
 
 

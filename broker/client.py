@@ -270,6 +270,11 @@ class HorizonClient:
         """The locks held on ``table`` (every table you may inspect when empty)."""
         return self._unary(self._inspect.ListLocks, pb.ListLocksRequest(table=table))
 
+    def queries(self, *, running_only: bool = False, limit: int = 0) -> list[pb.QueryInfo]:
+        """The broker's running queries and its last finished ones, newest first."""
+        request = pb.ListQueriesRequest(running_only=running_only, limit=limit)
+        return list(self._unary(self._inspect.ListQueries, request).queries)
+
     def health(self, service: str = "") -> str:
         """The broker's health status name (``SERVING``, ``NOT_SERVING``...)."""
         reply = self._unary(
@@ -374,28 +379,42 @@ def connect(
     *,
     tls: bool = False,
     root_certificates: str | Path | bytes | None = None,
+    client_certificate: tuple[str | Path | bytes, str | Path | bytes] | None = None,
     timeout: float | None = None,
     monotonic: bool = True,
     session_token: str = "",
 ) -> HorizonClient:
     """Open a client to the broker at ``target`` (``host:port``).
 
-    ``tls`` (implied by ``root_certificates``) uses a secure channel; ``root_certificates`` is a
-    PEM file or its bytes (system roots when omitted). ``session_token`` carries another
-    client's monotonic reads over (its :attr:`HorizonClient.session_token`).
+    ``tls`` (implied by ``root_certificates`` or ``client_certificate``) uses a secure channel;
+    ``root_certificates`` is a PEM file or its bytes (system roots when omitted);
+    ``client_certificate`` is ``(private key, certificate chain)`` for a broker that identifies
+    callers by certificate (mutual TLS). ``session_token`` carries another client's monotonic
+    reads over (its :attr:`HorizonClient.session_token`).
     """
     options = [
         ("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),
         ("grpc.max_send_message_length", _MAX_MESSAGE_BYTES),
     ]
-    if tls or root_certificates is not None:
-        roots = root_certificates
-        if isinstance(roots, (str, Path)):
-            roots = Path(roots).read_bytes()
-        credentials = grpc.ssl_channel_credentials(root_certificates=roots)
+    if tls or root_certificates is not None or client_certificate is not None:
+        key, chain = (
+            (_pem(client_certificate[0]), _pem(client_certificate[1]))
+            if client_certificate is not None
+            else (None, None)
+        )
+        credentials = grpc.ssl_channel_credentials(
+            root_certificates=_pem(root_certificates), private_key=key, certificate_chain=chain
+        )
         channel = grpc.secure_channel(target, credentials, options=options)
     else:
         channel = grpc.insecure_channel(target, options=options)
     client = HorizonClient(channel, token=token, timeout=timeout, monotonic=monotonic)
     client.session_token = tokens.merge(session_token)
     return client
+
+
+def _pem(source: str | Path | bytes | None) -> bytes | None:
+    """PEM bytes from a file path or the bytes themselves."""
+    if source is None or isinstance(source, bytes):
+        return source
+    return Path(source).read_bytes()

@@ -140,7 +140,8 @@ class SparkExecutor:
             scope.finished = True
             if timer is not None:
                 timer.cancel()
-            self.mode.end(scope.group)
+            with suppress(Exception):  # an engine that died cannot fail the query a second time
+                self.mode.end(scope.group)
 
     def stream(
         self,

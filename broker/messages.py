@@ -304,3 +304,35 @@ def watermarks_message(report: Any, *, queries_blocked: bool) -> pb.GetWatermark
             )
         )
     return message
+
+
+def query_info_message(
+    record: Any, *, show_sql: bool, spark_jobs_running: int | None
+) -> pb.QueryInfo:
+    """A running or recent query (:class:`broker.engine.registry.QueryRecord`)."""
+    timings = record.timings
+    message = pb.QueryInfo(
+        query_id=record.query_id,
+        identity=record.identity,
+        sql=record.sql if show_sql else "",
+        state=record.state,
+        started_ms=record.started_ms,
+        ended_ms=record.ended_ms,
+        status=record.status,
+        message=record.message,
+        tables=list(record.tables),
+        row_count=record.rows,
+        byte_count=record.bytes,
+        cache=record.cache,
+        timings=pb.QueryTimings(
+            total_ms=timings.get("total", 0.0),
+            queued_ms=timings.get("queued", 0.0),
+            rewrite_ms=timings.get("rewrite", 0.0),
+            views_ms=timings.get("views", 0.0),
+            spark_ms=timings.get("spark", 0.0),
+            serialize_ms=timings.get("serialize", 0.0),
+        ),
+    )
+    if spark_jobs_running is not None:
+        message.spark_jobs_running = spark_jobs_running
+    return message

@@ -217,6 +217,7 @@ class BrokerServer:
         )
         rpc.add_InspectionServiceServicer_to_server(
             InspectionServicer(
+                self.engine,
                 self._follower,
                 auth,
                 self.offload,

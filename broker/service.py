@@ -25,7 +25,8 @@ from broker._proto.horizon.v1 import horizon_pb2 as pb
 from broker._proto.horizon.v1 import horizon_pb2_grpc as rpc
 from broker.auth import Authenticator, Principal, check_inspect, check_read, resolve_readable
 from broker.engine import Execution, QueryEngine
-from broker.errors import stream_errors, unary_errors
+from broker.engine.registry import RUNNING
+from broker.errors import status_of, stream_errors, unary_errors
 from broker.executor import CANCELLED, DEADLINE, QueryScope
 from broker.explain import segment_reasons, view_notes
 from broker.offload import END, Offload, ResultPipe, loop_deadline
@@ -133,6 +134,25 @@ def query_messages(
     )
 
 
+def _trailer_fields(trailer: pb.QueryTrailer | None) -> dict[str, Any]:
+    """What the registry keeps of a finished query's trailer."""
+    if trailer is None:
+        return {}
+    timings = trailer.timings
+    return {
+        "rows": trailer.row_count,
+        "bytes": trailer.byte_count,
+        "timings": {
+            "total": timings.total_ms,
+            "queued": timings.queued_ms,
+            "rewrite": timings.rewrite_ms,
+            "views": timings.views_ms,
+            "spark": timings.spark_ms,
+            "serialize": timings.serialize_ms,
+        },
+    }
+
+
 class QueryServicer(rpc.QueryServiceServicer):
     def __init__(self, engine: QueryEngine, auth: Authenticator, offload: Offload) -> None:
         self.engine = engine
@@ -178,14 +198,32 @@ class QueryServicer(rpc.QueryServiceServicer):
             else:
                 pipe.finish(END)
 
-        self.offload.start(produce, f"horizon-query-{scope.query_id}")
+        registry = self.engine.queries
+        registry.begin(scope.query_id, principal.name, request.sql)
+        trailer: pb.QueryTrailer | None = None
+        try:
+            self.offload.start(produce, f"horizon-query-{scope.query_id}")
+        except BaseException as error:
+            registry.end(scope.query_id, "failed", status_of(error)[0].name, str(error))
+            raise
         try:
             while True:
                 item = await pipe.get(deadline)
                 if item is END:
+                    registry.end(scope.query_id, "done", "OK", **_trailer_fields(trailer))
                     return
                 if isinstance(item, BaseException):
                     raise item
+                kind = item.WhichOneof("kind")
+                if kind == "header":
+                    registry.update(
+                        scope.query_id,
+                        state=RUNNING,
+                        tables=tuple(t.table for t in item.header.metadata.tables),
+                        cache=item.header.metadata.cache,
+                    )
+                elif kind == "trailer":
+                    trailer = item.trailer
                 try:
                     await asyncio.wait_for(context.write(item), max(0.0, deadline - loop.time()))
                 except TimeoutError:
@@ -193,11 +231,19 @@ class QueryServicer(rpc.QueryServiceServicer):
                         f"query {scope.query_id}: the client did not read the result before the "
                         "query's deadline; the query was stopped"
                     ) from None
-        except DeadlineExceeded:
+        except DeadlineExceeded as error:
             scope.cancel(DEADLINE)
+            registry.end(scope.query_id, "deadline", "DEADLINE_EXCEEDED", str(error))
             raise
-        except BaseException:
+        except Exception as error:
             scope.cancel(CANCELLED)
+            code = status_of(error)[0].name
+            state = {"CANCELLED": "cancelled", "DEADLINE_EXCEEDED": "deadline"}.get(code, "failed")
+            registry.end(scope.query_id, state, code, str(error))
+            raise
+        except BaseException:  # the client went away (asyncio cancels the handler)
+            scope.cancel(CANCELLED)
+            registry.end(scope.query_id, "cancelled", "CANCELLED", "the client cancelled")
             raise
         finally:
             pipe.close()
@@ -370,6 +416,7 @@ class QueryServicer(rpc.QueryServiceServicer):
 class InspectionServicer(rpc.InspectionServiceServicer):
     def __init__(
         self,
+        engine: QueryEngine,
         follower: Any,
         auth: Authenticator,
         offload: Offload,
@@ -378,6 +425,7 @@ class InspectionServicer(rpc.InspectionServiceServicer):
         locks: Any = None,
         pins: Any = None,
     ) -> None:
+        self.engine = engine
         self.follower = follower
         self.auth = auth
         self.offload = offload
@@ -492,6 +540,35 @@ class InspectionServicer(rpc.InspectionServiceServicer):
         return pb.ListLocksResponse(
             now_ms=listing.now_ms,
             locks=[messages.lock_message(lock, listing.now_ms) for lock in listing.locks],
+        )
+
+    @unary_errors
+    async def ListQueries(
+        self, request: pb.ListQueriesRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListQueriesResponse:
+        return await self._answer(context, self._list_queries, request)
+
+    def _list_queries(
+        self, principal: Principal, request: pb.ListQueriesRequest
+    ) -> pb.ListQueriesResponse:
+        check_inspect(principal)
+        if request.limit < 0:
+            raise InvalidArgument("limit must not be negative")
+        registry = self.engine.queries
+        records = registry.running()
+        if not request.running_only:
+            finished = registry.recent()
+            records += finished[: request.limit] if request.limit else finished
+        return pb.ListQueriesResponse(
+            queries=[
+                messages.query_info_message(
+                    record,
+                    show_sql=record.identity == principal.name
+                    or (bool(record.tables) and all(map(principal.may_read, record.tables))),
+                    spark_jobs_running=self.engine.spark_jobs_running(record.query_id),
+                )
+                for record in records
+            ]
         )
 
     def _table(self, principal: Principal, name: str) -> str:

@@ -25,7 +25,8 @@ from broker.config import BrokerConfig
 from broker.direct_read import DirectReader
 from broker.engine.execution import FIRST_FLUSH_BYTES, Execution, first_batches
 from broker.engine.prepared import SNAPSHOT_LWM, Prepared, TableReadInfo, read_info
-from broker.executor import QueryScope, ResultLimits, SparkExecutor
+from broker.engine.registry import QueryRegistry
+from broker.executor import QueryScope, ResultLimits, SparkExecutor, job_group
 from broker.key_lookup import plan_key_lookup
 from broker.query_shape import is_key_lookup, is_ordered
 from broker.reads.cache import BYPASSED, HIT, MISS, OFF, ResultCache, cache_key
@@ -34,13 +35,19 @@ from broker.reads.freshness import check_staleness, required_snapshot, wait_for_
 from broker.reads.options import DEFAULT as DEFAULT_READ
 from broker.reads.options import ReadOptions
 from broker.reads.pinning import check_pinned_tables, find_pin, pinned_views
-from broker.spark.failures import EngineLost
+from broker.spark.failures import EngineLost, classify
 from broker.spark.reading import file_readable
 from broker.sql.errors import NoLowWatermark, UnknownTable
 from broker.sql.model import RewriteLimits
 from broker.views import SegmentViews, UnreadableFiles, ViewMissing
 from pins.rules import Pin
-from timeline.errors import FailedPrecondition, HorizonError, InvalidArgument, Unavailable
+from timeline.errors import (
+    FailedPrecondition,
+    HorizonError,
+    Internal,
+    InvalidArgument,
+    Unavailable,
+)
 from timeline.fallback import fallback_problem
 from timeline.interval import format_instant
 
@@ -84,6 +91,8 @@ class QueryEngine:
         """The Spark supervisor (:class:`broker.spark.supervisor.SparkSupervisor`), if any:
         told when a query suspects the engine, asked whether it is up."""
         self.use_spark(spark)
+        self.queries = QueryRegistry()
+        """Running and recent queries (the service records their lifecycle)."""
         self.direct = DirectReader(max_rows=config.spark.direct_lookup_max_rows)
         mode = self.executor.mode
         self._direct_enabled = config.spark.direct_lookups and mode.direct_reads
@@ -455,6 +464,13 @@ class QueryEngine:
                 )
         raise AssertionError("unreachable")  # pragma: no cover
 
+    def spark_jobs_running(self, query_id: str) -> int | None:
+        """How many Spark jobs of the query still run (None: unknown in this mode)."""
+        try:
+            return self.executor.mode.jobs_running(job_group(query_id))
+        except Exception:  # the engine is restarting: nothing of that query runs there
+            return None
+
     def _check_engine_up(self) -> None:
         supervisor = self.supervisor
         if supervisor is not None and not supervisor.up:
@@ -466,7 +482,11 @@ class QueryEngine:
     def _engine_failure(self, error: BaseException, generation: int) -> BaseException:
         """``error``, or EngineLost when the query's Spark session died under it (the
         supervisor is told at once, so the broker starts recovering before the next probe)."""
+        if not isinstance(error, HorizonError) and isinstance(error, Exception):
+            error = classify(error)
         lost = isinstance(error, EngineLost) or generation != self.spark_generation
+        if not lost and isinstance(error, Internal) and self.supervisor is not None:
+            lost = not self.supervisor.check()  # an unexplained failure: is Spark still there?
         if not lost:
             return error
         if self.supervisor is not None:

@@ -54,6 +54,10 @@ class SparkMode(ABC):
         is held than ``limits`` (a :class:`broker.executor.ResultLimits`) allow, also while an
         ordered result's batches wait for the ones before them."""
 
+    def jobs_running(self, group: str) -> int | None:
+        """How many Spark jobs of ``group`` run now (None: this mode cannot tell)."""
+        return None
+
     @abstractmethod
     def physical_plan(self, frame: Any) -> str:
         """Spark's physical plan of ``frame`` (analysis only)."""

@@ -71,6 +71,11 @@ class ClassicMode(SparkMode):
     def physical_plan(self, frame: Any) -> str:
         return str(frame._jdf.queryExecution().executedPlan().toString())
 
+    def jobs_running(self, group: str) -> int | None:
+        tracker = self.spark.sparkContext.statusTracker()
+        infos = [tracker.getJobInfo(job) for job in tracker.getJobIdsForGroup(group)]
+        return sum(1 for info in infos if info is not None and info.status == "RUNNING")
+
 
 class LocalMode(ClassicMode):
     """Embedded ``local[*]`` Spark: its files are this machine's, so the broker may read them."""

@@ -21,9 +21,9 @@ from watermark.server import ServerClient
 
 LWM = 1200
 
-SLOW_SQL = "SELECT count(DISTINCT sha2(repeat(owner, 1000000), 256)) AS n FROM big"
-"""Within every work budget, yet minutes of hashing (1 MB per row), in row-by-row tasks that a
-cancel interrupts."""
+SLOW_SQL = "SELECT count(DISTINCT sha2(repeat(owner, 100000), 256)) AS n FROM big"
+"""Within every work budget, yet minutes of hashing (100 kB per row), in tasks that a cancel
+interrupts within about a second (one Parquet batch)."""
 
 
 @dataclass
