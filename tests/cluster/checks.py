@@ -61,8 +61,10 @@ def _ended_and_let_go(client: Any, query_id: str, state: str, timeout: float = 6
     record = None
     while time.monotonic() < deadline:
         record = next((q for q in client.queries() if q.query_id == query_id), None)
-        if record is not None and record.state == state and (
-            not record.HasField("spark_jobs_running") or record.spark_jobs_running == 0
+        if (
+            record is not None
+            and record.state == state
+            and (not record.HasField("spark_jobs_running") or record.spark_jobs_running == 0)
         ):
             return record
         time.sleep(0.2)
