@@ -344,7 +344,7 @@ def _kill_jvm_of(pid: int) -> Callable[[], None]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from broker.sessions.local_cluster import BrokerProcess, ConnectServer, StandaloneCluster
+    from broker.spark.local_cluster import BrokerProcess, ConnectServer, StandaloneCluster
     from watermark.embedded_redis import EmbeddedRedis
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

@@ -35,10 +35,10 @@ import grpc
 import pyarrow as pa
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from broker import arrow_ipc
 from broker._proto.horizon.v1 import horizon_pb2 as pb
 from broker._proto.horizon.v1 import horizon_pb2_grpc as rpc
-from broker.errors import error_from_rpc
+from broker.api import arrow_ipc
+from broker.api.status import error_from_rpc
 from timeline.errors import Internal
 from timeline.interval import Interval
 from watermark import tokens
@@ -236,7 +236,7 @@ class HorizonClient:
         """Run ``sql`` on the caller's own Spark session with the broker's rewrite.
 
         Registers a temp view per entry of the rewrite (one per substituted view: up to four
-        for a table whose files are split by ``broker.view_layout``) over the exact segment
+        for a table whose files are split by ``broker.spark.scan_layout``) over the exact segment
         files the broker chose (with the table's explicit schema), then runs the rewritten SQL.
         Returns the DataFrame.
         """

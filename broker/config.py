@@ -50,14 +50,14 @@ import tomllib
 import types
 import typing
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from broker.grants import ALL_TABLES, TokenGrant
 from broker.sql.model import WorkBudget
 from timeline.errors import InvalidArgument
 
-ALL_TABLES = "*"
 RegressionPolicy = Literal["keep", "fail"]
 
 
@@ -197,23 +197,6 @@ class ReadsConfig:
     """Live snapshot pins one identity (token name) may hold."""
     max_pin_lease_total_s: float = 2 * 86_400.0
     """The leases of one identity's live pins, summed from now, may not exceed this."""
-
-
-@dataclass(frozen=True, slots=True)
-class TokenGrant:
-    """An identity and what it may do: read ``tables`` (``*`` = all), inspect timelines.
-
-    A caller proves it is ``name`` with the bearer ``token``, or (mutual TLS) with a client
-    certificate whose common name is ``client_cn``."""
-
-    name: str
-    token: str = field(default="", repr=False)
-    tables: frozenset[str] = frozenset({ALL_TABLES})
-    inspect: bool = False
-    client_cn: str = ""
-
-    def may_read(self, table: str) -> bool:
-        return ALL_TABLES in self.tables or table.lower() in self.tables
 
 
 @dataclass(frozen=True, slots=True)

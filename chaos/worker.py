@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
 
-    from broker.spark_session import create_spark_session
+    from core.spark_session import create_spark_session
     from ingest.job import IngestJob
     from ingest.table import TableDefinition
     from watermark.server import ServerClient

@@ -78,7 +78,7 @@ def main_ingest(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from broker.spark_session import create_spark_session
+    from core.spark_session import create_spark_session
     from ingest.job import IngestJob
     from ingest.table import TableDefinition
     from watermark.server import ServerClient

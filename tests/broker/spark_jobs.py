@@ -5,8 +5,8 @@ from __future__ import annotations
 import itertools
 import time
 
+from broker.api.server import BrokerServer
 from broker.config import BrokerConfig
-from broker.server import BrokerServer
 
 _namespaces = itertools.count()
 

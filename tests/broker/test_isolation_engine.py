@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from broker.client import connect
-from broker.sessions.local_cluster import BrokerProcess
+from broker.spark.local_cluster import BrokerProcess
 from tests.broker.data import UpsertTable, big_table
 from tests.processes import RedisProcess
 from timeline.errors import Unavailable

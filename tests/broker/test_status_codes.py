@@ -7,8 +7,8 @@ import time
 import grpc
 import pytest
 
+from broker.api.status import ERROR_TYPES, GRPC_STATUS, status_of
 from broker.client import connect
-from broker.errors import ERROR_TYPES, GRPC_STATUS, status_of
 from tests.broker.conftest import ADMIN, NO_INSPECT, READER, broker_config
 from tests.broker.spark_jobs import (
     ExtraBroker,

@@ -7,7 +7,7 @@ import io
 import redis
 from rich.console import Console
 
-from broker.demo.run import DemoOptions, run_demo
+from demo.run import DemoOptions, run_demo
 
 
 def test_quick_demo_passes_every_consistency_check(

@@ -1,4 +1,5 @@
-"""Bearer-token authentication and per-table grants (pure: metadata in, principal out).
+"""Who is calling: bearer tokens and client certificates to a principal (pure: metadata in,
+principal out); what a principal may do is :mod:`broker.grants`.
 
 With no tokens configured the broker is open (a laptop default: loopback only, unless
 ``allow_anonymous`` says otherwise): every caller is the anonymous principal with every grant.
@@ -11,32 +12,12 @@ from __future__ import annotations
 
 import hmac
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from typing import Any
 
-from broker.config import ALL_TABLES, TokenGrant
-from timeline.errors import InvalidArgument, NotFound, PermissionDenied, Unauthenticated
+from broker.grants import ANONYMOUS, Principal, TokenGrant
+from timeline.errors import Unauthenticated
 
 AUTH_HEADER = "authorization"
-
-
-@dataclass(frozen=True, slots=True)
-class Principal:
-    """Who is calling and what they may do."""
-
-    name: str
-    tables: frozenset[str]
-    inspect: bool
-
-    def may_read(self, table: str) -> bool:
-        return ALL_TABLES in self.tables or table.lower() in self.tables
-
-    @property
-    def restricted(self) -> bool:
-        """Whether some tables are not granted (such a caller must not learn which exist)."""
-        return ALL_TABLES not in self.tables
-
-
-ANONYMOUS = Principal("anonymous", frozenset({ALL_TABLES}), inspect=True)
 
 
 class Authenticator:
@@ -94,39 +75,6 @@ class Authenticator:
         raise Unauthenticated("the client certificate's common name is not a known identity")
 
 
-def check_read(principal: Principal, tables: Iterable[str]) -> None:
-    """Fail with PERMISSION_DENIED unless ``principal`` may read every table in ``tables``."""
-    denied = sorted({table for table in tables if not principal.may_read(table)})
-    if denied:
-        raise not_readable(principal, denied)
-
-
-def not_readable(principal: Principal, tables: Iterable[str]) -> PermissionDenied:
-    """The one answer a caller gets for a table it may not read, whether or not the table
-    exists: a caller without the grant learns nothing about ungranted tables."""
-    return PermissionDenied(
-        f"token {principal.name!r} may not read table(s): {', '.join(tables)} "
-        "(not granted, or not registered)"
-    )
-
-
-def resolve_readable(principal: Principal, registered: Iterable[str], name: str) -> str:
-    """The registered spelling of ``name`` if ``principal`` may read it. An unknown name is
-    NOT_FOUND only for a caller that may read every table; for any other caller it answers
-    exactly like an ungranted one."""
-    if not name:
-        raise InvalidArgument("a table name is required")
-    found = next((table for table in registered if table.lower() == name.lower()), None)
-    if found is not None and principal.may_read(found):
-        return found
-    if found is None and not principal.restricted:
-        raise NotFound(f"table {name!r} is not registered")
-    raise not_readable(principal, [name])
-
-
-def check_inspect(principal: Principal, table: str | None = None) -> None:
-    """Fail with PERMISSION_DENIED unless ``principal`` may inspect (``table``'s) state."""
-    if not principal.inspect:
-        raise PermissionDenied(f"token {principal.name!r} may not inspect timelines and watermarks")
-    if table is not None:
-        check_read(principal, [table])
+def caller(auth: Authenticator, context: Any) -> Principal:
+    """The principal of a gRPC call (its metadata and, with mutual TLS, its certificate)."""
+    return auth.authenticate(context.invocation_metadata(), context.auth_context())

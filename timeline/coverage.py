@@ -46,7 +46,7 @@ class Piece:
         return f"Piece([{self.start_ms},{self.end_ms}) {self.chunk.version})"
 
 
-class View:
+class Coverage:
     """Pieces in blocks of sorted starts (a two-level sorted list): finding where an instant
     falls is two bisects on short lists, and an insert or delete moves at most one block.
 

@@ -2,7 +2,7 @@
 
 Every query runs under its own Spark job group (classic Spark: ``setJobGroup`` with interrupt on
 cancel, which PySpark's pinned threads make per-thread) or tag (Spark Connect: ``addTag``); how,
-and how results are collected, is the session's :class:`broker.sessions.SparkMode`. A client
+and how results are collected, is the session's :class:`broker.spark.modes.SparkMode`. A client
 cancel or a passed deadline cancels the group; a watchdog keeps cancelling until the query
 returns, which also catches a job submitted just after the first cancel.
 """
@@ -19,11 +19,11 @@ from typing import Any
 
 import pyarrow as pa
 
-from broker.sessions import spark_mode
 from broker.spark.failures import classify
+from broker.spark.modes import spark_mode
 from timeline.errors import Cancelled, DeadlineExceeded, HorizonError, ResourceExhausted
 
-log = logging.getLogger("horizon.broker.executor")
+log = logging.getLogger("horizon.broker.spark.executor")
 
 CANCELLED = "cancelled"
 DEADLINE = "deadline"

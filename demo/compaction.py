@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.table import Table
 
 from broker._proto.horizon.v1 import horizon_pb2 as pb
-from broker.demo.pictures import timeline_picture
+from demo.pictures import timeline_picture
 
 SNAPSHOT_SQL = (
     "SELECT COUNT(*) AS accounts, SUM(balance) AS total, "

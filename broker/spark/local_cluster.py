@@ -4,8 +4,8 @@ pyspark (its jars, ``bin/spark-class`` and ``sbin/start-connect-server.sh``; not
 For tests, the demo's ``--cluster`` run and anyone who wants to try Horizon against a real cluster
 before pointing it at theirs::
 
-    python -m broker.sessions.local_cluster standalone --workers 2   # prints spark://127.0.0.1:P
-    python -m broker.sessions.local_cluster connect                  # prints sc://127.0.0.1:P
+    python -m broker.spark.local_cluster standalone --workers 2   # prints spark://127.0.0.1:P
+    python -m broker.spark.local_cluster connect                  # prints sc://127.0.0.1:P
 
 :class:`BrokerProcess` runs ``horizon serve`` against one of them (a process of its own: one
 Python process holds one Spark context). Every process is started in its own process group, on

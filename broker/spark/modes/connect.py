@@ -7,7 +7,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from broker.sessions.base import SparkMode
+from broker.spark.modes.base import SparkMode
 
 
 class ConnectMode(SparkMode):

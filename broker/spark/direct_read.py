@@ -2,7 +2,7 @@
 
 A key lookup touches a few rows, yet a Spark job for it costs ~100 ms of fixed work (task
 scheduling, every file's footer, row-by-row decoding). This reader answers the narrow lookups
-:func:`broker.key_lookup.plan_key_lookup` recognises over the same files Spark would read:
+:func:`broker.sql.passes.find_key_lookup.find_key_lookup` recognises over the same files Spark would read:
 
 1. footers come from a cache (segment files are immutable, so a footer read once stays true);
 2. row groups are pruned with their min/max statistics on the integer key columns and on the
@@ -34,9 +34,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from broker.key_lookup import KeyLookup, Predicate
 from broker.spark.failures import UnreadableFiles
 from broker.spark.reading import is_local, local_path
+from broker.sql.model import KeyLookup, Predicate
 from watermark.catalog import VALID_FROM, VALID_UNTIL
 
 DEFAULT_MAX_ROWS = 1_000_000

@@ -2,7 +2,7 @@
 
 Each table view is one atomic picture of a table (descriptor, timeline generation, visible
 segments, LWM, retention horizon); the catalog entry names the temp view(s) that will hold exactly
-those segments (:func:`broker.view_layout.view_layout`, which the view cache uses too), so the
+those segments (:func:`broker.spark.scan_layout.scan_layout`, which the view cache uses too), so the
 rewritten SQL and the files Spark reads always belong together.
 """
 
@@ -11,18 +11,18 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from broker.spark.scan_layout import ScanLayout, scan_layout, segment_files, view_name
 from broker.sql.catalog import Catalog, CatalogTable
-from broker.view_layout import ViewLayout, segment_files, view_layout, view_name
 
 
 def catalog_table(
-    table_view: Any, namespace: str = "", *, layout: ViewLayout | None = None
+    table_view: Any, namespace: str = "", *, layout: ScanLayout | None = None
 ) -> CatalogTable:
     """The catalog entry of one follower table view (``layout``: its view layout, when the
     caller has it already)."""
     segments = tuple(table_view.visible_segments)
     if layout is None:
-        layout = view_layout(table_view, namespace)
+        layout = scan_layout(table_view, namespace)
     return CatalogTable.from_descriptor(
         table_view.descriptor,
         lwm=table_view.lwm,
@@ -52,7 +52,7 @@ def build_catalog(
     unavailable: Iterable[Any] = (),
     *,
     namespace: str = "",
-    layout_of: Callable[[Any], ViewLayout] | None = None,
+    layout_of: Callable[[Any], ScanLayout] | None = None,
 ) -> Catalog:
     """The rewriter's catalog: one entry per table view, plus placeholders for ``unavailable``
     descriptors. ``layout_of`` gives a table view's layout (a cache's), else it is derived."""

@@ -8,7 +8,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from broker.sessions.base import SparkMode
+from broker.spark.modes.base import SparkMode
 
 LOOKUP_CONF: dict[str, str] = {"spark.sql.codegen.wholeStage": "false"}
 """The lookup session's settings (see :mod:`broker.query_shape` for why)."""

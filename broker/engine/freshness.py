@@ -99,3 +99,20 @@ def wait_for_snapshot(
         f"{why}: waited for snapshot {snapshot} of {', '.join(tables)} until the deadline; "
         f"{laggards(follower, tables, snapshot)}"
     )
+
+
+def check_prepared_staleness(prepared: Any, max_staleness_s: float | None) -> None:
+    """Refuse a prepared default read older than ``max_staleness_s``, naming what holds its
+    lowest table back."""
+    snapshot = prepared.plan.snapshot
+    if max_staleness_s is None or snapshot is None:
+        return
+    lowest = min((t for t in prepared.tables if t.snapshot is not None), key=lambda t: t.lwm or 0)
+    laggard = lowest.laggard
+    holding = (
+        f"table {lowest.table} is held back by partition {laggard.partition} on server "
+        f"{laggard.server}"
+        if laggard is not None
+        else f"table {lowest.table} has no laggard on record"
+    )
+    check_staleness(snapshot, int(time.time() * 1000), max_staleness_s, holding)

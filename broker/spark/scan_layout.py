@@ -23,7 +23,7 @@ generation can be split at several thresholds, and each split must have names of
 query rewritten for one split must never read the views of another).
 
 The rewriter's catalog, the view cache and the passthrough file lists all derive the layout
-from the same table view with :func:`view_layout`, so they always agree.
+from the same table view with :func:`scan_layout`, so they always agree.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ REST = "rest"
 SETTLED = "settled"
 OPEN = "open"
 CLOSED = "closed"
-"""The kinds of :class:`ViewPart`, in the order their views are registered."""
+"""The kinds of :class:`ScanPart`, in the order their views are registered."""
 
 
 def view_name(table: str, generation: int, namespace: str = "") -> str:
@@ -68,7 +68,7 @@ def is_settled(segment: Any, lwm: int | None) -> bool:
 
 
 @dataclass(frozen=True, slots=True)
-class ViewPart:
+class ScanPart:
     """One temp view of a table: its name, kind, and which files of which segments it reads."""
 
     name: str
@@ -83,7 +83,7 @@ class ViewPart:
 
 
 @dataclass(frozen=True, slots=True)
-class ViewLayout:
+class ScanLayout:
     """How a table view's visible segment files are split between temp views.
 
     Each part is None when it would read no file. ``settled_through`` is the greatest
@@ -91,15 +91,15 @@ class ViewLayout:
     ``closed_through`` the greatest ``max_valid_until`` of the closed part's files (C).
     """
 
-    rest: ViewPart | None
-    settled: ViewPart | None = None
-    open: ViewPart | None = None
-    closed: ViewPart | None = None
+    rest: ScanPart | None
+    settled: ScanPart | None = None
+    open: ScanPart | None = None
+    closed: ScanPart | None = None
     settled_through: int | None = None
     closed_through: int | None = None
 
     @property
-    def parts(self) -> tuple[ViewPart, ...]:
+    def parts(self) -> tuple[ScanPart, ...]:
         """The views to build and register, rest first."""
         return tuple(
             part for part in (self.rest, self.settled, self.open, self.closed) if part is not None
@@ -117,7 +117,7 @@ class ViewLayout:
 
 def split_layout(
     table: str, generation: int, segments: Iterable[Any], lwm: int | None, namespace: str = ""
-) -> ViewLayout:
+) -> ScanLayout:
     """The layout of ``segments`` (a table's visible set at ``generation``) at LWM ``lwm``.
 
     ``lwm`` None splits nothing (an append-only table tests no validity column anyway).
@@ -125,7 +125,7 @@ def split_layout(
     segments = tuple(segments)
     base = view_name(table, generation, namespace)
     if lwm is None:
-        return ViewLayout(rest=ViewPart(base, REST, segments, segment_files(segments)))
+        return ScanLayout(rest=ScanPart(base, REST, segments, segment_files(segments)))
     files: dict[str, dict[str, None]] = {kind: {} for kind in (REST, SETTLED, OPEN, CLOSED)}
     owners: dict[str, dict[int, Any]] = {kind: {} for kind in files}
     closed_bounds: list[int] = []
@@ -147,7 +147,7 @@ def split_layout(
         (segment.max_valid_from for segment in segments if is_settled(segment, lwm)), default=None
     )
     if not any(files[kind] for kind in (SETTLED, OPEN, CLOSED)):
-        return ViewLayout(rest=ViewPart(base, REST, segments, tuple(files[REST])))
+        return ScanLayout(rest=ScanPart(base, REST, segments, tuple(files[REST])))
     closed_through = max(closed_bounds, default=None)
     split = base
     if settled_through is not None:
@@ -156,12 +156,12 @@ def split_layout(
         split += f"_u{closed_through}"
     suffixes = {REST: "", SETTLED: SETTLED_SUFFIX, OPEN: OPEN_SUFFIX, CLOSED: CLOSED_SUFFIX}
     parts = {
-        kind: ViewPart(split + suffixes[kind], kind, tuple(owners[kind].values()), tuple(paths))
+        kind: ScanPart(split + suffixes[kind], kind, tuple(owners[kind].values()), tuple(paths))
         if paths
         else None
         for kind, paths in files.items()
     }
-    return ViewLayout(
+    return ScanLayout(
         rest=parts[REST],
         settled=parts[SETTLED],
         open=parts[OPEN],
@@ -171,7 +171,7 @@ def split_layout(
     )
 
 
-def view_layout(table_view: Any, namespace: str = "") -> ViewLayout:
+def scan_layout(table_view: Any, namespace: str = "") -> ScanLayout:
     """The layout of one follower table view (``follower.view(t)``), at its own LWM.
 
     Append-only tables are never split: their scans test no validity column anyway.

@@ -138,7 +138,7 @@ def pin_message(pin: Any, now_ms: int, *, show_id: bool = True) -> pb.SnapshotPi
 
 def substituted_table_messages(read: TableReadInfo, sql: str) -> list[pb.SubstitutedTable]:
     """One entry per temp view of this table the rewritten ``sql`` reads, with that view's files
-    (up to four when the table's files are split, see ``broker.view_layout``; a view the
+    (up to four when the table's files are split, see ``broker.spark.scan_layout``; a view the
     snapshot lets the rewrite skip, such as closed files past their end, is left out)."""
     messages = []
     for part in read.parts:

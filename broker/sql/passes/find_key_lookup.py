@@ -1,58 +1,60 @@
-"""Recognising the plainest key lookup: ``SELECT cols FROM t [AS OF ..] WHERE k = v [AND ..]``.
+"""Recognise the plainest key lookup: ``SELECT cols FROM t [AS OF ..] WHERE k = v [AND ..]``.
 
-Pure (SQL text in, a small description out). The broker reads such a query straight from the
-segment files (:mod:`broker.direct_read`) instead of running a Spark job. The shape accepted is
-deliberately narrow, so its meaning can be reproduced exactly outside Spark: one table, a
-projection of plain columns (or ``*``), a conjunction of ``column = literal`` and
-``column IN (literals)`` that fixes every primary-key column, and an optional ``LIMIT n``.
-Anything else (functions, casts, other operators, joins, ORDER BY, hints, backslash escapes,
-qualified names that are not the table's) is not a direct lookup and runs on Spark.
+The broker reads such a query straight from the segment files (:mod:`broker.spark.direct_read`)
+instead of running a Spark job. The shape accepted is deliberately narrow, so its meaning can be
+reproduced exactly outside Spark: one table, a projection of plain columns (or ``*``), a
+conjunction of ``column = literal`` and ``column IN (literals)`` that fixes every primary-key
+column, and an optional ``LIMIT n``. Anything else (functions, casts, other operators, joins,
+ORDER BY, hints, backslash escapes, qualified names that are not the table's) is not a direct
+lookup and runs on Spark.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import replace
 
-import sqlglot
 from sqlglot import exp
 
-from broker.query_shape import MAX_IN_LIST
+from broker.sql.model import KeyLookup, Predicate, Value
+from broker.sql.passes.describe_shape import MAX_IN_LIST
+from broker.sql.state import ReferenceKind, state_of
 
-Value = int | str
 _INTEGER = re.compile(r"^[0-9]+$")
 _INT64 = (-(2**63), 2**63 - 1)
 _SELECT_ARGS = frozenset({"expressions", "from_", "where", "limit"})
 _TABLE_ARGS = frozenset({"this", "alias", "version"})
 
 
-@dataclass(frozen=True, slots=True)
-class Predicate:
-    """``column`` equals one of ``values`` (lower-case column name, literals as Python values)."""
+def find_key_lookup(tree: exp.Expression) -> exp.Expression:
+    """Set the rewrite state's ``shape.key_lookup`` when ``tree`` is the plainest key lookup of
+    its one table (before the reference is substituted; the text had no backslash).
 
-    column: str
-    values: tuple[Value, ...]
+    >>> import sqlglot
+    >>> from watermark.catalog import ColumnSpec
+    >>> from broker.sql.catalog import Catalog, CatalogTable
+    >>> from broker.sql.passes.resolve_references import resolve_references
+    >>> t = CatalogTable("t", (ColumnSpec("k", "int"),), ("k",), True, 10, 0, "__horizon_t_g1")
+    >>> tree = resolve_references(sqlglot.parse_one("SELECT k FROM t WHERE k = 3", read="spark"),
+    ...                           Catalog([t]))
+    >>> state_of(find_key_lookup(tree)).shape.key_lookup.predicates
+    (Predicate(column='k', values=(3,)),)
+    """
+    state = state_of(tree)
+    scans = [ref for ref in state.references if ref.kind is ReferenceKind.SCAN]
+    if len(state.references) != 1 or len(scans) != 1 or state.raw_backslash:
+        return tree
+    table = scans[0].table
+    lookup = key_lookup_of(tree, table.name, table.primary_key)
+    if lookup is not None:
+        state.shape = replace(state.shape, key_lookup=lookup)
+    return tree
 
 
-@dataclass(frozen=True, slots=True)
-class KeyLookup:
-    """A recognised direct lookup of ``table``."""
-
-    table: str
-    projection: tuple[str, ...] | None
-    """Source columns of the result in order (lower-case); None for ``SELECT *``."""
-    predicates: tuple[Predicate, ...]
-    limit: int | None = None
-
-
-def plan_key_lookup(sql: str, table: str, primary_key: Sequence[str]) -> KeyLookup | None:
-    """The lookup ``sql`` describes, or None when it is not a plain key lookup of ``table``."""
-    if "\\" in sql or not primary_key:
-        return None  # Spark's backslash escapes in literals are not reproduced here
-    try:
-        tree = sqlglot.parse_one(sql, dialect="spark")
-    except sqlglot.errors.SqlglotError:
+def key_lookup_of(tree: exp.Expression, table: str, primary_key: Sequence[str]) -> KeyLookup | None:
+    """The lookup ``tree`` describes, or None when it is not a plain key lookup of ``table``."""
+    if not primary_key:
         return None
     if not isinstance(tree, exp.Select) or not _only_args(tree, _SELECT_ARGS):
         return None

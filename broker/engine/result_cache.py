@@ -17,27 +17,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-from sqlglot.dialects.spark import Spark
-from sqlglot.tokens import TokenType
 
 HIT = "hit"
 MISS = "miss"
 OFF = "off"
 BYPASSED = "bypassed"
-
-NON_DETERMINISTIC = frozenset(
-    {
-        "rand", "randn", "random", "uniform", "randstr", "uuid", "shuffle",
-        "current_timestamp", "current_date", "current_time", "current_timezone", "now",
-        "localtimestamp", "unix_timestamp", "curdate", "current_user", "user", "session_user",
-        "current_database", "current_schema", "current_catalog", "monotonically_increasing_id",
-        "spark_partition_id", "input_file_name", "input_file_block_start",
-        "input_file_block_length", "reflect", "java_method", "try_reflect", "tablesample",
-    }
-)  # fmt: skip
-"""Names (functions, keywords) whose value may differ between two runs on the same data."""
-
-_SKIPPED_TOKENS = frozenset({TokenType.STRING, TokenType.NATIONAL_STRING})
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,35 +31,30 @@ class CachedAnswer:
     nbytes: int
 
 
-def uncacheable_reason(sql: str) -> str | None:
-    """Why the answer of ``sql`` (rewritten) may change at a fixed snapshot, or None.
-
-    >>> uncacheable_reason("SELECT count(*), current_timestamp() FROM t")
-    'it calls current_timestamp'
-    >>> uncacheable_reason("SELECT 'rand()' AS s FROM t") is None
-    True
-    """
-    for token in Spark().tokenize(sql):
-        if token.token_type in _SKIPPED_TOKENS:
-            continue
-        name = token.text.lower()
-        if name in NON_DETERMINISTIC:
-            return f"it calls {name}"
-    return None
-
-
 def cache_key(prepared: Any, max_rows: int) -> tuple[Hashable | None, str]:
     """``(key, "")`` for a cacheable prepared query, else ``(None, why not)``."""
     reads = [t for t in prepared.tables if t.snapshot is not None or t.change_windows]
     if not reads:
         return None, "it reads no table at a snapshot"
-    reason = uncacheable_reason(prepared.sql)
+    reason = prepared.plan.shape.uncacheable
     if reason is not None:
         return None, reason
     tables = tuple(
         sorted((t.table.lower(), t.generation, t.snapshot, t.change_windows) for t in reads)
     )
     return (prepared.sql, tables, max_rows), ""
+
+
+def cache_decision(
+    cache: ResultCache | None, prepared: Any, max_rows: int, *, use_cache: bool
+) -> tuple[Hashable | None, str]:
+    """The cache key of ``prepared`` (None: not cached) and what the metadata says of it."""
+    if cache is None:
+        return None, OFF
+    if not use_cache:
+        return None, BYPASSED
+    key, reason = cache_key(prepared, max_rows)
+    return (key, MISS) if key is not None else (None, f"not cached: {reason}")
 
 
 class ResultCache:

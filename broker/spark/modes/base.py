@@ -51,7 +51,7 @@ class SparkMode(ABC):
         self, frame: Any, schema: pa.Schema, ordered: bool, limits: Any
     ) -> Iterator[pa.RecordBatch]:
         """Run ``frame`` and yield its rows as Arrow batches of ``schema``, streaming: no more
-        is held than ``limits`` (a :class:`broker.executor.ResultLimits`) allow, also while an
+        is held than ``limits`` (a :class:`broker.spark.executor.ResultLimits`) allow, also while an
         ordered result's batches wait for the ones before them."""
 
     def jobs_running(self, group: str) -> int | None:

@@ -4,7 +4,7 @@ The gRPC server carries Horizon's two services, standard health checking (``grpc
 server reflection (so ``grpcurl`` works without the .proto files; ``[server] reflection = false``
 turns it off). It is an asyncio server on a thread of its own: health checks are answered on the
 loop whatever the queries do, and every call that may wait runs on its own thread
-(:mod:`broker.offload`). Plaintext is served only on a loopback address unless explicitly
+(:mod:`broker.api.offload`). Plaintext is served only on a loopback address unless explicitly
 allowed; with a certificate and key configured it serves TLS (and mutual TLS with a client CA).
 A broker reachable from other machines needs identities (``[[tokens]]``) unless
 ``allow_anonymous`` says it may serve anyone. Health says NOT_SERVING while the state store is
@@ -27,17 +27,18 @@ from grpc_reflection.v1alpha import reflection
 
 from broker._proto.horizon.v1 import horizon_pb2 as pb
 from broker._proto.horizon.v1 import horizon_pb2_grpc as rpc
-from broker.auth import Authenticator
+from broker.api.auth import Authenticator
+from broker.api.inspection_service import InspectionServicer
+from broker.api.offload import Offload
+from broker.api.query_service import QueryServicer
 from broker.config import BrokerConfig, parse_listen
 from broker.engine import QueryEngine
-from broker.offload import Offload
-from broker.reads.floor import SnapshotFloor
-from broker.service import InspectionServicer, QueryServicer
+from broker.engine.floor import SnapshotFloor
 from broker.spark.reading import files_readable
 from broker.spark.supervisor import SparkSupervisor
 from timeline.errors import FailedPrecondition, InvalidArgument, Unavailable
 
-log = logging.getLogger("horizon.broker.server")
+log = logging.getLogger("horizon.broker.api.server")
 
 SERVICE_NAMES = tuple(service.full_name for service in pb.DESCRIPTOR.services_by_name.values())
 _MAX_MESSAGE_BYTES = 8 * 1024 * 1024
@@ -192,7 +193,7 @@ class BrokerServer:
         return self
 
     def _create_spark(self) -> Any:
-        from broker.spark_session import create_spark_session
+        from core.spark_session import create_spark_session
 
         spark_config = self.config.spark
         return create_spark_session(

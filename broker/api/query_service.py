@@ -1,11 +1,11 @@
-"""The gRPC servicers: authenticate, hand the work to a thread, convert, stream.
+"""The query service: authenticate, hand the work to a thread, convert, stream.
 
 They run on the server's asyncio loop and never block it: every call that may wait (a snapshot,
-the admission queue, Spark, Redis) runs on a thread of its own (:mod:`broker.offload`), so health
+the admission queue, Spark, Redis) runs on a thread of its own (:mod:`broker.api.offload`), so health
 checks and other callers are answered however many queries wait. A query's messages come back
 through a bounded pipe; a client that reads too slowly is cut off at the query's deadline and its
 admission slot freed. The query pipeline is :mod:`broker.engine`, conversions are
-:mod:`broker.messages`, the status mapping is :mod:`broker.errors`.
+:mod:`broker.api.messages`, the status mapping is :mod:`broker.api.status`.
 """
 
 from __future__ import annotations
@@ -20,29 +20,25 @@ from typing import Any
 import grpc
 import pyarrow as pa
 
-from broker import arrow_ipc, messages
 from broker._proto.horizon.v1 import horizon_pb2 as pb
 from broker._proto.horizon.v1 import horizon_pb2_grpc as rpc
-from broker.auth import Authenticator, Principal, check_inspect, check_read, resolve_readable
+from broker.api import arrow_ipc, messages
+from broker.api.auth import Authenticator, caller
+from broker.api.offload import END, Offload, ResultPipe, loop_deadline
+from broker.api.status import status_of, stream_errors, unary_errors
 from broker.engine import Execution, QueryEngine
+from broker.engine.explain import segment_reasons, view_notes
+from broker.engine.pinning import DEFAULT_LEASE_S, find_pin, resolve_tables, take_pin
+from broker.engine.read_options import ReadOptions
 from broker.engine.registry import RUNNING
-from broker.errors import status_of, stream_errors, unary_errors
-from broker.executor import CANCELLED, DEADLINE, QueryScope
-from broker.explain import segment_reasons, view_notes
-from broker.offload import END, Offload, ResultPipe, loop_deadline
-from broker.reads.options import ReadOptions
-from broker.reads.pinning import DEFAULT_LEASE_S, find_pin, resolve_tables, take_pin
-from timeline.errors import DeadlineExceeded, InvalidArgument, Unavailable
-from timeline.interval import Interval
+from broker.grants import Principal, check_read
+from broker.spark.executor import CANCELLED, DEADLINE, QueryScope
+from timeline.errors import DeadlineExceeded, InvalidArgument
 from watermark import tokens
 
-log = logging.getLogger("horizon.broker.service")
+log = logging.getLogger("horizon.broker.api.query_service")
 
 _QUERY_ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
-
-
-def _principal(auth: Authenticator, context: grpc.aio.ServicerContext) -> Principal:
-    return auth.authenticate(context.invocation_metadata(), context.auth_context())
 
 
 def _query_id(requested: str) -> str:
@@ -164,7 +160,7 @@ class QueryServicer(rpc.QueryServiceServicer):
         self, request: pb.ExecuteQueryRequest, context: grpc.aio.ServicerContext
     ) -> None:
         started = time.perf_counter()
-        principal = _principal(self.auth, context)
+        principal = caller(self.auth, context)
         if request.max_rows < 0:
             raise InvalidArgument("max_rows must not be negative")
         options = _read_options(request.read)
@@ -241,9 +237,13 @@ class QueryServicer(rpc.QueryServiceServicer):
             state = {"CANCELLED": "cancelled", "DEADLINE_EXCEEDED": "deadline"}.get(code, "failed")
             registry.end(scope.query_id, state, code, str(error))
             raise
-        except BaseException:  # the client went away (asyncio cancels the handler)
-            scope.cancel(CANCELLED)
-            registry.end(scope.query_id, "cancelled", "CANCELLED", "the client cancelled")
+        except BaseException:  # gRPC ended the call: the client cancelled, or its deadline passed
+            if loop.time() >= deadline - 0.05:
+                scope.cancel(DEADLINE)
+                registry.end(scope.query_id, "deadline", "DEADLINE_EXCEEDED", "the deadline passed")
+            else:
+                scope.cancel(CANCELLED)
+                registry.end(scope.query_id, "cancelled", "CANCELLED", "the client cancelled")
             raise
         finally:
             pipe.close()
@@ -252,7 +252,7 @@ class QueryServicer(rpc.QueryServiceServicer):
     async def ExplainQuery(
         self, request: pb.ExplainQueryRequest, context: grpc.aio.ServicerContext
     ) -> pb.ExplainQueryResponse:
-        principal = _principal(self.auth, context)
+        principal = caller(self.auth, context)
         options = _read_options(request.read)
         return await self.offload.call(
             self._explain,
@@ -305,7 +305,7 @@ class QueryServicer(rpc.QueryServiceServicer):
     async def RewriteQuery(
         self, request: pb.RewriteQueryRequest, context: grpc.aio.ServicerContext
     ) -> pb.RewriteQueryResponse:
-        principal = _principal(self.auth, context)
+        principal = caller(self.auth, context)
         reads = self.engine.config.reads
         lease = None
         if request.pin_lease_seconds:
@@ -349,7 +349,7 @@ class QueryServicer(rpc.QueryServiceServicer):
     async def PinSnapshot(
         self, request: pb.PinSnapshotRequest, context: grpc.aio.ServicerContext
     ) -> pb.PinSnapshotResponse:
-        principal = _principal(self.auth, context)
+        principal = caller(self.auth, context)
         reads = self.engine.config.reads
         lease = _lease_s(request.lease_seconds, reads.max_pin_lease_s, DEFAULT_LEASE_S)
         options = _read_options(request.read)
@@ -397,7 +397,7 @@ class QueryServicer(rpc.QueryServiceServicer):
     async def ReleaseSnapshot(
         self, request: pb.ReleaseSnapshotRequest, context: grpc.aio.ServicerContext
     ) -> pb.ReleaseSnapshotResponse:
-        principal = _principal(self.auth, context)
+        principal = caller(self.auth, context)
         if not request.pin_id:
             raise InvalidArgument("pin_id is required")
         return await self.offload.call(
@@ -411,167 +411,3 @@ class QueryServicer(rpc.QueryServiceServicer):
         store = self.engine.pin_store()
         check_read(principal, store.pin_tables(pin_id))
         return pb.ReleaseSnapshotResponse(released=store.release(pin_id, owner=principal.name))
-
-
-class InspectionServicer(rpc.InspectionServiceServicer):
-    def __init__(
-        self,
-        engine: QueryEngine,
-        follower: Any,
-        auth: Authenticator,
-        offload: Offload,
-        *,
-        regression_policy: str,
-        locks: Any = None,
-        pins: Any = None,
-    ) -> None:
-        self.engine = engine
-        self.follower = follower
-        self.auth = auth
-        self.offload = offload
-        self.regression_policy = regression_policy
-        self.locks = locks
-        self.pins = pins
-
-    async def _answer(self, context: grpc.aio.ServicerContext, method: Any, *args: Any) -> Any:
-        principal = _principal(self.auth, context)
-        return await self.offload.call(
-            method, principal, *args, deadline=loop_deadline(context.time_remaining())
-        )
-
-    @unary_errors
-    async def ListTables(
-        self, request: pb.ListTablesRequest, context: grpc.aio.ServicerContext
-    ) -> pb.ListTablesResponse:
-        return await self._answer(context, self._list_tables)
-
-    def _list_tables(self, principal: Principal) -> pb.ListTablesResponse:
-        tables = [
-            messages.table_info_message(self.follower.view(name))
-            for name in self.follower.tables()
-            if principal.may_read(name)
-        ]
-        return pb.ListTablesResponse(tables=tables)
-
-    @unary_errors
-    async def GetTimeline(
-        self, request: pb.GetTimelineRequest, context: grpc.aio.ServicerContext
-    ) -> pb.GetTimelineResponse:
-        return await self._answer(context, self._timeline, request)
-
-    def _timeline(
-        self, principal: Principal, request: pb.GetTimelineRequest
-    ) -> pb.GetTimelineResponse:
-        check_inspect(principal)
-        table = self._table(principal, request.table)
-        interval = None
-        if request.HasField("interval"):
-            interval = Interval(request.interval.start_ms, request.interval.end_ms)
-        snapshot = self.follower.timeline_snapshot(table)
-        locks, locks_error = [], ""
-        try:
-            locks = list(self._locks([table]).locks)
-        except Unavailable as error:
-            locks_error = str(error)
-        response = messages.timeline_message(
-            snapshot,
-            interval=interval,
-            include_overshadowed=request.include_overshadowed,
-            locks=locks,
-        )
-        response.locks_error = locks_error
-        for segment, mark in self.follower.unreadable():
-            if segment.table == table and (interval is None or segment.interval.overlaps(interval)):
-                response.unreadable.append(
-                    pb.UnreadableSegment(
-                        segment=messages.segment_message(segment),
-                        reason=mark.reason,
-                        since_ms=mark.since_ms,
-                        checked_ms=mark.checked_ms,
-                    )
-                )
-        return response
-
-    @unary_errors
-    async def GetWatermarks(
-        self, request: pb.GetWatermarksRequest, context: grpc.aio.ServicerContext
-    ) -> pb.GetWatermarksResponse:
-        return await self._answer(context, self._watermarks, request)
-
-    def _watermarks(
-        self, principal: Principal, request: pb.GetWatermarksRequest
-    ) -> pb.GetWatermarksResponse:
-        check_inspect(principal)
-        table = self._table(principal, request.table)
-        report = self.follower.watermarks(table)
-        blocked = self.regression_policy == "fail" and report.active_regression is not None
-        response = messages.watermarks_message(report, queries_blocked=blocked)
-        if self.pins is not None:
-            try:
-                now_ms, pins = self.pins.listing([table])
-                response.pins.extend(
-                    messages.pin_message(pin, now_ms, show_id=pin.owner == principal.name)
-                    for pin in pins
-                )
-            except Unavailable as error:
-                response.pins_error = str(error)
-        return response
-
-    @unary_errors
-    async def ListLocks(
-        self, request: pb.ListLocksRequest, context: grpc.aio.ServicerContext
-    ) -> pb.ListLocksResponse:
-        return await self._answer(context, self._list_locks, request)
-
-    def _list_locks(
-        self, principal: Principal, request: pb.ListLocksRequest
-    ) -> pb.ListLocksResponse:
-        check_inspect(principal)
-        if request.table:
-            tables = [self._table(principal, request.table)]
-        else:
-            tables = [name for name in self.follower.tables() if principal.may_read(name)]
-        return self._locks(tables)
-
-    def _locks(self, tables: list[str]) -> pb.ListLocksResponse:
-        if self.locks is None or not tables:
-            return pb.ListLocksResponse()
-        listing = self.locks.listing(tables)
-        return pb.ListLocksResponse(
-            now_ms=listing.now_ms,
-            locks=[messages.lock_message(lock, listing.now_ms) for lock in listing.locks],
-        )
-
-    @unary_errors
-    async def ListQueries(
-        self, request: pb.ListQueriesRequest, context: grpc.aio.ServicerContext
-    ) -> pb.ListQueriesResponse:
-        return await self._answer(context, self._list_queries, request)
-
-    def _list_queries(
-        self, principal: Principal, request: pb.ListQueriesRequest
-    ) -> pb.ListQueriesResponse:
-        check_inspect(principal)
-        if request.limit < 0:
-            raise InvalidArgument("limit must not be negative")
-        registry = self.engine.queries
-        records = registry.running()
-        if not request.running_only:
-            finished = registry.recent()
-            records += finished[: request.limit] if request.limit else finished
-        return pb.ListQueriesResponse(
-            queries=[
-                messages.query_info_message(
-                    record,
-                    show_sql=record.identity == principal.name
-                    or (bool(record.tables) and all(map(principal.may_read, record.tables))),
-                    spark_jobs_running=self.engine.spark_jobs_running(record.query_id),
-                )
-                for record in records
-            ]
-        )
-
-    def _table(self, principal: Principal, name: str) -> str:
-        """The registered spelling of ``name`` (tables resolve case-insensitively, like SQL),
-        if the caller may read it; unknown and ungranted answer alike to a restricted caller."""
-        return resolve_readable(principal, self.follower.tables(), name)

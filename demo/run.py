@@ -30,8 +30,8 @@ from rich.panel import Panel
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from broker.demo.generator import AccountsChangelog, GeneratorConfig
-from broker.demo.pictures import day, timeline_picture
+from demo.generator import AccountsChangelog, GeneratorConfig
+from demo.pictures import day, timeline_picture
 from timeline.errors import HorizonError, Internal
 from timeline.interval import format_instant
 from watermark.hlc import hlc_physical_ms
@@ -150,10 +150,10 @@ class _Demo:
         )
 
     def _start_services(self) -> None:
+        from broker.api.server import BrokerServer
         from broker.client import connect
         from broker.config import config_from_mapping
-        from broker.server import BrokerServer
-        from broker.spark_session import create_spark_session
+        from core.spark_session import create_spark_session
         from watermark.embedded_redis import EmbeddedRedis
 
         if self.options.redis_url:
@@ -165,7 +165,7 @@ class _Demo:
         if self.spark is None:
             master = self.options.spark_master
             if self.options.cluster:
-                from broker.sessions.local_cluster import StandaloneCluster
+                from broker.spark.local_cluster import StandaloneCluster
 
                 cluster = StandaloneCluster(workers=2, cores=1, memory="2g")
                 self.stack.enter_context(cluster)
@@ -539,7 +539,7 @@ class _Demo:
     # -- 6. compaction while queries run ---------------------------------------------------------
 
     def _compaction(self) -> None:
-        from broker.demo.compaction import compaction_while_querying
+        from demo.compaction import compaction_while_querying
 
         self._heading("6. Compaction while queries run")
         snapshots = [self._lwm()]

@@ -3,7 +3,7 @@ layout bounds).
 
 The rewritten SQL reads ``__horizon_<table>_g<generation>`` instead of the table; when the files
 are split by what a scan must test (settled segments, open and closed files, see
-``broker.view_layout``), it reads one view per part, each named after the layout's bounds too. A
+``broker.spark.scan_layout``), it reads one view per part, each named after the layout's bounds too. A
 view is built once (``spark.read.parquet(files)`` with the descriptor's explicit schema, so Spark
 neither infers the schema nor opens a footer to plan) and reused by every query until the table's
 timeline changes or its LWM passes another segment's greatest validFrom or closed files' greatest
@@ -19,13 +19,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from broker.spark.failures import UnreadableFiles, ViewMissing, classify
-from broker.view_layout import VIEW_PREFIX, ViewLayout, view_layout
+from broker.spark.scan_layout import VIEW_PREFIX, ScanLayout, scan_layout
 from watermark.catalog import VALIDITY_COLUMNS, TableDescriptor
 
 __all__ = [
     "VIEW_PREFIX",
-    "SegmentViews",
     "UnreadableFiles",
+    "ViewCache",
     "ViewMissing",
     "schema_ddl",
 ]
@@ -54,7 +54,7 @@ class _Entry:
         return (self.generation, *self.bounds)
 
 
-class SegmentViews:
+class ViewCache:
     """The cache of segment views of one Spark session."""
 
     def __init__(self, spark: Any, *, namespace: str = "", mirrors: Sequence[Any] = ()) -> None:
@@ -64,13 +64,13 @@ class SegmentViews:
         self.namespace = namespace
         self._lock = threading.RLock()
         self._entries: dict[tuple[str, int, int, int], _Entry] = {}
-        self._layouts: dict[str, tuple[tuple[int, int | None], ViewLayout]] = {}
+        self._layouts: dict[str, tuple[tuple[int, int | None], ScanLayout]] = {}
         self.builds = 0
         """How many view sets were built (a test and benchmark probe: reuse keeps it flat)."""
         self.layouts_computed = 0
         """How many layouts were derived (a test probe: one per table and state, not per use)."""
 
-    def layout(self, table_view: Any) -> ViewLayout:
+    def layout(self, table_view: Any) -> ScanLayout:
         """The view layout of a follower table view, derived once per (generation, LWM).
 
         A query needs it for the catalog of every table, the views it reads and its metadata.
@@ -83,7 +83,7 @@ class SegmentViews:
             known = self._layouts.get(table)
             if known is not None and known[0] == state:
                 return known[1]
-        layout = view_layout(table_view, self.namespace)
+        layout = scan_layout(table_view, self.namespace)
         with self._lock:
             self._layouts[table] = (state, layout)
             self.layouts_computed += 1

@@ -12,8 +12,8 @@ import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from broker.auth import Principal, resolve_readable
-from broker.reads.freshness import required_snapshot, wait_for_snapshot
+from broker.engine.freshness import required_snapshot, wait_for_snapshot
+from broker.grants import Principal, resolve_readable
 from pins.rules import Pin
 from timeline.errors import FailedPrecondition, InvalidArgument, NotFound
 
@@ -57,7 +57,7 @@ DEFAULT_LEASE_S = 300.0
 
 def resolve_tables(follower: Any, names: Iterable[str], principal: Principal) -> list[str]:
     """The registered spelling of each name (tables resolve case-insensitively, like SQL), each
-    one the caller may read (unknown and ungranted answer alike, see :mod:`broker.auth`)."""
+    one the caller may read (unknown and ungranted answer alike, see :mod:`broker.api.auth`)."""
     registered = follower.tables()
     resolved = []
     for name in names:
@@ -108,3 +108,19 @@ def take_pin(
     """Pin one snapshot of ``tables`` (registered names) for ``lease_s`` seconds."""
     chosen = choose_pin_snapshot(follower, tables, snapshot, min_snapshot, deadline)
     return store.pin(tables, chosen, lease_s=lease_s, owner=owner)
+
+
+def pin_plan(store: Any, prepared: Any, lease_s: float, *, owner: str) -> Pin | None:
+    """Pin what a passthrough plan reads, so its files and history outlive the lease: the
+    lowest snapshot (or change-feed window start) of its tables (None: nothing to pin)."""
+    if prepared.pin is not None:
+        return prepared.pin
+    lows: dict[str, int] = {}
+    for table in prepared.tables:
+        points = [lo for lo, _ in table.change_windows]
+        points += [table.snapshot] if table.snapshot is not None else []
+        if points:
+            lows[table.table] = max(min(points), table.retention_horizon)
+    if not lows:
+        return None
+    return store.pin(list(lows), min(lows.values()), lease_s=lease_s, owner=owner)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from broker.view_layout import CLOSED, OPEN, SETTLED, ViewLayout
+from broker.spark.scan_layout import CLOSED, OPEN, SETTLED, ScanLayout
 from timeline.interval import format_instant
 
 
@@ -83,9 +83,9 @@ def segment_reasons(snapshot: Any, visible: Iterable[Any]) -> dict[str, str]:
     return reasons
 
 
-def view_notes(layout: ViewLayout | None, lwm: int | None) -> dict[str, str]:
+def view_notes(layout: ScanLayout | None, lwm: int | None) -> dict[str, str]:
     """``{segment id: note}`` saying which temp view reads each segment's files and what it
-    tests, when a table's files are split between views (``broker.view_layout``); empty when the
+    tests, when a table's files are split between views (``broker.spark.scan_layout``); empty when the
     table has one view. The bounds quoted are the layout's own T and C, which the SQL uses."""
     if layout is None or len(layout.parts) < 2:
         return {}
