@@ -476,3 +476,9 @@ class QueryEngine:
     def spark_plan(self, prepared: Prepared) -> str:
         with self.views.lease(prepared.table_views):
             return self.executor.explain(prepared.sql)
+
+    def result_schema(self, prepared: Prepared) -> pa.Schema:
+        """The Arrow schema ``prepared`` answers with, from Spark's analysis (no job runs): what
+        a client asks before running a statement (Flight SQL's GetSchema, prepared statements)."""
+        with self.views.lease(prepared.table_views):
+            return self.executor.schema(prepared.sql)
