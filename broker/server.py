@@ -107,6 +107,8 @@ class BrokerServer:
         self._locks: Any = None
         self._pins: Any = None
         self._floor_redis: Any = None
+        self.flight: Any = None
+        """The Arrow Flight SQL endpoint (:mod:`broker.flight`), when ``[flight]`` enables it."""
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -152,6 +154,14 @@ class BrokerServer:
         )
         self._server = self._build_grpc_server()
         self._server.start()
+        if self.config.flight.enabled:
+            from broker.flight.server import start_flight_server
+
+            try:
+                self.flight = start_flight_server(self.config, self.engine)
+            except BaseException:
+                self._server.stop(0)
+                raise
         threading.Thread(target=self._watch_health, name="horizon-health", daemon=True).start()
         threading.Thread(
             target=self._recheck_unreadable, name="horizon-unreadable", daemon=True
@@ -285,6 +295,16 @@ class BrokerServer:
         return f"[{host}]:{self.port}" if ":" in host else f"{host}:{self.port}"
 
     @property
+    def flight_target(self) -> str:
+        """``host:port`` of the Flight SQL endpoint ("" when it is off)."""
+        if self.flight is None:
+            return ""
+        host, _ = parse_listen(self.config.flight.address(self.config.server.listen))
+        if host in ("0.0.0.0", "::", ""):
+            host = "127.0.0.1"
+        return f"[{host}]:{self.flight.port}" if ":" in host else f"{host}:{self.flight.port}"
+
+    @property
     def follower(self) -> Any:
         return self._follower
 
@@ -299,6 +319,8 @@ class BrokerServer:
         self._stopped.set()
         if self._health is not None:
             self._health.enter_graceful_shutdown()
+        if self.flight is not None:
+            self.flight.stop()
         if self._server is not None:
             self._server.stop(self.config.server.grace_s if grace is None else grace).wait()
         if self.engine is not None:
