@@ -12,7 +12,6 @@ from __future__ import annotations
 import functools
 import logging
 import threading
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -35,12 +34,14 @@ from broker.flight.results import PendingResult, ResultStore
 from broker.flight.sessions import (
     CATALOG,
     DB_SCHEMA,
+    QUERY_ID_HEADER,
     SCHEMA,
     SESSION_COOKIE,
     Session,
     SessionStore,
     apply_options,
     option_message,
+    query_id,
     read_options,
     session_id,
 )
@@ -170,8 +171,8 @@ class FlightSqlServer(fl.FlightServerBase):
     ) -> fl.FlightInfo:
         principal = self._principal(context)
         options = self._read_options(context, principal)
-        scope = QueryScope(uuid.uuid4().hex[:16])
         call = call_headers(context)
+        scope = QueryScope(query_id(call.first(QUERY_ID_HEADER)))
         with self.watcher.watching(context, scope, call):
             execution = self.engine.execute(
                 query,

@@ -19,10 +19,12 @@ from typing import Any
 from broker._proto.arrow.flight.protocol import flight_actions_pb2 as fa
 from broker.reads.options import ReadOptions
 from pins.store import check_pin_id
-from timeline.errors import HorizonError, InvalidArgument, NotFound
+from timeline.errors import HorizonError, InvalidArgument, NotFound, ResourceExhausted
 from watermark import tokens
 
 SESSION_COOKIE = "arrow_flight_session_id"
+MAX_SESSIONS = 10_000
+"""Live sessions per broker (a client that never sends its cookie back makes one per call)."""
 
 MIN_SNAPSHOT = "min_snapshot"
 MAX_STALENESS = "max_staleness"
@@ -38,6 +40,10 @@ HEADERS = {
     BYPASS_CACHE: "x-horizon-bypass-cache",
 }
 """The call header of each read control (the option name with ``x-horizon-`` and dashes)."""
+
+QUERY_ID_HEADER = "x-horizon-query-id"
+"""Names the query (its Spark job group is ``horizon-<id>``, as ExecuteQuery's ``query_id``)."""
+_QUERY_ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
 
 DB_SCHEMA = "horizon"
 """The one database schema Horizon's tables are listed under (``horizon.accounts`` resolves)."""
@@ -114,6 +120,17 @@ def read_options(session: Mapping[str, Any], header: Callable[[str], str | None]
         pin_id=values.get(PIN_ID, ""),
         bypass_cache=bool(values.get(BYPASS_CACHE, False)),
     )
+
+
+def query_id(requested: str | None) -> str:
+    """The query's id: the caller's (checked like ExecuteQuery's) or a fresh one."""
+    if not requested:
+        return secrets.token_hex(8)
+    if len(requested) > 64 or not set(requested) <= _QUERY_ID_CHARS:
+        raise InvalidArgument(
+            f"{QUERY_ID_HEADER} must be at most 64 letters, digits, '-', '_' or '.'"
+        )
+    return requested
 
 
 def option_value(message: fa.SessionOptionValue) -> Any:
@@ -193,6 +210,12 @@ class SessionStore:
     def create(self, owner: str) -> Session:
         session = Session(secrets.token_urlsafe(18), owner, touched=self._clock())
         with self._lock:
+            if len(self._sessions) >= MAX_SESSIONS:
+                raise ResourceExhausted(
+                    f"{MAX_SESSIONS} Flight SQL sessions are open on this broker: send the "
+                    f"{SESSION_COOKIE} cookie back (ADBC: adbc.flight.sql.rpc."
+                    "with_cookie_middleware) or close sessions (CloseSession)"
+                )
             self._sessions[session.id] = session
         return session
 

@@ -16,7 +16,10 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from broker.flight.parameters import bind
-from timeline.errors import InvalidArgument, NotFound, PermissionDenied
+from timeline.errors import InvalidArgument, NotFound, PermissionDenied, ResourceExhausted
+
+MAX_OPEN = 10_000
+"""Open prepared statements per broker (each is small; the bound keeps a leaking client in check)."""
 
 
 @dataclass
@@ -60,6 +63,11 @@ class StatementStore:
             touched=self._clock(),
         )
         with self._lock:
+            if len(self._statements) >= MAX_OPEN:
+                raise ResourceExhausted(
+                    f"{MAX_OPEN} prepared statements are open on this broker: close some "
+                    "(ClosePreparedStatement) or wait for idle ones to expire"
+                )
             self._statements[statement.handle] = statement
         return statement
 
