@@ -43,7 +43,10 @@ def schema_metadata(metadata: pb.QueryMetadata) -> dict[bytes, bytes]:
         CACHE: metadata.cache.encode(),
         QUERY_ID: metadata.query_id.encode(),
         QUERY_METADATA: json_format.MessageToJson(
-            metadata, preserving_proto_field_name=True, indent=None
+            metadata,
+            preserving_proto_field_name=True,
+            always_print_fields_with_no_presence=True,
+            indent=None,
         ).encode(),
     }
     if metadata.HasField("snapshot"):

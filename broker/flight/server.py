@@ -12,7 +12,8 @@ from __future__ import annotations
 import functools
 import logging
 import threading
-from collections.abc import Callable, Iterator
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -63,6 +64,8 @@ log = logging.getLogger("horizon.broker.flight")
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 REAP_INTERVAL_S = 1.0
+RESULT_SCHEMAS_KEPT = 4096
+"""Prepared statements' result schemas kept (statement text + table columns -> schema)."""
 
 ACTIONS = {
     "CreatePreparedStatement": "prepare a SQL query (? placeholders bind by position)",
@@ -75,6 +78,29 @@ ACTIONS = {
     "CloseSession": "forget this session's options",
 }
 _TRANSACTION_ACTIONS = {"BeginTransaction", "EndTransaction", "BeginSavepoint", "EndSavepoint"}
+
+
+class SchemaCache:
+    """A small LRU of result schemas (thread-safe)."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self._entries: OrderedDict[Hashable, pa.Schema] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: Hashable) -> pa.Schema | None:
+        with self._lock:
+            schema = self._entries.get(key)
+            if schema is not None:
+                self._entries.move_to_end(key)
+            return schema
+
+    def put(self, key: Hashable, schema: pa.Schema) -> None:
+        with self._lock:
+            self._entries[key] = schema
+            self._entries.move_to_end(key)
+            while len(self._entries) > self.capacity:
+                self._entries.popitem(last=False)
 
 
 def answering(method: _F) -> _F:
@@ -123,6 +149,7 @@ class FlightSqlServer(fl.FlightServerBase):
             statement_ttl_s=flight.statement_ttl_s, max_sql_length=config.limits.max_sql_length
         )
         self._table_schemas: dict[tuple[str, str], catalog.TableEntry] = {}
+        self._result_schemas: SchemaCache = SchemaCache(RESULT_SCHEMAS_KEPT)
         self._stopped = threading.Event()
         install_quiet_tracebacks()
         super().__init__(
@@ -317,6 +344,9 @@ class FlightSqlServer(fl.FlightServerBase):
         return [fl.Result(pa.py_buffer(payload)) for payload in handler(context, body)]
 
     def _create_prepared(self, context: Any, body: bytes) -> list[bytes]:
+        """Check the statement now (rewrite, grants) and say what it answers with. DB-API
+        drivers prepare every statement they execute, so the result schema (Spark's analysis)
+        is kept per statement text and table columns: a repeated statement costs a rewrite."""
         request = commands.unpack_as(body, sql.ActionCreatePreparedStatementRequest, "action body")
         self._refuse_transaction(request)
         principal = self._principal(context)
@@ -328,7 +358,11 @@ class FlightSqlServer(fl.FlightServerBase):
         schema: pa.Schema | None = None
         try:
             prepared = self.engine.prepare(probe, principal, options=options)
-            schema = self.engine.result_schema(prepared)
+            key = (probe, tuple((t.table, t.schema_ddl) for t in prepared.tables))
+            schema = self._result_schemas.get(key)
+            if schema is None:
+                schema = self.engine.result_schema(prepared)
+                self._result_schemas.put(key, schema)
         except InvalidArgument:
             if not count:
                 raise

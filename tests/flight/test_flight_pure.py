@@ -287,3 +287,64 @@ def _code(name: str) -> tuple:
     import grpc
 
     return (getattr(grpc.StatusCode, name),)
+
+
+# -- what handles name ----------------------------------------------------------------------
+
+
+class _Started:
+    """Stands in for a started query: records whether it was closed."""
+
+    def __init__(self) -> None:
+        self.closed = False
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_a_result_ticket_is_single_use_owned_and_expires_closing_the_query():
+    from broker.executor import QueryScope
+    from broker.flight.results import ResultStore
+    from timeline.errors import PermissionDenied
+
+    now = [0.0]
+    store = ResultStore(60.0, clock=lambda: now[0])
+    started = _Started()
+    pending = store.add(started, QueryScope("q1"), "admin", pa.schema([]))  # type: ignore[arg-type]
+    with pytest.raises(PermissionDenied):
+        store.take(pending.handle, "reader")
+    assert store.take(pending.handle, "admin") is pending
+    with pytest.raises(NotFound, match="already read"):
+        store.take(pending.handle, "admin")
+    store.finish(pending.handle)
+    unread = _Started()
+    store.add(unread, QueryScope("q2"), "admin", pa.schema([]))  # type: ignore[arg-type]
+    now[0] = 61.0
+    assert store.expire() == 1 and unread.closed and len(store) == 0
+
+
+def test_a_prepared_statement_binds_checked_values_and_refuses_running_unbound():
+    from broker.flight.statements import StatementStore
+
+    store = StatementStore(60.0)
+    statement = store.create("admin", "SELECT * FROM t WHERE id = ?", 1, None)
+    with pytest.raises(InvalidArgument, match="no values were bound"):
+        statement.bound_sql()
+    with pytest.raises(InvalidArgument, match="has no SQL literal"):
+        store.bind(statement.handle, "admin", [pa.scalar({"a": 1})])
+    store.bind(statement.handle, "admin", [pa.scalar(7)])
+    assert statement.bound_sql() == "SELECT * FROM t WHERE id = 7"
+    store.close(statement.handle, "admin")
+    with pytest.raises(NotFound, match="prepare it again"):
+        store.get(statement.handle, "admin")
+
+
+def test_large_batches_are_cut_into_slices_near_the_target_size_without_copying():
+    from broker.flight.server import batch_slices
+
+    batch = pa.record_batch({"x": pa.array(range(100_000), pa.int64())})  # 800 kB
+    slices = list(batch_slices(batch, 100_000))
+    assert sum(s.num_rows for s in slices) == 100_000
+    assert all(s.nbytes <= 100_000 for s in slices)
+    assert pa.Table.from_batches(slices).column("x").to_pylist() == list(range(100_000))
+    assert list(batch_slices(batch.slice(0, 10), 100_000)) == [batch.slice(0, 10)]
