@@ -113,6 +113,7 @@ def _flight(r: dict[str, Any]) -> list[Row]:
         (f"{_num(r.get('rows'))}-row result: ExecuteQuery / Flight SQL (ADBC) rows/s", f"{_num(_get(r, 'large_result', 'native_rows_per_s'))} / {_num(_get(r, 'large_result', 'adbc_rows_per_s'))} ({_num(_get(r, 'large_result', 'adbc_over_native'), 'x', 2)})", ">= 0.9x"),
         ("  same, pyarrow.flight generic client rows/s", f"{_num(_get(r, 'large_result', 'generic_flight_rows_per_s'))} ({_num(_get(r, 'large_result', 'generic_over_native'), 'x', 2)})", "-"),
         ("point query p50: ExecuteQuery / Flight SQL (ADBC)", f"{_num(_get(r, 'point_query', 'native_ms', 'p50'), ' ms', 2)} / {_num(_get(r, 'point_query', 'adbc_ms', 'p50'), ' ms', 2)} (+{_num(_get(r, 'point_query', 'flight_adds_p50_ms'), ' ms', 2)})", "<= +2 ms"),
+        ("point query p50, ? bound on one prepared statement (ADBC)", f"{_num(_get(r, 'point_query', 'adbc_bound_ms', 'p50'), ' ms', 2)} (+{_num(_get(r, 'point_query', 'bound_flight_adds_p50_ms'), ' ms', 2)})", "-"),
         ("point query p99: ExecuteQuery / Flight SQL (ADBC)", f"{_num(_get(r, 'point_query', 'native_ms', 'p99'), ' ms', 2)} / {_num(_get(r, 'point_query', 'adbc_ms', 'p99'), ' ms', 2)}", "-"),
         ("cache hit (1,000 rows) p50: ExecuteQuery / Flight SQL (ADBC)", f"{_num(_get(r, 'cache_hit', 'native_ms', 'p50'), ' ms', 2)} / {_num(_get(r, 'cache_hit', 'adbc_ms', 'p50'), ' ms', 2)}", "-"),
     ]  # fmt: skip

@@ -9,7 +9,9 @@ Writes a table once with Spark (1M rows, or 200k with ``--quick``), publishes it
   (target >= 0.9x); the same through pyarrow.flight's generic client, which decodes nothing in
   Python, as a reference;
 * a point query by key (a new key each time, so no cache hit): p50/p99 each way and what Flight
-  adds at p50 (target <= 2 ms);
+  adds at p50 (target <= 2 ms); DB-API prepares every statement it runs (CreatePreparedStatement,
+  GetFlightInfo, DoGet, ClosePreparedStatement), so the same lookup is also timed as one prepared
+  statement with the key bound as a ``?`` parameter each time (DoPut, GetFlightInfo, DoGet);
 * a repeated dashboard query (1,000 rows) answered from the result cache: p50 each way.
 
     .venv/bin/python -m bench.flight [--quick]
@@ -122,7 +124,8 @@ def main(argv: list[str] | None = None) -> int:
                 assert answer.num_rows == rows, answer.num_rows
                 big["generic_ms"].append(elapsed)
 
-            point: dict[str, list[float]] = {"native_ms": [], "adbc_ms": []}
+            point: dict[str, list[float]] = {"native_ms": [], "adbc_ms": [], "adbc_bound_ms": []}
+            bound = adbc.cursor()  # one statement prepared once, a new value bound each time
             for _ in range(point_rounds):
                 key = rng.randrange(rows)
                 sql = f"SELECT * FROM {TABLE} WHERE id = {key}"
@@ -131,6 +134,15 @@ def main(argv: list[str] | None = None) -> int:
                 elapsed, answer = timed(lambda s=sql: adbc_query(adbc, s))
                 point["adbc_ms"].append(elapsed)
                 assert answer.to_pylist() == expected.to_pylist(), (answer, expected)
+                elapsed, answer = timed(
+                    lambda k=key: (
+                        bound.execute(f"SELECT * FROM {TABLE} WHERE id = ?", (k,)),
+                        bound.fetch_arrow_table(),
+                    )[1]
+                )
+                point["adbc_bound_ms"].append(elapsed)
+                assert answer.to_pylist() == expected.to_pylist(), (answer, expected)
+            bound.close()
 
             native.query(DASHBOARD_SQL)  # fill the cache
             cache: dict[str, list[float]] = {"native_ms": [], "adbc_ms": []}
@@ -172,6 +184,7 @@ def main(argv: list[str] | None = None) -> int:
         "point_query": {
             **point_stats,
             "flight_adds_p50_ms": round(point_stats["adbc_ms"]["p50"] - point_stats["native_ms"]["p50"], 2),
+            "bound_flight_adds_p50_ms": round(point_stats["adbc_bound_ms"]["p50"] - point_stats["native_ms"]["p50"], 2),
             "target_flight_adds_p50_ms": 2.0,
         },
         "cache_hit": cache_stats,
@@ -200,6 +213,13 @@ def main(argv: list[str] | None = None) -> int:
                 f"{point_stats['adbc_ms']['p50']:.2f} / {point_stats['adbc_ms']['p99']:.2f}",
                 f"+{results['point_query']['flight_adds_p50_ms']:.2f} ms at p50",
                 "<= +2 ms",
+            ),
+            (
+                "  same, ? bound on one prepared statement",
+                "",
+                f"{point_stats['adbc_bound_ms']['p50']:.2f} / {point_stats['adbc_bound_ms']['p99']:.2f}",
+                f"+{results['point_query']['bound_flight_adds_p50_ms']:.2f} ms at p50",
+                "-",
             ),
             (
                 "dashboard query (1,000 rows), cache hit p50 / p99 ms",

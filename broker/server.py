@@ -320,7 +320,7 @@ class BrokerServer:
         if self._health is not None:
             self._health.enter_graceful_shutdown()
         if self.flight is not None:
-            self.flight.stop()
+            self.flight.stop(self.config.server.grace_s if grace is None else grace)
         if self._server is not None:
             self._server.stop(self.config.server.grace_s if grace is None else grace).wait()
         if self.engine is not None:

@@ -12,9 +12,10 @@ module only picks the exception type through which ``pyarrow.flight`` sends that
   later, as Arrow's transport reads it).
 
 Every error also carries the exact Horizon status, for clients that read more than the code: the
-``x-horizon-status`` trailer (ADBC lists trailers in an error's details) and gRPC's rich status
-(``grpc-status-details-bin``: a ``google.rpc.Status`` with the clean message and an ``ErrorInfo``
-whose reason is the status; gRPC-Go, and so the ADBC driver, shows that message).
+``x-horizon-status`` trailer (ADBC lists trailers in an error's details). Errors sent through
+Flight's own types also carry gRPC's rich status (``grpc-status-details-bin``: a
+``google.rpc.Status`` with the clean message and an ``ErrorInfo`` whose reason is the status;
+gRPC-Go, and so the ADBC driver, shows that message).
 
 pyarrow appends a Python exception's formatted traceback to the message it sends; the broker's
 stack traces stay in its log, so the traceback of these error types is formatted as the status
@@ -37,7 +38,6 @@ from google.rpc import error_details_pb2, status_pb2
 from broker.errors import status_of
 
 STATUS_TRAILER = "x-horizon-status"
-DETAILS_TRAILER = "grpc-status-details-bin"
 ERROR_DOMAIN = "horizon.broker"
 
 
@@ -120,8 +120,8 @@ def flight_error(error: BaseException, context: Any = None) -> Exception:
     flight_type = _FLIGHT_TYPES.get(code)
     if flight_type is not None:
         return flight_type(message, details)
-    if context is not None:
-        context.add_trailer(DETAILS_TRAILER, details)
+    # No rich status for these: Arrow's C++ client reads one as a FlightStatusDetail and then
+    # reports an INVALID_ARGUMENT as an internal error; the code and the trailer say it all.
     arrow_type = _ARROW_TYPES.get(code, InvalidArgumentError)
     translated = arrow_type(message)  # type: ignore[operator]
     translated.status = code.name

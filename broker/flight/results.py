@@ -104,12 +104,14 @@ class ResultStore:
         return len(stale)
 
     def close(self) -> None:
+        """Cancel every query: waiting ones are closed here, streaming ones end their stream."""
         with self._lock:
-            waiting = [r for r in self._results.values() if not r.streaming]
+            results = list(self._results.values())
             self._results.clear()
-        for result in waiting:
+        for result in results:
             result.scope.cancel(CANCELLED)
-            result.execution.close()
+            if not result.streaming:
+                result.execution.close()
 
     def __len__(self) -> int:
         return len(self._results)

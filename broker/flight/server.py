@@ -28,7 +28,7 @@ from broker.config import BrokerConfig, parse_listen
 from broker.engine import QueryEngine
 from broker.executor import QueryScope
 from broker.flight import catalog, commands, metadata, parameters
-from broker.flight.auth import MIDDLEWARE_KEY, CallHeadersFactory, call_headers
+from broker.flight.auth import MIDDLEWARE_KEY, CallHeadersFactory, HandshakeAuth, call_headers
 from broker.flight.auth import principal as authenticate
 from broker.flight.errors import flight_error, install_quiet_tracebacks
 from broker.flight.results import PendingResult, ResultStore
@@ -154,6 +154,7 @@ class FlightSqlServer(fl.FlightServerBase):
         install_quiet_tracebacks()
         super().__init__(
             location,
+            auth_handler=HandshakeAuth(),
             tls_certificates=tls_certificates or [],
             middleware={MIDDLEWARE_KEY: CallHeadersFactory(config.tokens)},
         )
@@ -215,6 +216,8 @@ class FlightSqlServer(fl.FlightServerBase):
         except BaseException:
             execution.close()
             raise
+        if context.is_cancelled():  # the client left while Spark started: nobody will read it
+            self.results.cancel(pending.handle, principal.name)
         ticket = commands.pack(sql.TicketStatementQuery(statement_handle=pending.handle))
         rows = -1 if execution.rest is not None else sum(b.num_rows for b in execution.head)
         return fl.FlightInfo(
@@ -553,14 +556,28 @@ class FlightSqlServer(fl.FlightServerBase):
             except Exception:  # never let the reaper die; the next round tries again
                 log.exception("Flight SQL reaper failed")
 
-    def stop(self) -> None:
-        """Stop serving: running calls end, waiting results are closed (slots freed)."""
+    def stop(self, grace_s: float = 5.0) -> None:
+        """Stop serving: started queries are cancelled (their slots freed), running calls get
+        ``grace_s`` to end. A call still running then (a client holding a stream open without
+        reading it) is left to its connection rather than blocking the broker's shutdown."""
         if self._stopped.is_set():
             return
         self._stopped.set()
-        self.watcher.stop()
-        self.shutdown()
         self.results.close()
+        finished = threading.Event()
+
+        def shut_down() -> None:
+            self.shutdown()
+            finished.set()
+
+        threading.Thread(target=shut_down, name="horizon-flight-shutdown", daemon=True).start()
+        if not finished.wait(max(grace_s, 1.0)):
+            log.warning(
+                "Flight SQL calls still running %.1f s after shutdown began (a client holding a "
+                "stream open without reading it); not waiting for them",
+                grace_s,
+            )
+        self.watcher.stop()
 
 
 def _optional(message: Message, field: str) -> str | None:

@@ -122,12 +122,12 @@ def test_a_result_nobody_fetches_expires_and_frees_its_slot(one_slot):
     _a_query_runs(one_slot)
 
 
-def test_a_client_that_stops_reading_midway_frees_the_slot(one_slot):
+def test_a_client_that_cancels_its_stream_midway_frees_the_slot(one_slot):
     client = _client(one_slot)
     info = client.get_flight_info(statement_descriptor(BIG_SQL), OPTIONS)
     reader = client.do_get(info.endpoints[0].ticket, OPTIONS)
     assert reader.read_chunk().data.num_rows > 0
-    client.close()
+    reader.cancel()
     _eventually(lambda: _slot_is_free(one_slot), "the abandoned stream's slot was freed")
     _a_query_runs(one_slot)
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import threading
 
 import adbc_driver_manager
-import grpc
 import pytest
 
 from tests.broker.conftest import LWM, BrokerEnv, publish_table
@@ -113,7 +112,7 @@ def test_max_staleness_refuses_an_old_default_read_naming_the_laggard(broker_env
         # An explicit snapshot is not bound by it.
         cursor.execute(f"SELECT count(*) FROM {table.name} VERSION AS OF {LWM}")
         assert cursor.fetchone() == (len(table.rows_visible_at(LWM)),)
-    assert caught.value.vendor_code == grpc.StatusCode.UNAVAILABLE.value[0]
+    assert "(Unavailable; " in str(caught.value)
     with pytest.raises(Exception) as expected:
         native.query(sql, max_staleness=5.0)
     assert str(expected.value) in str(caught.value)
@@ -130,5 +129,5 @@ def test_a_malformed_read_control_header_is_an_invalid_argument_naming_it(broker
         with adbc_connect(broker_env.broker.flight_target, headers={header: value}) as connection:
             with connection.cursor() as cursor, pytest.raises(adbc_driver_manager.Error) as caught:
                 cursor.execute("SELECT 1 AS one")
-            assert caught.value.vendor_code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
+            assert "(InvalidArgument; " in str(caught.value)
             assert named in str(caught.value)
