@@ -36,7 +36,11 @@ def adbc_error(connection, sql: str) -> adbc_driver_manager.Error:
 
 
 def details(error: adbc_driver_manager.Error) -> dict[str, Any]:
-    return {key: value for key, value in (error.details or [])}
+    """The error's details (the call's headers and trailers) by name."""
+    return {
+        key.decode() if isinstance(key, bytes) else key: value
+        for key, value in (error.details or [])
+    }
 
 
 def sent_code(error: adbc_driver_manager.Error) -> str:

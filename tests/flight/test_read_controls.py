@@ -3,6 +3,7 @@ options set through the ADBC driver, with the same effect as ExecuteQuery's Read
 
 from __future__ import annotations
 
+import re
 import threading
 
 import adbc_driver_manager
@@ -115,7 +116,11 @@ def test_max_staleness_refuses_an_old_default_read_naming_the_laggard(broker_env
     assert "(Unavailable; " in str(caught.value)
     with pytest.raises(Exception) as expected:
         native.query(sql, max_staleness=5.0)
-    assert str(expected.value) in str(caught.value)
+
+    def without_age(message: str) -> str:  # the age grows between the two calls
+        return re.sub(r"is [\d.]+s old", "is ...s old", message)
+
+    assert without_age(str(expected.value)) in without_age(str(caught.value))
     assert "srv-a" in str(caught.value)
 
 
