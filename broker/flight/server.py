@@ -65,7 +65,7 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 
 REAP_INTERVAL_S = 1.0
 RESULT_SCHEMAS_KEPT = 4096
-"""Prepared statements' result schemas kept (statement text + table columns -> schema)."""
+"""Prepared statements' result schemas kept (statement text, caller, table columns -> schema)."""
 
 ACTIONS = {
     "CreatePreparedStatement": "prepare a SQL query (? placeholders bind by position)",
@@ -347,9 +347,9 @@ class FlightSqlServer(fl.FlightServerBase):
         return [fl.Result(pa.py_buffer(payload)) for payload in handler(context, body)]
 
     def _create_prepared(self, context: Any, body: bytes) -> list[bytes]:
-        """Check the statement now (rewrite, grants) and say what it answers with. DB-API
-        drivers prepare every statement they execute, so the result schema (Spark's analysis)
-        is kept per statement text and table columns: a repeated statement costs a rewrite."""
+        """Check the statement (rewrite, grants) and say what it answers with. DB-API drivers
+        prepare every statement they execute, so what the check found is kept per statement
+        text, caller and table columns: a repeated statement is answered from memory."""
         request = commands.unpack_as(body, sql.ActionCreatePreparedStatementRequest, "action body")
         self._refuse_transaction(request)
         principal = self._principal(context)
@@ -358,18 +358,19 @@ class FlightSqlServer(fl.FlightServerBase):
         probe = request.query
         if count:  # check the statement (grants, rewrite) with NULL in every placeholder
             probe = parameters.bind(request.query, [pa.scalar(None)] * count)
-        schema: pa.Schema | None = None
-        try:
-            prepared = self.engine.prepare(probe, principal, options=options)
-            key = (probe, tuple((t.table, t.schema_ddl) for t in prepared.tables))
-            schema = self._result_schemas.get(key)
-            if schema is None:
+        # A statement this caller prepared before, over tables whose columns are unchanged, was
+        # checked then: its schema is kept (the rewrite and grants run again when it executes).
+        known = (probe, principal.name, self._catalog_signature())
+        schema: pa.Schema | None = self._result_schemas.get(known)
+        if schema is None:
+            try:
+                prepared = self.engine.prepare(probe, principal, options=options)
                 schema = self.engine.result_schema(prepared)
-                self._result_schemas.put(key, schema)
-        except InvalidArgument:
-            if not count:
-                raise
-            # A placeholder where NULL does not analyse (LIMIT ?): checked once values are bound.
+                self._result_schemas.put(known, schema)
+            except InvalidArgument:
+                if not count:
+                    raise
+                # A placeholder where NULL does not analyse (LIMIT ?): checked once bound.
         statement = self.statements.create(principal.name, request.query, count, schema)
         result = sql.ActionCreatePreparedStatementResult(
             prepared_statement_handle=statement.handle,
@@ -379,6 +380,13 @@ class FlightSqlServer(fl.FlightServerBase):
             ),
         )
         return [commands.pack(result)]
+
+    def _catalog_signature(self) -> tuple[tuple[str, str], ...]:
+        """Every registered table with its columns: a result schema depends on nothing else."""
+        follower = self.engine.follower
+        return tuple(
+            (name, repr(follower.descriptor(name).columns)) for name in sorted(follower.tables())
+        )
 
     def _close_prepared(self, context: Any, body: bytes) -> list[bytes]:
         request = commands.unpack_as(body, sql.ActionClosePreparedStatementRequest, "action body")
