@@ -47,6 +47,25 @@ def placeholder_spans(sql: str) -> list[tuple[int, int]]:
     return spans
 
 
+def result_shape(sql: str) -> str:
+    """``sql`` with the literals of its filters (WHERE, HAVING, LIMIT, OFFSET) replaced by ``?``:
+    statements of one shape answer with one schema (a filter's values never change the result's
+    columns or their types), so a lookup prepared with a new key each time is analysed once."""
+    try:
+        trees = sqlglot.parse(sql, read=DIALECT)
+    except SqlglotError:
+        return sql
+    shapes = []
+    for tree in trees:
+        if tree is None:
+            continue
+        for clause in list(tree.find_all(exp.Where, exp.Having, exp.Limit, exp.Offset)):
+            for literal_node in list(clause.find_all(exp.Literal)):
+                literal_node.replace(exp.Placeholder())
+        shapes.append(tree.sql(dialect=DIALECT))
+    return ";".join(shapes)
+
+
 def bind(sql: str, values: Sequence[pa.Scalar]) -> str:
     """``sql`` with its placeholders replaced by ``values`` as literals."""
     spans = placeholder_spans(sql)

@@ -358,9 +358,10 @@ class FlightSqlServer(fl.FlightServerBase):
         probe = request.query
         if count:  # check the statement (grants, rewrite) with NULL in every placeholder
             probe = parameters.bind(request.query, [pa.scalar(None)] * count)
-        # A statement this caller prepared before, over tables whose columns are unchanged, was
-        # checked then: its schema is kept (the rewrite and grants run again when it executes).
-        known = (probe, principal.name, self._catalog_signature())
+        # A statement of a shape this caller prepared before (the same but for its filters'
+        # values), over tables whose columns are unchanged, was checked then: its schema is kept
+        # (the rewrite and grants run again, on the statement itself, when it executes).
+        known = (parameters.result_shape(probe), principal.name, self._catalog_signature())
         schema: pa.Schema | None = self._result_schemas.get(known)
         if schema is None:
             try:

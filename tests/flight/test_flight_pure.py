@@ -71,6 +71,16 @@ def test_each_supported_arrow_type_binds_as_its_spark_literal(value, literal):
     assert parameters.literal(value) == literal
 
 
+def test_statements_differing_only_in_filter_values_have_one_result_shape():
+    one = parameters.result_shape("SELECT id, 'x' AS k FROM t WHERE id = 5 AND s = 'a' LIMIT 3")
+    two = parameters.result_shape("SELECT id, 'x' AS k FROM t WHERE id = 9 AND s = 'b' LIMIT 7")
+    assert one == two
+    # a literal the result is made of is part of the shape
+    assert parameters.result_shape("SELECT 1 AS k FROM t") != parameters.result_shape(
+        "SELECT 'a' AS k FROM t"
+    )
+
+
 def test_values_without_an_exact_literal_are_refused_naming_the_parameter():
     with pytest.raises(InvalidArgument, match="parameter 2 has type list<item: int64>"):
         parameters.bind("SELECT ?, ?", [pa.scalar(1), pa.scalar([1, 2])])
