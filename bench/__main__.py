@@ -20,7 +20,8 @@ from typing import Any
 from bench.report import RESULTS_DIR
 
 BENCHMARKS = (
-    "timeline", "watermark", "rewrite", "ingest", "broker", "query", "compaction", "abuse"
+    "timeline", "watermark", "rewrite", "ingest", "broker", "flight", "query", "compaction",
+    "abuse",
 )  # fmt: skip
 
 
@@ -108,6 +109,17 @@ def _broker(r: dict[str, Any]) -> list[Row]:
     ]  # fmt: skip
 
 
+def _flight(r: dict[str, Any]) -> list[Row]:
+    return [
+        (f"{_num(r.get('rows'))}-row result: ExecuteQuery / Flight SQL (ADBC) rows/s", f"{_num(_get(r, 'large_result', 'native_rows_per_s'))} / {_num(_get(r, 'large_result', 'adbc_rows_per_s'))} ({_num(_get(r, 'large_result', 'adbc_over_native'), 'x', 2)})", ">= 0.9x"),
+        ("  same, pyarrow.flight generic client rows/s", f"{_num(_get(r, 'large_result', 'generic_flight_rows_per_s'))} ({_num(_get(r, 'large_result', 'generic_over_native'), 'x', 2)})", "-"),
+        ("point query p50: ExecuteQuery / Flight SQL (ADBC)", f"{_num(_get(r, 'point_query', 'native_ms', 'p50'), ' ms', 2)} / {_num(_get(r, 'point_query', 'adbc_ms', 'p50'), ' ms', 2)} (+{_num(_get(r, 'point_query', 'flight_adds_p50_ms'), ' ms', 2)})", "<= +2 ms"),
+        ("point query p50, ? bound on one prepared statement (ADBC)", f"{_num(_get(r, 'point_query', 'adbc_bound_ms', 'p50'), ' ms', 2)} (+{_num(_get(r, 'point_query', 'bound_flight_adds_p50_ms'), ' ms', 2)})", "-"),
+        ("point query p99: ExecuteQuery / Flight SQL (ADBC)", f"{_num(_get(r, 'point_query', 'native_ms', 'p99'), ' ms', 2)} / {_num(_get(r, 'point_query', 'adbc_ms', 'p99'), ' ms', 2)}", "-"),
+        ("cache hit (1,000 rows) p50: ExecuteQuery / Flight SQL (ADBC)", f"{_num(_get(r, 'cache_hit', 'native_ms', 'p50'), ' ms', 2)} / {_num(_get(r, 'cache_hit', 'adbc_ms', 'p50'), ' ms', 2)}", "-"),
+    ]  # fmt: skip
+
+
 def _query(r: dict[str, Any]) -> list[Row]:
     rows = []
     for size, per_size in r.items():
@@ -175,6 +187,7 @@ EXTRACTORS: dict[str, Extractor] = {
     "rewrite": _rewrite,
     "ingest": _ingest,
     "broker": _broker,
+    "flight": _flight,
     "query": _query,
     "compaction": _compaction,
     "abuse": _abuse,

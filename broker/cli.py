@@ -189,6 +189,9 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"horizon serve: {error}", file=sys.stderr)
         return EXIT_ERROR
     print(f"horizon broker listening on {server.target}", flush=True)
+    if server.flight_target:
+        scheme = "grpc+tls" if config.server.tls else "grpc"
+        print(f"Arrow Flight SQL on {scheme}://{server.flight_target}", flush=True)
 
     def shutdown(signum: int, frame: Any) -> None:
         server.stop()

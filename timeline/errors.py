@@ -25,6 +25,7 @@ class StatusCode(StrEnum):
     DEADLINE_EXCEEDED = "DEADLINE_EXCEEDED"
     UNAVAILABLE = "UNAVAILABLE"
     CANCELLED = "CANCELLED"
+    UNIMPLEMENTED = "UNIMPLEMENTED"
     INTERNAL = "INTERNAL"
 
 
@@ -93,6 +94,13 @@ class Cancelled(HorizonError):
     """The client cancelled the request."""
 
     code = StatusCode.CANCELLED
+
+
+class Unimplemented(HorizonError):
+    """The request asks for something Horizon does not do (an update or a transaction through
+    Flight SQL: the broker is read-only)."""
+
+    code = StatusCode.UNIMPLEMENTED
 
 
 class Internal(HorizonError):

@@ -14,9 +14,7 @@ stale past its limit or the Spark engine is down (:mod:`broker.spark.supervisor`
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import logging
-import socket
 import threading
 from pathlib import Path
 from typing import Any
@@ -29,6 +27,7 @@ from broker._proto.horizon.v1 import horizon_pb2 as pb
 from broker._proto.horizon.v1 import horizon_pb2_grpc as rpc
 from broker.api.auth import Authenticator
 from broker.api.inspection_service import InspectionServicer
+from broker.api.listen import check_listen_policy
 from broker.api.offload import Offload
 from broker.api.query_service import QueryServicer
 from broker.config import BrokerConfig, parse_listen
@@ -36,47 +35,12 @@ from broker.engine import QueryEngine
 from broker.engine.floor import SnapshotFloor
 from broker.spark.reading import files_readable
 from broker.spark.supervisor import SparkSupervisor
-from timeline.errors import FailedPrecondition, InvalidArgument, Unavailable
+from timeline.errors import InvalidArgument, Unavailable
 
 log = logging.getLogger("horizon.broker.api.server")
 
 SERVICE_NAMES = tuple(service.full_name for service in pb.DESCRIPTOR.services_by_name.values())
 _MAX_MESSAGE_BYTES = 8 * 1024 * 1024
-
-
-def is_loopback(host: str) -> bool:
-    """True for addresses only this machine can reach (``localhost``, 127/8, ``::1``)."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        try:
-            return all(
-                ipaddress.ip_address(info[4][0]).is_loopback
-                for info in socket.getaddrinfo(host, None)
-            )
-        except OSError:
-            return False
-
-
-def check_listen_policy(config: BrokerConfig) -> None:
-    """Refuse to serve other machines in plaintext, or anonymously, unless told explicitly."""
-    host, _ = parse_listen(config.server.listen)
-    if is_loopback(host):
-        return
-    server = config.server
-    if not (server.tls or server.allow_insecure_remote):
-        raise FailedPrecondition(
-            f"refusing to serve plaintext on {server.listen}: configure [server] tls_cert and "
-            "tls_key, listen on a loopback address, or set allow_insecure_remote = true"
-        )
-    if not (config.tokens or server.allow_anonymous):
-        raise FailedPrecondition(
-            f"refusing to serve {server.listen} without identities: every caller would read "
-            "every table; configure [[tokens]] (or client certificates), listen on a loopback "
-            "address, or set [server] allow_anonymous = true"
-        )
 
 
 def spark_conf(config: BrokerConfig) -> dict[str, str]:
@@ -136,6 +100,8 @@ class BrokerServer:
         self._locks: Any = None
         self._pins: Any = None
         self._floor_redis: Any = None
+        self.flight: Any = None
+        """The Arrow Flight SQL endpoint (:mod:`broker.flight`), when ``[flight]`` enables it."""
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -185,6 +151,14 @@ class BrokerServer:
             self._stop_loop()
             raise
         self.supervisor.start()
+        if self.config.flight.enabled:
+            from broker.flight.server import start_flight_server
+
+            try:
+                self.flight = start_flight_server(self.config, self.engine)
+            except BaseException:
+                self.stop(0)
+                raise
         threading.Thread(target=self._watch_health, name="horizon-health", daemon=True).start()
         threading.Thread(
             target=self._recheck_unreadable, name="horizon-unreadable", daemon=True
@@ -357,6 +331,16 @@ class BrokerServer:
         return f"[{host}]:{self.port}" if ":" in host else f"{host}:{self.port}"
 
     @property
+    def flight_target(self) -> str:
+        """``host:port`` of the Flight SQL endpoint ("" when it is off)."""
+        if self.flight is None:
+            return ""
+        host, _ = parse_listen(self.config.flight.address(self.config.server.listen))
+        if host in ("0.0.0.0", "::", ""):
+            host = "127.0.0.1"
+        return f"[{host}]:{self.flight.port}" if ":" in host else f"{host}:{self.flight.port}"
+
+    @property
     def follower(self) -> Any:
         return self._follower
 
@@ -372,6 +356,8 @@ class BrokerServer:
         self._stopped.set()
         if self.supervisor is not None:
             self.supervisor.stop()
+        if self.flight is not None:
+            self.flight.stop(self.config.server.grace_s if grace is None else grace)
         if self._loop is not None and self._server is not None:
             grace_s = self.config.server.grace_s if grace is None else grace
             asyncio.run_coroutine_threadsafe(

@@ -30,6 +30,7 @@ from timeline.errors import (
     StatusCode,
     Unauthenticated,
     Unavailable,
+    Unimplemented,
 )
 
 log = logging.getLogger("horizon.broker")
@@ -45,6 +46,7 @@ GRPC_STATUS: dict[StatusCode, grpc.StatusCode] = {
     StatusCode.DEADLINE_EXCEEDED: grpc.StatusCode.DEADLINE_EXCEEDED,
     StatusCode.UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
     StatusCode.CANCELLED: grpc.StatusCode.CANCELLED,
+    StatusCode.UNIMPLEMENTED: grpc.StatusCode.UNIMPLEMENTED,
     StatusCode.INTERNAL: grpc.StatusCode.INTERNAL,
 }
 """Horizon status code -> gRPC status code (names match one to one)."""
@@ -60,6 +62,7 @@ ERROR_TYPES: dict[grpc.StatusCode, type[HorizonError]] = {
     grpc.StatusCode.DEADLINE_EXCEEDED: DeadlineExceeded,
     grpc.StatusCode.UNAVAILABLE: Unavailable,
     grpc.StatusCode.CANCELLED: Cancelled,
+    grpc.StatusCode.UNIMPLEMENTED: Unimplemented,
     grpc.StatusCode.INTERNAL: Internal,
 }
 """gRPC status code -> the Horizon error class a client raises for it."""

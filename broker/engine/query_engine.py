@@ -16,6 +16,8 @@ from collections.abc import Callable, Hashable
 from contextlib import ExitStack
 from typing import Any
 
+import pyarrow as pa
+
 from broker.config import BrokerConfig
 from broker.engine.admission import Admission
 from broker.engine.catalog import build_catalog
@@ -472,6 +474,17 @@ class QueryEngine:
     def spark_plan(self, prepared: Prepared, *, deadline: float | None = None) -> str:
         """Spark's physical plan of ``prepared``: planning is work on the shared driver, so it
         takes an admission slot like a query (waiting at most until ``deadline``)."""
+        return self._on_driver(prepared, self.executor.explain, deadline)
+
+    def result_schema(self, prepared: Prepared, *, deadline: float | None = None) -> pa.Schema:
+        """The Arrow schema ``prepared`` answers with, from Spark's analysis (no job runs): what
+        a client asks before running a statement (Flight SQL's GetSchema, prepared statements).
+        Analysis is work on the shared driver too: it takes an admission slot."""
+        return self._on_driver(prepared, self.executor.schema, deadline)
+
+    def _on_driver(
+        self, prepared: Prepared, work: Callable[[str], Any], deadline: float | None
+    ) -> Any:
         self._check_engine_up()
         generation = self.spark_generation
         with (
@@ -479,6 +492,6 @@ class QueryEngine:
             self.views.lease(prepared.table_views),
         ):
             try:
-                return self.executor.explain(prepared.run_sql)
+                return work(prepared.run_sql)
             except BaseException as error:
                 raise self._engine_failure(error, generation) from None

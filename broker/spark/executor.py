@@ -226,6 +226,13 @@ class SparkExecutor:
             return cancelled
         return classify(error, files, views)
 
+    def schema(self, sql: str) -> pa.Schema:
+        """The Arrow schema of ``sql``'s result (analysis only; nothing is executed)."""
+        try:
+            return _arrow_schema(self.spark.sql(sql))
+        except Exception as error:
+            raise classify(error) from None
+
     def explain(self, sql: str) -> str:
         """Spark's physical plan for ``sql`` (analysis only; nothing is executed)."""
         try:

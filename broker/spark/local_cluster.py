@@ -227,6 +227,7 @@ class BrokerProcess:
         self.config.write_text(
             f'[server]\nlisten = "{HOST}:{self.port}"\ngrace_s = 1.0\n\n'
             f'[state]\nredis_url = "{redis_url}"\nunreadable_recheck_s = 0.5\n\n'
+            f'[flight]\nlisten = "{HOST}:0"\n\n'  # not the fixed default: brokers share a machine
             f"{spark_section}"
         )
         self.log = directory / f"{name}.log"

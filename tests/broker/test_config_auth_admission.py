@@ -9,7 +9,8 @@ import time
 import pytest
 
 from broker.api.auth import Authenticator
-from broker.api.server import BrokerServer, check_listen_policy, is_loopback
+from broker.api.listen import check_listen_policy, is_loopback
+from broker.api.server import BrokerServer
 from broker.client import connect
 from broker.config import BrokerConfig, config_from_mapping, load_config
 from broker.engine.admission import Admission
