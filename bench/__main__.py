@@ -20,15 +20,9 @@ from typing import Any
 from bench.report import RESULTS_DIR
 
 BENCHMARKS = (
-    "timeline",
-    "watermark",
-    "rewrite",
-    "ingest",
-    "ingest_server",
-    "broker",
-    "query",
-    "compaction",
-)
+    "timeline", "watermark", "rewrite", "ingest", "ingest_server", "broker", "flight", "query",
+    "compaction", "abuse",
+)  # fmt: skip
 
 
 def _get(data: Any, *path: str | int) -> Any:
@@ -133,6 +127,17 @@ def _broker(r: dict[str, Any]) -> list[Row]:
     ]  # fmt: skip
 
 
+def _flight(r: dict[str, Any]) -> list[Row]:
+    return [
+        (f"{_num(r.get('rows'))}-row result: ExecuteQuery / Flight SQL (ADBC) rows/s", f"{_num(_get(r, 'large_result', 'native_rows_per_s'))} / {_num(_get(r, 'large_result', 'adbc_rows_per_s'))} ({_num(_get(r, 'large_result', 'adbc_over_native'), 'x', 2)})", ">= 0.9x"),
+        ("  same, pyarrow.flight generic client rows/s", f"{_num(_get(r, 'large_result', 'generic_flight_rows_per_s'))} ({_num(_get(r, 'large_result', 'generic_over_native'), 'x', 2)})", "-"),
+        ("point query p50: ExecuteQuery / Flight SQL (ADBC)", f"{_num(_get(r, 'point_query', 'native_ms', 'p50'), ' ms', 2)} / {_num(_get(r, 'point_query', 'adbc_ms', 'p50'), ' ms', 2)} (+{_num(_get(r, 'point_query', 'flight_adds_p50_ms'), ' ms', 2)})", "<= +2 ms"),
+        ("point query p50, ? bound on one prepared statement (ADBC)", f"{_num(_get(r, 'point_query', 'adbc_bound_ms', 'p50'), ' ms', 2)} (+{_num(_get(r, 'point_query', 'bound_flight_adds_p50_ms'), ' ms', 2)})", "-"),
+        ("point query p99: ExecuteQuery / Flight SQL (ADBC)", f"{_num(_get(r, 'point_query', 'native_ms', 'p99'), ' ms', 2)} / {_num(_get(r, 'point_query', 'adbc_ms', 'p99'), ' ms', 2)}", "-"),
+        ("cache hit (1,000 rows) p50: ExecuteQuery / Flight SQL (ADBC)", f"{_num(_get(r, 'cache_hit', 'native_ms', 'p50'), ' ms', 2)} / {_num(_get(r, 'cache_hit', 'adbc_ms', 'p50'), ' ms', 2)}", "-"),
+    ]  # fmt: skip
+
+
 def _query(r: dict[str, Any]) -> list[Row]:
     rows = []
     for size, per_size in r.items():
@@ -158,6 +163,19 @@ def _compaction(r: dict[str, Any]) -> list[Row]:
     rows.append(("files per day before / after", f"{_num(_get(r, 'before', 'layout', 'files_per_day'))} / {_num(_get(r, 'after', 'layout', 'files_per_day'))}", "-"))  # fmt: skip
     rows.append(("compaction rows/s (bare read+write rows/s)", f"{_num(_get(r, 'compaction', 'rows_per_s'))} ({_num(_get(r, 'compaction', 'bare_rows_per_s'))}), {_num(_get(r, 'compaction', 'vs_bare'), 'x', 2)}", "-"))  # fmt: skip
     rows.append(("reclaiming history: table bytes before / after", f"{_num(_get(r, 'reclaim', 'table_bytes_before'))} / {_num(_get(r, 'reclaim', 'table_bytes_after'))} ({_get(r, 'reclaim', 'steps')} steps)", "-"))  # fmt: skip
+    return rows
+
+
+def _abuse(r: dict[str, Any]) -> list[Row]:
+    recovery = r.get("recovery") or {}
+    rows = [
+        ("hostile queries refused or bounded", str(r.get("refused_or_bounded")), "100%"),
+        ("INTERNAL answers / broker deaths", f"{r.get('internal_errors')} / {r.get('broker_deaths')}", "0 / 0"),
+        ("another client's query answered after every kind", _num(r.get("next_query_always_answered")), "yes"),
+        ("peak RSS broker / JVM", f"{_num(r.get('peak_rss_broker_mib'), ' MiB', 0)} / {_num(r.get('peak_rss_jvm_mib'), ' MiB', 0)}", "-"),
+    ]  # fmt: skip
+    for mode, times in recovery.items():
+        rows.append((f"{mode}: next query after a cancel / a deadline / a killed JVM", " / ".join(_num(times.get(k), " s", 2) for k in ("after_cancel_s", "after_deadline_s", "after_killed_jvm_s")), "-"))  # fmt: skip
     return rows
 
 
@@ -188,8 +206,10 @@ EXTRACTORS: dict[str, Extractor] = {
     "ingest": _ingest,
     "ingest_server": _ingest_server,
     "broker": _broker,
+    "flight": _flight,
     "query": _query,
     "compaction": _compaction,
+    "abuse": _abuse,
     "chaos": _chaos,
 }
 

@@ -5,7 +5,7 @@ publishes it as segments through the server-side Redis client, starts a real bro
 then measures from the client:
 
 * point query by primary key: end-to-end p50/p99 (target p50 <= 150 ms on local Spark). The
-  broker answers it from the segment files with pyarrow (``broker.direct_read``); the same
+  broker answers it from the segment files with pyarrow (``broker.spark.direct_read``); the same
   query through a second broker with ``direct_lookups = false`` (the Spark lookup session) runs
   interleaved with it, so both see the same machine load;
 * broker overhead = end-to-end latency minus Spark's own execution (the trailer's ``spark_ms``),
@@ -178,7 +178,7 @@ def modes_side_by_side(
     """The point query and the full aggregate through the local broker, a broker on a standalone
     cluster and one over Spark Connect, one after another in each round (the cache skipped)."""
     from broker.client import connect
-    from broker.sessions.local_cluster import BrokerProcess, ConnectServer, StandaloneCluster
+    from broker.spark.local_cluster import BrokerProcess, ConnectServer, StandaloneCluster
 
     cluster_conf = (
         '[spark.conf]\n"spark.cores.max" = "2"\n"spark.executor.memory" = "1g"\n'
@@ -237,10 +237,10 @@ def main(argv: list[str] | None = None) -> int:
     files = 4 if args.quick else 8
     iterations = 40 if args.quick else 200
 
+    from broker.api.server import BrokerServer
     from broker.client import connect
     from broker.config import config_from_mapping
-    from broker.server import BrokerServer
-    from broker.spark_session import create_spark_session
+    from core.spark_session import create_spark_session
     from tests.processes import RedisProcess
 
     workdir = Path(tempfile.mkdtemp(prefix="horizon-bench-broker-"))

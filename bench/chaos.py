@@ -36,8 +36,8 @@ SETTLE_TIMEOUT_S = 240.0
 def key_owners(servers: dict[str, list[int]], keys: int) -> dict[int, str]:
     """Which server owns each key (0..keys-1) by key partition, computed by the same Spark code
     ingestion uses (a short local session)."""
-    from broker.spark_session import create_spark_session
     from chaos.cluster import KEY_PARTITIONS
+    from core.spark_session import create_spark_session
     from ingest.partitioning import partitions_of
 
     spark = create_spark_session(master="local[1]", app_name="chaos-partitions")

@@ -197,9 +197,9 @@ def bare_read_write(spark: Any, files: list[str], target: Path) -> float:
 
 
 def run(rows: int, batches: int, repeats: int, retention_s: int) -> dict[str, Any]:
-    from broker.spark_session import create_spark_session
     from compaction.plan import CompactionSettings
     from compaction.run import Compactor
+    from core.spark_session import create_spark_session
     from ingest.job import IngestJob
     from tests.processes import RedisProcess
     from watermark.follower import Follower

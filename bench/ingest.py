@@ -285,7 +285,7 @@ def main(argv: list[str] | None = None) -> None:
     repeats = args.repeats or (1 if args.quick else 5)
     keys, batches, updates = (50_000, 4, 2_000) if args.quick else (200_000, 8, 5_000)
 
-    from broker.spark_session import create_spark_session
+    from core.spark_session import create_spark_session
     from tests.processes import RedisProcess
 
     redis_process = RedisProcess().start()

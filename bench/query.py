@@ -4,7 +4,7 @@ On the same data, in the same Spark session:
 
 * **horizon** – what the broker runs: the client's query rewritten by Horizon's SQL rewriter
   (catalog built from a follower table view, visibility filter at the snapshot) over the temp view
-  the broker's :class:`~broker.views.SegmentViews` builds from the visible segment files;
+  the broker's :class:`~broker.spark.views.ViewCache` builds from the visible segment files;
 * **row_number** – what a user writes without Horizon over a table of all versions:
   ``ROW_NUMBER() OVER (PARTITION BY pk ORDER BY comparison DESC) = 1``;
 * **floor** – a pre-materialized latest-only table (what perfect compaction would leave).
@@ -139,7 +139,7 @@ def table_view(data: dict[str, Any]) -> Any:
     as ingestion announces it."""
     from timeline.interval import Interval
     from timeline.segment import Segment
-    from watermark.follower import TableView
+    from watermark.follower import TableState
 
     segments = tuple(
         Segment(
@@ -156,7 +156,7 @@ def table_view(data: dict[str, Any]) -> Any:
         )
         for written, summary in data["segments"]
     )
-    return TableView(
+    return TableState(
         table="accounts",
         descriptor=data["table"],
         generation=1,
@@ -170,16 +170,16 @@ def table_view(data: dict[str, Any]) -> Any:
 
 @contextmanager
 def horizon_rewriter(spark: Any, view: Any) -> Iterator[Callable[[str], str]]:
-    """Hold the broker's segment views of a table (a follower's ``TableView``) and yield the
+    """Hold the broker's segment views of a table (a follower's ``TableState``) and yield the
     broker's query rewriter, as the broker runs a query at the view's LWM."""
-    from broker.catalog_builder import build_catalog
+    from broker.engine.catalog import build_catalog
+    from broker.spark.views import ViewCache
     from broker.sql import rewrite
     from broker.sql.functions_from_spark import function_policy_from_spark
-    from broker.views import SegmentViews
 
     catalog = build_catalog([view])
     policy = function_policy_from_spark(spark)
-    views = SegmentViews(spark)
+    views = ViewCache(spark)
     with views.lease([view]):
         yield lambda sql: rewrite(sql, catalog, functions=policy).sql
     views.clear()
@@ -238,7 +238,7 @@ def scan_metrics(frame: Any) -> dict[str, int]:
 
 
 def run(sizes: list[int], repeats: int) -> dict[str, Any]:
-    from broker.spark_session import create_spark_session
+    from core.spark_session import create_spark_session
 
     spark = create_spark_session(master="local[2]", app_name="horizon-bench-query")
     results: dict[str, Any] = {}

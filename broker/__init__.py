@@ -1,1 +1,16 @@
-"""Horizon broker: the gRPC service, the SQL rewrite, Spark execution, client and CLI."""
+"""The Horizon broker: follows the state store, rewrites and runs queries on Spark, serves gRPC.
+
+Along the query path, each room importing only the rooms after it:
+
+- :mod:`broker.api`: the gRPC server and its services, messages, the status mapping,
+  authentication, admission, the event-loop offload (who is calling, how answers travel);
+- :mod:`broker.engine`: prepare -> plan -> run: the query engine, the catalog it builds from the
+  follower, the read controls (snapshot waits, floor, pins), the result cache, the query registry;
+- :mod:`broker.sql` (pure): parse once, check, rewrite; every analysis of the SQL is a pass;
+- :mod:`broker.spark`: the Spark session kinds, the executor, the segment views and their scan
+  layout, direct reads of segment files, failures by type, the session supervisor.
+
+Beside them, used by all: :mod:`broker.config` (the one typed configuration) and
+:mod:`broker.grants` (what an identity may read). The client, its rendering and the ``horizon``
+command are the product's shell around the broker.
+"""

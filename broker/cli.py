@@ -41,18 +41,8 @@ def _client_options(parser: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="horizon", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    demo = sub.add_parser("demo", help="run the end-to-end demo on embedded defaults")
-    demo.add_argument("--seed", type=int, default=7, help="generator seed (same seed, same data)")
-    demo.add_argument("--accounts", type=int, help="number of accounts (default 200,000)")
-    demo.add_argument("--batches", type=int, help="batches of changes after the load (default 4)")
-    demo.add_argument("--quick", action="store_true", help="a small run: 2,000 accounts")
-    demo.add_argument("--picture", help="write the timeline picture (SVG) here")
-    demo.add_argument("--keep", action="store_true", help="keep the work directory")
-    demo.add_argument("--spark-master", default="local[*]")
-    demo.add_argument(
-        "--cluster",
-        action="store_true",
-        help="start a Spark standalone cluster (a master, two workers) and run on it",
+    sub.add_parser(
+        "demo", help="run the end-to-end demo (arguments go to python -m demo)", add_help=False
     )
 
     serve = sub.add_parser("serve", help="run the broker")
@@ -125,6 +115,10 @@ def build_parser() -> argparse.ArgumentParser:
     tables = sub.add_parser("tables", help="list the tables you may read")
     _client_options(tables)
 
+    queries = sub.add_parser("queries", help="show running and recent queries")
+    queries.add_argument("--running", action="store_true", help="only the running ones")
+    _client_options(queries)
+
     sub.add_parser(
         "ingest", help="run the ingestion job (arguments go to the ingest CLI)", add_help=False
     )
@@ -159,37 +153,24 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "ingest":
         return _ingest(argv[1:])
+    if argv and argv[0] == "demo":
+        return _demo(argv[1:])
     if argv and argv[0] == "compact":
         from compaction.cli import main_compact
 
         return int(main_compact(argv[1:]) or 0)
     args = build_parser().parse_args(argv)
-    if args.command == "demo":
-        return _demo(args)
     if args.command == "serve":
         return _serve(args)
     return _client_command(args)
 
 
-def _demo(args: argparse.Namespace) -> int:
-    from pathlib import Path
+def _demo(argv: list[str]) -> int:
+    """The demo drives the product like a user, from its own package above the product: it
+    runs as its own program (``python -m demo``), never imported by the product."""
+    import subprocess
 
-    from broker.demo.run import DemoOptions
-    from broker.demo.run import main as run_demo
-
-    chosen = {
-        "seed": args.seed,
-        "spark_master": args.spark_master,
-        "keep": args.keep,
-        "cluster": args.cluster,
-        "picture": Path(args.picture) if args.picture else None,
-    }
-    if args.accounts is not None:
-        chosen["accounts"] = args.accounts
-    if args.batches is not None:
-        chosen["batches"] = args.batches
-    options = DemoOptions.quick(**chosen) if args.quick else DemoOptions(**chosen)
-    return run_demo(options)
+    return subprocess.call([sys.executable, "-m", "demo", *argv])
 
 
 def _ingest(argv: list[str]) -> int:
@@ -204,8 +185,8 @@ def _ingest(argv: list[str]) -> int:
 def _serve(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
+    from broker.api.server import BrokerServer
     from broker.config import load_config
-    from broker.server import BrokerServer
 
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
@@ -237,6 +218,9 @@ def _serve(args: argparse.Namespace) -> int:
             embedded.close()
         return EXIT_ERROR
     print(f"horizon broker listening on {server.target}", flush=True)
+    if server.flight_target:
+        scheme = "grpc+tls" if config.server.tls else "grpc"
+        print(f"Arrow Flight SQL on {scheme}://{server.flight_target}", flush=True)
 
     def shutdown(signum: int, frame: Any) -> None:
         server.stop()
@@ -332,6 +316,11 @@ def _run(client: Any, args: argparse.Namespace, console: Any, render: Any) -> An
         if args.json:
             return [render.to_dict(table) for table in tables]
         render.print_tables(console, tables)
+    elif command == "queries":
+        found = client.queries(running_only=args.running)
+        if args.json:
+            return [render.to_dict(query) for query in found]
+        render.print_queries(console, found)
     return None
 
 

@@ -36,10 +36,10 @@ import grpc
 import pyarrow as pa
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from broker import arrow_ipc
 from broker._proto.horizon.v1 import horizon_pb2 as pb
 from broker._proto.horizon.v1 import horizon_pb2_grpc as rpc
-from broker.errors import error_from_rpc
+from broker.api import arrow_ipc
+from broker.api.status import error_from_rpc
 from timeline.errors import Internal
 from timeline.interval import Interval
 from watermark import tokens
@@ -238,7 +238,7 @@ class HorizonClient:
         """Run ``sql`` on the caller's own Spark session with the broker's rewrite.
 
         Registers a temp view per entry of the rewrite (one per substituted view: up to four
-        for a table whose files are split by ``broker.view_layout``) over the exact segment
+        for a table whose files are split by ``broker.spark.scan_layout``) over the exact segment
         files the broker chose (with the table's explicit schema), then runs the rewritten SQL.
         Returns the DataFrame.
         """
@@ -271,6 +271,11 @@ class HorizonClient:
     def locks(self, table: str = "") -> pb.ListLocksResponse:
         """The locks held on ``table`` (every table you may inspect when empty)."""
         return self._unary(self._inspect.ListLocks, pb.ListLocksRequest(table=table))
+
+    def queries(self, *, running_only: bool = False, limit: int = 0) -> list[pb.QueryInfo]:
+        """The broker's running queries and its last finished ones, newest first."""
+        request = pb.ListQueriesRequest(running_only=running_only, limit=limit)
+        return list(self._unary(self._inspect.ListQueries, request).queries)
 
     def health(self, service: str = "") -> str:
         """The broker's health status name (``SERVING``, ``NOT_SERVING``...)."""
@@ -376,28 +381,42 @@ def connect(
     *,
     tls: bool = False,
     root_certificates: str | Path | bytes | None = None,
+    client_certificate: tuple[str | Path | bytes, str | Path | bytes] | None = None,
     timeout: float | None = None,
     monotonic: bool = True,
     session_token: str = "",
 ) -> HorizonClient:
     """Open a client to the broker at ``target`` (``host:port``).
 
-    ``tls`` (implied by ``root_certificates``) uses a secure channel; ``root_certificates`` is a
-    PEM file or its bytes (system roots when omitted). ``session_token`` carries another
-    client's monotonic reads over (its :attr:`HorizonClient.session_token`).
+    ``tls`` (implied by ``root_certificates`` or ``client_certificate``) uses a secure channel;
+    ``root_certificates`` is a PEM file or its bytes (system roots when omitted);
+    ``client_certificate`` is ``(private key, certificate chain)`` for a broker that identifies
+    callers by certificate (mutual TLS). ``session_token`` carries another client's monotonic
+    reads over (its :attr:`HorizonClient.session_token`).
     """
     options = [
         ("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),
         ("grpc.max_send_message_length", _MAX_MESSAGE_BYTES),
     ]
-    if tls or root_certificates is not None:
-        roots = root_certificates
-        if isinstance(roots, (str, Path)):
-            roots = Path(roots).read_bytes()
-        credentials = grpc.ssl_channel_credentials(root_certificates=roots)
+    if tls or root_certificates is not None or client_certificate is not None:
+        key, chain = (
+            (_pem(client_certificate[0]), _pem(client_certificate[1]))
+            if client_certificate is not None
+            else (None, None)
+        )
+        credentials = grpc.ssl_channel_credentials(
+            root_certificates=_pem(root_certificates), private_key=key, certificate_chain=chain
+        )
         channel = grpc.secure_channel(target, credentials, options=options)
     else:
         channel = grpc.insecure_channel(target, options=options)
     client = HorizonClient(channel, token=token, timeout=timeout, monotonic=monotonic)
     client.session_token = tokens.merge(session_token)
     return client
+
+
+def _pem(source: str | Path | bytes | None) -> bytes | None:
+    """PEM bytes from a file path or the bytes themselves."""
+    if source is None or isinstance(source, bytes):
+        return source
+    return Path(source).read_bytes()

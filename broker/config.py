@@ -35,6 +35,10 @@ TOML layout (every key optional)::
     cache = true                 # answers at a fixed snapshot and timeline, memory-bounded LRU
     cache_max_bytes = 268435456
 
+    [flight]
+    enabled = true               # the Arrow Flight SQL endpoint (same TLS and tokens as [server])
+    listen = "127.0.0.1:50052"   # default: [server]'s host, port 50052 (any free one if [server]'s is 0)
+
     [[tokens]]
     name = "analyst"
     token = "s3cret"
@@ -50,14 +54,14 @@ import tomllib
 import types
 import typing
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from broker.grants import ALL_TABLES, TokenGrant
 from broker.sql.model import WorkBudget
 from timeline.errors import InvalidArgument
 
-ALL_TABLES = "*"
 RegressionPolicy = Literal["keep", "fail"]
 
 
@@ -200,20 +204,30 @@ class ReadsConfig:
 
 
 @dataclass(frozen=True, slots=True)
-class TokenGrant:
-    """An identity and what it may do: read ``tables`` (``*`` = all), inspect timelines.
+class FlightConfig:
+    """The Arrow Flight SQL endpoint (:mod:`broker.flight`): its own listener, the TLS settings
+    and tokens of ``[server]``, the same query path as ExecuteQuery."""
 
-    A caller proves it is ``name`` with the bearer ``token``, or (mutual TLS) with a client
-    certificate whose common name is ``client_cn``."""
+    enabled: bool = True
+    listen: str = ""
+    """Empty: ``[server]``'s host with port 50052, or any free port when ``[server]`` asks for one
+    (port 0), so brokers started for tests or embedded never compete for a fixed port."""
+    result_ttl_s: float = 60.0
+    """A query's result not fetched (DoGet) this long after GetFlightInfo is dropped and its
+    admission slot freed."""
+    statement_ttl_s: float = 3600.0
+    """Prepared statements and sessions unused this long are closed."""
 
-    name: str
-    token: str = field(default="", repr=False)
-    tables: frozenset[str] = frozenset({ALL_TABLES})
-    inspect: bool = False
-    client_cn: str = ""
+    def address(self, server_listen: str) -> str:
+        """Where the endpoint listens, given ``[server] listen``."""
+        if self.listen:
+            return self.listen
+        host, port = parse_listen(server_listen)
+        host = f"[{host}]" if ":" in host else host
+        return f"{host}:{DEFAULT_FLIGHT_PORT if port else 0}"
 
-    def may_read(self, table: str) -> bool:
-        return ALL_TABLES in self.tables or table.lower() in self.tables
+
+DEFAULT_FLIGHT_PORT = 50052
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,6 +239,7 @@ class BrokerConfig:
     spark: SparkConfig = SparkConfig()
     limits: LimitsConfig = LimitsConfig()
     reads: ReadsConfig = ReadsConfig()
+    flight: FlightConfig = FlightConfig()
     tokens: tuple[TokenGrant, ...] = ()
 
     def __post_init__(self) -> None:
@@ -241,6 +256,7 @@ _SECTIONS: dict[str, type] = {
     "spark": SparkConfig,
     "limits": LimitsConfig,
     "reads": ReadsConfig,
+    "flight": FlightConfig,
 }
 
 
@@ -419,6 +435,10 @@ def _validate(config: BrokerConfig) -> None:
     if reads.cache_max_bytes < 0 or reads.cache_max_entry_bytes < 0:
         raise InvalidArgument("[reads] cache sizes must be >= 0")
     parse_listen(config.server.listen)
+    flight = config.flight
+    parse_listen(flight.address(config.server.listen))
+    if flight.result_ttl_s <= 0 or flight.statement_ttl_s <= 0:
+        raise InvalidArgument("[flight] result_ttl_s and statement_ttl_s must be > 0")
     secrets = [grant.token for grant in config.tokens if grant.token]
     if len(set(secrets)) != len(secrets):
         raise InvalidArgument("two configured tokens have the same secret")

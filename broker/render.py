@@ -193,6 +193,30 @@ def print_locks(console: Console, held: pb.ListLocksResponse, *, table: str = ""
         )
 
 
+def print_queries(console: Console, queries: list[pb.QueryInfo]) -> None:
+    """Running and recent queries, newest first: state, who, how long, where the time went."""
+    if not queries:
+        console.print("no queries running or recently finished")
+        return
+    view = Table(title="Queries (running first, then the most recent)")
+    for column in ("query", "identity", "state", "status", "rows", "ms", "spark ms", "jobs", "sql"):
+        view.add_column(column)
+    for query in queries:
+        jobs = str(query.spark_jobs_running) if query.HasField("spark_jobs_running") else ""
+        view.add_row(
+            query.query_id,
+            query.identity,
+            query.state,
+            query.status,
+            str(query.row_count),
+            f"{query.timings.total_ms:.1f}",
+            f"{query.timings.spark_ms:.1f}",
+            jobs,
+            (query.sql[:60] + "...") if len(query.sql) > 60 else query.sql,
+        )
+    console.print(view)
+
+
 def print_timeline(console: Console, timeline: pb.GetTimelineResponse) -> None:
     view = Table(title=f"Timeline of {timeline.table} (generation {timeline.timeline_generation})")
     for column in ("time chunk", "version", "complete", "read", "group", "state", "segments"):

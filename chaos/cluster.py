@@ -169,6 +169,8 @@ class Cluster:
             "max_concurrent = 4\n"
             "queue_size = 32\n"
             "query_timeout_s = 60.0\n"
+            "[flight]\n"
+            'listen = "127.0.0.1:0"\n'  # never the fixed default: runs share this machine
         )
         horizon = str(Path(sys.executable).with_name("horizon"))
         self.broker = Process(

@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
 
-    from broker.spark_session import create_spark_session
+    from core.spark_session import create_spark_session
     from ingest.server import IngestServer
     from ingest.table import TableDefinition
 

@@ -73,11 +73,11 @@ def main_compact(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from broker.spark_session import create_spark_session
     from compaction.collect import collect_replaced
     from compaction.plan import CompactionSettings
     from compaction.reclaim import ReclaimSettings, reclaim
     from compaction.run import Compactor
+    from core.spark_session import create_spark_session
     from ingest.cli import key_value_pairs
     from ingest.table import TableDefinition
     from watermark.server import ServerClient

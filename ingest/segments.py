@@ -10,7 +10,7 @@ columns: the chunk and partition number as the integers the rows carry (a per-ro
 ingestion reserves (so no user column can collide with them). The segment's description names
 its open files and the greatest ``validUntil`` of its closed ones, so a reader at a recent
 snapshot reads the open files without any validity test and skips the closed ones whole
-(``broker.view_layout``); inside a file, Parquet's min/max statistics let a key lookup skip all
+(``broker.spark.scan_layout``); inside a file, Parquet's min/max statistics let a key lookup skip all
 but a page or two, and time travel what was not yet written. Every writer (a batch, the updater,
 a compaction) turns what it wrote into the :class:`Segment` it announces with
 :func:`describe_segment`.

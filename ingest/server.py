@@ -119,7 +119,7 @@ class IngestServer:
     def spark(self) -> Any:
         """The Spark session every table's batches run on (created on first use)."""
         if self._spark is None:
-            from broker.spark_session import create_spark_session
+            from core.spark_session import create_spark_session
 
             self._spark = create_spark_session(
                 master=self._spark_master,

@@ -20,8 +20,8 @@ import pathlib, re, sys
 root = pathlib.Path(sys.argv[1])
 for path in root.rglob("*.py"):
     text = path.read_text()
-    fixed = re.sub(r"^from horizon(\.| )", r"from broker._proto.horizon\1", text, flags=re.M)
-    fixed = re.sub(r"^import horizon\.", "import broker._proto.horizon.", fixed, flags=re.M)
+    fixed = re.sub(r"^from (horizon|arrow)(\.| )", r"from broker._proto.\1\2", text, flags=re.M)
+    fixed = re.sub(r"^import (horizon|arrow)\.", r"import broker._proto.\1.", fixed, flags=re.M)
     if fixed != text:
         path.write_text(fixed)
 PY

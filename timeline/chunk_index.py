@@ -1,7 +1,7 @@
 """Every time chunk of a timeline, by key and by start.
 
 A dict finds a chunk by ``(start, end, version)``; a two-level sorted list of distinct starts
-(machine-integer arrays in blocks, like :class:`timeline.view.View`) finds the chunks that can
+(machine-integer arrays in blocks, like :class:`timeline.coverage.Coverage`) finds the chunks that can
 overlap an interval. Both cost the same in a timeline of a thousand or a million chunks, and a
 lookup reads a few contiguous buffers rather than chasing a pointer per comparison.
 """

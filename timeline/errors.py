@@ -2,7 +2,7 @@
 
 Every layer (the pure timeline and rewrite, the Redis follower, the Spark executor, the gRPC service)
 raises subclasses of :class:`HorizonError`. Each class carries a transport-neutral status code; the
-broker maps those codes to gRPC status codes in exactly one place (``broker.errors``). The hierarchy
+broker maps those codes to gRPC status codes in exactly one place (``broker.api.status``). The hierarchy
 lives in ``timeline`` because it is the package every other package already depends on, and the pure
 layers must be able to raise typed errors without importing gRPC.
 """
@@ -25,6 +25,7 @@ class StatusCode(StrEnum):
     DEADLINE_EXCEEDED = "DEADLINE_EXCEEDED"
     UNAVAILABLE = "UNAVAILABLE"
     CANCELLED = "CANCELLED"
+    UNIMPLEMENTED = "UNIMPLEMENTED"
     INTERNAL = "INTERNAL"
 
 
@@ -93,6 +94,13 @@ class Cancelled(HorizonError):
     """The client cancelled the request."""
 
     code = StatusCode.CANCELLED
+
+
+class Unimplemented(HorizonError):
+    """The request asks for something Horizon does not do (an update or a transaction through
+    Flight SQL: the broker is read-only)."""
+
+    code = StatusCode.UNIMPLEMENTED
 
 
 class Internal(HorizonError):

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Iterator
 
 from timeline.chunk import TimeChunk
 from timeline.chunk_index import ChunkIndex, ChunkKey
+from timeline.coverage import Coverage
 from timeline.errors import InvalidArgument, SegmentConflict, WrongTable
 from timeline.groups import GroupState
 from timeline.interval import Interval
@@ -24,7 +25,6 @@ from timeline.results import (
     TimelineSnapshot,
 )
 from timeline.segment import Segment, SegmentId
-from timeline.view import View
 
 _MIN_MS = -(2**63)
 _MAX_MS = 2**63 - 1
@@ -37,8 +37,8 @@ class Timeline:
         self.table = table
         self.generation = 0
         self._chunks = ChunkIndex()
-        self._complete = View()
-        self._incomplete = View()
+        self._complete = Coverage()
+        self._incomplete = Coverage()
         self._count = 0
 
     # -- changes -----------------------------------------------------------------------------
@@ -312,7 +312,7 @@ class Timeline:
         if is_complete != was_complete:
             self._repaint(self._complete, chunk, complete_only=True)
 
-    def _repaint(self, view: View, chunk: TimeChunk, *, complete_only: bool) -> None:
+    def _repaint(self, view: Coverage, chunk: TimeChunk, *, complete_only: bool) -> None:
         start_ms, end_ms = chunk.start_ms, chunk.end_ms
         candidates = [
             candidate
@@ -326,7 +326,7 @@ def _chunk_key(segment: Segment) -> ChunkKey:
     return (segment.interval.start_ms, segment.interval.end_ms, segment.version)
 
 
-def _entries(view: View, interval: Interval) -> list[TimelineEntry]:
+def _entries(view: Coverage, interval: Interval) -> list[TimelineEntry]:
     if interval.is_empty:
         return []
     start_ms, end_ms = interval.start_ms, interval.end_ms
@@ -341,7 +341,7 @@ def _entries(view: View, interval: Interval) -> list[TimelineEntry]:
     return entries
 
 
-def _pieces_by_chunk(view: View) -> dict[int, list[Interval]]:
+def _pieces_by_chunk(view: Coverage) -> dict[int, list[Interval]]:
     result: dict[int, list[Interval]] = {}
     for piece in view:
         result.setdefault(id(piece.chunk), []).append(Interval(piece.start_ms, piece.end_ms))

@@ -39,7 +39,7 @@ _TRANSIENT = (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError,
 
 
 @dataclass(frozen=True, slots=True)
-class TableView:
+class TableState:
     """One table as a query sees it, taken atomically: segments to read and the snapshot LWM."""
 
     table: str
@@ -151,12 +151,12 @@ class Follower:
         with self._lock:
             return self._descriptor(table)
 
-    def view(self, table: str) -> TableView:
+    def view(self, table: str) -> TableState:
         with self._lock:
             descriptor = self._descriptor(table)
             state = self._state
             timeline = state.timelines[table]
-            return TableView(
+            return TableState(
                 table=table,
                 descriptor=descriptor,
                 generation=timeline.generation,

@@ -12,7 +12,7 @@ from typing import Any
 import pyarrow as pa
 
 from broker.engine.prepared import Prepared
-from broker.reads.cache import Recorder
+from broker.engine.result_cache import Recorder
 from broker.spark.failures import UnreadableFiles
 from timeline.errors import Unavailable
 

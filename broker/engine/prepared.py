@@ -6,9 +6,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from broker.spark.scan_layout import ScanLayout, ScanPart, segment_files
+from broker.spark.views import schema_ddl
 from broker.sql.model import QueryPlan, RewriteResult
-from broker.view_layout import ViewLayout, ViewPart, segment_files
-from broker.views import schema_ddl
 from pins.rules import Pin
 from timeline.errors import Internal
 from watermark import tokens
@@ -26,7 +26,7 @@ class TableReadInfo:
     """What one table of a query reads (the metadata a client sees).
 
     ``segments``/``files`` are all the table's visible segments; ``layout`` says which temp view
-    reads which of their files (one part, or up to four, see ``broker.view_layout``), and
+    reads which of their files (one part, or up to four, see ``broker.spark.scan_layout``), and
     ``view`` is the main one (the first part).
     """
 
@@ -42,10 +42,10 @@ class TableReadInfo:
     staleness_s: float
     laggard: Any
     change_windows: tuple[tuple[int, int], ...] = ()
-    layout: ViewLayout | None = None
+    layout: ScanLayout | None = None
 
     @property
-    def parts(self) -> tuple[ViewPart, ...]:
+    def parts(self) -> tuple[ScanPart, ...]:
         return self.layout.parts if self.layout is not None else ()
 
 
@@ -149,7 +149,7 @@ def snapshot_reason(plan: QueryPlan, tables: Sequence[TableReadInfo]) -> str:
     return "the query reads no upsert table at a snapshot"
 
 
-def read_info(read: Any, view: Any, layout: ViewLayout) -> TableReadInfo:
+def read_info(read: Any, view: Any, layout: ScanLayout) -> TableReadInfo:
     segments = tuple(view.visible_segments)
     if read.views and tuple(read.views) != layout.names:
         raise Internal(

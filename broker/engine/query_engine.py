@@ -18,38 +18,45 @@ from typing import Any
 
 import pyarrow as pa
 
-from broker.admission import Admission
-from broker.auth import Principal, check_read, not_readable
-from broker.catalog_builder import build_catalog
 from broker.config import BrokerConfig
-from broker.direct_read import DirectReader
+from broker.engine.admission import Admission
+from broker.engine.catalog import build_catalog
+from broker.engine.direct import DirectLookups
 from broker.engine.execution import FIRST_FLUSH_BYTES, Execution, first_batches
-from broker.engine.prepared import SNAPSHOT_LWM, Prepared, TableReadInfo, read_info
-from broker.executor import QueryScope, ResultLimits, SparkExecutor
-from broker.key_lookup import plan_key_lookup
-from broker.query_shape import is_key_lookup, is_ordered
-from broker.reads.cache import BYPASSED, HIT, MISS, OFF, ResultCache, cache_key
-from broker.reads.floor import SnapshotFloor
-from broker.reads.freshness import check_staleness, required_snapshot, wait_for_snapshot
-from broker.reads.options import DEFAULT as DEFAULT_READ
-from broker.reads.options import ReadOptions
-from broker.reads.pinning import check_pinned_tables, find_pin, pinned_views
-from broker.spark.failures import EngineLost
-from broker.spark.reading import file_readable
+from broker.engine.fallbacks import check_fallbacks, drop_unreadable
+from broker.engine.floor import SnapshotFloor
+from broker.engine.freshness import (
+    check_prepared_staleness,
+    required_snapshot,
+    wait_for_snapshot,
+)
+from broker.engine.pinning import check_pinned_tables, find_pin, pin_plan, pinned_views
+from broker.engine.prepared import SNAPSHOT_LWM, Prepared, read_info
+from broker.engine.read_options import DEFAULT as DEFAULT_READ
+from broker.engine.read_options import ReadOptions
+from broker.engine.registry import QueryRegistry
+from broker.engine.result_cache import HIT, ResultCache, cache_decision
+from broker.grants import Principal, check_read, not_readable
+from broker.spark.executor import QueryScope, ResultLimits, SparkExecutor, job_group
+from broker.spark.failures import EngineLost, classify
+from broker.spark.views import UnreadableFiles, ViewCache, ViewMissing
+from broker.sql import ParsedQuery, bind, parse_query
 from broker.sql.errors import NoLowWatermark, UnknownTable
 from broker.sql.model import RewriteLimits
-from broker.views import SegmentViews, UnreadableFiles, ViewMissing
 from pins.rules import Pin
-from timeline.errors import FailedPrecondition, HorizonError, InvalidArgument, Unavailable
-from timeline.fallback import fallback_problem
-from timeline.interval import format_instant
+from timeline.errors import (
+    FailedPrecondition,
+    HorizonError,
+    Internal,
+    InvalidArgument,
+    Unavailable,
+)
 
 log = logging.getLogger("horizon.broker.engine")
 
 _EVERY_SNAPSHOT = 2**63 - 1
 """What a read of an upsert table that names no snapshot must be assumed to see."""
 
-DIRECT_ROUTE = "answered from the segment files with pyarrow (direct key lookup), no Spark job"
 CACHE_ROUTE = "answered from the result cache, no Spark job"
 
 REPREPARE_AFTER_QUEUE_S = 1.0
@@ -84,19 +91,9 @@ class QueryEngine:
         """The Spark supervisor (:class:`broker.spark.supervisor.SparkSupervisor`), if any:
         told when a query suspects the engine, asked whether it is up."""
         self.use_spark(spark)
-        self.direct = DirectReader(max_rows=config.spark.direct_lookup_max_rows)
-        mode = self.executor.mode
-        self._direct_enabled = config.spark.direct_lookups and mode.direct_reads
-        """Only with embedded Spark: its files are this machine's files (on a cluster or behind
-        Spark Connect a local path may name a file the broker cannot see)."""
-        self.direct_bypassed = (
-            mode.bypass_reason if config.spark.direct_lookups and not mode.direct_reads else ""
-        )
-        """Why direct lookups are configured but not used ("" when they are, or are off)."""
-        if self.direct_bypassed:
-            log.warning("direct key lookups are bypassed: %s", self.direct_bypassed)
-        self.direct_answers = 0
-        """Queries answered by :attr:`direct` (a test and benchmark probe)."""
+        self.queries = QueryRegistry()
+        """Running and recent queries (the service records their lifecycle)."""
+        self.direct = DirectLookups(config.spark, self.executor.mode)
         self.admission = Admission(config.limits.max_concurrent, config.limits.queue_size)
         self.pins = pins
         self.floor = floor if floor is not None else SnapshotFloor(None, prefix="")
@@ -118,15 +115,21 @@ class QueryEngine:
         executor and view cache; views are rebuilt from the follower's state as queries lease
         them. Queries still running on the old session fail as having lost their engine."""
         executor = SparkExecutor(spark)
-        views = SegmentViews(spark, namespace=self._view_namespace, mirrors=executor.mirrors)
+        views = ViewCache(spark, namespace=self._view_namespace, mirrors=executor.mirrors)
         self.spark, self.executor, self.views = spark, executor, views
         self.spark_generation += 1
 
     # -- preparing -----------------------------------------------------------------------------
 
+    def parse(self, sql: str) -> ParsedQuery:
+        """Check and parse a query's text, once for every prepare of it."""
+        if not isinstance(sql, str) or not sql.strip():
+            raise InvalidArgument("the query is empty: send one SELECT statement")
+        return parse_query(sql, limits=self.rewrite_limits, functions=self.functions)
+
     def prepare(
         self,
-        sql: str,
+        query: str | ParsedQuery,
         principal: Principal,
         *,
         query_id: str | None = None,
@@ -134,7 +137,8 @@ class QueryEngine:
         deadline: float | None = None,
         row_cap: int | None = None,
     ) -> Prepared:
-        """Rewrite ``sql`` against the current state and check the caller may read its tables.
+        """Rewrite ``query`` (its text, or the :meth:`parse` of it) against the current state
+        and check the caller may read its tables.
 
         ``row_cap`` plans the result's row limit into the SQL that runs (``Prepared.run_sql``).
 
@@ -143,12 +147,11 @@ class QueryEngine:
         floor, and is refused when older than ``max_staleness``; a pinned one reads at the pin.
         """
         started = time.perf_counter()
-        if not isinstance(sql, str) or not sql.strip():
-            raise InvalidArgument("the query is empty: send one SELECT statement")
+        parsed = query if isinstance(query, ParsedQuery) else self.parse(query)
         pin = self._pin(options.pin_id) if options.pin_id else None
         waited_s = 0.0
         while True:
-            prepared = self._prepare_once(sql, principal, query_id, pin, row_cap)
+            prepared = self._prepare_once(parsed, principal, query_id, pin, row_cap)
             if prepared.snapshot_source != SNAPSHOT_LWM:
                 break
             tables = [t.table for t in prepared.tables if t.snapshot is not None]
@@ -166,7 +169,7 @@ class QueryEngine:
             wait_for_snapshot(self.follower, tables, required, self.wait_deadline(deadline), why)
             waited_s += time.perf_counter() - wait_started
         if prepared.snapshot_source == SNAPSHOT_LWM and prepared.plan.snapshot is not None:
-            self._check_staleness(prepared, options.max_staleness_s)
+            check_prepared_staleness(prepared, options.max_staleness_s)
             self.floor.record(
                 {t.table: t.snapshot for t in prepared.tables if t.snapshot is not None}
             )
@@ -185,14 +188,12 @@ class QueryEngine:
 
     def _prepare_once(
         self,
-        sql: str,
+        parsed: ParsedQuery,
         principal: Principal,
         query_id: str | None,
         pin: Pin | None,
         row_cap: int | None,
     ) -> Prepared:
-        from broker.sql import rewrite
-
         staleness = self._check_fresh()
         views, failures = self._table_views(principal)
         if pin is not None:
@@ -204,17 +205,10 @@ class QueryEngine:
             layout_of=self.views.layout,
         )
         try:
-            result = rewrite(
-                sql,
-                catalog,
-                limits=self.rewrite_limits,
-                budget=self.config.limits.budget,
-                functions=self.functions,
-                row_cap=row_cap,
-            )
+            result = bind(parsed, catalog, budget=self.config.limits.budget, row_cap=row_cap)
         except NoLowWatermark:
             # A table whose state could not be read explains itself better than "no LWM".
-            self._raise_failed_table(sql, failures)
+            self._raise_failed_table(parsed.sql, failures)
             raise
         except UnknownTable as error:
             # The catalog holds only the caller's tables: to a caller without every grant an
@@ -236,11 +230,11 @@ class QueryEngine:
                 self.follower.lwm(view.table)  # regression policy, staleness, no LWM
             table_views.append(view)
             info = read_info(read, view, self.views.layout(view))
-            self._check_fallbacks(info, view)
+            check_fallbacks(info, view)
             reads.append(info)
         return Prepared(
             query_id=query_id or uuid.uuid4().hex[:16],
-            original_sql=sql,
+            original_sql=parsed.sql,
             rewrite=result,
             tables=tuple(reads),
             table_views=tuple(table_views),
@@ -258,35 +252,8 @@ class QueryEngine:
         return find_pin(self.pin_store(), pin_id)
 
     def pin_plan(self, prepared: Prepared, lease_s: float, *, owner: str) -> Pin | None:
-        """Pin what a passthrough plan reads, so its files and history outlive the lease: the
-        lowest snapshot (or change-feed window start) of its tables (None: nothing to pin)."""
-        if prepared.pin is not None:
-            return prepared.pin
-        lows: dict[str, int] = {}
-        for table in prepared.tables:
-            points = [lo for lo, _ in table.change_windows]
-            points += [table.snapshot] if table.snapshot is not None else []
-            if points:
-                lows[table.table] = max(min(points), table.retention_horizon)
-        if not lows:
-            return None
-        return self.pin_store().pin(list(lows), min(lows.values()), lease_s=lease_s, owner=owner)
-
-    def _check_staleness(self, prepared: Prepared, max_staleness_s: float | None) -> None:
-        snapshot = prepared.plan.snapshot
-        if max_staleness_s is None or snapshot is None:
-            return
-        lowest = min(
-            (t for t in prepared.tables if t.snapshot is not None), key=lambda t: t.lwm or 0
-        )
-        laggard = lowest.laggard
-        holding = (
-            f"table {lowest.table} is held back by partition {laggard.partition} on server "
-            f"{laggard.server}"
-            if laggard is not None
-            else f"table {lowest.table} has no laggard on record"
-        )
-        check_staleness(snapshot, int(time.time() * 1000), max_staleness_s, holding)
+        """Pin what a passthrough plan reads (see :func:`~broker.engine.pinning.pin_plan`)."""
+        return pin_plan(self.pin_store(), prepared, lease_s, owner=owner)
 
     def _check_fresh(self) -> float:
         staleness = float(self.follower.staleness_s())
@@ -347,8 +314,9 @@ class QueryEngine:
             rows_limit = ResultLimits(limits.max_result_rows, limits.max_result_bytes)
         timeout_deadline = time.monotonic() + limits.query_timeout_s
         scope.deadline = min(scope.deadline or timeout_deadline, timeout_deadline)
+        parsed = self.parse(sql)
         prepared = self.prepare(
-            sql,
+            parsed,
             principal,
             query_id=scope.query_id,
             options=options,
@@ -377,7 +345,7 @@ class QueryEngine:
             for attempt in range(2):
                 if attempt > 0 or queued_s > REPREPARE_AFTER_QUEUE_S:
                     prepared = self.prepare(
-                        sql,
+                        parsed,
                         principal,
                         query_id=scope.query_id,
                         options=options,
@@ -385,7 +353,6 @@ class QueryEngine:
                         row_cap=rows_limit.max_rows,
                     )
                     key, cache_state = self._cache_key(prepared, rows_limit.max_rows, options)
-                keys = {v.table.lower(): v.descriptor.primary_key for v in prepared.table_views}
                 route = [self.executor.mode.describe()]
                 stream = self.executor.stream(
                     prepared.run_sql,
@@ -393,9 +360,9 @@ class QueryEngine:
                     rows_limit,
                     files=prepared.files,
                     views=prepared.view_names,
-                    lookup=is_key_lookup(prepared.original_sql, keys),
-                    ordered=is_ordered(prepared.sql),
-                    direct=self._direct_lookup(prepared, route),
+                    lookup=prepared.plan.shape.point_lookup,
+                    ordered=prepared.plan.shape.ordered,
+                    direct=self.direct.reader_for(prepared, route),
                 )
                 try:
                     with self.views.lease(prepared.table_views) as (_, views_s):
@@ -411,7 +378,7 @@ class QueryEngine:
                     raise
                 except UnreadableFiles as error:
                     stream.close()
-                    removed = self._drop_unreadable(prepared, error)
+                    removed = drop_unreadable(self.follower, prepared, error)
                     unreadable.extend(removed)
                     if attempt == 0 and removed:
                         log.warning(
@@ -455,6 +422,13 @@ class QueryEngine:
                 )
         raise AssertionError("unreachable")  # pragma: no cover
 
+    def spark_jobs_running(self, query_id: str) -> int | None:
+        """How many Spark jobs of the query still run (None: unknown in this mode)."""
+        try:
+            return self.executor.mode.jobs_running(job_group(query_id))
+        except Exception:  # the engine is restarting: nothing of that query runs there
+            return None
+
     def _check_engine_up(self) -> None:
         supervisor = self.supervisor
         if supervisor is not None and not supervisor.up:
@@ -466,7 +440,11 @@ class QueryEngine:
     def _engine_failure(self, error: BaseException, generation: int) -> BaseException:
         """``error``, or EngineLost when the query's Spark session died under it (the
         supervisor is told at once, so the broker starts recovering before the next probe)."""
+        if not isinstance(error, HorizonError) and isinstance(error, Exception):
+            error = classify(error)
         lost = isinstance(error, EngineLost) or generation != self.spark_generation
+        if not lost and isinstance(error, Internal) and self.supervisor is not None:
+            lost = not self.supervisor.check()  # an unexplained failure: is Spark still there?
         if not lost:
             return error
         if self.supervisor is not None:
@@ -479,13 +457,7 @@ class QueryEngine:
     def _cache_key(
         self, prepared: Prepared, max_rows: int, options: ReadOptions
     ) -> tuple[Hashable | None, str]:
-        """The result cache key of ``prepared`` and what the metadata says about the cache."""
-        if self.cache is None:
-            return None, OFF
-        if not options.use_cache:
-            return None, BYPASSED
-        key, reason = cache_key(prepared, max_rows)
-        return (key, MISS) if key is not None else (None, f"not cached: {reason}")
+        return cache_decision(self.cache, prepared, max_rows, use_cache=options.use_cache)
 
     def cache_state(self, prepared: Prepared, options: ReadOptions = DEFAULT_READ) -> str:
         """What :meth:`execute` would do with the cache for ``prepared`` (explain's answer)."""
@@ -494,67 +466,25 @@ class QueryEngine:
             return HIT
         return state
 
-    def _direct_lookup(
-        self, prepared: Prepared, route: list[str]
-    ) -> Callable[[pa.Schema], pa.Table | None] | None:
-        """A reader of ``prepared`` straight from its files, when it is a plain key lookup.
-        ``route`` gets a line saying so when the reader answered, or why it was bypassed."""
-        if len(prepared.tables) != 1 or len(prepared.plan.tables_read) != 1:
-            return None
-        table, view = prepared.tables[0], prepared.table_views[0]
-        if table.snapshot is None:
-            return None
-        lookup = plan_key_lookup(prepared.original_sql, table.table, view.descriptor.primary_key)
-        if lookup is None:
-            return None
-        if not self._direct_enabled:
-            if self.direct_bypassed:
-                route.append(f"direct key lookup bypassed: {self.direct_bypassed}")
-            return None
-
-        def read(schema: pa.Schema) -> pa.Table | None:
-            answer = self.direct.read(lookup, table.files, table.snapshot, schema)
-            if answer is not None:
-                self.direct_answers += 1
-                route[:] = [DIRECT_ROUTE]
-            return answer
-
-        return read
-
-    def _check_fallbacks(self, read: TableReadInfo, view: Any) -> None:
-        """Fail when the table's timeline fell back, for an unreadable segment, to data that
-        cannot answer at this read's snapshots (see :mod:`timeline.fallback`)."""
-        if not view.fallbacks:
-            return
-        snapshot = None
-        if view.descriptor.upsert:  # an append table's rows are never closed by a rewrite
-            reads = [end for _, end in read.change_windows]
-            reads += [read.snapshot] if read.snapshot is not None else []
-            snapshot = max(reads, default=_EVERY_SNAPSHOT)
-        for fallback in view.fallbacks:
-            problem = fallback_problem([fallback.lost], fallback.before, fallback.after, snapshot)
-            if problem is not None:
-                mark = fallback.mark
-                raise Unavailable(
-                    f"{problem}: the query fails rather than answer without its rows or with a "
-                    f"key twice (unreadable since {format_instant(mark.since_ms)}: {mark.reason})"
-                )
-
-    def _drop_unreadable(self, prepared: Prepared, error: UnreadableFiles) -> list[str]:
-        """Remove every visible segment with a file Spark's reader failed on *and* that the
-        broker cannot read either (a file off this machine is taken on the reader's word)."""
-        broken = {path for path in error.paths if not file_readable(path)}
-        removed = []
-        for table in prepared.tables:
-            for segment in table.segments:
-                if broken & set(segment.location):
-                    self.follower.mark_unreadable(segment.id, str(error))
-                    removed.append(str(segment.id))
-        return removed
+    @property
+    def direct_answers(self) -> int:
+        """Queries answered from the files (a test and benchmark probe)."""
+        return self.direct.answers
 
     def spark_plan(self, prepared: Prepared, *, deadline: float | None = None) -> str:
         """Spark's physical plan of ``prepared``: planning is work on the shared driver, so it
         takes an admission slot like a query (waiting at most until ``deadline``)."""
+        return self._on_driver(prepared, self.executor.explain, deadline)
+
+    def result_schema(self, prepared: Prepared, *, deadline: float | None = None) -> pa.Schema:
+        """The Arrow schema ``prepared`` answers with, from Spark's analysis (no job runs): what
+        a client asks before running a statement (Flight SQL's GetSchema, prepared statements).
+        Analysis is work on the shared driver too: it takes an admission slot."""
+        return self._on_driver(prepared, self.executor.schema, deadline)
+
+    def _on_driver(
+        self, prepared: Prepared, work: Callable[[str], Any], deadline: float | None
+    ) -> Any:
         self._check_engine_up()
         generation = self.spark_generation
         with (
@@ -562,6 +492,6 @@ class QueryEngine:
             self.views.lease(prepared.table_views),
         ):
             try:
-                return self.executor.explain(prepared.run_sql)
+                return work(prepared.run_sql)
             except BaseException as error:
                 raise self._engine_failure(error, generation) from None

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from broker.view_layout import VIEW_PREFIX
+from broker.spark.scan_layout import VIEW_PREFIX
 from timeline.errors import (
     HorizonError,
     Internal,

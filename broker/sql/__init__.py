@@ -1,8 +1,11 @@
-"""The SQL layer: parse a client's Spark SQL, refuse what is unsafe, read only visible versions.
+"""The SQL layer: parse a client's Spark SQL once, refuse what is unsafe, read only visible versions.
 
-Public API: :func:`rewrite`, :class:`Catalog`, :class:`CatalogTable`, :class:`FunctionPolicy`,
-:class:`RewriteLimits`, :class:`RewriteResult`, :class:`QueryPlan`, :class:`TableRead`.
-``functions_from_spark.function_policy_from_spark(spark)`` builds the policy once at start-up.
+Public API: :func:`parse_query` and :func:`bind` (or both at once, :func:`rewrite`),
+:class:`Catalog`, :class:`CatalogTable`, :class:`FunctionPolicy`, :class:`RewriteLimits`,
+:class:`WorkBudget`, :class:`RewriteResult`, :class:`QueryPlan` (with its :class:`QueryShape`),
+:class:`TableRead`. ``functions_from_spark.function_policy_from_spark(spark)`` builds the policy
+once at start-up. Pure (no I/O, no clocks); imports nothing of the broker but itself, and only
+the pure floors below (``timeline``, ``watermark.catalog``).
 
 Decisions where ``spec/sql.md`` is silent:
 
@@ -38,8 +41,17 @@ Decisions where ``spec/sql.md`` is silent:
 
 from broker.sql.catalog import Catalog, CatalogTable
 from broker.sql.functions import ALLOWED_TABLE_FUNCTIONS, DENIED_FUNCTIONS, FunctionPolicy
-from broker.sql.model import QueryPlan, RewriteLimits, RewriteResult, TableRead
-from broker.sql.rewrite import rewrite
+from broker.sql.model import (
+    KeyLookup,
+    Predicate,
+    QueryPlan,
+    QueryShape,
+    RewriteLimits,
+    RewriteResult,
+    TableRead,
+    WorkBudget,
+)
+from broker.sql.rewrite import ParsedQuery, bind, parse_query, rewrite
 
 __all__ = [
     "ALLOWED_TABLE_FUNCTIONS",
@@ -47,9 +59,16 @@ __all__ = [
     "Catalog",
     "CatalogTable",
     "FunctionPolicy",
+    "KeyLookup",
+    "ParsedQuery",
+    "Predicate",
     "QueryPlan",
+    "QueryShape",
     "RewriteLimits",
     "RewriteResult",
     "TableRead",
+    "WorkBudget",
+    "bind",
+    "parse_query",
     "rewrite",
 ]

@@ -28,7 +28,7 @@ class CatalogTable:
     lowest snapshot still readable. ``source_view`` is the Spark temp view over the table's visible
     segment files (``segments``/``files`` are reported in the plan for passthrough clients).
 
-    The files may be split between up to four views (``broker.view_layout``): settled segments
+    The files may be split between up to four views (``broker.spark.scan_layout``): settled segments
     (greatest ``validFrom`` known and at most the LWM) are read through ``settled_view`` (files
     mixing open and closed versions) and ``open_view`` (files of open versions only), and
     ``settled_through`` is the greatest ``validFrom`` of their rows: at snapshots at or above it
@@ -120,7 +120,7 @@ class CatalogTable:
 
     @property
     def views(self) -> tuple[str, ...]:
-        """Every temp view of this table, in the layout's order (``ViewLayout.names``)."""
+        """Every temp view of this table, in the layout's order (``ScanLayout.names``)."""
         names = (self.source_view, self.settled_view, self.open_view, self.closed_view)
         return tuple(name for name in names if name)
 

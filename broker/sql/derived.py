@@ -62,7 +62,7 @@ def _scan_columns(table: CatalogTable, validity: bool = True) -> str:
 def visible_scan_sql(table: CatalogTable, snapshot: int) -> str:
     """The versions of an upsert table visible at ``snapshot``, user columns plus validity.
 
-    Each of the table's views (``broker.view_layout``) gets the least test that is exact at
+    Each of the table's views (``broker.spark.scan_layout``) gets the least test that is exact at
     ``snapshot``: at or above ``table.settled_through`` the settled view needs only the
     ``validUntil`` test and the open view none; at or above ``table.closed_through`` the closed
     view holds no visible row and is not read. Below those bounds, and always for the source

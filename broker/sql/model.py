@@ -63,6 +63,44 @@ class TableRead:
     views: tuple[str, ...] = ()
 
 
+Value = int | str
+
+
+@dataclass(frozen=True, slots=True)
+class Predicate:
+    """``column`` equals one of ``values`` (lower-case column name, literals as Python values)."""
+
+    column: str
+    values: tuple[Value, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class KeyLookup:
+    """The plainest key lookup of ``table``, which the broker may answer from the files
+    (:mod:`broker.sql.passes.find_key_lookup`)."""
+
+    table: str
+    projection: tuple[str, ...] | None
+    """Source columns of the result in order (lower-case); None for ``SELECT *``."""
+    predicates: tuple[Predicate, ...]
+    limit: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class QueryShape:
+    """What later stages ask of a query, found once on its tree
+    (:mod:`broker.sql.passes.describe_shape`): nothing after the rewrite parses the SQL again."""
+
+    ordered: bool = True
+    """The row order may be part of the answer (an ORDER BY anywhere)."""
+    point_lookup: bool = False
+    """One table, every key column fixed to literals: run on the lookup session."""
+    uncacheable: str | None = None
+    """Why the answer may differ between two runs at one snapshot (None: it cannot)."""
+    key_lookup: KeyLookup | None = None
+    """Set when the query is the plainest key lookup (answered from the files when possible)."""
+
+
 @dataclass(frozen=True, slots=True)
 class QueryPlan:
     """What a rewritten query reads: the broker checks access on ``tables_read`` and passthrough
@@ -76,6 +114,7 @@ class QueryPlan:
     snapshot: int | None
     snapshot_source: str | None
     change_feed: bool
+    shape: QueryShape = QueryShape()
 
     @property
     def table_names(self) -> tuple[str, ...]:

@@ -2,10 +2,14 @@
 
 Pure: a function of the SQL text, the catalog, the limits and the function policy. Each step is a
 small pass in ``broker.sql.passes``; this module only runs them in order and turns the outcome
-into a :class:`RewriteResult`.
+into a :class:`RewriteResult`. The text is parsed once (:func:`parse_query`); binding it to the
+state of the moment (:func:`bind`) works on a copy of the tree, so a query prepared again never
+parses again, and the plan carries everything later stages ask of the SQL.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from sqlglot import exp
 from sqlglot.dialects.spark import Spark
@@ -21,7 +25,9 @@ from broker.sql.passes.check_expressions import check_expressions
 from broker.sql.passes.check_limits import check_limits
 from broker.sql.passes.check_statement_kind import check_statement_kind
 from broker.sql.passes.choose_snapshot import choose_snapshot
+from broker.sql.passes.describe_shape import describe_shape
 from broker.sql.passes.expand_table_changes import expand_table_changes
+from broker.sql.passes.find_key_lookup import find_key_lookup
 from broker.sql.passes.resolve_references import resolve_references
 from broker.sql.passes.substitute_tables import substitute_tables
 from broker.sql.state import ReferenceKind, RewriteState, state_of
@@ -71,7 +77,59 @@ def _plan(state: RewriteState) -> QueryPlan:
         snapshot=state.snapshot,
         snapshot_source=state.snapshot_source,
         change_feed=any(ref.kind is ReferenceKind.CHANGES for ref in state.references),
+        shape=state.shape,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedQuery:
+    """A query's text checked and parsed once (:func:`parse_query`); each time the broker
+    prepares it against the current state (again after queueing, or after a fallback) it binds
+    a copy of ``tree`` (:func:`bind`), never parsing the text again."""
+
+    sql: str
+    tree: exp.Expression
+
+
+def parse_query(
+    sql: str,
+    *,
+    limits: RewriteLimits = RewriteLimits(),  # noqa: B008 - frozen value object
+    functions: FunctionPolicy,
+) -> ParsedQuery:
+    """Check ``sql``'s size, parse it (one tokenization, one parse) and refuse anything that is
+    not a single read-only query calling allowed functions."""
+    tokens = check_limits(sql, limits)
+    tree = check_statement_kind(_parse(sql, tokens))
+    tree = check_expressions(tree, functions=functions, limits=limits)
+    return ParsedQuery(sql, tree)
+
+
+def bind(
+    parsed: ParsedQuery,
+    catalog: Catalog,
+    *,
+    budget: WorkBudget = WorkBudget(),  # noqa: B008 - frozen value object
+    pretty: bool = False,
+    row_cap: int | None = None,
+) -> RewriteResult:
+    """Rewrite a parsed query against ``catalog``: resolve its references, check its work
+    budget, describe its shape, choose its snapshot and substitute every registered table.
+    With ``row_cap``, ``capped_sql`` returns at most ``row_cap + 1`` rows (one more than the
+    cap, so the broker can tell a result over it)."""
+    tree = parsed.tree.copy()
+    state_of(tree).raw_backslash = "\\" in parsed.sql
+    tree = resolve_references(tree, catalog)
+    tree = check_budget(tree, budget)
+    tree = describe_shape(tree)
+    tree = find_key_lookup(tree)
+    tree = choose_snapshot(tree)
+    tree = expand_table_changes(tree)
+    tree = substitute_tables(tree)
+    plan = _plan(state_of(tree))
+    sql = generate(tree, pretty=pretty)
+    capped = generate(cap_rows(tree, row_cap + 1), pretty=pretty) if row_cap is not None else ""
+    return RewriteResult(sql=sql, plan=plan, capped_sql=capped)
 
 
 def rewrite(
@@ -84,25 +142,15 @@ def rewrite(
     pretty: bool = False,
     row_cap: int | None = None,
 ) -> RewriteResult:
-    """Check ``sql`` and rewrite every registered-table reference to read its visible versions.
+    """Check ``sql`` and rewrite every registered-table reference to read its visible versions:
+    :func:`parse_query` then :func:`bind`.
 
     Raises a subclass of ``timeline.errors.HorizonError`` (InvalidArgument, NotFound,
     FailedPrecondition, ResourceExhausted) naming the problem; never lets a parser recursion
-    error escape. With ``row_cap``, ``capped_sql`` returns at most ``row_cap + 1`` rows (one
-    more than the cap, so the broker can tell a result over it).
+    error escape.
     """
-    tokens = check_limits(sql, limits)
-    tree = check_statement_kind(_parse(sql, tokens))
-    tree = check_expressions(tree, functions=functions, limits=limits)
-    tree = resolve_references(tree, catalog)
-    tree = check_budget(tree, budget)
-    tree = choose_snapshot(tree)
-    tree = expand_table_changes(tree)
-    tree = substitute_tables(tree)
-    plan = _plan(state_of(tree))
-    sql = generate(tree, pretty=pretty)
-    capped = generate(cap_rows(tree, row_cap + 1), pretty=pretty) if row_cap is not None else ""
-    return RewriteResult(sql=sql, plan=plan, capped_sql=capped)
+    parsed = parse_query(sql, limits=limits, functions=functions)
+    return bind(parsed, catalog, budget=budget, pretty=pretty, row_cap=row_cap)
 
 
 def generate(tree: exp.Expression, *, pretty: bool = False) -> str:

@@ -13,6 +13,7 @@ from enum import Enum
 from sqlglot import exp
 
 from broker.sql.catalog import CatalogTable
+from broker.sql.model import QueryShape
 
 META_KEY = "horizon"
 
@@ -38,6 +39,9 @@ class RewriteState:
     references: list[Reference] = field(default_factory=list)
     snapshot: int | None = None
     snapshot_source: str | None = None
+    shape: QueryShape = field(default_factory=QueryShape)
+    raw_backslash: bool = False
+    """The text had a backslash: Spark's escapes in literals are not reproduced outside Spark."""
 
 
 def state_of(tree: exp.Expression) -> RewriteState:

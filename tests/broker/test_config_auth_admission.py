@@ -8,11 +8,13 @@ import time
 
 import pytest
 
-from broker.admission import Admission
-from broker.auth import ANONYMOUS, Authenticator, check_inspect, check_read
+from broker.api.auth import Authenticator
+from broker.api.listen import check_listen_policy, is_loopback
+from broker.api.server import BrokerServer
 from broker.client import connect
 from broker.config import BrokerConfig, config_from_mapping, load_config
-from broker.server import BrokerServer, check_listen_policy, is_loopback
+from broker.engine.admission import Admission
+from broker.grants import ANONYMOUS, check_inspect, check_read
 from tests.broker.conftest import ADMIN, broker_config
 from timeline.errors import (
     DeadlineExceeded,

@@ -12,14 +12,16 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import sqlglot
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from broker.api.server import BrokerServer
 from broker.client import HorizonClient, connect
-from broker.direct_read import DirectReader, RowGroupStats, may_be_visible, may_contain
-from broker.key_lookup import KeyLookup, Predicate, plan_key_lookup
-from broker.server import BrokerServer
-from broker.views import UnreadableFiles
+from broker.spark.direct_read import DirectReader, RowGroupStats, may_be_visible, may_contain
+from broker.spark.failures import UnreadableFiles
+from broker.sql.model import KeyLookup, Predicate
+from broker.sql.passes.find_key_lookup import key_lookup_of
 from ingest.segments import write_segments
 from ingest.storage import Storage
 from tests.broker.conftest import LWM, BrokerEnv, broker_config, publish_table
@@ -50,6 +52,17 @@ SNAPSHOTS = (499, 500, 777, 1000, 1001, LWM)
 
 
 # -- recognising the shape (pure) ----------------------------------------------------------------
+
+
+def plan_key_lookup(sql: str, table: str, primary_key: list[str]) -> KeyLookup | None:
+    """The key lookup the rewrite finds in ``sql`` (text with backslashes is never one)."""
+    if "\\" in sql:
+        return None
+    try:
+        tree = sqlglot.parse_one(sql, dialect="spark")
+    except sqlglot.errors.SqlglotError:
+        return None
+    return key_lookup_of(tree, table, primary_key)
 
 
 @pytest.mark.parametrize(

@@ -2,9 +2,30 @@
 
 from __future__ import annotations
 
-import pytest
+from collections.abc import Mapping, Sequence
 
-from broker.query_shape import is_key_lookup, is_ordered
+import pytest
+import sqlglot
+
+from broker.sql.passes import describe_shape
+
+
+def is_key_lookup(sql: str, primary_keys: Mapping[str, Sequence[str]]) -> bool:
+    try:
+        tree = sqlglot.parse_one(sql, dialect="spark")
+    except sqlglot.errors.SqlglotError:
+        return False
+    return describe_shape.is_key_lookup(tree, primary_keys)
+
+
+def is_ordered(sql: str) -> bool:
+    """Unparseable SQL counts as ordered: holding batches back is always correct."""
+    try:
+        tree = sqlglot.parse_one(sql, dialect="spark")
+    except sqlglot.errors.SqlglotError:
+        return True
+    return describe_shape.is_ordered(tree)
+
 
 KEYS = {"t": ("id",), "pair": ("a", "b")}
 

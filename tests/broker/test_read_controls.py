@@ -11,9 +11,9 @@ from collections.abc import Iterator
 import pytest
 
 from broker._proto.horizon.v1 import horizon_pb2 as pb
+from broker.api.server import BrokerServer
 from broker.cli import main as cli_main
 from broker.client import connect
-from broker.server import BrokerServer
 from tests.broker.conftest import ADMIN, READER, BrokerEnv, broker_config, publish_table
 from tests.broker.data import UpsertTable
 from timeline.errors import (

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pytest
+import sqlglot
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.reads.cache import ResultCache, uncacheable_reason
-from broker.reads.freshness import check_staleness, required_snapshot, staleness_ms
-from broker.reads.options import ReadOptions
+from broker.engine.freshness import check_staleness, required_snapshot, staleness_ms
+from broker.engine.read_options import ReadOptions
+from broker.engine.result_cache import ResultCache
+from broker.sql.passes import describe_shape
 from timeline.errors import InvalidArgument, Unavailable
 from watermark import tokens
 from watermark.hlc import LOGICAL_BITS
@@ -115,3 +117,7 @@ def test_an_answer_over_the_entry_limit_or_cut_short_is_not_kept():
     whole = cache.recorder("k", big.schema)
     whole.add(_batch(64))
     assert whole.finish() and cache.get("k") is not None
+
+
+def uncacheable_reason(sql: str) -> str | None:
+    return describe_shape.uncacheable_reason(sqlglot.parse_one(sql, dialect="spark"))

@@ -13,19 +13,19 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from broker.catalog_builder import catalog_table
-from broker.explain import view_notes
+from broker.engine.catalog import catalog_table
+from broker.engine.explain import view_notes
+from broker.spark.scan_layout import scan_layout, split_layout
 from broker.sql import Catalog, CatalogTable, rewrite
 from broker.sql.derived import change_feed_sql, visible_scan_sql
 from broker.sql.functions_from_spark import function_policy_from_spark
-from broker.view_layout import split_layout, view_layout
 from tests.sql.spark_helpers import bag, register_source, version_chains, visible
 from tests.sql.test_spark_rewrite import expected_changes
 from timeline.errors import InvalidArgument
 from timeline.interval import Interval
 from timeline.segment import Segment
 from watermark.catalog import ColumnSpec, TableDescriptor
-from watermark.follower import TableView
+from watermark.follower import TableState
 
 FULL_10 = "validFrom <= 10 AND (validUntil IS NULL OR validUntil > 10)"
 ALIVE_10 = "(validUntil IS NULL OR validUntil > 10)"
@@ -42,14 +42,14 @@ def _segment(partition: int, max_valid_from: int | None, table: str = "t") -> Se
     )
 
 
-def _table_view(segments, lwm, *, upsert: bool = True, generation: int = 4) -> TableView:  # type: ignore[no-untyped-def]
+def _table_view(segments, lwm, *, upsert: bool = True, generation: int = 4) -> TableState:  # type: ignore[no-untyped-def]
     descriptor = TableDescriptor(
         name="t",
         columns=(ColumnSpec("k", "int"), ColumnSpec("v", "int")),
         primary_key=("k",),
         upsert=upsert,
     )
-    return TableView(
+    return TableState(
         table="t",
         descriptor=descriptor,
         generation=generation,
@@ -71,20 +71,20 @@ def _catalog_table(**fields) -> CatalogTable:  # type: ignore[no-untyped-def]
 
 def test_without_settled_segments_the_table_keeps_its_one_view_over_everything():
     segments = [_segment(0, None), _segment(1, 1300)]
-    layout = view_layout(_table_view(segments, 1200))
+    layout = scan_layout(_table_view(segments, 1200))
     assert layout.settled is None and layout.settled_through is None
     assert layout.names == ("__horizon_t_g4",)
     assert layout.rest is not None and layout.rest.segments == tuple(segments)
 
 
 def test_an_unknown_lwm_settles_nothing():
-    layout = view_layout(_table_view([_segment(0, 5)], None))
+    layout = scan_layout(_table_view([_segment(0, 5)], None))
     assert layout.names == ("__horizon_t_g4",) and layout.settled is None
 
 
 def test_segments_at_or_below_the_lwm_are_settled_and_named_after_their_greatest_valid_from():
     a, b, c, d = _segment(0, 900), _segment(1, 1200), _segment(2, None), _segment(3, 1201)
-    layout = view_layout(_table_view([a, b, c, d], 1200), namespace="x_")
+    layout = scan_layout(_table_view([a, b, c, d], 1200), namespace="x_")
     assert layout.settled_through == 1200
     assert layout.settled is not None and layout.settled.segments == (a, b)
     assert layout.rest is not None and layout.rest.segments == (c, d)
@@ -94,7 +94,7 @@ def test_segments_at_or_below_the_lwm_are_settled_and_named_after_their_greatest
 
 
 def test_when_every_segment_is_settled_only_the_settled_view_exists():
-    layout = view_layout(_table_view([_segment(0, 500), _segment(1, 700)], 1200))
+    layout = scan_layout(_table_view([_segment(0, 500), _segment(1, 700)], 1200))
     assert layout.rest is None and layout.names == ("__horizon_t_g4_t700_s",)
     assert layout.main_view == "__horizon_t_g4_t700_s"
 
@@ -108,7 +108,7 @@ def test_each_threshold_of_one_generation_has_its_own_view_names():
 
 
 def test_append_only_tables_are_never_split():
-    layout = view_layout(_table_view([_segment(0, 500)], 1200, upsert=False))
+    layout = scan_layout(_table_view([_segment(0, 500)], 1200, upsert=False))
     assert layout.names == ("__horizon_t_g4",)
 
 
@@ -132,7 +132,7 @@ def test_open_files_of_settled_segments_and_closed_files_get_views_of_their_own(
     settled = _apart(0, 900, 800)
     unsettled = _apart(1, 1300, 1100)
     mixed = _segment(2, 1000)
-    layout = view_layout(_table_view([settled, unsettled, mixed], 1200))
+    layout = scan_layout(_table_view([settled, unsettled, mixed], 1200))
     assert (layout.settled_through, layout.closed_through) == (1000, 1100)
     assert layout.open is not None and layout.open.files == settled.open_files
     assert layout.closed is not None
@@ -157,7 +157,7 @@ def test_explain_notes_give_each_file_its_view_and_the_layouts_bounds():
     closed_only = replace(
         _apart(1, 1000, 1100), location=("/segments/t/p1/_rows=closed/a.parquet",), open_files=()
     )
-    layout = view_layout(_table_view([opened, closed_only], 1200))
+    layout = scan_layout(_table_view([opened, closed_only], 1200))
     assert layout.settled_through == 1000 and layout.closed_through == 1100
     notes = view_notes(layout, 1200)
     first, second = notes[str(opened.id)], notes[str(closed_only.id)]
@@ -168,7 +168,7 @@ def test_explain_notes_give_each_file_its_view_and_the_layouts_bounds():
 
 
 def test_closed_files_split_a_table_without_settled_segments():
-    layout = view_layout(_table_view([_apart(0, None, 800)], 1200))
+    layout = scan_layout(_table_view([_apart(0, None, 800)], 1200))
     assert layout.names == ("__horizon_t_g4_u800", "__horizon_t_g4_u800_c")
     assert layout.settled_through is None and layout.closed_through == 800
 
@@ -176,11 +176,11 @@ def test_closed_files_split_a_table_without_settled_segments():
 @pytest.mark.parametrize("max_valid_until", [None, 1201])
 def test_closed_files_unknown_or_ending_after_the_lwm_keep_their_test(max_valid_until):
     unsettled = _apart(0, 1300, max_valid_until)
-    layout = view_layout(_table_view([unsettled], 1200))
+    layout = scan_layout(_table_view([unsettled], 1200))
     assert layout.names == ("__horizon_t_g4",)
     assert layout.rest is not None and layout.rest.files == unsettled.location
     settled = _apart(0, 1000, max_valid_until)
-    layout = view_layout(_table_view([settled], 1200))
+    layout = scan_layout(_table_view([settled], 1200))
     assert layout.closed is None
     assert layout.settled is not None and layout.settled.files == (settled.location[1],)
 
@@ -363,7 +363,7 @@ def split_histories(draw: st.DrawFn) -> tuple[list[tuple], list[Segment], dict, 
 def test_any_split_answers_exactly_like_the_visibility_rule(spark, policy, history, start) -> None:  # type: ignore[no-untyped-def]
     rows, segments, files, lwm, snapshot = history
     table_view = _table_view(segments, lwm)
-    layout = view_layout(table_view)
+    layout = scan_layout(table_view)
     for part in layout.parts:
         part_rows = [row for path in part.files for row in files[path]]
         register_source(spark, part.name, "k int, v int", part_rows)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from broker.view_layout import SETTLED_SUFFIX
+from broker.spark.scan_layout import SETTLED_SUFFIX
 from tests.broker.conftest import LWM, BrokerEnv
 from tests.broker.data import (
     CHUNK,

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
-import itertools
 import time
 
 import grpc
 import pytest
 
+from broker.api.status import ERROR_TYPES, GRPC_STATUS, status_of
 from broker.client import connect
-from broker.config import BrokerConfig
-from broker.errors import ERROR_TYPES, GRPC_STATUS, status_of
-from broker.server import BrokerServer
 from tests.broker.conftest import ADMIN, NO_INSPECT, READER, broker_config
+from tests.broker.spark_jobs import (
+    ExtraBroker,
+    assert_group_finished,
+    assert_group_stopped,
+    wait_for_jobs,
+)
 from tests.processes import RedisProcess
 from timeline.errors import (
     Cancelled,
@@ -30,9 +33,9 @@ from timeline.errors import (
 )
 
 # Minutes of work on 2 cores, in scan batches Spark can interrupt (a cancel frees the cores).
-SLOW_SQL = "SELECT count(DISTINCT sha2(repeat(owner, 1000000), 256)) AS n FROM big"
-"""Within every work budget, yet minutes of hashing (1 MB per row), in row-by-row tasks that a
-cancel interrupts."""
+SLOW_SQL = "SELECT count(DISTINCT sha2(repeat(owner, 100000), 256)) AS n FROM big"
+"""Within every work budget, yet minutes of hashing (100 kB per row), in tasks that a cancel
+interrupts within about a second (one Parquet batch)."""
 
 
 def test_every_horizon_code_maps_to_the_grpc_code_of_the_same_name_and_back():
@@ -113,7 +116,7 @@ def test_result_past_max_result_rows_is_refused_and_spark_stops_at_the_planned_l
 ):
     config = broker_config(broker_env.redis.url, limits={"max_result_rows": 50_000})
     with (
-        _extra_broker(config, spark, broker_env) as server,
+        ExtraBroker(config, spark, broker_env) as server,
         connect(server.target, token=ADMIN) as horizon,
     ):
         with pytest.raises(ResourceExhausted, match=r"max_result_rows = 50000"):
@@ -126,14 +129,14 @@ def test_result_past_max_result_rows_is_refused_and_spark_stops_at_the_planned_l
                 "SELECT id, owner, sha2(repeat(owner, 100000), 256) AS digest FROM big",
                 query_id="rows-limit",
             )
-        _assert_group_finished(spark, "horizon-rows-limit")
+        assert_group_finished(spark, "horizon-rows-limit")
         assert horizon.query("SELECT id FROM big WHERE id < 50000").num_rows == 50_000
 
 
 def test_streamed_result_past_max_result_bytes_is_resource_exhausted_naming_it(broker_env, spark):
     config = broker_config(broker_env.redis.url, limits={"max_result_bytes": 200_000})
     with (
-        _extra_broker(config, spark, broker_env) as server,
+        ExtraBroker(config, spark, broker_env) as server,
         connect(server.target, token=ADMIN) as horizon,
     ):
         with pytest.raises(ResourceExhausted, match=r"max_result_bytes = 200000"):
@@ -150,18 +153,18 @@ def test_sql_past_the_length_limit_is_resource_exhausted(client):
 def test_client_deadline_is_deadline_exceeded_and_stops_the_spark_job(broker_env, client):
     with pytest.raises(DeadlineExceeded):
         client.query(SLOW_SQL, timeout=6.0, query_id="deadline-probe")
-    _assert_group_stopped(broker_env.broker.spark, "horizon-deadline-probe")
+    assert_group_stopped(broker_env.broker.spark, "horizon-deadline-probe")
 
 
 def test_server_query_timeout_is_deadline_exceeded(broker_env, spark):
     config = broker_config(broker_env.redis.url, limits={"query_timeout_s": 5.0})
-    with _extra_broker(config, spark, broker_env) as server:
+    with ExtraBroker(config, spark, broker_env) as server:
         with (
             connect(server.target, token=ADMIN) as horizon,
             pytest.raises(DeadlineExceeded, match="deadline"),
         ):
             horizon.query(SLOW_SQL, query_id="server-timeout")
-        _assert_group_stopped(spark, "horizon-server-timeout")
+        assert_group_stopped(spark, "horizon-server-timeout")
 
 
 def test_state_store_unreachable_past_the_staleness_limit_is_unavailable(broker_env, spark):
@@ -169,7 +172,7 @@ def test_state_store_unreachable_past_the_staleness_limit_is_unavailable(broker_
     try:
         config = broker_config(redis.url, state={"max_staleness_s": 0.5})
         with (
-            _extra_broker(config, spark, broker_env, own_follower=True) as server,
+            ExtraBroker(config, spark, broker_env, own_follower=True) as server,
             connect(server.target, token=ADMIN) as horizon,
         ):
             with pytest.raises(NotFound):
@@ -186,11 +189,11 @@ def test_state_store_unreachable_past_the_staleness_limit_is_unavailable(broker_
 def test_client_cancel_is_cancelled_and_stops_the_spark_job(broker_env, client):
     call = client.start_query(SLOW_SQL, query_id="cancel-probe")
     spark = broker_env.broker.spark
-    _wait_for_jobs(spark, "horizon-cancel-probe")
+    wait_for_jobs(spark, "horizon-cancel-probe")
     call.cancel()
     with pytest.raises(Cancelled):
         call.result()
-    _assert_group_stopped(spark, "horizon-cancel-probe")
+    assert_group_stopped(spark, "horizon-cancel-probe")
     assert client.query("SELECT count(*) AS n FROM accounts").to_pylist() == [{"n": 100}]
     assert client.health() == "SERVING"
 
@@ -198,15 +201,15 @@ def test_client_cancel_is_cancelled_and_stops_the_spark_job(broker_env, client):
 def test_queue_full_is_resource_exhausted(broker_env, spark):
     config = broker_config(broker_env.redis.url, limits={"max_concurrent": 1, "queue_size": 0})
     with (
-        _extra_broker(config, spark, broker_env) as server,
+        ExtraBroker(config, spark, broker_env) as server,
         connect(server.target, token=ADMIN) as horizon,
     ):
         running = horizon.start_query(SLOW_SQL, query_id="queue-hog")
-        _wait_for_jobs(spark, "horizon-queue-hog")
+        wait_for_jobs(spark, "horizon-queue-hog")
         with pytest.raises(ResourceExhausted, match="busy"):
             horizon.query("SELECT 1 AS one")
         running.cancel()
-        _assert_group_stopped(spark, "horizon-queue-hog")
+        assert_group_stopped(spark, "horizon-queue-hog")
         deadline = time.monotonic() + 10
         while server.engine.admission.stats().running and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -217,67 +220,3 @@ def test_errors_raised_by_the_client_are_the_one_hierarchy(client):
     with pytest.raises(HorizonError) as caught:
         client.query("SELECT * FROM nosuch")
     assert not isinstance(caught.value, Internal)
-
-
-# -- helpers ----------------------------------------------------------------------------------
-
-
-_namespaces = itertools.count()
-
-
-class _extra_broker:
-    """A second broker on the same Spark session (cheap: shares the function policy too)."""
-
-    def __init__(self, config: BrokerConfig, spark, env, *, own_follower: bool = False) -> None:  # type: ignore[no-untyped-def]
-        self.server = BrokerServer(
-            config,
-            spark=spark,
-            follower=None if own_follower else env.broker.follower,
-            functions=env.broker.engine.functions,
-            view_namespace=f"x{next(_namespaces)}_",
-        )
-
-    def __enter__(self) -> BrokerServer:
-        return self.server.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.stop(0)
-
-
-def _statuses(spark, group: str) -> list[str]:  # type: ignore[no-untyped-def]
-    tracker = spark.sparkContext.statusTracker()
-    infos = [tracker.getJobInfo(job) for job in tracker.getJobIdsForGroup(group)]
-    return [info.status for info in infos if info is not None]
-
-
-def _wait_for_jobs(spark, group: str, timeout: float = 30.0) -> None:  # type: ignore[no-untyped-def]
-    """Wait until the query's long job runs (not just a quick broadcast job before it)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if "RUNNING" in _statuses(spark, group):
-            time.sleep(0.5)
-            if "RUNNING" in _statuses(spark, group):
-                return
-        time.sleep(0.05)
-    raise AssertionError(f"no long Spark job running in group {group}")
-
-
-def _assert_group_finished(spark, group: str, timeout: float = 15.0) -> None:  # type: ignore[no-untyped-def]
-    """The group's jobs ran and none is running any more (succeeded at a limit, or stopped)."""
-    assert _statuses(spark, group), f"the query never started a Spark job in group {group}"
-    deadline = time.monotonic() + timeout
-    while "RUNNING" in _statuses(spark, group):
-        assert time.monotonic() < deadline, f"jobs of {group} still run: {_statuses(spark, group)}"
-        time.sleep(0.1)
-
-
-def _assert_group_stopped(spark, group: str, timeout: float = 15.0) -> None:  # type: ignore[no-untyped-def]
-    assert _statuses(spark, group), f"the query never started a Spark job in group {group}"
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        states = _statuses(spark, group)
-        if "RUNNING" not in states:
-            assert "FAILED" in states, f"jobs of {group} ended without being cancelled: {states}"
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"Spark jobs of {group} still running after the cancel")

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from broker.sessions.local_cluster import ConnectServer
+from broker.spark.local_cluster import ConnectServer
 from ingest.cli import main_ingest
 from tests.cluster import checks
 from tests.cluster.conftest import ClusterEnv, cluster_env

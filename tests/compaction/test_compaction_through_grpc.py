@@ -5,8 +5,8 @@ from __future__ import annotations
 import threading
 import time
 
+from broker.api.server import BrokerServer
 from broker.client import connect
-from broker.server import BrokerServer
 from compaction.plan import CompactionSettings
 from compaction.run import Compactor
 from tests.broker.conftest import ADMIN, broker_config

@@ -7,7 +7,7 @@ import io
 import redis
 from rich.console import Console
 
-from broker.demo.run import DemoOptions, run_demo
+from demo.run import DemoOptions, run_demo
 
 
 def test_quick_demo_passes_every_consistency_check(
@@ -25,8 +25,11 @@ def test_quick_demo_passes_every_consistency_check(
     assert "checks passed" in text
     assert (tmp_path / "accounts-timeline.svg").read_text().startswith("<svg")
     # the demo must show each part the issue asks for
-    for heading in ("Pinot", "lagging", "Time travel", "timeline", "rewritten SQL", "Compaction"):
+    for heading in (
+        "Pinot", "lagging", "Time travel", "timeline", "rewritten SQL", "Flight SQL", "Compaction"
+    ):  # fmt: skip
         assert heading in text
     assert (tmp_path / "accounts-compacted.svg").read_text().startswith("<svg")
     names = {check.name for check in report.checks}
     assert "answers at pinned snapshots did not change during or after compaction" in names
+    assert "Flight SQL (ADBC) answers as ExecuteQuery at the same snapshot" in names

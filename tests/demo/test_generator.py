@@ -7,7 +7,7 @@ import itertools
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from broker.demo.generator import AccountsChangelog, GeneratorConfig
+from demo.generator import AccountsChangelog, GeneratorConfig
 
 CONFIG = GeneratorConfig(
     accounts=400, transfers_per_batch=300, out_of_order_per_batch=20, closes_per_batch=10, seed=3

@@ -54,7 +54,7 @@ def test_a_pinned_snapshot_keeps_its_history_and_files_until_released(
         assert set(files) - {loc for seg in view.visible_segments for loc in seg.location}
         assert _sorted(visible_rows(spark, view.visible_segments, pinned)) == expected
 
-    assert pins.release(pin.pin_id)
+    assert pins.release(pin.pin_id, owner="test")
     land(3)
     view = broker_view(follower, job.client, "accounts")
     assert job.client.retention_horizon("accounts") > pinned

@@ -1,0 +1,242 @@
+"""Flight SQL benchmark: the same queries through ExecuteQuery and through Flight SQL, side by side.
+
+Writes a table once with Spark (1M rows, or 200k with ``--quick``), publishes it, starts one broker
+(its gRPC API and its Flight SQL endpoint), then runs each query through the Python client
+(``ExecuteQuery``) and through the ADBC Flight SQL driver (DB-API ``execute`` +
+``fetch_arrow_table``), interleaved so both see the same machine load:
+
+* the whole table as one result (1M rows): rows/s each way and the ratio Flight / native
+  (target >= 0.9x); the same through pyarrow.flight's generic client, which decodes nothing in
+  Python, as a reference;
+* a point query by key (a new key each time, the result cache bypassed on both sides, as the
+  three ways of asking run the same key one after another): p50/p99 each way and what Flight
+  adds at p50 (target <= 2 ms); DB-API prepares every statement it runs (CreatePreparedStatement,
+  GetFlightInfo, DoGet, ClosePreparedStatement), so the same lookup is also timed as one prepared
+  statement with the key bound as a ``?`` parameter each time (DoPut, GetFlightInfo, DoGet);
+* a repeated dashboard query (1,000 rows) answered from the result cache: p50 each way.
+
+    .venv/bin/python -m bench.flight [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import shutil
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bench.broker import TABLE, publish, write_dataset
+from bench.report import print_table, summarize, write_results
+
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
+FULL_SQL = f"SELECT * FROM {TABLE}"
+DASHBOARD_SQL = f"SELECT id, owner, balance FROM {TABLE} WHERE id BETWEEN 5000 AND 5999 ORDER BY id"
+
+
+def timed(run: Callable[[], Any]) -> tuple[float, Any]:
+    started = time.perf_counter()
+    answer = run()
+    return (time.perf_counter() - started) * 1000, answer
+
+
+def adbc_query(connection: Any, sql: str) -> Any:
+    with connection.cursor() as cursor:
+        cursor.execute(sql)
+        return cursor.fetch_arrow_table()
+
+
+def flight_query(client: Any, sql: str) -> Any:
+    """pyarrow.flight's generic client: GetFlightInfo + DoGet, no driver in between."""
+    import pyarrow.flight as fl
+
+    from broker._proto.arrow.flight.protocol.sql import flight_sql_pb2
+    from broker.flight.commands import pack
+
+    descriptor = fl.FlightDescriptor.for_command(
+        pack(flight_sql_pb2.CommandStatementQuery(query=sql))
+    )
+    info = client.get_flight_info(descriptor)
+    return client.do_get(info.endpoints[0].ticket).read_all()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="200k rows, fewer iterations")
+    args = parser.parse_args(argv)
+    rows = 200_000 if args.quick else 1_000_000
+    files = 4
+    big_rounds = 3 if args.quick else 7
+    point_rounds = 40 if args.quick else 300
+    cache_rounds = 20 if args.quick else 100
+
+    import adbc_driver_flightsql.dbapi as flight_sql
+    import pyarrow.flight as fl
+
+    from broker.api.server import BrokerServer
+    from broker.client import connect
+    from broker.config import config_from_mapping
+    from core.spark_session import create_spark_session
+    from tests.processes import RedisProcess
+
+    workdir = Path(tempfile.mkdtemp(prefix="horizon-bench-flight-"))
+    redis = RedisProcess().start()
+    spark = create_spark_session(app_name="horizon-bench-flight")
+    server = None
+    try:
+        paths = write_dataset(spark, workdir / TABLE, rows, files)
+        server_client = publish(redis.url, paths, rows)
+        config = config_from_mapping(
+            {
+                "server": {"listen": "127.0.0.1:0"},
+                "state": {"redis_url": redis.url},
+                "limits": {"max_result_rows": rows},
+            }
+        )
+        server = BrokerServer(config, spark=spark).start()
+        rng = random.Random(11)
+        uncached = {"adbc.flight.sql.rpc.call_header.x-horizon-bypass-cache": "true"}
+        with (
+            connect(server.target) as native,
+            flight_sql.connect(f"grpc://{server.flight_target}") as adbc,
+            flight_sql.connect(f"grpc://{server.flight_target}", db_kwargs=uncached) as lookups,
+        ):
+            generic = fl.connect(f"grpc://{server.flight_target}")
+            for _ in range(3):  # warm up: JIT, views, code generation, connections
+                key = rng.randrange(rows)
+                native.query(f"SELECT * FROM {TABLE} WHERE id = {key}")
+                adbc_query(adbc, f"SELECT * FROM {TABLE} WHERE id = {key}")
+            native.query(FULL_SQL, cache=False)
+            adbc_query(adbc, FULL_SQL)
+
+            big: dict[str, list[float]] = {"native_ms": [], "adbc_ms": [], "generic_ms": []}
+            for _ in range(big_rounds):
+                elapsed, answer = timed(lambda: native.query(FULL_SQL, cache=False))
+                assert answer.num_rows == rows, answer.num_rows
+                big["native_ms"].append(elapsed)
+                elapsed, answer = timed(lambda: adbc_query(adbc, FULL_SQL))
+                assert answer.num_rows == rows, answer.num_rows
+                big["adbc_ms"].append(elapsed)
+                elapsed, answer = timed(lambda: flight_query(generic, FULL_SQL))
+                assert answer.num_rows == rows, answer.num_rows
+                big["generic_ms"].append(elapsed)
+
+            point: dict[str, list[float]] = {"native_ms": [], "adbc_ms": [], "adbc_bound_ms": []}
+            bound = lookups.cursor()  # one statement prepared once, a new value bound each time
+            for _ in range(point_rounds):
+                key = rng.randrange(rows)
+                sql = f"SELECT * FROM {TABLE} WHERE id = {key}"
+                elapsed, expected = timed(lambda s=sql: native.query(s, cache=False))
+                point["native_ms"].append(elapsed)
+                elapsed, answer = timed(lambda s=sql: adbc_query(lookups, s))
+                point["adbc_ms"].append(elapsed)
+                assert answer.to_pylist() == expected.to_pylist(), (answer, expected)
+                elapsed, answer = timed(
+                    lambda k=key: (
+                        bound.execute(f"SELECT * FROM {TABLE} WHERE id = ?", (k,)),
+                        bound.fetch_arrow_table(),
+                    )[1]
+                )
+                point["adbc_bound_ms"].append(elapsed)
+                assert answer.to_pylist() == expected.to_pylist(), (answer, expected)
+            bound.close()
+
+            native.query(DASHBOARD_SQL)  # fill the cache
+            cache: dict[str, list[float]] = {"native_ms": [], "adbc_ms": []}
+            for _ in range(cache_rounds):
+                elapsed, result = timed(lambda: native.execute(DASHBOARD_SQL))
+                assert result.metadata.cache == "hit", result.metadata.cache
+                cache["native_ms"].append(elapsed)
+                elapsed, answer = timed(lambda: adbc_query(adbc, DASHBOARD_SQL))
+                assert answer.schema.metadata[b"horizon.cache"] == b"hit"
+                cache["adbc_ms"].append(elapsed)
+            generic.close()
+        server_client.close()
+    finally:
+        if server is not None:
+            server.stop(0)
+            server.follower.stop()
+        spark.stop()
+        redis.close()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+    def rows_per_s(samples: list[float]) -> float:
+        return rows / (statistics.median(samples) / 1000)
+
+    native_rate, adbc_rate = rows_per_s(big["native_ms"]), rows_per_s(big["adbc_ms"])
+    generic_rate = rows_per_s(big["generic_ms"])
+    point_stats = {name: summarize(values) for name, values in point.items()}
+    cache_stats = {name: summarize(values) for name, values in cache.items()}
+    results: dict[str, Any] = {
+        "rows": rows,
+        "large_result": {
+            **{name: summarize(values) for name, values in big.items()},
+            "native_rows_per_s": round(native_rate),
+            "adbc_rows_per_s": round(adbc_rate),
+            "generic_flight_rows_per_s": round(generic_rate),
+            "adbc_over_native": round(adbc_rate / native_rate, 2),
+            "generic_over_native": round(generic_rate / native_rate, 2),
+            "target_adbc_over_native": 0.9,
+        },
+        "point_query": {
+            **point_stats,
+            "flight_adds_p50_ms": round(point_stats["adbc_ms"]["p50"] - point_stats["native_ms"]["p50"], 2),
+            "bound_flight_adds_p50_ms": round(point_stats["adbc_bound_ms"]["p50"] - point_stats["native_ms"]["p50"], 2),
+            "target_flight_adds_p50_ms": 2.0,
+        },
+        "cache_hit": cache_stats,
+    }  # fmt: skip
+    print_table(
+        f"ExecuteQuery vs Flight SQL (ADBC), one broker, {rows:,}-row table, interleaved",
+        ("query", "ExecuteQuery", "Flight SQL (ADBC)", "Flight / native", "target"),
+        [
+            (
+                f"{rows:,}-row result, rows/s (median of {big_rounds})",
+                f"{native_rate:,.0f}",
+                f"{adbc_rate:,.0f}",
+                f"{adbc_rate / native_rate:.2f}x",
+                ">= 0.9x",
+            ),
+            (
+                "  same, pyarrow.flight generic client",
+                "",
+                f"{generic_rate:,.0f}",
+                f"{generic_rate / native_rate:.2f}x",
+                "-",
+            ),
+            (
+                f"point query p50 / p99 ms ({point_rounds} keys)",
+                f"{point_stats['native_ms']['p50']:.2f} / {point_stats['native_ms']['p99']:.2f}",
+                f"{point_stats['adbc_ms']['p50']:.2f} / {point_stats['adbc_ms']['p99']:.2f}",
+                f"+{results['point_query']['flight_adds_p50_ms']:.2f} ms at p50",
+                "<= +2 ms",
+            ),
+            (
+                "  same, ? bound on one prepared statement",
+                "",
+                f"{point_stats['adbc_bound_ms']['p50']:.2f} / {point_stats['adbc_bound_ms']['p99']:.2f}",
+                f"+{results['point_query']['bound_flight_adds_p50_ms']:.2f} ms at p50",
+                "-",
+            ),
+            (
+                "dashboard query (1,000 rows), cache hit p50 / p99 ms",
+                f"{cache_stats['native_ms']['p50']:.2f} / {cache_stats['native_ms']['p99']:.2f}",
+                f"{cache_stats['adbc_ms']['p50']:.2f} / {cache_stats['adbc_ms']['p99']:.2f}",
+                f"+{cache_stats['adbc_ms']['p50'] - cache_stats['native_ms']['p50']:.2f} ms at p50",
+                "-",
+            ),
+        ],
+    )
+    path = write_results("flight", results)
+    print(f"results in {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,88 @@
+"""Running and recent queries: who asked what, in which state, where the time went.
+
+Operators need to see what a shared broker is doing (which query holds the cores, whether a
+cancelled query's Spark jobs are really gone); the registry keeps every running query and the
+last ``keep`` finished ones, in memory, thread-safe. It records; it decides nothing.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict, deque
+from dataclasses import dataclass, field, replace
+
+PREPARING = "preparing"
+"""Rewriting, waiting for a snapshot, or queued for an admission slot."""
+RUNNING = "running"
+"""Spark is producing the result; batches are streaming to the client."""
+FINISHED_STATES = ("done", "failed", "cancelled", "deadline")
+
+
+@dataclass(frozen=True, slots=True)
+class QueryRecord:
+    query_id: str
+    identity: str
+    sql: str
+    state: str
+    started_ms: int
+    ended_ms: int = 0
+    status: str = ""
+    """The status code it ended with (``OK``, ``INVALID_ARGUMENT``...)."""
+    message: str = ""
+    tables: tuple[str, ...] = ()
+    rows: int = 0
+    bytes: int = 0
+    cache: str = ""
+    timings: dict[str, float] = field(default_factory=dict)
+    """Milliseconds per stage: queued, rewrite, views, spark, serialize, total."""
+
+
+class QueryRegistry:
+    """Every running query and the last ``keep`` finished ones."""
+
+    def __init__(self, keep: int = 200, sql_chars: int = 2_000) -> None:
+        self._running: OrderedDict[str, QueryRecord] = OrderedDict()
+        self._recent: deque[QueryRecord] = deque(maxlen=keep)
+        self._sql_chars = sql_chars
+        self._lock = threading.Lock()
+
+    def begin(self, query_id: str, identity: str, sql: str) -> None:
+        record = QueryRecord(
+            query_id, identity, sql[: self._sql_chars], PREPARING, int(time.time() * 1000)
+        )
+        with self._lock:
+            self._running[query_id] = record
+
+    def update(self, query_id: str, **changes: object) -> None:
+        with self._lock:
+            record = self._running.get(query_id)
+            if record is not None:
+                self._running[query_id] = replace(record, **changes)  # type: ignore[arg-type]
+
+    def end(
+        self, query_id: str, state: str, status: str, message: str = "", **changes: object
+    ) -> None:
+        with self._lock:
+            record = self._running.pop(query_id, None)
+            if record is None:
+                return
+            self._recent.append(
+                replace(
+                    record,
+                    state=state,
+                    status=status,
+                    message=message[:500],
+                    ended_ms=int(time.time() * 1000),
+                    **changes,  # type: ignore[arg-type]
+                )
+            )
+
+    def running(self) -> list[QueryRecord]:
+        with self._lock:
+            return list(self._running.values())
+
+    def recent(self) -> list[QueryRecord]:
+        """Finished queries, newest first."""
+        with self._lock:
+            return list(reversed(self._recent))

@@ -1,0 +1,152 @@
+"""Started queries waiting for their DoGet: what a ticket names, until it is read or expires.
+
+GetFlightInfo starts the query (admission slot, snapshot, the first batches from Spark) so the
+FlightInfo can carry the query's metadata and exact schema; the result then waits here under a
+random handle. A ticket is single use and only its caller may redeem it. A result nobody fetches
+within the TTL is closed: its Spark jobs stop and its admission slot is freed.
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Iterator
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from broker.engine import Execution
+from broker.spark.executor import CANCELLED, QueryScope
+from timeline.errors import NotFound, PermissionDenied
+
+
+@dataclass
+class PendingResult:
+    handle: bytes
+    owner: str
+    execution: Execution
+    scope: QueryScope
+    schema: pa.Schema
+    expires_at: float
+    """On :func:`time.monotonic`'s clock."""
+    expires_wall: float
+    """The same instant on the wall clock (for the endpoint's expiration time)."""
+    streaming: bool = False
+
+
+class ResultStore:
+    def __init__(self, ttl_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.ttl_s = ttl_s
+        self._clock = clock
+        self._results: dict[bytes, PendingResult] = {}
+        self._lock = threading.Lock()
+
+    def add(
+        self, execution: Execution, scope: QueryScope, owner: str, schema: pa.Schema
+    ) -> PendingResult:
+        result = PendingResult(
+            handle=secrets.token_bytes(16),
+            owner=owner,
+            execution=execution,
+            scope=scope,
+            schema=schema,
+            expires_at=self._clock() + self.ttl_s,
+            expires_wall=time.time() + self.ttl_s,
+        )
+        with self._lock:
+            self._results[result.handle] = result
+        return result
+
+    def take(self, handle: bytes, owner: str) -> PendingResult:
+        """The result ``handle`` names, now being read (a ticket is good for one DoGet)."""
+        with self._lock:
+            result = self._results.get(handle)
+            if result is None or result.streaming:
+                raise NotFound(
+                    "this ticket names no waiting result: it was already read, cancelled, or "
+                    f"not fetched within {self.ttl_s:g} s ([flight].result_ttl_s); run the "
+                    "query again"
+                )
+            if result.owner != owner:
+                raise PermissionDenied("this ticket belongs to another caller's query")
+            result.streaming = True
+            return result
+
+    def finish(self, handle: bytes) -> None:
+        with self._lock:
+            self._results.pop(handle, None)
+
+    def cancel(self, handle: bytes, owner: str) -> bool:
+        """Cancel the query ``handle`` names (waiting or streaming); False if it is unknown."""
+        with self._lock:
+            result = self._results.get(handle)
+            if result is None:
+                return False
+            if result.owner != owner:
+                raise PermissionDenied("this ticket belongs to another caller's query")
+            if not result.streaming:
+                del self._results[handle]
+        result.scope.cancel(CANCELLED)
+        if not result.streaming:
+            result.execution.close()
+        return True
+
+    def expire(self) -> int:
+        """Close results not fetched within the TTL; how many."""
+        now = self._clock()
+        with self._lock:
+            stale = [r for r in self._results.values() if not r.streaming and r.expires_at < now]
+            for result in stale:
+                del self._results[result.handle]
+        for result in stale:
+            result.execution.close()
+        return len(stale)
+
+    def close(self) -> None:
+        """Cancel every query: waiting ones are closed here, streaming ones end their stream."""
+        with self._lock:
+            results = list(self._results.values())
+            self._results.clear()
+        for result in results:
+            result.scope.cancel(CANCELLED)
+            if not result.streaming:
+                result.execution.close()
+
+    def __len__(self) -> int:
+        return len(self._results)
+
+
+class SchemaCache:
+    """A small LRU of result schemas (thread-safe)."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self._entries: OrderedDict[Hashable, pa.Schema] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: Hashable) -> pa.Schema | None:
+        with self._lock:
+            schema = self._entries.get(key)
+            if schema is not None:
+                self._entries.move_to_end(key)
+            return schema
+
+    def put(self, key: Hashable, schema: pa.Schema) -> None:
+        with self._lock:
+            self._entries[key] = schema
+            self._entries.move_to_end(key)
+            while len(self._entries) > self.capacity:
+                self._entries.popitem(last=False)
+
+
+def batch_slices(batch: pa.RecordBatch, target_bytes: int) -> Iterator[pa.RecordBatch]:
+    """``batch`` cut into slices of about ``target_bytes`` (zero-copy), so no Flight message
+    comes near gRPC's message size limits."""
+    if batch.num_rows <= 1 or batch.nbytes <= target_bytes:
+        yield batch
+        return
+    rows = max(1, batch.num_rows * target_bytes // batch.nbytes)
+    for start in range(0, batch.num_rows, rows):
+        yield batch.slice(start, rows)

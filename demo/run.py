@@ -1,0 +1,669 @@
+"""``horizon demo``: the whole system on embedded defaults, watched through the real gRPC client.
+
+It starts a Redis of its own (free loopback port, stopped on exit), a broker on local Spark and two
+ingestion servers for an accounts table, then streams a seeded changelog of transfers, closes
+(deletes) and late records through them while one server lags on purpose. Every query goes through
+the gRPC client and every answer is checked: the total balance is conserved at every snapshot (the
+changelog only moves money), no key has two versions, and once both servers have caught up the
+answer equals the generator's own books. The run ends with a summary and exit code 0 only if every
+check passed.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from rich.console import Console
+from rich.panel import Panel
+from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from demo.generator import AccountsChangelog, GeneratorConfig
+from demo.pictures import day, timeline_picture
+from timeline.errors import HorizonError, Internal
+from timeline.interval import format_instant
+from watermark.hlc import hlc_physical_ms
+
+ACCOUNTS = "accounts"
+PINOT_UPSERT = "pinot_balances"
+PINOT_LOG = "pinot_balances_log"
+FAST, SLOW = "server-1", "server-2"
+INVARIANT_SQL = (
+    "SELECT COUNT(*) AS accounts, SUM(balance) AS total, "
+    "COUNT(*) - COUNT(DISTINCT account_id) AS duplicate_keys FROM accounts"
+)
+CHECKSUM_SQL = "SELECT SUM(balance * (account_id % 9973 + 1)) AS checksum FROM accounts"
+EXPLAINED_SQL = (
+    "SELECT owner, SUM(balance) AS total FROM accounts WHERE balance > 2000 "
+    "GROUP BY owner ORDER BY total DESC LIMIT 5"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class DemoOptions:
+    """What ``horizon demo`` runs; the defaults are the full demo on a laptop."""
+
+    seed: int = 7
+    accounts: int = 200_000
+    batches: int = 4
+    transfers_per_batch: int = 20_000
+    key_partitions: int = 4
+    spark_master: str = "local[*]"
+    cluster: bool = False
+    """Start a Spark standalone cluster (a master, two workers) and run everything on it."""
+    picture: Path | None = None
+    workdir: Path | None = None
+    keep: bool = False
+    redis_url: str | None = None
+    """Use this Redis instead of starting one (tests share theirs); it should be empty."""
+
+    @classmethod
+    def quick(cls, **overrides: Any) -> DemoOptions:
+        """A small run (seconds of Spark work per step) for tests and impatient people."""
+        values: dict[str, Any] = {"accounts": 2_000, "batches": 2, "transfers_per_batch": 300}
+        values.update(overrides)
+        return cls(**values)
+
+
+@dataclass(slots=True)
+class Check:
+    name: str
+    passed: bool
+    detail: str
+
+
+@dataclass(slots=True)
+class DemoReport:
+    checks: list[Check] = field(default_factory=list)
+    lwm_history: list[tuple[str, int]] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.checks) and all(check.passed for check in self.checks)
+
+
+def run_demo(
+    options: DemoOptions, *, console: Console | None = None, spark: Any = None
+) -> DemoReport:
+    """Run the demo; ``spark`` reuses an existing session (tests), otherwise one is created."""
+    console = console or Console()
+    logging.getLogger("ingest").setLevel(logging.WARNING)
+    with ExitStack() as stack:
+        demo = _Demo(options, console, stack, spark)
+        demo.run()
+        return demo.report
+
+
+class _Demo:
+    def __init__(self, options: DemoOptions, console: Console, stack: ExitStack, spark: Any):
+        self.options = options
+        self.console = console
+        self.stack = stack
+        self.report = DemoReport()
+        self.spark = spark
+        self.workdir = options.workdir or Path(tempfile.mkdtemp(prefix="horizon-demo-"))
+        if not options.keep and options.workdir is None:
+            stack.callback(shutil.rmtree, self.workdir, ignore_errors=True)
+        self.changelog_dir = self.workdir / "changelog"
+        self.storage = self.workdir / "storage"
+        self.changelog_dir.mkdir(parents=True, exist_ok=True)
+
+    # -- the story -------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        started = time.perf_counter()
+        self._title()
+        with self._step("Starting Redis, Spark and the broker"):
+            self._start_services()
+        self._pinot_example()
+        self._accounts()
+        self._time_travel_and_changes()
+        self._timeline()
+        self._explain()
+        self._flight_sql()
+        self._compaction()
+        self.report.timings["total_s"] = time.perf_counter() - started
+        self._summary()
+
+    def _title(self) -> None:
+        self.console.print(
+            Panel.fit(
+                "[bold]Horizon[/bold]: consistent, versioned reads over upsert tables\n"
+                f"seed {self.options.seed}, {self.options.accounts:,} accounts, "
+                f"{self.options.batches} batches of changes, "
+                f"{self.options.key_partitions} key partitions, two ingestion servers\n"
+                f"work directory: {self.workdir}",
+                title="horizon demo",
+            )
+        )
+
+    def _start_services(self) -> None:
+        from broker.api.server import BrokerServer
+        from broker.client import connect
+        from broker.config import config_from_mapping
+        from core.spark_session import create_spark_session
+        from watermark.embedded_redis import EmbeddedRedis
+
+        if self.options.redis_url:
+            self.redis_url = self.options.redis_url
+        else:
+            redis = EmbeddedRedis().start()
+            self.stack.callback(redis.close)
+            self.redis_url = redis.url
+        if self.spark is None:
+            master = self.options.spark_master
+            if self.options.cluster:
+                from broker.spark.local_cluster import StandaloneCluster
+
+                cluster = StandaloneCluster(workers=2, cores=1, memory="2g")
+                self.stack.enter_context(cluster)
+                master = cluster.url
+                self.console.print(
+                    f"[bold]Spark standalone cluster[/bold] {master}: a master and two one-core "
+                    "workers on loopback; the ingestion servers and the broker run on it "
+                    "(key lookups too: the broker does not read the files itself on a cluster)"
+                )
+            self.spark = create_spark_session(master=master, app_name="horizon-demo")
+            self.stack.callback(self.spark.stop)
+        config = config_from_mapping(
+            {
+                "server": {"listen": "127.0.0.1:0", "grace_s": 1.0},
+                "state": {"redis_url": self.redis_url, "heartbeat_timeout_s": 30.0},
+            }
+        )
+        self.broker = BrokerServer(config, spark=self.spark, view_namespace="demo").start()
+        self.stack.callback(self._stop_broker)
+        self.client = connect(self.broker.target)
+        self.stack.callback(self.client.close)
+        self.console.print(
+            f"  Redis on {self.redis_url}, broker on {self.broker.target} "
+            f"(gRPC, health {self.client.health()})"
+        )
+
+    def _stop_broker(self) -> None:
+        self.broker.stop(0)
+        self.broker.follower.stop()
+
+    # -- 1. the Pinot design's example -----------------------------------------------------------
+
+    def _pinot_example(self) -> None:
+        from ingest.job import IngestJob
+        from ingest.table import TableDefinition
+
+        self._heading("1. The Pinot design's example: average balance with and without upsert")
+        columns = {"user_id": "string", "balance": "bigint", "seq": "bigint"}
+        upsert = TableDefinition.from_dict(
+            {
+                "name": PINOT_UPSERT,
+                "columns": columns,
+                "primary_key": ["user_id"],
+                "comparison": ["seq"],
+                "storage_root": str(self.storage),
+            }
+        )
+        log = TableDefinition.from_dict(
+            {
+                "name": PINOT_LOG,
+                "mode": "append",
+                "columns": columns,
+                "storage_root": str(self.storage),
+            }
+        )
+        server = self._server_client("pinot-server")
+        jobs = [IngestJob(self.spark, table, server).start() for table in (upsert, log)]
+        steps = [
+            [("abc-12", 100, 1), ("abc-13", 102, 2)],
+            [("abc-12", 200, 3)],
+            [("abc-13", 300, 4)],
+        ]
+        expected = [(101.0, 101.0), (151.0, 134.0), (250.0, 175.5)]
+        view = Table("after", "rows arrived", "avg with upsert", "avg without upsert", "expected")
+        for number, (rows, (with_upsert, without)) in enumerate(
+            zip(steps, expected, strict=True), start=1
+        ):
+            frame = self.spark.createDataFrame(rows, "user_id string, balance bigint, seq bigint")
+            for job in jobs:
+                result = job.run_batch(frame, sources=[f"pinot-step-{number}"])
+                self._wait_for_progress(job.table.name, server.server_id, result.high)
+            got_upsert = self._scalar(f"SELECT AVG(balance) FROM {PINOT_UPSERT}")
+            got_log = self._scalar(f"SELECT AVG(balance) FROM {PINOT_LOG}")
+            view.add_row(
+                f"step {number}",
+                ", ".join(f"{user}={balance}" for user, balance, _ in rows),
+                f"{got_upsert:g}",
+                f"{got_log:g}",
+                f"{with_upsert:g} / {without:g}",
+            )
+            self._check(
+                f"Pinot example step {number}",
+                (got_upsert, got_log) == (with_upsert, without),
+                f"avg {got_upsert:g} with upsert, {got_log:g} without",
+            )
+        self.console.print(view)
+
+    # -- 2. accounts under a stream of changes ---------------------------------------------------
+
+    def _accounts(self) -> None:
+        from ingest.job import IngestJob
+        from ingest.partitioning import partitions_of
+        from ingest.table import TableDefinition
+
+        options = self.options
+        self._heading(
+            "2. Accounts: transfers, closes and late records, one server lagging on purpose"
+        )
+        table = TableDefinition.from_dict(
+            {
+                "name": ACCOUNTS,
+                "columns": {
+                    "account_id": "bigint",
+                    "owner": "string",
+                    "balance": "bigint",
+                    "seq": "bigint",
+                    "event_time": "timestamp",
+                    "deleted": "boolean",
+                    "txn": "bigint",
+                },
+                "primary_key": ["account_id"],
+                "comparison": ["seq"],
+                "delete_column": "deleted",
+                "transaction_column": "txn",
+                "time_column": "event_time",
+                "granularity": "DAY",
+                "key_partitions": options.key_partitions,
+                "storage_root": str(self.storage),
+            }
+        )
+        with self._step("Assigning accounts to key partitions"):
+            partition_of = partitions_of(
+                self.spark,
+                [(account,) for account in range(options.accounts)],
+                ["account_id"],
+                options.key_partitions,
+                "account_id bigint",
+            )
+        self.generator = AccountsChangelog(
+            GeneratorConfig(
+                accounts=options.accounts,
+                transfers_per_batch=options.transfers_per_batch,
+                out_of_order_per_batch=max(1, options.transfers_per_batch // 40),
+                closes_per_batch=max(1, options.transfers_per_batch // 100),
+                seed=options.seed,
+            ),
+            partition_of,
+        )
+        self.accounts_table = table
+        half = options.key_partitions // 2 or 1
+        owned = {
+            FAST: list(range(half)),
+            SLOW: list(range(half, options.key_partitions)) or [0],
+        }
+        self.jobs = {
+            name: IngestJob(self.spark, table, self._server_client(name), partitions=parts)
+            for name, parts in owned.items()
+        }
+        self.console.print(
+            f"  {FAST} owns key partitions {owned[FAST]}, {SLOW} owns {owned[SLOW]}; "
+            f"every transfer stays inside one key partition and is one source transaction"
+        )
+        self.batch_files: list[Path] = []
+        self.closes: list[int] = []
+        expected_total = self.generator.config.total
+        with self._progress() as progress:
+            task = progress.add_task("initial load", total=2)
+            self._write_batch(0, self.generator.initial_load())
+            for name in (FAST, SLOW):
+                progress.update(task, description=f"initial load on {name}")
+                self._ingest(name)
+                progress.advance(task)
+        lwm = self._lwm()
+        self.report.lwm_history.append(("initial load", lwm))
+        self._check_books("after the initial load", lwm, expected_total, exact=True)
+        for number in range(1, options.batches + 1):
+            batch = self.generator.next_batch()
+            self.closes.append(int(np.count_nonzero(batch.column("deleted").to_numpy())))
+            self._write_batch(number, batch)
+            # Both servers are idle (their LWM follows their clocks). SLOW starts reading the
+            # batch: its partitions stop following its clock, above anything served.
+            began = self.jobs[SLOW].protocol.resume() or lwm
+            with self._progress() as progress:
+                task = progress.add_task(f"batch {number}: {batch.num_rows:,} changes on {FAST}")
+                self._ingest(FAST)
+                progress.update(task, completed=1, total=1)
+            held = self._lwm()
+            marks = self.client.watermarks(ACCOUNTS)
+            laggard = marks.laggard.server if marks.HasField("laggard") else "-"
+            self.console.print(
+                f"  batch {number}: {FAST} is done, {SLOW} is still reading it: "
+                f"LWM {held} (was {lwm}), held back by [bold]{laggard}[/bold]"
+            )
+            self._check(
+                f"batch {number}: the laggard holds the LWM back",
+                laggard == SLOW and held == began,
+                f"LWM stayed at {held} where {SLOW} began, laggard {laggard}",
+            )
+            self._check_books(f"batch {number}, {SLOW} lagging", held, expected_total, exact=False)
+            with self._progress() as progress:
+                task = progress.add_task(f"batch {number}: {SLOW} catching up")
+                self._ingest(SLOW)
+                progress.update(task, completed=1, total=1)
+            lwm_after = self._lwm()
+            self.console.print(
+                f"  batch {number}: {SLOW} caught up: LWM jumps {held} -> [bold]{lwm_after}[/bold]"
+            )
+            self._check(
+                f"batch {number}: the LWM jumps forward when the laggard catches up",
+                lwm_after > held,
+                f"{held} -> {lwm_after}",
+            )
+            self.report.lwm_history.append((f"after batch {number}", lwm_after))
+            self._check_books(f"after batch {number}", lwm_after, expected_total, exact=True)
+            lwm = lwm_after
+        self._print_lwm_history()
+
+    def _write_batch(self, number: int, batch: pa.Table) -> None:
+        path = self.changelog_dir / f"batch-{number:04d}.parquet"
+        pq.write_table(batch, path)
+        self.batch_files.append(path)
+
+    def _ingest(self, server: str) -> None:
+        job = self.jobs[server]
+        result = job.run_directory(str(self.changelog_dir), "parquet")
+        self._wait_for_progress(ACCOUNTS, server, result.high)
+
+    def _check_books(self, label: str, lwm: int, expected_total: int, *, exact: bool) -> None:
+        result = self.client.execute(INVARIANT_SQL)
+        row = result.table.to_pylist()[0]
+        snapshot = result.snapshot
+        # Idle servers' LWM follows their clocks: the query reads at the LWM of its moment.
+        ok = row["total"] == expected_total and row["duplicate_keys"] == 0 and snapshot >= lwm
+        detail = (
+            f"snapshot {snapshot}: {row['accounts']:,} accounts, total {row['total']:,} "
+            f"(expected {expected_total:,}), {row['duplicate_keys']} keys with two versions"
+        )
+        self.console.print(("  [green]✓[/green] " if ok else "  [red]✗[/red] ") + detail)
+        self._check(f"invariant {label}", ok, detail)
+        if exact:
+            balances = self.generator.balances
+            weights = np.arange(len(balances), dtype=np.int64) % 9973 + 1
+            expected = int((balances * weights).sum())
+            got = self._scalar(CHECKSUM_SQL)
+            count_ok = row["accounts"] == self.generator.open_accounts
+            self._check(
+                f"exact books {label}",
+                got == expected and count_ok,
+                f"checksum {got} vs generator {expected}; {row['accounts']:,} accounts vs "
+                f"{self.generator.open_accounts:,} open",
+            )
+
+    def _print_lwm_history(self) -> None:
+        view = Table("moment", "low-watermark (HLC)", "wall clock")
+        for label, lwm in self.report.lwm_history:
+            view.add_row(label, str(lwm), format_instant(hlc_physical_ms(lwm)))
+        self.console.print(view)
+
+    # -- 3. time travel and the change feed ------------------------------------------------------
+
+    def _time_travel_and_changes(self) -> None:
+        self._heading("3. Time travel and the change feed")
+        history = self.report.lwm_history
+        if len(history) < 3:
+            self.console.print("  (needs at least two batches)")
+            return
+        (_, first), (_, second) = history[1], history[2]
+        sql = f"SELECT COUNT(*) AS accounts, SUM(balance) AS total FROM accounts VERSION AS OF {first}"
+        answers = [self.client.query(sql).to_pylist()[0] for _ in range(2)]
+        self.console.print(
+            f"  VERSION AS OF {first} (after batch 1): {answers[0]['accounts']:,} accounts, "
+            f"total {answers[0]['total']:,}"
+        )
+        self._check(
+            "time travel is repeatable and consistent",
+            answers[0] == answers[1] and answers[0]["total"] == self.generator.config.total,
+            f"{answers[0]} twice",
+        )
+        changes_sql = (
+            f"SELECT _change_type, COUNT(*) AS changes FROM table_changes('accounts', {first}, "
+            f"{second}) GROUP BY _change_type ORDER BY _change_type"
+        )
+        changes = {
+            row["_change_type"]: row["changes"]
+            for row in self.client.query(changes_sql).to_pylist()
+        }
+        view = Table(f"change type in ({first}, {second}]", "changes")
+        for kind, count in changes.items():
+            view.add_row(kind, f"{count:,}")
+        self.console.print(view)
+        closes = self.closes[1]
+        self._check(
+            "change feed of batch 2 matches the changelog",
+            changes.get("delete", 0) == closes
+            and changes.get("update_preimage", 0) == changes.get("update_postimage", 0)
+            and changes.get("insert", 0) == 0,
+            f"{changes}; {closes} accounts closed in batch 2",
+        )
+
+    # -- 4. the timeline -------------------------------------------------------------------------
+
+    def _timeline(self) -> None:
+        from broker.render import STATE_NAMES, timeline_svg
+
+        self._heading("4. The timeline of the accounts table")
+        timeline = self.client.timeline(ACCOUNTS, include_overshadowed=True)
+        self.console.print(timeline_picture(timeline, STATE_NAMES))
+        view = Table(
+            "time chunk",
+            "complete",
+            "read",
+            "visible",
+            "standby",
+            "overshadowed",
+            "segments",
+            title=f"states (timeline generation {timeline.timeline_generation})",
+        )
+        for chunk in timeline.chunks:
+            counts = {"visible": 0, "standby": 0, "overshadowed": 0}
+            for group in chunk.groups:
+                counts[STATE_NAMES.get(group.state, "standby")] += 1
+            view.add_row(
+                day(chunk.interval.start_ms),
+                "yes" if chunk.complete else "no",
+                "yes" if chunk.queried else "no",
+                str(counts["visible"]),
+                str(counts["standby"]),
+                str(counts["overshadowed"]),
+                str(sum(len(group.segments) for group in chunk.groups)),
+            )
+        self.console.print(view)
+        picture = self.options.picture or self.workdir / "accounts-timeline.svg"
+        picture.write_text(timeline_svg(timeline))
+        self.console.print(f"  picture written to {picture}")
+        overwrites = sum(
+            1
+            for chunk in timeline.chunks
+            for group in chunk.groups
+            if group.minor_version > 0 and STATE_NAMES.get(group.state) == "visible"
+        )
+        self._check(
+            "superseded versions are closed by visible overwrite segments",
+            overwrites > 0 and all(chunk.queried for chunk in timeline.chunks if chunk.complete),
+            f"{overwrites} visible overwrite groups (minor version >= 1) in "
+            f"{len(timeline.chunks)} time chunks",
+        )
+
+    # -- 5. explain ------------------------------------------------------------------------------
+
+    def _explain(self) -> None:
+        from broker.render import print_explain
+
+        self._heading("5. What Spark runs: the rewritten SQL of one query")
+        self.console.print(f"  client SQL: [cyan]{EXPLAINED_SQL}[/cyan]")
+        explain = self.client.explain(EXPLAINED_SQL)
+        print_explain(self.console, explain)
+        history = self.report.lwm_history
+        if len(history) < 2:
+            return
+        # At the LWM, settled files of open versions need no test; an earlier snapshot must
+        # test every version's validity.
+        first = history[1][1]
+        travel = self.client.explain(
+            EXPLAINED_SQL.replace("FROM accounts", f"FROM accounts VERSION AS OF {first}")
+        )
+        predicate = f"validFrom <= {first} AND (validUntil IS NULL OR validUntil > {first})"
+        views = set(re.findall(r"__horizon_\w+", explain.rewritten_sql))
+        self.console.print(
+            f"  at VERSION AS OF {first}, every scan tests: [cyan]{predicate}[/cyan]"
+        )
+        self._check(
+            "explain: a past snapshot tests every version's validity",
+            predicate in travel.rewritten_sql,
+            f"{travel.rewritten_sql.count(predicate)} scan(s) with the full predicate at "
+            f"{first}; at the LWM the query reads {', '.join(sorted(views))}",
+        )
+
+    # -- 6. any Arrow tool: Flight SQL ---------------------------------------------------------
+
+    def _flight_sql(self) -> None:
+        self._heading("6. Any Arrow tool: the same snapshot through Flight SQL (ADBC)")
+        try:
+            import adbc_driver_flightsql.dbapi as flight_sql
+        except ImportError:
+            self.console.print("  (adbc-driver-flightsql is not installed: pip install '.[dev]')")
+            return
+        sql = f"SELECT count(*) AS open_accounts, sum(balance) AS total FROM {ACCOUNTS}"
+        uri = f"grpc://{self.broker.flight_target}"
+        with flight_sql.connect(uri) as connection, connection.cursor() as cursor:
+            cursor.execute(sql)
+            answer = cursor.fetch_arrow_table()
+        snapshot = int(answer.schema.metadata[b"horizon.snapshot"])
+        native = self.client.query(f"{sql} VERSION AS OF {snapshot}")
+        self.console.print(
+            f"  adbc_driver_flightsql.dbapi.connect([cyan]{uri!r}[/cyan]).cursor().execute(...)\n"
+            f"  {answer.to_pylist()[0]} at snapshot {snapshot} "
+            f"(schema metadata horizon.snapshot_token = "
+            f"{answer.schema.metadata[b'horizon.snapshot_token'].decode()})"
+        )
+        self._check(
+            "Flight SQL (ADBC) answers as ExecuteQuery at the same snapshot",
+            answer.to_pylist() == native.to_pylist(),
+            f"{answer.to_pylist()[0]} at {snapshot} through {uri}",
+        )
+
+    # -- 7. compaction while queries run ---------------------------------------------------------
+
+    def _compaction(self) -> None:
+        from demo.compaction import compaction_while_querying
+
+        self._heading("7. Compaction while queries run")
+        snapshots = [self._lwm()]
+        if len(self.report.lwm_history) > 1:
+            snapshots.append(self.report.lwm_history[1][1])
+        compaction_while_querying(
+            spark=self.spark,
+            client=self.client,
+            redis_url=self.redis_url,
+            table=self.accounts_table,
+            snapshots=snapshots,
+            console=self.console,
+            check=self._check,
+            picture=self.workdir / "accounts-compacted.svg",
+        )
+
+    # -- helpers ---------------------------------------------------------------------------------
+
+    def _summary(self) -> None:
+        view = Table("check", "result", "detail", title="Summary")
+        for check in self.report.checks:
+            view.add_row(
+                check.name,
+                "[green]pass[/green]" if check.passed else "[red]FAIL[/red]",
+                check.detail,
+            )
+        self.console.print(view)
+        passed = sum(check.passed for check in self.report.checks)
+        colour = "green" if self.report.passed else "red"
+        self.console.print(
+            f"[bold {colour}]{passed}/{len(self.report.checks)} checks passed[/bold {colour}] "
+            f"in {self.report.timings['total_s']:.0f} s"
+        )
+
+    def _server_client(self, name: str) -> Any:
+        from watermark.server import ServerClient
+
+        client = ServerClient(self.redis_url, name)
+        client.register()
+        client.start_heartbeats(1.0)
+        self.stack.callback(client.close)
+        self.stack.callback(client.stop_heartbeats)
+        return client
+
+    def _wait_for_progress(self, table: str, server: str, high: int, timeout: float = 30.0) -> None:
+        """Wait until the broker has seen ``server`` report ``high`` on every partition it owns."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            marks = self.client.watermarks(table)
+            rows = [row for row in marks.partitions if row.server == server]
+            if rows and all(min(row.ingested, row.applied) >= high for row in rows):
+                return
+            time.sleep(0.05)
+        raise Internal(f"the broker did not see {server}'s progress on {table} within {timeout}s")
+
+    def _lwm(self) -> int:
+        marks = self.client.watermarks(ACCOUNTS)
+        if not marks.HasField("lwm"):
+            raise Internal("the accounts table has no low-watermark")
+        return marks.lwm
+
+    def _scalar(self, sql: str) -> Any:
+        table = self.client.query(sql)
+        return table.column(0)[0].as_py()
+
+    def _check(self, name: str, passed: bool, detail: str) -> None:
+        self.report.checks.append(Check(name, bool(passed), detail))
+
+    def _heading(self, text: str) -> None:
+        self.console.rule(f"[bold]{text}")
+
+    @contextmanager
+    def _step(self, text: str) -> Iterator[None]:
+        with self.console.status(text):
+            started = time.perf_counter()
+            yield
+        self.console.print(f"[green]✓[/green] {text} ({time.perf_counter() - started:.1f} s)")
+
+    def _progress(self) -> Progress:
+        return Progress(
+            SpinnerColumn(),
+            TextColumn("{task.description}"),
+            BarColumn(),
+            TimeElapsedColumn(),
+            console=self.console,
+            transient=False,
+        )
+
+
+def main(argv_options: DemoOptions, console: Console | None = None) -> int:
+    """Run the demo for the CLI: a clean message instead of a stack trace, and the exit code."""
+    console = console or Console()
+    try:
+        report = run_demo(argv_options, console=console)
+    except HorizonError as error:
+        console.print(f"[red]horizon demo failed:[/red] {error}")
+        return 1
+    except KeyboardInterrupt:
+        console.print("[yellow]interrupted[/yellow]")
+        return 130
+    return 0 if report.passed else 1

@@ -1,0 +1,172 @@
+"""Safe defaults and no leaks: no anonymous service off loopback, grants checked before any
+table-specific answer, announced files confined to the table's storage root, client
+certificates as identities (mutual TLS), and reflection that can be turned off."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+
+import grpc
+import pytest
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+from broker.api.server import BrokerServer
+from broker.client import connect
+from broker.config import config_from_mapping
+from tests.broker.conftest import ADMIN, LWM, READER, broker_config
+from tests.broker.data import CHUNK, VERSION, descriptor, write_rows
+from tests.broker.spark_jobs import ExtraBroker
+from timeline.errors import FailedPrecondition, PermissionDenied, Unauthenticated, Unavailable
+from timeline.segment import Segment
+
+
+def test_a_broker_reachable_from_other_machines_needs_identities():
+    anonymous = config_from_mapping(
+        {"server": {"listen": "0.0.0.0:0", "allow_insecure_remote": True}}
+    )
+    with pytest.raises(FailedPrecondition, match="without identities"):
+        BrokerServer(anonymous).start()
+
+
+@pytest.mark.parametrize(
+    "template",
+    [
+        "SELECT * FROM {t}",
+        "SELECT * FROM {t} VERSION AS OF 999999999999",
+        "SELECT * FROM accounts a JOIN {t} b ON a.id = b.id",
+        "SELECT * FROM table_changes('{t}', 0)",
+        "WITH x AS (SELECT * FROM default.{t}) SELECT * FROM x",
+    ],
+)
+def test_an_ungranted_table_and_an_unknown_one_answer_alike(broker_env, template):
+    answers = []
+    with connect(broker_env.target, token=READER) as reader:
+        for table in ("secret", "no_such_table"):
+            with pytest.raises(PermissionDenied) as refused:
+                reader.query(template.format(t=table))
+            answers.append(str(refused.value).replace(table, "<t>"))
+    assert answers[0] == answers[1]
+    assert str(LWM) not in answers[0]  # nothing about the ungranted table's state
+
+
+def test_inspection_of_an_ungranted_table_and_an_unknown_one_answer_alike(broker_env):
+    with connect(broker_env.target, token=READER) as reader:
+        answers = []
+        for table in ("secret", "no_such_table"):
+            for call in (reader.timeline, reader.watermarks, reader.locks):
+                with pytest.raises(PermissionDenied) as refused:
+                    call(table)
+                answers.append((call.__name__, str(refused.value).replace(table, "<t>")))
+    assert answers[:3] == answers[3:]
+
+
+def test_a_segment_announced_outside_the_tables_storage_root_is_refused(
+    broker_env, client, tmp_path
+):
+    name = "confined"
+    root = Path(broker_env.root) / name
+    desc = descriptor(name, storage_root=root)
+    rows = [
+        {"id": i, "owner": "o", "balance": i, "validFrom": 500, "validUntil": None}
+        for i in range(5)
+    ]
+    inside = write_rows(root / "p0.parquet", desc, rows)
+    outside = write_rows(tmp_path / "elsewhere.parquet", desc, rows)  # a real, readable file
+    segments = [
+        Segment(table=name, interval=CHUNK, version=VERSION, partition=p, core_partitions=2,
+                location=(path,), row_count=5)
+        for p, path in enumerate((inside, outside))
+    ]  # fmt: skip
+    server = broker_env.server_client
+    server.register_table(desc)
+    server.announce(segments)
+    server.report(name, {0: (LWM, LWM)})
+    follower = broker_env.broker.follower
+    deadline = time.monotonic() + 10
+    while not follower.unreadable() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    refused = [(s.location, m.reason) for s, m in follower.unreadable() if s.table == name]
+    assert refused and refused[0][0] == (outside,)
+    assert "outside the table's storage root" in refused[0][1]
+    with pytest.raises(Unavailable):  # the chunk is incomplete without it: never a silent answer
+        client.query(f"SELECT count(*) FROM {name}", cache=False)
+    listed = client.timeline(name).unreadable
+    assert [u.segment.location for u in listed] == [[outside]]
+    time.sleep(1.5)  # several rechecks ([state].unreadable_recheck_s = 0.5): it stays refused
+    assert [s.location for s, _ in follower.unreadable() if s.table == name] == [(outside,)]
+
+
+def _openssl(*args: str) -> None:
+    subprocess.run(["openssl", *args], check=True, capture_output=True)
+
+
+def _certificates(directory: Path) -> dict[str, Path]:
+    """A CA, a server certificate for 127.0.0.1 and a client certificate (CN svc-a), all
+    signed by the CA."""
+    paths = {n: directory / f"{n}.pem" for n in ("ca", "ca_key", "server", "server_key",
+                                                   "client", "client_key")}  # fmt: skip
+    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=test-ca",
+             "-keyout", str(paths["ca_key"]), "-out", str(paths["ca"]))  # fmt: skip
+    extensions = directory / "san.cnf"
+    extensions.write_text("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
+    for who, subject in (("server", "/CN=localhost"), ("client", "/CN=svc-a")):
+        request = directory / f"{who}.csr"
+        _openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", subject,
+                 "-keyout", str(paths[f"{who}_key"]), "-out", str(request))  # fmt: skip
+        _openssl("x509", "-req", "-in", str(request), "-CA", str(paths["ca"]),
+                 "-CAkey", str(paths["ca_key"]), "-CAcreateserial", "-days", "1",
+                 "-extfile", str(extensions), "-out", str(paths[who]))  # fmt: skip
+    return paths
+
+
+def test_a_client_certificate_is_an_identity_with_its_grants(broker_env, spark, tmp_path):
+    certs = _certificates(tmp_path)
+    config = broker_config(
+        broker_env.redis.url,
+        server={
+            "listen": "127.0.0.1:0",
+            "tls_cert": str(certs["server"]),
+            "tls_key": str(certs["server_key"]),
+            "tls_client_ca": str(certs["ca"]),
+        },
+        tokens=[
+            {"name": "admin", "token": ADMIN, "tables": ["*"], "inspect": True},
+            {"name": "svc-a", "client_cn": "svc-a", "tables": ["accounts"]},
+        ],
+    )
+    with ExtraBroker(config, spark, broker_env) as server:
+        target = f"localhost:{server.port}"
+        identity = (certs["client_key"], certs["client"])
+        with connect(target, root_certificates=certs["ca"], client_certificate=identity) as svc:
+            assert svc.query("SELECT count(*) AS n FROM accounts").to_pylist() == [{"n": 100}]
+            with pytest.raises(PermissionDenied, match="svc-a"):
+                svc.query("SELECT * FROM secret")
+        with (
+            connect(
+                target, ADMIN, root_certificates=certs["ca"], client_certificate=identity
+            ) as admin,
+        ):
+            assert admin.query("SELECT count(*) AS n FROM secret").num_rows == 1  # the token wins
+        with (
+            connect(target, root_certificates=certs["ca"], timeout=5) as stranger,
+            pytest.raises((Unauthenticated, Unavailable)),  # no certificate: no handshake
+        ):
+            stranger.query("SELECT 1")
+
+
+def test_reflection_can_be_turned_off(broker_env, spark):
+    def services(target: str) -> list[str]:
+        with grpc.insecure_channel(target) as channel:
+            stub = reflection_pb2_grpc.ServerReflectionStub(channel)
+            request = reflection_pb2.ServerReflectionRequest(list_services="")
+            reply = next(stub.ServerReflectionInfo(iter([request]), timeout=5))
+            return [s.name for s in reply.list_services_response.service]
+
+    assert "horizon.v1.QueryService" in services(broker_env.target)
+    config = broker_config(broker_env.redis.url, server={"reflection": False})
+    with ExtraBroker(config, spark, broker_env) as server:
+        with pytest.raises(grpc.RpcError) as refused:
+            services(server.target)
+        assert refused.value.code() == grpc.StatusCode.UNIMPLEMENTED

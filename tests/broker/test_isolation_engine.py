@@ -1,0 +1,119 @@
+"""The broker survives its engine: a Spark JVM killed under a running broker (``kill -9``) turns
+health NOT_SERVING, fails the query that was running with UNAVAILABLE saying why, and the broker
+starts a new session by itself: health SERVING again and queries answered, no restart of the
+broker. Runs a broker process of its own (its own JVM), never the test run's shared Spark."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from broker.client import connect
+from broker.spark.local_cluster import BrokerProcess
+from tests.broker.data import UpsertTable, big_table
+from tests.processes import RedisProcess
+from timeline.errors import Unavailable
+from watermark.server import ServerClient
+
+LWM = 1200
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+            found.append(int(entry.name))
+    return found
+
+
+def jvm_of(pid: int) -> int | None:
+    """The Java process under ``pid`` (the broker's embedded Spark driver)."""
+    pending = [pid]
+    while pending:
+        current = pending.pop()
+        for child in _children(current):
+            try:
+                command = (Path("/proc") / str(child) / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if b"java" in command.split(b"\0")[0]:
+                return child
+            pending.append(child)
+    return None
+
+
+def _health(target: str) -> str:
+    try:
+        with connect(target, timeout=3) as client:
+            return client.health()
+    except Exception as error:  # the broker process is what we watch, not one call
+        return type(error).__name__
+
+
+def _wait_for(condition, timeout: float) -> bool:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.2)
+    return False
+
+
+@pytest.fixture(scope="module")
+def broker_process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    tmp = tmp_path_factory.mktemp("engine")
+    redis = RedisProcess().start()
+    server = ServerClient(redis.url, "srv-a")
+    server.register()
+    accounts = UpsertTable("accounts", tmp / "segments")
+    server.register_table(accounts.desc)
+    server.announce(accounts.segments)
+    server.report("accounts", {0: (LWM, LWM), 1: (LWM, LWM)})
+    big_desc, big_segments = big_table("big", tmp / "segments", rows=200_000, files=2)
+    server.register_table(big_desc)
+    server.announce(big_segments)
+    server.report("big", {0: (LWM, LWM)})
+    server.start_heartbeats(0.5)
+    section = '[spark]\nmaster = "local[1]"\nprobe_interval_s = 0.5\nprobe_timeout_s = 5.0\n'
+    broker = BrokerProcess(tmp, redis.url, section)
+    try:
+        yield broker.start()
+    finally:
+        broker.stop()
+        server.close()
+        redis.close()
+
+
+def test_a_killed_spark_jvm_is_replaced_and_the_broker_answers_again(broker_process):
+    target = broker_process.target
+    assert broker_process.process is not None
+    with connect(target) as client:
+        assert client.query("SELECT count(*) AS n FROM accounts").to_pylist() == [{"n": 100}]
+        running = client.start_query(
+            "SELECT count(DISTINCT sha2(repeat(owner, 100000), 256)) FROM big", cache=False
+        )
+        time.sleep(2)
+        jvm = jvm_of(broker_process.process.pid)
+        assert jvm is not None, "no Spark JVM under the broker process"
+        os.kill(jvm, signal.SIGKILL)
+        with pytest.raises(Unavailable, match="stopped answering"):
+            running.result()
+    assert _wait_for(lambda: _health(target) == "NOT_SERVING", 30), "health never said so"
+    assert _wait_for(lambda: _health(target) == "SERVING", 180), "the engine never came back"
+    with connect(target) as client:
+        assert client.query("SELECT count(*) AS n FROM accounts").to_pylist() == [{"n": 100}]
+        assert client.query("SELECT count(*) AS n FROM big").to_pylist() == [{"n": 200_000}]
+    replacement = jvm_of(broker_process.process.pid)
+    assert replacement is not None and replacement != jvm
+    assert broker_process.process.poll() is None  # the broker itself never stopped
