@@ -98,10 +98,23 @@ def reported_lwm(client: ServerClient, table: str) -> int:
 def broker_view(follower: Follower, client: ServerClient, table: str) -> Any:
     """The follower's view once it has caught up with what the servers reported."""
     expected = reported_lwm(client, table)
-    assert follower.wait_for(lambda f: _served(f, table) == expected, timeout=10), (
-        f"follower never served LWM {expected} (has {_served(follower, table)})"
-    )
+    seq, epoch = _log_position(client)
+    assert follower.wait_for(
+        lambda f: _served(f, table) == expected and _applied(f, seq, epoch), timeout=10
+    ), f"follower never served LWM {expected} (has {_served(follower, table)})"
     return follower.view(table)
+
+
+def _log_position(client: ServerClient) -> tuple[int, str]:
+    """The last event in the state store's log: a compaction publishes without moving the LWM."""
+    keys = client._keys
+    seq = int(client._redis.get(keys.seq) or 0)
+    epoch = (client._redis.get(keys.epoch) or b"").decode()
+    return seq, epoch
+
+
+def _applied(follower: Follower, seq: int, epoch: str) -> bool:
+    return follower.state_epoch == epoch and follower.state_seq >= seq
 
 
 def _served(follower: Follower, table: str) -> int | None:
