@@ -12,7 +12,7 @@ import dataclasses
 import logging
 import time
 import uuid
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterator
 from contextlib import ExitStack
 from typing import Any
 
@@ -22,7 +22,13 @@ from broker.config import BrokerConfig
 from broker.engine.admission import Admission
 from broker.engine.catalog import build_catalog
 from broker.engine.direct import DirectLookups
-from broker.engine.execution import FIRST_FLUSH_BYTES, Execution, first_batches
+from broker.engine.execution import (
+    FIRST_FLUSH_BYTES,
+    Execution,
+    first_batches,
+    limited_batches,
+    no_stream,
+)
 from broker.engine.fallbacks import check_fallbacks, drop_unreadable
 from broker.engine.floor import SnapshotFloor
 from broker.engine.freshness import (
@@ -195,7 +201,7 @@ class QueryEngine:
         row_cap: int | None,
     ) -> Prepared:
         staleness = self._check_fresh()
-        views, failures = self._table_views(principal)
+        views, failures = self._table_views(principal, parsed.tables)
         if pin is not None:
             views = pinned_views(views, pin)
         catalog = build_catalog(
@@ -266,13 +272,14 @@ class QueryEngine:
         return staleness
 
     def _table_views(
-        self, principal: Principal
+        self, principal: Principal, named: frozenset[str] | None = None
     ) -> tuple[dict[str, Any], dict[str, tuple[Any, HorizonError]]]:
-        """Each table ``principal`` may read, as one atomic view (or the error reading it)."""
+        """Each table ``principal`` may read (of those ``named``, if given), as one atomic view
+        (or the error reading it)."""
         views: dict[str, Any] = {}
         failures: dict[str, tuple[Any, HorizonError]] = {}
         for table in self.follower.tables():
-            if not principal.may_read(table):
+            if not principal.may_read(table) or (named is not None and table.lower() not in named):
                 continue
             try:
                 views[table.lower()] = self.follower.view(table)
@@ -354,22 +361,42 @@ class QueryEngine:
                     )
                     key, cache_state = self._cache_key(prepared, rows_limit.max_rows, options)
                 route = [self.executor.mode.describe()]
-                stream = self.executor.stream(
-                    prepared.run_sql,
-                    scope,
-                    rows_limit,
-                    files=prepared.files,
-                    views=prepared.view_names,
-                    lookup=prepared.plan.shape.point_lookup,
-                    ordered=prepared.plan.shape.ordered,
-                    direct=self.direct.reader_for(prepared, route),
-                )
+                schema_key = self.direct.schema_key(prepared)
+                direct = self.direct.reader_for(prepared, route)
+                known = self.direct.known_schema(schema_key)
+                stream: Iterator[Any] = no_stream()
                 try:
-                    with self.views.lease(prepared.table_views) as (_, views_s):
-                        spark_started = time.perf_counter()
+                    spark_started = time.perf_counter()
+                    answer = (
+                        self.executor.answer_directly(direct, known, scope, prepared.files)
+                        if direct is not None and known is not None
+                        else None
+                    )
+                    if answer is not None:  # from the files: no view, no job, no call into Spark
+                        self.direct.answers_without_spark += 1
+                        stream = limited_batches(known, answer, rows_limit)
+                        views_s = 0.0
                         schema = next(stream)
                         head, done = first_batches(stream, FIRST_FLUSH_BYTES)
-                        spark_s = time.perf_counter() - spark_started
+                    else:
+                        stream = self.executor.stream(
+                            prepared.run_sql,
+                            scope,
+                            rows_limit,
+                            files=prepared.files,
+                            views=prepared.view_names,
+                            lookup=prepared.plan.shape.point_lookup,
+                            ordered=prepared.plan.shape.ordered,
+                            direct=direct if known is None else None,
+                            on_schema=lambda schema, key=schema_key: self.direct.remember_schema(
+                                key, schema
+                            ),
+                        )
+                        with self.views.lease(prepared.table_views) as (_, views_s):
+                            spark_started = time.perf_counter()
+                            schema = next(stream)
+                            head, done = first_batches(stream, FIRST_FLUSH_BYTES)
+                    spark_s = time.perf_counter() - spark_started
                 except ViewMissing as error:
                     stream.close()
                     self.views.forget(error.name)

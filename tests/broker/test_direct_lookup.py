@@ -312,6 +312,24 @@ def test_key_lookups_equal_sparks_answer_on_ingested_multi_version_data(
         assert _same(direct, spark_only[0].query(sql)), sql
 
 
+def test_a_lookup_of_a_shape_seen_before_never_calls_into_spark(
+    broker_env, client, spark_only, ingested
+):
+    """Spark analyses a lookup shape once (for its result schema); later lookups of that shape,
+    whatever their keys, are answered from the files alone with the same types."""
+    lookups = broker_env.broker.engine.direct  # type: ignore[union-attr]
+    keys = sorted({row["id"] for row in ingested})[:4]
+    sql = "SELECT owner, balance AS amount FROM ingested VERSION AS OF 1100 WHERE id = {}"
+    client.query(sql.format(keys[0]))
+    before = lookups.answers_without_spark
+    for key in keys[1:]:
+        answer = client.query(sql.format(key))
+        assert _same(answer, spark_only[0].query(sql.format(key)))
+    assert lookups.answers_without_spark == before + len(keys) - 1
+    client.query("SELECT owner AS who FROM ingested VERSION AS OF 1100 WHERE id = 1")
+    assert lookups.answers_without_spark == before + len(keys) - 1, "a new shape is analysed"
+
+
 def test_default_snapshot_lookup_answers_at_the_lwm(broker_env, client, ingested):
     key = next(row["id"] for row in ingested if row["validUntil"] is None)
     before = _direct_answers(broker_env)
