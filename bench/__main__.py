@@ -20,8 +20,8 @@ from typing import Any
 from bench.report import RESULTS_DIR
 
 BENCHMARKS = (
-    "timeline", "watermark", "rewrite", "ingest", "broker", "flight", "query", "compaction",
-    "abuse",
+    "timeline", "watermark", "rewrite", "ingest", "ingest_server", "broker", "flight", "query",
+    "compaction", "abuse",
 )  # fmt: skip
 
 
@@ -92,6 +92,24 @@ def _ingest(r: dict[str, Any]) -> list[Row]:
     rows.append(("event -> visible, first event after the stream starts", _num(_get(r, "latency_s", "first_event_s"), " s"), "-"))  # fmt: skip
     for item in r.get("amplification", []):
         rows.append((f"bytes rewritten per updated row, cadence {item.get('cadence')}", _num(item.get("bytes_per_updated_row"), " B", 0), "-"))  # fmt: skip
+    return rows
+
+
+def _ingest_server(r: dict[str, Any]) -> list[Row]:
+    one, eight = r.get("one_server") or {}, r.get("eight_processes") or {}
+    rows = []
+    for label, key, unit in (
+        ("start-up", "startup_s", " s"),
+        ("total, 3 batches of every table", "total_s", " s"),
+        ("peak memory (RSS, JVMs included)", "peak_rss_mb", " MB"),
+    ):
+        rows.append(
+            (
+                f"8 tables, one server / eight processes: {label}",
+                f"{_num(one.get(key), unit)} / {_num(eight.get(key), unit)}",
+                "one server below",
+            )
+        )
     return rows
 
 
@@ -186,6 +204,7 @@ EXTRACTORS: dict[str, Extractor] = {
     "watermark": _watermark,
     "rewrite": _rewrite,
     "ingest": _ingest,
+    "ingest_server": _ingest_server,
     "broker": _broker,
     "flight": _flight,
     "query": _query,

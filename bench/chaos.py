@@ -2,10 +2,11 @@
 
 A real redis-server (persistent), the gRPC broker and two ingestion servers run as processes;
 writers move money between bank accounts and bump registers, readers query through the broker
-(LWM, pinned, time travel, self-join, change feeds), and faults hit at seeded random moments
-(:mod:`chaos.faults`: kill -9 and restart of a server, a stalled server, a Redis restart and a
-Redis pause, a broker kill, a segment file vanishing or cut short under queries, a compaction
-killed mid-flight). Then everything is brought back, the writes are awaited at the LWM, and
+(LWM, pinned, time travel, self-join, change feeds, the bank with a quiet table in one query),
+and faults hit at seeded random moments (:mod:`chaos.faults`: kill -9 and restart of a server, a
+clean stop that parks its partitions and a restart that resumes them, a stalled server, a Redis
+restart and a Redis pause, a broker kill, a segment file vanishing or cut short under queries, a
+compaction killed mid-flight). Then everything is brought back, the writes are awaited at the LWM, and
 :func:`chaos.checker.check` looks for anomalies. The report gives operations and queries by
 kind, faults by kind, availability by fault window and anomalies by kind; the exit code is 1 on
 any anomaly. Results go to ``bench/results/chaos.json``.
@@ -105,10 +106,12 @@ def run(duration: float, seed: int, work: Path) -> dict[str, Any]:
         "operations": dict(writer.counts),
         "writes_acknowledged": len(recorded.writes),
         "queries": dict(Counter(r.kind for r in recorded.reads)),
+        "answers_by_table": dict(Counter(r.table for r in recorded.reads if r.ok)),
         "errors": dict(Counter(r.error for r in recorded.reads if not r.ok)),
         "error_samples": _error_samples(recorded.reads),
         "faults": dict(faults.counts),
         "process_restarts_after_crashes": dict(faults.restarts),
+        "server_parks": dict(faults.parks),
         "availability": availability,
         "final_lwm_covers": final_high,
         "anomalies": count_by_kind(anomalies),
@@ -120,7 +123,7 @@ def run(duration: float, seed: int, work: Path) -> dict[str, Any]:
 def _wait_for_writes(client: Any, writer: Any, timeout: float) -> int:
     """Wait until every file written so far is acknowledged and the LWM of both tables covers
     it; returns the highest commit timestamp awaited."""
-    from chaos.cluster import BANK, REGISTER
+    from chaos.cluster import TABLES
     from chaos.workload import acknowledged
 
     deadline = time.monotonic() + timeout
@@ -130,7 +133,7 @@ def _wait_for_writes(client: Any, writer: Any, timeout: float) -> int:
         if set(writer.files) <= acked and writes:
             high = max(write.commit_ts for write in writes)
             try:
-                lwms = [client.watermarks(table).lwm for table in (BANK, REGISTER)]
+                lwms = [client.watermarks(table).lwm for table in TABLES]
             except Exception:
                 lwms = [0]
             if min(lwms) >= high:
@@ -176,9 +179,11 @@ def print_report(results: dict[str, Any]) -> None:
             ("operations", results["operations"]),
             ("writes acknowledged", results["writes_acknowledged"]),
             ("queries", results["queries"]),
+            ("answers by table", results.get("answers_by_table") or "-"),
             ("errors", results["errors"] or "-"),
             ("faults", results["faults"]),
             ("restarts after crashes", results["process_restarts_after_crashes"] or "-"),
+            ("servers parked and resumed", results.get("server_parks") or "-"),
             ("anomalies", results["anomalies"] or "none"),
         ],
     )

@@ -49,6 +49,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--config", help="TOML configuration file (or HORIZON_CONFIG)")
     serve.add_argument("--listen", help="override [server].listen, e.g. 127.0.0.1:50051")
     serve.add_argument("--redis", help="override [state].redis_url")
+    serve.add_argument(
+        "--embedded-redis",
+        action="store_true",
+        help="start a private redis-server on a free loopback port (stopped with the broker) "
+        "and print its URL for ingestion servers",
+    )
     serve.add_argument("-v", "--verbose", action="store_true")
 
     query = sub.add_parser("query", help="run a SELECT and print its rows")
@@ -79,7 +85,12 @@ def build_parser() -> argparse.ArgumentParser:
     pin.add_argument("--lease", type=float, default=300.0, help="seconds it holds (default 300)")
     pin.add_argument("--renew", metavar="PIN_ID", help="renew this pin for --lease seconds")
     pin.add_argument("--release", metavar="PIN_ID", help="release this pin")
-    pin.add_argument("--min-snapshot", default="", help="a snapshot token to wait for first")
+    pin.add_argument(
+        "--min-snapshot",
+        action="append",
+        default=[],
+        help="a snapshot token to wait for first (repeat for several)",
+    )
     _client_options(pin)
 
     timeline = sub.add_parser("timeline", help="show a table's segment timeline")
@@ -119,7 +130,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _read_options(command: argparse.ArgumentParser) -> None:
     command.add_argument(
-        "--min-snapshot", default="", help="a snapshot token: read at or after it (waits)"
+        "--min-snapshot",
+        action="append",
+        default=[],
+        help="a snapshot token: read at or after it (waits); repeat for several tokens",
     )
     command.add_argument("--max-staleness", type=float, help="refuse a snapshot older than SECONDS")
     command.add_argument("--pin", default="", help="read at this snapshot pin")
@@ -178,15 +192,30 @@ def _serve(args: argparse.Namespace) -> int:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    embedded = None
     try:
         config = load_config(args.config)
         if args.listen:
             config = replace(config, server=replace(config.server, listen=args.listen))
+        if args.redis and args.embedded_redis:
+            raise _usage("give --redis or --embedded-redis, not both")
+        if args.embedded_redis:
+            from watermark.embedded_redis import EmbeddedRedis
+
+            embedded = EmbeddedRedis().start()
+            args.redis = embedded.url
+            print(
+                f"horizon state store (embedded, stops with the broker): {embedded.url}\n"
+                f"  ingest into it with: horizon ingest --redis {embedded.url} ...",
+                flush=True,
+            )
         if args.redis:
             config = replace(config, state=replace(config.state, redis_url=args.redis))
         server = BrokerServer(config).start()
     except HorizonError as error:
         print(f"horizon serve: {error}", file=sys.stderr)
+        if embedded is not None:
+            embedded.close()
         return EXIT_ERROR
     print(f"horizon broker listening on {server.target}", flush=True)
     if server.flight_target:
@@ -198,8 +227,12 @@ def _serve(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, shutdown)
     signal.signal(signal.SIGINT, shutdown)
-    server.wait()
-    server.stop()
+    try:
+        server.wait()
+        server.stop()
+    finally:
+        if embedded is not None:
+            embedded.close()
     return 0
 
 

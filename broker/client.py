@@ -8,8 +8,9 @@
 
 Read controls (each optional, on ``execute``/``query``/``explain``/``rewrite``)::
 
-    batch = job.run_batch(frame)                                      # ingestion
+    batch = server.run_batch("orders", frame)                         # ingestion
     horizon.query("SELECT ...", min_snapshot=batch.token)             # read-your-writes
+    horizon.query("SELECT ...", min_snapshot=[a.token, b.token])      # several (or server.token())
     horizon.query("SELECT ...", max_staleness=5.0)                    # refuse older than 5 s
     with horizon.pin(["accounts", "orders"], lease=600) as cut:       # one cut for a report
         cut.query("SELECT ..."); cut.query("SELECT ...")
@@ -134,7 +135,7 @@ class HorizonClient:
         **read: Any,
     ) -> QueryCall:
         """Send a query and return at once; the broker starts running it. ``read`` are the read
-        controls: ``min_snapshot`` (a token), ``max_staleness`` (seconds), ``pin`` (a
+        controls: ``min_snapshot`` (a token, or a list of them), ``max_staleness`` (seconds), ``pin`` (a
         :class:`PinnedSnapshot` or pin id), ``cache`` (False skips the result cache)."""
         request = pb.ExecuteQueryRequest(
             sql=sql, max_rows=max_rows, query_id=query_id, read=self._read_options(**read)
@@ -147,12 +148,13 @@ class HorizonClient:
     def _read_options(
         self,
         *,
-        min_snapshot: str = "",
+        min_snapshot: str | Sequence[str] = "",
         max_staleness: float | None = None,
         pin: PinnedSnapshot | str | None = None,
         cache: bool = True,
     ) -> pb.ReadOptions:
-        wanted = tokens.merge(min_snapshot, self.session_token) if self.monotonic else min_snapshot
+        given = [min_snapshot] if isinstance(min_snapshot, str) else list(min_snapshot)
+        wanted = tokens.merge(*given, self.session_token if self.monotonic else "")
         return pb.ReadOptions(
             min_snapshot=wanted,
             max_staleness_seconds=float(max_staleness or 0.0),
@@ -202,7 +204,7 @@ class HorizonClient:
         *,
         snapshot: int | None = None,
         lease: float = 300.0,
-        min_snapshot: str = "",
+        min_snapshot: str | Sequence[str] = "",
         renew: bool = True,
     ) -> PinnedSnapshot:
         """Pin one snapshot of ``tables`` for ``lease`` seconds (default: their lowest LWM now).

@@ -258,9 +258,21 @@ def print_timeline(console: Console, timeline: pb.GetTimelineResponse) -> None:
         console.print(f"[yellow]locks unknown:[/yellow] {timeline.locks_error}")
 
 
+PARTITION_STATE_NAMES = {
+    pb.PARTITION_STATE_ACTIVE: "active",
+    pb.PARTITION_STATE_IDLE: "[green]idle[/green]",
+    pb.PARTITION_STATE_PARKED: "[cyan]parked[/cyan]",
+}
+
+
 def print_watermarks(console: Console, marks: pb.GetWatermarksResponse) -> None:
     laggard = (
         f"server {marks.laggard.server} partition {marks.laggard.partition}"
+        + (
+            f" ({PARTITION_STATE_NAMES[marks.laggard.state]})"
+            if marks.laggard.state in (pb.PARTITION_STATE_IDLE, pb.PARTITION_STATE_PARKED)
+            else ""
+        )
         if marks.HasField("laggard")
         else "-"
     )
@@ -270,18 +282,39 @@ def print_watermarks(console: Console, marks: pb.GetWatermarksResponse) -> None:
         + ("; [red]queries blocked by the regression policy[/red]" if marks.queries_blocked else "")
     )
     view = Table(title="Partitions")
-    for column in ("server", "partition", "ingested", "applied", "watermark", "live"):
+    for column in ("server", "partition", "ingested", "applied", "watermark", "state", "live"):
         view.add_column(column)
     for row in marks.partitions:
+        state = PARTITION_STATE_NAMES.get(row.state, "-")
+        if row.state_since_ms:
+            state += f" since {format_instant(row.state_since_ms)}"
         view.add_row(
             row.server,
             str(row.partition),
             str(row.ingested),
             str(row.applied),
             str(row.watermark),
-            "yes" if row.live else "[red]no[/red]",
+            state,
+            "yes"
+            if row.live
+            else ("-" if row.state == pb.PARTITION_STATE_PARKED else "[red]no[/red]"),
         )
     console.print(view)
+    servers = [s for s in marks.servers if s.server]
+    if servers:
+        console.print(
+            "servers: "
+            + ", ".join(
+                f"{s.server} {s.status or ('live' if s.live else 'stale')}" for s in servers
+            )
+            + (
+                f"; idle partitions follow their server's clock, parked ones the state store's "
+                f"({format_instant(marks.store_clock_ms)})"
+                if marks.store_clock_ms
+                else ""
+            ),
+            highlight=False,
+        )
     if marks.stale_servers:
         console.print("[yellow]stale servers:[/yellow] " + ", ".join(marks.stale_servers))
     for regression in marks.regressions:

@@ -14,6 +14,9 @@ by what went wrong:
 * ``unknown_version``: a version no write produced;
 * ``lwm_backwards``: a client's default (LWM) snapshot going down between two of its reads;
 * ``unrepeatable_read``: one query at one snapshot answering differently at two times;
+* ``commit_below_served``: a write committed at or below a snapshot of its table that a read had
+  already been served before the write's batch began (a quiet partition resumed too low: the
+  answer at that snapshot would change);
 * ``change_feed``: a change feed whose versions are not exactly the writes of its window;
 * ``unexpected_error``: an error status the API does not document (INTERNAL, UNKNOWN...), or a
   documented outage status (UNAVAILABLE, DEADLINE_EXCEEDED) while no fault was in force.
@@ -87,6 +90,7 @@ def check(history: History, *, settle_s: float = 30.0) -> list[Anomaly]:
                 anomalies += _bank_total(history, read)
     anomalies += _lwm_backwards(history.reads)
     anomalies += _unrepeatable(history.reads)
+    anomalies += _commit_below_served(history.writes, history.reads)
     return anomalies
 
 
@@ -266,6 +270,40 @@ def _unrepeatable(reads: Iterable[Read]) -> list[Anomaly]:
             found.append(
                 Anomaly("unrepeatable_read", f"answered differently at {earlier.started:.3f} "
                         f"and {read.started:.3f}", read)
+            )  # fmt: skip
+    return found
+
+
+def _commit_below_served(writes: Iterable[Write], reads: Iterable[Read]) -> list[Anomaly]:
+    """Every write whose commit timestamp is at or below a snapshot of its table served by a
+    read that ended before the write's batch began (nothing committed later may be visible at a
+    snapshot already served: spec rule 7)."""
+    served: dict[str, tuple[list[float], list[Read]]] = {}
+    by_table: dict[str, list[Read]] = defaultdict(list)
+    for read in reads:
+        if read.ok and read.kind in SNAPSHOT_KINDS and read.snapshot is not None:
+            by_table[read.table].append(read)
+    for table, table_reads in by_table.items():
+        ordered = sorted(table_reads, key=lambda r: r.ended)
+        highest: list[Read] = []
+        for read in ordered:
+            best = highest[-1] if highest else read
+            highest.append(read if (read.snapshot or 0) >= (best.snapshot or 0) else best)
+        served[table] = ([r.ended for r in ordered], highest)
+    found = []
+    for write in writes:
+        if write.started is None or write.table not in served:
+            continue
+        ends, highest = served[write.table]
+        index = bisect_right(ends, write.started)
+        if not index:
+            continue
+        read = highest[index - 1]
+        if (read.snapshot or 0) >= write.commit_ts:
+            found.append(
+                Anomaly("commit_below_served", f"key {write.key!r} version {write.version!r} "
+                        f"committed at {write.commit_ts} by a batch begun after snapshot "
+                        f"{read.snapshot} was served", read, [write])
             )  # fmt: skip
     return found
 

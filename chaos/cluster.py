@@ -19,11 +19,15 @@ from watermark.embedded_redis import EmbeddedRedis, free_port
 
 BANK = "bank"
 REGISTER = "register"
+QUIET = "quiet"
+"""A table written a few times and then left alone for long stretches: its partitions are idle
+(their LWM follows the servers' heartbeats) or parked, and must never hold the others back."""
+TABLES = (BANK, REGISTER, QUIET)
 KEY_PARTITIONS = 2
 
 
 def table_definitions(storage: Path) -> dict[str, dict[str, Any]]:
-    """The two tables of the workload, as ``TableDefinition.from_dict`` takes them."""
+    """The tables of the workload, as ``TableDefinition.from_dict`` takes them."""
     common = {
         "comparison": ["seq"],
         "delete_column": "deleted",
@@ -48,6 +52,12 @@ def table_definitions(storage: Path) -> dict[str, dict[str, Any]]:
         },
         REGISTER: {
             "name": REGISTER,
+            "columns": {"key": "bigint", "value": "bigint", "seq": "bigint", "deleted": "boolean"},
+            "primary_key": ["key"],
+            **common,
+        },
+        QUIET: {
+            "name": QUIET,
             "columns": {"key": "bigint", "value": "bigint", "seq": "bigint", "deleted": "boolean"},
             "primary_key": ["key"],
             **common,
@@ -112,17 +122,21 @@ class Process:
             os.killpg(self.popen.pid, signal.SIGCONT)
             self.paused = False
 
-    def stop(self) -> None:
-        """Ask politely, then kill."""
+    def stop(self, timeout: float = 20.0) -> int | None:
+        """Ask politely (SIGTERM to the process alone, not its Spark JVM: an ingestion server
+        finishes its batch and parks), then kill; returns the exit code when it exited by
+        itself."""
         if self.popen is None:
-            return
+            return None
         self.resume()
+        code = None
         try:
-            os.killpg(self.popen.pid, signal.SIGTERM)
-            self.popen.wait(timeout=20)
+            os.kill(self.popen.pid, signal.SIGTERM)
+            code = self.popen.wait(timeout=timeout)
         except (ProcessLookupError, subprocess.TimeoutExpired):
             pass
         self.kill()
+        return code
 
 
 class Cluster:

@@ -21,6 +21,7 @@ from chaos.history import Fault
 
 FAULT_KINDS = (
     "server_kill",
+    "server_park",
     "server_stall",
     "redis_restart",
     "redis_pause",
@@ -45,6 +46,8 @@ class Faults:
         """Processes a fault keeps down or paused: the supervisor leaves them alone."""
         self.restarts: Counter[str] = Counter()
         """Processes the supervisor restarted after they died on their own."""
+        self.parks: Counter[str] = Counter()
+        """How the servers stopped by ``server_park`` exited (``clean``: parked, exit code 0)."""
         self.stop = threading.Event()
         self._lock = threading.Lock()
 
@@ -84,6 +87,18 @@ class Faults:
         with self._holding(name):
             server.kill()
             time.sleep(self.random.uniform(0.5, 3.0))
+            server.start()
+
+    def _server_park(self) -> None:
+        """A clean stop (SIGTERM: the server finishes its batch and parks every partition), a
+        few seconds away, and a restart that resumes them: no answer at a snapshot served while
+        it was parked may change."""
+        name = self.random.choice(sorted(self.cluster.servers))
+        server = self.cluster.servers[name]
+        with self._holding(name):
+            code = server.stop(timeout=120.0)
+            self.parks["clean" if code == 0 else f"exit code {code}"] += 1
+            time.sleep(self.random.uniform(3.0, 8.0))
             server.start()
 
     def _server_stall(self) -> None:

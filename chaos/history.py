@@ -27,6 +27,9 @@ class Write:
     deleted: bool = False
     txn: str | None = None
     """Writes sharing a transaction (a bank transfer's two accounts) commit together."""
+    started: float | None = None
+    """When the batch that committed it began (the reads' clock; None: unknown, e.g. committed
+    before a crash): no snapshot served before then may be at or above its commit timestamp."""
 
 
 @dataclass(frozen=True, slots=True)

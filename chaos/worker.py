@@ -1,11 +1,14 @@
-"""An ingestion server of a fault-injection run (``python -m chaos.worker``), killed and restarted
-by the run at will.
+"""An ingestion server of a fault-injection run (``python -m chaos.worker``), killed, stopped and
+restarted by the run at will.
 
-It ingests the changelog files the workload drops into ``<work>/inbox/<table>/<server>/``, one
-file per batch in name order (the file is the batch's source, so a file is ingested exactly once
-across crashes), and acknowledges each in ``<work>/acks/<server>.jsonl`` with the batch's first
-commit timestamp, read back from its own commit log when the file was committed before a crash.
-Idle, it ticks, so its partitions do not hold the low-watermark back.
+One :class:`~ingest.server.IngestServer` serves every table of the run. It ingests the changelog
+files the workload drops into ``<work>/inbox/<table>/<server>/``, one file per batch in name order
+(the file is the batch's source, so a file is ingested exactly once across crashes), and
+acknowledges each in ``<work>/acks/<server>.jsonl`` with the batch's first commit timestamp (read
+back from its own commit log when the file was committed before a crash) and when the batch
+started (``time.monotonic()``, the readers' clock: the checker proves no commit lands at or below a
+snapshot served before it). Idle tables need nothing: their partitions follow the server's
+heartbeats. SIGTERM finishes the current batch, parks every partition and exits 0.
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ import argparse
 import json
 import logging
 import os
+import signal
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -21,8 +26,9 @@ from typing import Any
 SCHEMAS = {
     "bank": "account bigint, balance bigint, txn string, seq bigint, deleted boolean",
     "register": "key bigint, value bigint, seq bigint, deleted boolean",
+    "quiet": "key bigint, value bigint, seq bigint, deleted boolean",
 }
-TICK_S = 0.5
+POLL_S = 0.05
 
 
 def committed_base(job: Any, source: str) -> int | None:
@@ -52,53 +58,54 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--spark-master", default="local[1]")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
 
     from core.spark_session import create_spark_session
-    from ingest.job import IngestJob
+    from ingest.server import IngestServer
     from ingest.table import TableDefinition
-    from watermark.server import ServerClient
 
     spark = create_spark_session(
         master=args.spark_master,
         app_name=f"chaos-{args.server_id}",
         conf={"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false"},
     )
-    client = ServerClient(args.redis, args.server_id)
     partitions = [int(p) for p in args.partitions.split(",")]
-    jobs = {}
+    server = IngestServer(args.redis, args.server_id, spark, heartbeat_s=1.0)
     for table in SCHEMAS:
-        definition = TableDefinition.from_dict(
-            json.loads((args.work / f"{table}.json").read_text())
-        )
-        jobs[table] = IngestJob(spark, definition, client, partitions=partitions).start()
-    client.start_heartbeats(1.0)
+        definition = json.loads((args.work / f"{table}.json").read_text())
+        server.add_table(TableDefinition.from_dict(definition), partitions=partitions)
     acks = args.work / "acks" / f"{args.server_id}.jsonl"
     acks.parent.mkdir(parents=True, exist_ok=True)
     acked = set()
     if acks.exists():
         acked = {json.loads(line)["file"] for line in acks.read_text().splitlines() if line}
     print(f"{args.server_id} ready", flush=True)
-    last_tick = 0.0
-    while True:
+    while not stop.is_set():
         worked = False
-        for table, job in jobs.items():
+        for table in SCHEMAS:
             inbox = args.work / "inbox" / table / args.server_id
             pending = sorted(p for p in inbox.glob("*.json") if str(p) not in acked)
-            if not pending:
+            if not pending or stop.is_set():
                 continue
             source = str(pending[0])
+            started = time.monotonic()
             frame = spark.read.schema(SCHEMAS[table]).json(source)
-            result = job.run_batch(frame, sources=[source])
-            base = committed_base(job, source) if result.skipped else result.base
-            acknowledge(acks, {"table": table, "file": source, "base": base})
+            result = server.run_batch(table, frame, sources=[source])
+            if result.skipped:  # committed before a crash: when it started is unknown
+                base, started = committed_base(server.job(table), source), None
+            else:
+                base = result.base
+            entry = {"table": table, "file": source, "base": base, "started": started}
+            acknowledge(acks, entry)
             acked.add(source)
             worked = True
         if not worked:
-            if time.monotonic() - last_tick > TICK_S:
-                for job in jobs.values():
-                    job.tick()
-                last_tick = time.monotonic()
-            time.sleep(0.05)
+            stop.wait(POLL_S)
+    skipped = server.park()
+    print(f"{args.server_id} parked (not parked: {skipped})", flush=True)
+    server.close()
+    return 0
 
 
 if __name__ == "__main__":

@@ -5,8 +5,13 @@
   balance and deletes the account), committed as one source transaction (the ``txn`` column);
   now and then a late record (an older ``seq``), which must never show.
 * **Register** (``register``): each key written with increasing values by one writer.
+* **Quiet** (``quiet``): registers written now and then (about every ten seconds): between
+  writes its partitions are idle, or parked while their server is stopped, and must not hold the
+  others back.
 * **Readers** query through the gRPC broker: the whole table at the LWM, at a pinned snapshot
-  (``VERSION AS OF`` one seen a moment ago), at an old snapshot, a self-join, and change feeds.
+  (``VERSION AS OF`` one seen a moment ago), at an old snapshot, a self-join, change feeds, and
+  the bank with the quiet table in one query (one snapshot for both, with the client's monotonic
+  session: it must be answered at once, not wait for the quiet table).
 
 The writers know every row they wrote; the servers' acknowledgements (:mod:`chaos.worker`) give
 each file's first commit timestamp, from which each write's own follows (a transaction's changes
@@ -24,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from chaos.cluster import BANK, REGISTER
+from chaos.cluster import BANK, QUIET, REGISTER
 from chaos.history import History, Read, Row, Write
 
 OPENING_BALANCE = 1_000
@@ -36,6 +41,13 @@ SELF_JOIN_SQL = (
     "SELECT a.account, a.txn, a.balance FROM bank a JOIN bank b "
     "ON a.account = b.account AND a.txn = b.txn"
 )
+QUIET_SQL = "SELECT key, value FROM quiet"
+BOTH_SQL = (
+    "SELECT 'bank' AS t, account AS k, txn AS v, balance AS b FROM bank "
+    "UNION ALL SELECT 'quiet' AS t, key AS k, CAST(value AS STRING) AS v, value AS b FROM quiet"
+)
+QUIET_WRITE_CHANCE = 0.02
+"""Per writer step (one every 0.2 s): the quiet table gets a write about every ten seconds."""
 
 
 @dataclass
@@ -55,6 +67,7 @@ class Writer:
     seed: int
     accounts: dict[int, Account] = field(default_factory=dict)
     registers: dict[int, int] = field(default_factory=dict)
+    quiet: dict[int, int] = field(default_factory=dict)
     files: dict[str, tuple[str, list[dict[str, Any]]]] = field(default_factory=dict)
     """file -> (table, rows in the order written)."""
     late: set[str] = field(default_factory=set)
@@ -81,11 +94,12 @@ class Writer:
             self._drop(BANK, server, rows)
         for key in sorted(self.owners):
             self.registers[key] = 0
+            self.quiet[key] = 0
         for server in set(self.owners.values()):
             keys = [k for k, s in self.owners.items() if s == server]
-            self._drop(
-                REGISTER, server, [{"key": k, "value": 0, "seq": 0, "deleted": False} for k in keys]
-            )
+            for table in (REGISTER, QUIET):
+                rows = [{"key": k, "value": 0, "seq": 0, "deleted": False} for k in keys]
+                self._drop(table, server, rows)
 
     @property
     def total(self) -> int:
@@ -140,6 +154,14 @@ class Writer:
             writes.append({"key": key, "value": value, "seq": value, "deleted": False})
         self.counts["register write"] += len(writes)
         self._drop(REGISTER, server, writes)
+        if self.random.random() < QUIET_WRITE_CHANCE:
+            key = self.random.choice(keys)
+            self.quiet[key] += 1
+            value = self.quiet[key]
+            self._drop(
+                QUIET, server, [{"key": key, "value": value, "seq": value, "deleted": False}]
+            )
+            self.counts["quiet write"] += 1
         return True
 
     def _move(self, source: int, target: int, amount: int, txn: str) -> list[dict[str, Any]]:
@@ -174,7 +196,7 @@ class Writer:
         """Every acknowledged write, with its commit timestamp."""
         found: list[Write] = []
         for ack in _acks(self.work):
-            base = ack.get("base")
+            base, started = ack.get("base"), ack.get("started")
             entry = self.files.get(ack["file"])
             if base is None or entry is None:
                 continue
@@ -187,9 +209,11 @@ class Writer:
                     if txn in self.late:
                         continue
                     found.append(Write(BANK, row["account"], txn, base + first[txn],
-                                       deleted=row["deleted"], txn=txn))  # fmt: skip
+                                       deleted=row["deleted"], txn=txn, started=started))  # fmt: skip
                 else:
-                    found.append(Write(REGISTER, row["key"], row["value"], base + position))
+                    found.append(
+                        Write(table, row["key"], row["value"], base + position, started=started)
+                    )
         return found
 
 
@@ -239,11 +263,13 @@ class Readers:
         with connect(self.target, timeout=30.0) as client:
             while not self.stop.is_set():
                 kind = chooser.choice(
-                    ["lwm", "lwm", "register", "pinned", "travel", "self_join", "changes"]
-                )
-                read = self._query(client, client_name, kind, seen, chooser)
+                    ["lwm", "lwm", "register", "quiet", "both", "pinned", "travel", "self_join",
+                     "changes"]
+                )  # fmt: skip
+                reads = self._query(client, client_name, kind, seen, chooser)
                 with self._lock:
-                    self.reads.append(read)
+                    self.reads.extend(reads)
+                read = reads[0]
                 if read.ok and read.kind == "lwm" and read.table == BANK and read.snapshot:
                     seen.append(read.snapshot)  # the bank's LWMs only: the tables' differ
                 if not read.ok:
@@ -251,10 +277,15 @@ class Readers:
 
     def _query(
         self, client: Any, name: str, kind: str, seen: list[int], chooser: random.Random
-    ) -> Read:
+    ) -> list[Read]:
+        """One query and what it read: one Read per table it reads (the bank first)."""
         table, sql, window = BANK, BANK_SQL, None
         if kind == "register":
             table, sql, kind = REGISTER, REGISTER_SQL, "lwm"
+        elif kind == "quiet":
+            table, sql, kind = QUIET, QUIET_SQL, "lwm"
+        elif kind == "both":
+            sql, kind = BOTH_SQL, "lwm"
         elif kind == "pinned" and seen:
             sql = f"{BANK_SQL} VERSION AS OF {seen[-1]}"
         elif kind == "travel" and seen:
@@ -282,16 +313,26 @@ class Readers:
             result = client.execute(sql, cache=chooser.random() < 0.5)
         except Exception as error:  # every failure is recorded for the checker
             code = getattr(getattr(error, "code", None), "value", None) or type(error).__name__
-            return Read(name, table, sql, kind, started, time.monotonic(), error=str(code),
-                        message=str(error)[:500], window=window)  # fmt: skip
+            return [Read(name, table, sql, kind, started, time.monotonic(), error=str(code),
+                         message=str(error)[:500], window=window)]  # fmt: skip
         ended = time.monotonic()
         rows = result.table.to_pylist()
-        if table == REGISTER:
-            found = tuple(Row(r["key"], r["value"], r["value"]) for r in rows)
+        if sql == BOTH_SQL:
+            per_table = {
+                BANK: tuple(Row(r["k"], r["v"], r["b"] or 0) for r in rows if r["t"] == BANK),
+                QUIET: tuple(Row(r["k"], int(r["v"]), r["b"]) for r in rows if r["t"] == QUIET),
+            }
+        elif table in (REGISTER, QUIET):
+            per_table = {table: tuple(Row(r["key"], r["value"], r["value"]) for r in rows)}
         else:
-            found = tuple(Row(r["account"], r["txn"], r.get("balance") or 0) for r in rows)
-        return Read(name, table, sql, kind, started, ended, snapshot=result.snapshot,
-                    rows=found, window=window)  # fmt: skip
+            per_table = {
+                table: tuple(Row(r["account"], r["txn"], r.get("balance") or 0) for r in rows)
+            }
+        return [
+            Read(name, read_table, sql, kind, started, ended, snapshot=result.snapshot,
+                 rows=found, window=window)
+            for read_table, found in per_table.items()
+        ]  # fmt: skip
 
 
 def history(writer: Writer, readers: Readers, faults: list[Any]) -> History:

@@ -329,7 +329,6 @@ class _Demo:
                 progress.update(task, description=f"initial load on {name}")
                 self._ingest(name)
                 progress.advance(task)
-            self._tick(FAST)
         lwm = self._lwm()
         self.report.lwm_history.append(("initial load", lwm))
         self._check_books("after the initial load", lwm, expected_total, exact=True)
@@ -337,6 +336,9 @@ class _Demo:
             batch = self.generator.next_batch()
             self.closes.append(int(np.count_nonzero(batch.column("deleted").to_numpy())))
             self._write_batch(number, batch)
+            # Both servers are idle (their LWM follows their clocks). SLOW starts reading the
+            # batch: its partitions stop following its clock, above anything served.
+            began = self.jobs[SLOW].protocol.resume() or lwm
             with self._progress() as progress:
                 task = progress.add_task(f"batch {number}: {batch.num_rows:,} changes on {FAST}")
                 self._ingest(FAST)
@@ -345,20 +347,19 @@ class _Demo:
             marks = self.client.watermarks(ACCOUNTS)
             laggard = marks.laggard.server if marks.HasField("laggard") else "-"
             self.console.print(
-                f"  batch {number}: {FAST} is done, {SLOW} has not started: "
+                f"  batch {number}: {FAST} is done, {SLOW} is still reading it: "
                 f"LWM {held} (was {lwm}), held back by [bold]{laggard}[/bold]"
             )
             self._check(
                 f"batch {number}: the laggard holds the LWM back",
-                laggard == SLOW and held == lwm,
-                f"LWM stayed at {held}, laggard {laggard}",
+                laggard == SLOW and held == began,
+                f"LWM stayed at {held} where {SLOW} began, laggard {laggard}",
             )
             self._check_books(f"batch {number}, {SLOW} lagging", held, expected_total, exact=False)
             with self._progress() as progress:
                 task = progress.add_task(f"batch {number}: {SLOW} catching up")
                 self._ingest(SLOW)
                 progress.update(task, completed=1, total=1)
-            self._tick(FAST)
             lwm_after = self._lwm()
             self.console.print(
                 f"  batch {number}: {SLOW} caught up: LWM jumps {held} -> [bold]{lwm_after}[/bold]"
@@ -383,16 +384,12 @@ class _Demo:
         result = job.run_directory(str(self.changelog_dir), "parquet")
         self._wait_for_progress(ACCOUNTS, server, result.high)
 
-    def _tick(self, server: str) -> None:
-        """An idle server reports that nothing new arrived, so only real lag holds the LWM back."""
-        result = self.jobs[server].tick()
-        self._wait_for_progress(ACCOUNTS, server, result.high)
-
     def _check_books(self, label: str, lwm: int, expected_total: int, *, exact: bool) -> None:
         result = self.client.execute(INVARIANT_SQL)
         row = result.table.to_pylist()[0]
         snapshot = result.snapshot
-        ok = row["total"] == expected_total and row["duplicate_keys"] == 0 and snapshot == lwm
+        # Idle servers' LWM follows their clocks: the query reads at the LWM of its moment.
+        ok = row["total"] == expected_total and row["duplicate_keys"] == 0 and snapshot >= lwm
         detail = (
             f"snapshot {snapshot}: {row['accounts']:,} accounts, total {row['total']:,} "
             f"(expected {expected_total:,}), {row['duplicate_keys']} keys with two versions"

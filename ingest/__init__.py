@@ -2,8 +2,13 @@
 
 Modules, one idea each, in the order a batch meets them (``job`` ties them together):
 
-- the job: ``job`` (IngestJob: start, batches, streams, handovers; BatchResult), ``steps`` (kill
-  points and timings), ``server_table`` (what every stage shares), ``cli`` (``main_ingest``);
+- the server: ``server`` (IngestServer: many tables in one process and one Spark application, one
+  clock, heartbeat and lock renewer; parking on leaving), ``server_config`` (what a server serves,
+  from TOML or ``--table``), ``preflight`` (what is refused before anything is written), ``cli``
+  (``main_ingest``);
+- the job: ``job`` (IngestJob, one table: start, batches, streams, handovers, idle and parked
+  partitions; BatchResult), ``steps`` (kill points and timings), ``server_table`` (what every
+  stage shares);
 - reading: ``changelog`` (reading the source, naming what a batch consumed), ``commit_times``
   (each change's commit timestamp and time chunk);
 - the Spark batch: ``batch`` (the stages up to the commit), ``resolve`` (key resolution as Spark

@@ -97,6 +97,7 @@ def write_batch(
     rows = enrich(frame, table, partitions)
     with steps.action("read and count"):
         count = count_changes(rows, table)
+    protocol.resume()  # quiet partitions stop following the clock before any timestamp is taken
     base, high = reserve_timestamps(server.clock, count)
     if count.rows == 0:
         return IngestCommit(seq, sources, partitions, base, high)

@@ -22,6 +22,7 @@ from ingest.compaction_records import compacted_inputs
 from ingest.locking import TransactionLocks, check_still_current
 from ingest.manifest import COMMIT, DONE, INGEST, PREPARE, UPDATE, ManifestState, Record, wall_ms
 from ingest.server_table import ServerTable
+from locks.client import LockRenewer
 from timeline.segment import Segment
 
 
@@ -77,6 +78,7 @@ class CommitProtocol:
         *,
         lock_priority: int,
         lock_lease_s: float,
+        lock_renewer: LockRenewer | None = None,
     ) -> None:
         self.server = server
         self.partitions = sorted(set(partitions))
@@ -85,6 +87,12 @@ class CommitProtocol:
         """What the commit log says (replaced when a restart reads it again)."""
         self.lock_priority = lock_priority
         self.lock_lease_s = lock_lease_s
+        self.lock_renewer = lock_renewer
+        """The server's one renewal thread for every table's locks (None: one per transaction)."""
+        self.adopted: dict[int, tuple[int, int]] = {}
+        """Owned partitions' progress as the state store had it when this server started or
+        claimed them: its reports never go below it (the commit log's value of a partition
+        that was handed away and back is stale; one never ingested has none)."""
         self._locks: TransactionLocks | None = None
 
     # -- locks -------------------------------------------------------------------------------
@@ -94,7 +102,11 @@ class CommitProtocol:
         if self._locks is None:
             server = self.server
             self._locks = TransactionLocks(
-                server.client, server.table.name, self.lock_priority, lease_s=self.lock_lease_s
+                server.client,
+                server.table.name,
+                self.lock_priority,
+                lease_s=self.lock_lease_s,
+                renewer=self.lock_renewer,
             )
         return self._locks
 
@@ -154,10 +166,32 @@ class CommitProtocol:
             server.client.replace(add=add, remove=remove, guard=locks.guard([*remove, *add]))
 
     def report(self) -> None:
-        """Tell Redis how far the owned partitions are ingested and their updates applied."""
-        progress = self.state.progress(self.partitions)
+        """Tell Redis how far the owned partitions are ingested and their updates applied.
+
+        Between transactions every partition with no update pending is *idle* (spec rule 7):
+        this server has read nothing it has not committed, so its LWM may follow the server's
+        clock until :meth:`resume`.
+        """
+        own = self.state.progress(self.partitions)
+        progress = {}
+        for partition in self.partitions:
+            ingested, applied = own.get(partition, (0, 0))
+            adopted = self.adopted.get(partition, (0, 0))
+            progress[partition] = (max(ingested, adopted[0]), max(applied, adopted[1]))
+        pending = self.state.pending_min()
+        idle = [p for p in progress if p not in pending]
         if progress:
-            self.server.client.report(self.server.table.name, progress)
+            self.server.client.report(self.server.table.name, progress, idle=idle)
+
+    def resume(self) -> int | None:
+        """Before taking commit timestamps: the owned partitions stop following the clock,
+        and the job's clock moves above every snapshot that may have been served for them
+        (returned; None when none was idle)."""
+        server = self.server
+        floor = server.client.resume(server.table.name, self.partitions)
+        if floor is not None:
+            server.clock.observe(floor)
+        return floor
 
     def done(self, record: Record) -> None:
         """Finish a transaction, then collect garbage and checkpoint if due (between

@@ -10,15 +10,24 @@ Per batch (see :mod:`ingest.manifest` for the exactly-once protocol), each stage
 A restarted job (a new object on the same storage and server id) first cleans up a dead attempt,
 rolls an unpublished commit forward and reports (:mod:`ingest.recovery`), so nothing is lost or
 announced twice. Kill points are injectable with ``fail_at`` (one of :data:`STEPS`) for tests.
-This module owns the job's life (start, batches, streams, handovers) and what a batch returns.
+This module owns the job's life (start, batches, streams, handovers, parking) and what a batch
+returns.
+
+Between transactions every owned partition with nothing pending is reported *idle*: its LWM
+follows the server's clock (heartbeats), so a table that receives nothing never holds reads back;
+a batch resumes its partitions before it takes a commit timestamp. A clean stop *parks* them
+(:meth:`IngestJob.park`): their LWM then follows the state store's clock (spec rule 7).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import logging
+import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from ingest import changelog, recovery, update_run, upkeep
 from ingest.batch import write_batch
@@ -29,15 +38,29 @@ from ingest.server_table import ServerTable
 from ingest.steps import STEPS, SimulatedCrash, Steps
 from ingest.storage import Storage
 from ingest.table import TableDefinition
-from locks.client import DEFAULT_LEASE_S
+from locks.client import DEFAULT_LEASE_S, LockRenewer
 from locks.rules import STREAMING_INGESTION_PRIORITY
-from timeline.errors import InvalidArgument
+from timeline.errors import HorizonError, InvalidArgument
 from timeline.segment import Segment
 from watermark import tokens
 from watermark.hlc import HybridLogicalClock
 from watermark.server import ServerClient
 
 __all__ = ["STEPS", "BatchResult", "IngestJob", "SimulatedCrash"]
+
+log = logging.getLogger(__name__)
+Method = TypeVar("Method", bound=Callable[..., Any])
+
+
+def _one_transaction(method: Method) -> Method:
+    """Run ``method`` holding the job's transaction lock (reentrant: a batch runs the updater)."""
+
+    @functools.wraps(method)
+    def serialized(self: IngestJob, *args: Any, **kwargs: Any) -> Any:
+        with self._transaction:
+            return method(self, *args, **kwargs)
+
+    return serialized  # type: ignore[return-value]
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +85,9 @@ class IngestJob:
 
     ``partitions`` are the key partitions this server owns (default: all); rows of other key
     partitions in the input are left to their owners (several servers may read one source).
-    ``lock_priority`` is the priority of the locks its transactions take (:mod:`ingest.locking`).
+    ``lock_priority`` is the priority of the locks its transactions take (:mod:`ingest.locking`);
+    ``lock_renewer`` renews them (a server of many tables shares one; None: a thread per
+    transaction). The commit clock is the client's (the server's one clock) unless ``clock``.
     """
 
     def __init__(
@@ -76,6 +101,7 @@ class IngestJob:
         fail_at: str | None = None,
         lock_priority: int = STREAMING_INGESTION_PRIORITY,
         lock_lease_s: float = DEFAULT_LEASE_S,
+        lock_renewer: LockRenewer | None = None,
     ) -> None:
         steps = Steps(spark, table.name, fail_at)
         storage = Storage(spark)
@@ -88,11 +114,15 @@ class IngestJob:
                     f"of table {table.name!r}"
                 )
         manifest = Manifest(storage, root, client.server_id)
-        clock = clock or HybridLogicalClock()
+        clock = clock or client.clock
         self.server = ServerTable(spark, table, client, storage, root, manifest, clock, steps)
         """What every stage of the job's transactions works with."""
         self.protocol = CommitProtocol(
-            self.server, owned, lock_priority=lock_priority, lock_lease_s=lock_lease_s
+            self.server,
+            owned,
+            lock_priority=lock_priority,
+            lock_lease_s=lock_lease_s,
+            lock_renewer=lock_renewer,
         )
         """The commit protocol: the commit log's state, the owned partitions, the locks."""
         # The shared parts under the names the job's callers know (the objects of self.server).
@@ -107,6 +137,8 @@ class IngestJob:
         self.last_result: BatchResult | None = None
         """The last batch's result, with its snapshot token (streaming callers read it here)."""
         self._started = False
+        self._transaction = threading.RLock()
+        """One transaction at a time, whichever thread asks (a server runs tables at once)."""
 
     @property
     def state(self) -> ManifestState:
@@ -140,6 +172,7 @@ class IngestJob:
 
     # -- lifecycle ---------------------------------------------------------------------------
 
+    @_one_transaction
     def start(self) -> IngestJob:
         """Register, claim the partitions, recover from the commit log, report. Idempotent."""
         if self._started:
@@ -151,6 +184,7 @@ class IngestJob:
         self._started = True
         return self
 
+    @_one_transaction
     def claim(self, partitions: Iterable[int]) -> None:
         """Take over key partitions handed to this server (its clock continues above them)."""
         added = sorted(set(partitions) - set(self.partitions))
@@ -158,7 +192,43 @@ class IngestJob:
         self.protocol.partitions = sorted(set(self.partitions) | set(added))
         recovery.adopt_partition_state(self.protocol)
         recovery.observe_reported_progress(self.protocol, added)
+        self.protocol.report()
 
+    @_one_transaction
+    def ready_to_park(self) -> bool:
+        """Finish what is committed and apply every pending update, then report, so each
+        partition is idle and may be parked; False when that failed (they stay as they are:
+        frozen, if the server stops). Parking itself is the server's, for all its tables at
+        once (:meth:`park`, or :meth:`ingest.server.IngestServer.park`)."""
+        if not self._started:
+            return False
+        try:
+            if self.state.unpublished is not None or self.state.dangling is not None:
+                recovery.recover(self.protocol)
+            if self.state.pending:
+                self.flush_updates()
+            self.protocol.report()
+            return True
+        except HorizonError as error:
+            log.warning("table %s cannot be parked: %s", self.table.name, error)
+            return False
+
+    @_one_transaction
+    def rejoin(self) -> None:
+        """The server parked and is back: take this table's partitions again (resumed above
+        every snapshot served meanwhile) and report them idle."""
+        self.client.claim_partitions(self.table.name, self.partitions)
+        recovery.observe_reported_progress(self.protocol, self.partitions)
+        self.protocol.report()
+
+    def park(self) -> list[tuple[str, int]]:
+        """Stop cleanly: this server's idle partitions are parked in one atomic step (every
+        table its client serves) and it stops heart-beating. Returns the partitions that could
+        not be parked (an update still pending): they stay frozen, as a dead server's."""
+        self.ready_to_park()
+        return self.client.park(stop=True)
+
+    @_one_transaction
     def hand_over(self, partition: int, to_server: str) -> None:
         """Give a key partition to another server, after applying every pending update."""
         self.start()
@@ -169,6 +239,7 @@ class IngestJob:
 
     # -- batches -----------------------------------------------------------------------------
 
+    @_one_transaction
     def run_batch(self, frame: Any, *, sources: Sequence[str] = ()) -> BatchResult:
         """Ingest one batch. ``sources`` name what it consumed: a batch whose sources were all
         committed before is skipped (exactly once across restarts)."""
@@ -193,13 +264,16 @@ class IngestJob:
         finally:
             self.release_transaction_locks()
 
+    @_one_transaction
     def tick(self) -> BatchResult:
-        """An empty batch: nothing new arrived, so every owned partition's progress moves to now
-        (an idle source must not hold the low-watermark back)."""
+        """An empty batch: every owned partition's committed progress moves to now. Not needed
+        for an idle table (its LWM follows heartbeats); kept to force a commit record."""
         self.start()
+        self.protocol.resume()
         base = self.clock.now()
         return self._commit(IngestCommit(self.state.next_seq, (), [], base, base))
 
+    @_one_transaction
     def run_directory(
         self, path: str, fmt: str = "parquet", *, options: dict[str, str] | None = None
     ) -> BatchResult:
@@ -211,7 +285,13 @@ class IngestJob:
 
         batches = changelog.new_files(self.storage, path, needing)
         if not batches:
-            return self.tick()
+            # Nothing new: no transaction. Updates due (a restart rolled a batch forward) are
+            # applied, so every partition is idle and its LWM follows the server's clock.
+            if self.state.pending and len(self.state.pending) >= self.table.update_cadence:
+                self.flush_updates()
+            return self._remember(
+                BatchResult(seq=0, rows=0, skipped=True, high=self.state.high, sources=())
+            )
         result = None
         for names in batches:
             result = self.run_batch(
@@ -292,6 +372,7 @@ class IngestJob:
 
     # -- the updater, locks and upkeep ---------------------------------------------------------
 
+    @_one_transaction
     def flush_updates(self) -> int:
         """Apply every pending validUntil update now; returns how many segments were rewritten."""
         self.start()

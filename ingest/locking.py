@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 from ingest.table import TableDefinition
 from ingest.updater import Target, UpdatePlan, current_segments, plan_updates
-from locks.client import DEFAULT_LEASE_S, JobLocks, LockClient
+from locks.client import DEFAULT_LEASE_S, JobLocks, LockClient, LockRenewer
 from locks.rules import PublishGuard
 from timeline.errors import Internal, LockConflict
 from timeline.interval import Interval
@@ -36,6 +36,7 @@ class TransactionLocks:
         *,
         lease_s: float = DEFAULT_LEASE_S,
         wait_s: float = 60.0,
+        renewer: LockRenewer | None = None,
     ) -> None:
         self._locks = JobLocks(
             LockClient(client.redis, prefix=client.prefix),
@@ -44,6 +45,7 @@ class TransactionLocks:
             priority,
             lease_s=lease_s,
             wait_s=wait_s,
+            renewer=renewer,
         )
         self.table = table
 

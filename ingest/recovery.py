@@ -96,7 +96,9 @@ def observe_reported_progress(protocol: CommitProtocol, partitions: Iterable[int
     for partition in partitions:
         if partition in progress:
             reported = progress[partition]
-            server.clock.observe(max(int(reported.ingested or 0), int(reported.applied or 0)))
+            ingested, applied = int(reported.ingested or 0), int(reported.applied or 0)
+            server.clock.observe(max(ingested, applied))
+            protocol.adopted[partition] = (ingested, applied)
 
 
 def abandon_update(protocol: CommitProtocol, record: Record, error: UpdateSuperseded) -> None:

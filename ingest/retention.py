@@ -14,7 +14,6 @@ from __future__ import annotations
 from typing import Any
 
 from watermark.hlc import LOGICAL_BITS
-from watermark.read import read_table_lwm
 from watermark.server import ServerClient
 
 
@@ -37,6 +36,5 @@ def kept_rows(horizon: int) -> Any:
 
 def table_lwm(client: ServerClient, table: str) -> int | None:
     """The table's LWM computed in Redis (one round trip), None while a partition is pending."""
-    # The client's connection and key prefix: the same store its reports go to.
-    found = client._read(lambda r: read_table_lwm(r, table, prefix=client._keys.prefix))
+    found = client.table_lwm(table)
     return None if found is None else found.lwm

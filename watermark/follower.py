@@ -14,8 +14,8 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import redis
@@ -68,6 +68,12 @@ class WatermarkReport:
     active_regression: Regression | None
     retention_horizon: int
     staleness_s: float
+    server_clocks: Mapping[str, int] = field(default_factory=dict)
+    """Each owner's clock at its last heartbeat (what its idle partitions follow)."""
+    server_status: Mapping[str, str] = field(default_factory=dict)
+    """Each owner's status: ``live``, ``parked`` or ``decommissioned``."""
+    store_ms: int = 0
+    """The state store's clock as this broker knows it (what parked partitions follow)."""
 
 
 class Follower:
@@ -158,7 +164,7 @@ class Follower:
                 lwm=state.served[table].served,
                 retention_horizon=state.retention_horizon(table),
                 staleness_s=self.staleness_s(),
-                laggard=state.progress[table].minimum(),
+                laggard=state.progress[table].minimum(state.clocks()),
                 fallbacks=state.fallbacks(table),
             )
 
@@ -174,7 +180,9 @@ class Follower:
                 decommissioned,
                 now_ms,
                 self._heartbeat_timeout_ms,
+                state.clocks(),
             )
+            owners = {row.owner for row in result.partitions if row.owner is not None}
             tracker = state.served[table]
             return WatermarkReport(
                 table=table,
@@ -187,6 +195,9 @@ class Follower:
                 active_regression=tracker.active,
                 retention_horizon=state.retention_horizon(table),
                 staleness_s=self.staleness_s(),
+                server_clocks={s: state.server_clocks.get(s, 0) for s in sorted(owners)},
+                server_status={s: state.servers.get(s, "unknown") for s in sorted(owners)},
+                store_ms=state.store_ms,
             )
 
     def lwm(self, table: str) -> int:
@@ -300,6 +311,7 @@ class Follower:
                 if self._redis is None:
                     self._redis = connect(self._url, socket_timeout=BLOCK_MS / 1000 + 5)
                     self._snapshot_script = self._redis.register_script(scripts.SNAPSHOT)
+                    self._clock_script = self._redis.register_script(scripts.CLOCK)
                     need_sync = need_sync or self._epoch_changed()
                 if need_sync:
                     self._full_sync()
@@ -361,7 +373,7 @@ class Follower:
         reply = self._redis.xread({self._keys.log: f"{seq}-0"}, count=BATCH, block=BLOCK_MS)
         self._contact()
         if not reply:
-            return self._epoch_changed()
+            return self._tick(seq, epoch)
         entries = reply[0][1]
         touched: set[str] = set()
         discontinuity = False
@@ -392,6 +404,24 @@ class Follower:
             self._changed.notify_all()
         self._notify(touched)
         return discontinuity
+
+    def _tick(self, seq: int, epoch: str) -> bool:
+        """Nothing new in the log: read the store's clock with the log position (one round
+        trip). At our position, parked partitions may follow it; True when the epoch changed."""
+        assert self._redis is not None
+        current, current_seq, store_ms = _decode(self._clock_script(args=[self._keys.prefix]))
+        if current != epoch:
+            return True
+        if int(current_seq) != seq:
+            return False  # events arrived meanwhile: the clock moves with them
+        with self._lock:
+            if self._state.seq != seq:
+                return False
+            moved = self._state.advance_clock(int(store_ms))
+            if moved:
+                self._changed.notify_all()
+        self._notify(moved)
+        return False
 
     def _notify(self, tables: set[str]) -> None:
         with self._lock:

@@ -9,10 +9,18 @@ Everything lives under one prefix (default ``horizon``):
 ``{p}:tables``                 hash table -> descriptor JSON
 ``{p}:servers``                hash server -> ``live`` | ``decommissioned``
 ``{p}:hb``                     hash server -> last heartbeat (Redis time, ms)
+``{p}:hbclock``                hash server -> the server's clock (HLC) at its last heartbeat: the
+                               LWM of its idle partitions
+``{p}:clock``                  the state store's clock: the time (ms) of the last event, so the
+                               store's time as scripts see it never goes back
+``{p}:floor``                  hash table -> the highest snapshot a broker served (read-only here)
 ``{p}:t:{table}:segs``         hash segment key -> segment JSON (every announced segment)
-``{p}:t:{table}:prog``         hash partition -> ``owner|ingested|applied|reported_ms`` (``""`` = none)
+``{p}:t:{table}:prog``         hash partition -> ``owner|ingested|applied|reported_ms|member|state|
+                               since_ms|floor`` (``""`` = none; state ``""`` active, ``idle`` or
+                               ``parked``; floor: where it was last resumed)
 ``{p}:t:{table}:lwm``          zset (all scores 0) of ``{min:020d}:{partition:05d}`` for owned,
-                               reported partitions: its first member is the table's LWM
+                               reported, active partitions: its first member is their minimum
+``{p}:t:{table}:quiet``        the same for idle and parked partitions (their LWM follows a clock)
 ``{p}:t:{table}:pending``      set of owned partitions that have not reported: while not empty the
                                table has no computed LWM
 ``{p}:t:{table}:ret``          hash server -> retention horizon HLC
@@ -34,7 +42,7 @@ import re
 
 from timeline.errors import InvalidArgument
 from timeline.segment import Segment
-from watermark.lwm import PartitionProgress
+from watermark.lwm import ACTIVE, PartitionProgress
 
 DEFAULT_PREFIX = "horizon"
 HLC_WIDTH = 20
@@ -86,13 +94,18 @@ def chunk_key(start_ms: int, end_ms: int, version: str, kind: str) -> str:
 
 
 def parse_progress(value: str) -> PartitionProgress:
-    """Decode a ``{p}:t:{table}:prog`` hash value."""
-    owner, ingested, applied, reported, *_ = value.split("|")
+    """Decode a ``{p}:t:{table}:prog`` hash value (older values have fewer fields)."""
+    owner, ingested, applied, reported, _member, state, since, floor, *_ = (
+        value.split("|") + [""] * 8
+    )[:8]
     return PartitionProgress(
         owner=owner or None,
         ingested=int(ingested) if ingested else None,
         applied=int(applied) if applied else None,
         reported_at_ms=int(reported) if reported else None,
+        state=state or ACTIVE,
+        since_ms=int(since) if since else None,
+        floor=int(floor) if floor else None,
     )
 
 
@@ -107,6 +120,9 @@ class Keys:
         self.tables = f"{prefix}:tables"
         self.servers = f"{prefix}:servers"
         self.heartbeats = f"{prefix}:hb"
+        self.heartbeat_clocks = f"{prefix}:hbclock"
+        self.clock = f"{prefix}:clock"
+        self.floor = f"{prefix}:floor"
 
     def _table(self, table: str, what: str) -> str:
         return f"{self.prefix}:t:{table}:{what}"
@@ -119,6 +135,9 @@ class Keys:
 
     def lwm(self, table: str) -> str:
         return self._table(table, "lwm")
+
+    def quiet(self, table: str) -> str:
+        return self._table(table, "quiet")
 
     def pending(self, table: str) -> str:
         return self._table(table, "pending")
@@ -152,9 +171,13 @@ local K_LOG = P .. ':log'
 local K_TABLES = P .. ':tables'
 local K_SERVERS = P .. ':servers'
 local K_HB = P .. ':hb'
+local K_HBCLOCK = P .. ':hbclock'
+local K_CLOCK = P .. ':clock'
+local K_FLOOR = P .. ':floor'
 local function k_segs(t) return P .. ':t:' .. t .. ':segs' end
 local function k_prog(t) return P .. ':t:' .. t .. ':prog' end
 local function k_lwm(t) return P .. ':t:' .. t .. ':lwm' end
+local function k_quiet(t) return P .. ':t:' .. t .. ':quiet' end
 local function k_ret(t) return P .. ':t:' .. t .. ':ret' end
 local function k_pending(t) return P .. ':t:' .. t .. ':pending' end
 local function k_alloc(t) return P .. ':t:' .. t .. ':alloc' end

@@ -1,8 +1,10 @@
 """Reading one table's low-watermark straight from Redis, in one round trip.
 
-Servers keep a per-table sorted set whose first member is the minimum partition LWM (see
-:mod:`watermark.keys`), so the read costs O(log partitions) inside Redis however many servers and
-partitions the table has. This is the computed value; a broker serves its monotonic version.
+Servers keep a per-table sorted set whose first member is the minimum LWM of the active partitions,
+and one of the quiet (idle or parked) partitions, raised to their clocks as they are scanned (see
+:mod:`watermark.keys`, :mod:`watermark.partition_lua`), so with active partitions the read costs
+O(log partitions) inside Redis however many servers the table has. This is the computed value; a
+broker serves its monotonic version.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from redis.commands.core import Script
 
 from watermark import scripts
 from watermark.keys import DEFAULT_PREFIX
-from watermark.lwm import Laggard
+from watermark.lwm import ACTIVE, Laggard
 
 _script: Script | None = None
 
@@ -40,8 +42,8 @@ def read_table_lwm(
     reply = _script(args=[prefix, table], client=client)
     if not reply:
         return None
-    lwm_text, partition, owner, count = (
+    lwm_text, partition, owner, count, state = (
         item.decode() if isinstance(item, bytes) else item for item in reply
     )
     lwm = None if lwm_text == "PENDING" else int(lwm_text)
-    return TableLwm(lwm, Laggard(str(owner), int(partition), lwm), int(count))
+    return TableLwm(lwm, Laggard(str(owner), int(partition), lwm, state or ACTIVE), int(count))

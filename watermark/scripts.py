@@ -3,33 +3,38 @@
 Each script checks the caller's epoch (``ARGV[2]``), changes the state and appends its event to the
 log stream in the same step, so the log order is the order in which calls took effect. Replies are
 arrays: ``{'OK', ...}``, ``{'EPOCH', current}`` (the data set changed: re-publish first) or
-``{'ERR', code, message}``. HLCs stay strings (they do not fit a Lua double).
+``{'ERR', code, message}``. HLCs stay strings (they do not fit a Lua double). Every event carries
+the state store's clock (``NOW``, see :mod:`watermark.partition_lua`); events that change
+partitions carry their resulting progress, so a follower never recomputes what a script decided.
 """
 
 from __future__ import annotations
 
 from locks.scripts import LOCK_LUA, PUBLISH_GUARD
 from watermark.keys import LUA_KEYS
+from watermark.partition_lua import PARTITION_LUA, STORE_CLOCK_LUA, TABLE_LWM_LUA
 
 LOG_MAXLEN = 100_000
 """Approximate length the log stream is trimmed to; a follower further behind does a full sync."""
 
 _COMMON = (
     LUA_KEYS
+    + STORE_CLOCK_LUA
+    + PARTITION_LUA
     + """
 local EPOCH = ARGV[2]
 local SERVER = ARGV[3]
+local NOW = store_now()
 local function now_ms()
-  local t = redis.call('TIME')
-  return string.format('%.0f', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+  return NOW
 end
 local function emit(kind, data)
   local seq = redis.call('INCR', K_SEQ)
-  local ms = now_ms()
+  redis.call('SET', K_CLOCK, NOW)
   redis.call('XADD', K_LOG, 'MAXLEN', '~', '"""
     + str(LOG_MAXLEN)
     + """', tostring(seq) .. '-0',
-             'k', kind, 'd', data, 't', ms, 'e', EPOCH, 's', SERVER)
+             'k', kind, 'd', data, 't', NOW, 'e', EPOCH, 's', SERVER)
   return seq
 end
 local function split(s)
@@ -68,15 +73,23 @@ return {'OK'}
 
 HEARTBEAT = _script(
     """
+-- ARGV[4] the server's clock (an HLC; '' = none): the LWM of its idle partitions
 local status = redis.call('HGET', K_SERVERS, SERVER)
-if status == 'decommissioned' then
-  return {'ERR', 'FAILED_PRECONDITION', 'server ' .. SERVER .. ' is decommissioned'}
+if status == 'decommissioned' or status == 'parked' then
+  return {'ERR', 'FAILED_PRECONDITION', 'server ' .. SERVER .. ' is ' .. status ..
+          ': register it again'}
 end
 if not status then
   return {'ERR', 'FAILED_PRECONDITION', 'server ' .. SERVER .. ' is not registered'}
 end
 redis.call('HSET', K_HB, SERVER, now_ms())
-emit('heartbeat', ARGV[4])
+local event = {}
+if ARGV[4] ~= '' then
+  local clock = hlc_max(redis.call('HGET', K_HBCLOCK, SERVER) or '', ARGV[4])
+  redis.call('HSET', K_HBCLOCK, SERVER, clock)
+  event['clock'] = clock
+end
+emit('heartbeat', cjson.encode(event))
 return {'OK'}
 """
 )
@@ -147,39 +160,80 @@ return {'OK'}
 
 REPORT = _script(
     """
--- ARGV[4] table, ARGV[5] event JSON, then per partition: partition, ingested, applied, lwm member
+-- ARGV[4] table, then per partition: partition, ingested, applied, idle ('1' or '').
+-- A parked partition, or an idle one reported busy, is resumed first (its floor is the reply:
+-- the server's clock must move above it); values are raised to the partition's floor.
 local t = ARGV[4]
 if redis.call('HEXISTS', K_TABLES, t) == 0 then
   return {'ERR', 'FAILED_PRECONDITION', 'table ' .. t .. ' is not registered'}
 end
-local i = 6
+local i = 5
 while i <= #ARGV do
-  local old = redis.call('HGET', k_prog(t), ARGV[i])
-  if old then
-    local owner = split(old)[1]
-    if owner ~= '' and owner ~= SERVER then
-      return {'ERR', 'FAILED_PRECONDITION', 'partition ' .. ARGV[i] .. ' of table ' .. t ..
-              ' is owned by server ' .. owner .. ', not ' .. SERVER}
+  local owner = entry_of(redis.call('HGET', k_prog(t), ARGV[i]))[1]
+  if owner ~= '' and owner ~= SERVER then
+    return {'ERR', 'FAILED_PRECONDITION', 'partition ' .. ARGV[i] .. ' of table ' .. t ..
+            ' is owned by server ' .. owner .. ', not ' .. SERVER}
+  end
+  i = i + 4
+end
+local progress, idle, top = {}, {}, ''
+i = 5
+while i <= #ARGV do
+  local p, quiet = ARGV[i], ARGV[i + 3] == '1'
+  local f = entry_of(redis.call('HGET', k_prog(t), p))
+  local was, since = f[6], ''
+  if was == 'parked' or (was == 'idle' and not quiet) then top = hlc_max(top, resume(t, f, NOW)) end
+  if quiet then
+    since = NOW
+    if was == 'idle' then since = f[7] end
+    idle[#idle + 1] = p
+  end
+  f[1] = SERVER
+  f[2] = hlc_max(ARGV[i + 1], f[8])
+  f[3] = hlc_max(ARGV[i + 2], f[8])
+  f[4] = NOW
+  f[6] = quiet and 'idle' or ''
+  f[7] = since
+  store_entry(t, p, f)
+  progress[p] = {f[2], f[3]}
+  i = i + 4
+end
+emit('report', cjson.encode({table = t, progress = progress, idle = idle}))
+return {'OK', top}
+"""
+)
+
+PARK = _script(
+    """
+-- ARGV[4] '1' when the server stops (it is parked, no longer live), then pairs: table, partition.
+-- Each idle partition of this server is parked (its LWM follows the store's clock from now on);
+-- the reply names the pairs that could not be (not idle: something is pending, or not ours).
+local stops = ARGV[4] == '1'
+local tables, skipped = {}, {}
+local i = 5
+while i <= #ARGV do
+  local t, p = ARGV[i], ARGV[i + 1]
+  local f = entry_of(redis.call('HGET', k_prog(t), p))
+  if f[1] == SERVER and (f[6] == 'idle' or f[6] == 'parked') and static_lwm(f) ~= '' then
+    if f[6] == 'idle' then
+      local value = effective(f, NOW)
+      f[2] = hlc_max(f[2], value)
+      f[3] = hlc_max(f[3], value)
+      f[6] = 'parked'
+      f[7] = NOW
+      store_entry(t, p, f)
     end
+    tables[t] = tables[t] or {}
+    tables[t][p] = {f[2], f[3], f[7]}
+  else
+    skipped[#skipped + 1] = t
+    skipped[#skipped + 1] = p
   end
-  i = i + 4
+  i = i + 2
 end
-local ms = now_ms()
-i = 6
-while i <= #ARGV do
-  local old = redis.call('HGET', k_prog(t), ARGV[i])
-  if old then
-    local member = split(old)[5]
-    if member ~= '' then redis.call('ZREM', k_lwm(t), member) end
-  end
-  redis.call('HSET', k_prog(t), ARGV[i],
-             SERVER .. '|' .. ARGV[i + 1] .. '|' .. ARGV[i + 2] .. '|' .. ms .. '|' .. ARGV[i + 3])
-  redis.call('ZADD', k_lwm(t), 0, ARGV[i + 3])
-  redis.call('SREM', k_pending(t), ARGV[i])
-  i = i + 4
-end
-emit('report', ARGV[5])
-return {'OK'}
+if stops then redis.call('HSET', K_SERVERS, SERVER, 'parked') end
+emit('park', cjson.encode({tables = tables, stops = stops}))
+return {'OK', skipped}
 """
 )
 
@@ -240,76 +294,74 @@ return {'OK'}
 
 CLAIM = _script(
     """
--- ARGV[4] table, ARGV[5] heartbeat timeout ms, ARGV[6] event JSON, then partitions
+-- ARGV[4] table, ARGV[5] heartbeat timeout ms, then partitions. Idle or parked ones are resumed
+-- (the reply is the highest floor: the claimer's clock must move above it).
 local t, timeout = ARGV[4], tonumber(ARGV[5])
 if redis.call('HEXISTS', K_TABLES, t) == 0 then
   return {'ERR', 'FAILED_PRECONDITION', 'table ' .. t .. ' is not registered'}
 end
-local now = tonumber(now_ms())
-for i = 7, #ARGV do
-  local old = redis.call('HGET', k_prog(t), ARGV[i])
-  if old then
-    local owner = split(old)[1]
-    if owner ~= '' and owner ~= SERVER then
-      local hb = tonumber(redis.call('HGET', K_HB, owner) or '-1')
-      local live = redis.call('HGET', K_SERVERS, owner) == 'live' and hb >= 0 and now - hb <= timeout
-      if live then
-        return {'ERR', 'FAILED_PRECONDITION', 'partition ' .. ARGV[i] .. ' of table ' .. t ..
-                ' is owned by live server ' .. owner .. '; it must hand it over'}
-      end
+local now = tonumber(NOW)
+for i = 6, #ARGV do
+  local owner = entry_of(redis.call('HGET', k_prog(t), ARGV[i]))[1]
+  if owner ~= '' and owner ~= SERVER then
+    local hb = tonumber(redis.call('HGET', K_HB, owner) or '-1')
+    local live = redis.call('HGET', K_SERVERS, owner) == 'live' and hb >= 0 and now - hb <= timeout
+    if live then
+      return {'ERR', 'FAILED_PRECONDITION', 'partition ' .. ARGV[i] .. ' of table ' .. t ..
+              ' is owned by live server ' .. owner .. '; it must hand it over'}
     end
   end
 end
-for i = 7, #ARGV do
-  local old = redis.call('HGET', k_prog(t), ARGV[i])
-  local fields = split(old or '||||')
-  if fields[1] ~= SERVER then
-    fields[1] = SERVER
-    if fields[5] ~= '' then
-      redis.call('ZADD', k_lwm(t), 0, fields[5])
-    else
-      redis.call('SADD', k_pending(t), ARGV[i])
-    end
-    redis.call('HSET', k_prog(t), ARGV[i], table.concat(fields, '|'))
-  end
+local partitions, progress, top = {}, {}, ''
+for i = 6, #ARGV do
+  local p = ARGV[i]
+  local f = entry_of(redis.call('HGET', k_prog(t), p))
+  local r = resume(t, f, NOW)
+  top = hlc_max(top, r)
+  f[1] = SERVER
+  store_entry(t, p, f)
+  partitions[#partitions + 1] = tonumber(p)
+  if f[2] ~= '' and f[3] ~= '' then progress[p] = {f[2], f[3]} end
 end
-emit('claim', ARGV[6])
-return {'OK'}
+emit('claim', cjson.encode({table = t, partitions = partitions, progress = progress}))
+return {'OK', top}
 """
 )
 
 HAND_OVER = _script(
     """
--- ARGV[4] table, ARGV[5] partition, ARGV[6] receiving server, ARGV[7] event JSON
-local t = ARGV[4]
-local old = redis.call('HGET', k_prog(t), ARGV[5])
-local fields = split(old or '||||')
-if fields[1] == ARGV[6] then return {'OK', 'ALREADY'} end
-if fields[1] ~= SERVER then
-  local owner = fields[1] == '' and 'nobody' or ('server ' .. fields[1])
-  return {'ERR', 'FAILED_PRECONDITION', 'partition ' .. ARGV[5] .. ' of table ' .. t ..
+-- ARGV[4] table, ARGV[5] partition, ARGV[6] receiving server (an idle partition is resumed)
+local t, p = ARGV[4], ARGV[5]
+local f = entry_of(redis.call('HGET', k_prog(t), p))
+if f[1] == ARGV[6] then return {'OK', 'ALREADY'} end
+if f[1] ~= SERVER then
+  local owner = f[1] == '' and 'nobody' or ('server ' .. f[1])
+  return {'ERR', 'FAILED_PRECONDITION', 'partition ' .. p .. ' of table ' .. t ..
           ' is owned by ' .. owner .. ', not ' .. SERVER .. ': cannot hand it over'}
 end
-fields[1] = ARGV[6]
-redis.call('HSET', k_prog(t), ARGV[5], table.concat(fields, '|'))
-emit('handover', ARGV[7])
+resume(t, f, NOW)
+f[1] = ARGV[6]
+store_entry(t, p, f)
+local event = {table = t, partition = tonumber(p), to = ARGV[6], progress = {}}
+if f[2] ~= '' and f[3] ~= '' then event['progress'][p] = {f[2], f[3]} end
+emit('handover', cjson.encode(event))
 return {'OK'}
 """
 )
 
 DECOMMISSION = _script(
     """
--- ARGV[4] event JSON template; the reply lists what was released
+-- The reply lists what was released (table, partition pairs)
 local released = {}
 for _, t in ipairs(redis.call('HKEYS', K_TABLES)) do
   local entries = redis.call('HGETALL', k_prog(t))
   for j = 1, #entries, 2 do
-    local fields = split(entries[j + 1])
-    if fields[1] == SERVER then
-      fields[1] = ''
-      if fields[5] ~= '' then redis.call('ZREM', k_lwm(t), fields[5]) end
-      redis.call('SREM', k_pending(t), entries[j])
-      redis.call('HSET', k_prog(t), entries[j], table.concat(fields, '|'))
+    local f = entry_of(entries[j + 1])
+    if f[1] == SERVER then
+      f[1] = ''
+      f[6] = ''
+      f[7] = ''
+      store_entry(t, entries[j], f)
       released[#released + 1] = t
       released[#released + 1] = entries[j]
     end
@@ -317,17 +369,17 @@ for _, t in ipairs(redis.call('HKEYS', K_TABLES)) do
 end
 redis.call('HSET', K_SERVERS, SERVER, 'decommissioned')
 redis.call('HDEL', K_HB, SERVER)
-emit('decommission', ARGV[4])
+emit('decommission', '{}')
 return {'OK', released}
 """
 )
 
 SNAPSHOT = (
     LUA_KEYS
+    + STORE_CLOCK_LUA
     + """
 -- The whole state and the log position it corresponds to, in one atomic read.
-local t = redis.call('TIME')
-local ms = string.format('%.0f', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+local ms = store_now()
 local tables = redis.call('HGETALL', K_TABLES)
 local per_table = {}
 for i = 1, #tables, 2 do
@@ -337,29 +389,41 @@ for i = 1, #tables, 2 do
                                redis.call('HGETALL', k_ret(name))}
 end
 return {redis.call('GET', K_EPOCH) or '', redis.call('GET', K_SEQ) or '0', ms, tables,
-        redis.call('HGETALL', K_SERVERS), redis.call('HGETALL', K_HB), per_table}
+        redis.call('HGETALL', K_SERVERS), redis.call('HGETALL', K_HB), per_table,
+        redis.call('HGETALL', K_HBCLOCK)}
+"""
+)
+
+CLOCK = (
+    LUA_KEYS
+    + STORE_CLOCK_LUA
+    + """
+-- The store's clock with the log position it goes with: a follower that has applied every event
+-- up to that position may let parked partitions follow the clock up to it.
+return {redis.call('GET', K_EPOCH) or '', redis.call('GET', K_SEQ) or '0', store_now()}
 """
 )
 
 READ_TABLE_LWM = (
     LUA_KEYS
+    + STORE_CLOCK_LUA
+    + PARTITION_LUA
+    + TABLE_LWM_LUA
     + """
--- ARGV[2] table. One round trip: the first member of the LWM zset, its owner and the count;
--- or, while an owned partition has not reported, 'PENDING' and the lowest such partition.
-local pending = redis.call('SMEMBERS', k_pending(ARGV[2]))
+-- ARGV[2] table. One round trip: the table's LWM (quiet partitions at their clocks), the
+-- partition holding it, its owner, how many partitions count and its state; or, while an owned
+-- partition has not reported, 'PENDING' and the lowest such partition.
+local t = ARGV[2]
+local pending = redis.call('SMEMBERS', k_pending(t))
+local count = redis.call('ZCARD', k_lwm(t)) + redis.call('ZCARD', k_quiet(t))
 if #pending > 0 then
   local lowest = tonumber(pending[1])
   for _, p in ipairs(pending) do lowest = math.min(lowest, tonumber(p)) end
-  local entry = redis.call('HGET', k_prog(ARGV[2]), tostring(lowest)) or ''
-  return {'PENDING', tostring(lowest), string.match(entry, '^([^|]*)|') or '',
-          redis.call('ZCARD', k_lwm(ARGV[2]))}
+  local entry = redis.call('HGET', k_prog(t), tostring(lowest)) or ''
+  return {'PENDING', tostring(lowest), string.match(entry, '^([^|]*)|') or '', count, 'active'}
 end
-local first = redis.call('ZRANGE', k_lwm(ARGV[2]), 0, 0)
-if #first == 0 then return {} end
-local lwm, partition = string.match(first[1], '^(%d+):(%d+)$')
-local owner = ''
-local entry = redis.call('HGET', k_prog(ARGV[2]), tostring(tonumber(partition)))
-if entry then owner = string.match(entry, '^([^|]*)|') end
-return {lwm, partition, owner, redis.call('ZCARD', k_lwm(ARGV[2]))}
+local found = table_lwm(t, store_now())
+if found == nil then return {} end
+return {found[1], found[2], found[3], count, found[4]}
 """
 )

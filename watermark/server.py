@@ -6,7 +6,12 @@ Every call is one atomic Lua script that also appends its event to the log (see
 The client keeps its own current state in memory. When Redis has lost its data (its epoch changed or
 vanished) the next call, or the heartbeat thread, re-publishes all of it first, in causal order:
 tables, segments, ownership, progress, retention, reservations, and registration last (to a broker,
-a server registered in the new data set is one that has re-published everything).
+a server registered in the new data set is one that has re-published everything)
+(:mod:`watermark.connection`).
+
+The client owns the server's clock (:attr:`ServerClient.clock`): heartbeats carry it, so the LWM of
+the partitions it reports *idle* follows it, and every call that resumes a quiet partition (a
+report, a claim) moves it above the partition's resume floor (spec rule 7).
 """
 
 from __future__ import annotations
@@ -15,7 +20,6 @@ import dataclasses
 import json
 import logging
 import threading
-import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
@@ -23,73 +27,30 @@ from typing import Any
 import redis
 
 from locks.rules import PublishGuard
-from timeline.errors import (
-    FailedPrecondition,
-    HorizonError,
-    Internal,
-    InvalidArgument,
-    LockLost,
-    PartitionNotOwned,
-    ResourceExhausted,
-    Unavailable,
-)
+from timeline.errors import FailedPrecondition, InvalidArgument, Unavailable
 from timeline.interval import Interval
 from timeline.segment import OVERWRITE_PARTITION_LIMIT, ROOT_PARTITION_LIMIT, Segment
-from watermark import scripts
 from watermark.catalog import TableDescriptor
+from watermark.connection import Execute, StoreConnection, connect
+from watermark.heartbeat import Heartbeats
+from watermark.hlc import HybridLogicalClock
 from watermark.keys import (
     DEFAULT_PREFIX,
     Keys,
     check_server_id,
     chunk_key,
     interval_key,
-    lwm_member,
     padded_hlc,
     parse_progress,
     segment_key,
 )
-from watermark.lwm import PartitionProgress
-from watermark.redis_calls import decode_reply, retrying
+from watermark.lwm import PartitionProgress, is_live
+from watermark.read import TableLwm, read_table_lwm
+from watermark.script_args import check_partition, dumps, report_args, segment_args
+
+__all__ = ["ServerClient", "connect"]
 
 log = logging.getLogger(__name__)
-
-_ERRORS: dict[str, type[HorizonError]] = {
-    "FAILED_PRECONDITION": FailedPrecondition,
-    "RESOURCE_EXHAUSTED": ResourceExhausted,
-    "INVALID_ARGUMENT": InvalidArgument,
-    "LOCK_LOST": LockLost,
-    "NOT_OWNER": PartitionNotOwned,
-    "SUPERSEDED": FailedPrecondition,
-}
-
-
-class _EpochChanged(Exception):
-    """Redis's data set is not the one this client published into: re-publish first."""
-
-
-def connect(url: str, *, socket_timeout: float | None = 5.0) -> redis.Redis:
-    """A client without redis-py's hidden retries: our callers retry and notice restarts."""
-    from redis.backoff import NoBackoff
-    from redis.retry import Retry
-
-    return redis.Redis.from_url(
-        url,
-        socket_timeout=socket_timeout,
-        socket_connect_timeout=2.0,
-        retry=Retry(NoBackoff(), 0),
-        health_check_interval=0,
-    )
-
-
-def _chunk(segment: Segment) -> tuple[str, int]:
-    kind, base = ("overwrite", ROOT_PARTITION_LIMIT) if segment.is_overwrite else ("first", 0)
-    return chunk_key(
-        segment.interval.start_ms, segment.interval.end_ms, segment.version, kind
-    ), base
-
-
-def _dumps(data: Any) -> str:
-    return json.dumps(data, separators=(",", ":"), sort_keys=True)
 
 
 class ServerClient:
@@ -103,32 +64,18 @@ class ServerClient:
         prefix: str = DEFAULT_PREFIX,
         heartbeat_timeout_s: float = 5.0,
         retry_timeout_s: float = 10.0,
+        clock: HybridLogicalClock | None = None,
     ) -> None:
         self.server_id = check_server_id(server_id)
         self._keys = Keys(prefix)
-        self._owns_connection = isinstance(redis_, str)
-        self._redis = connect(redis_) if isinstance(redis_, str) else redis_
+        self._store = StoreConnection(
+            redis_, self.server_id, self._keys, self._republish, retry_timeout_s=retry_timeout_s
+        )
         self._heartbeat_timeout_ms = int(heartbeat_timeout_s * 1000)
-        self._retry_timeout_s = retry_timeout_s
         self._lock = threading.RLock()
-        self._scripts = {
-            name: self._redis.register_script(getattr(scripts, name))
-            for name in (
-                "ADOPT_EPOCH",
-                "REGISTER",
-                "HEARTBEAT",
-                "REGISTER_TABLE",
-                "SEGMENTS",
-                "REPORT",
-                "RETENTION",
-                "ALLOCATE",
-                "RESERVE",
-                "CLAIM",
-                "HAND_OVER",
-                "DECOMMISSION",
-            )
-        }
-        self._epoch: str | None = None
+        self.clock = clock or HybridLogicalClock()
+        """The server's clock: heartbeats carry it (its idle partitions' LWM follows it), and it
+        moves above every floor a resumed partition reports."""
         # What this server has published, to re-publish into a Redis that lost it.
         self._registered = False
         self._decommissioned = False
@@ -136,53 +83,32 @@ class ServerClient:
         self._segments: dict[tuple[str, str], Segment] = {}
         self._owned: dict[str, set[int]] = {}
         self._progress: dict[str, dict[int, tuple[int, int]]] = {}
+        self._idle: dict[str, set[int]] = {}
         self._retention: dict[str, int] = {}
         self._reservations: dict[tuple[str, str], int] = {}
-        self._heartbeat_stop: threading.Event | None = None
-        self._heartbeat_thread: threading.Thread | None = None
+        self._heartbeats = Heartbeats(self.heartbeat, f"horizon-heartbeat-{self.server_id}")
 
     # -- the calls ---------------------------------------------------------------------------
 
     def register(self) -> None:
-        """Mark this server live (first heartbeat). Registering again after decommission revives."""
+        """Mark this server live (first heartbeat). Registering again after decommission or a
+        park revives it."""
         with self._lock:
-            self._run("REGISTER", [_dumps({"server": self.server_id})])
+            self._run("REGISTER", [dumps({"server": self.server_id})])
             self._registered = True
             self._decommissioned = False
 
     def heartbeat(self) -> None:
+        """Keep the server live; carries its clock, which its idle partitions' LWM follows."""
         with self._lock:
-            self._run("HEARTBEAT", ["{}"])
+            self._run("HEARTBEAT", [str(self.clock.now())])
 
     def start_heartbeats(self, interval_s: float = 1.0) -> None:
         """Heartbeat from a daemon thread; it also notices a Redis that lost its data."""
-        with self._lock:
-            if self._heartbeat_thread is not None:
-                return
-            stop = threading.Event()
-            thread = threading.Thread(
-                target=self._heartbeat_loop,
-                args=(stop, interval_s),
-                name=f"horizon-heartbeat-{self.server_id}",
-                daemon=True,
-            )
-            self._heartbeat_stop, self._heartbeat_thread = stop, thread
-            thread.start()
+        self._heartbeats.start(interval_s)
 
     def stop_heartbeats(self) -> None:
-        with self._lock:
-            stop, thread = self._heartbeat_stop, self._heartbeat_thread
-            self._heartbeat_stop = self._heartbeat_thread = None
-        if stop is not None and thread is not None:
-            stop.set()
-            thread.join(timeout=30)
-
-    def _heartbeat_loop(self, stop: threading.Event, interval_s: float) -> None:
-        while not stop.wait(interval_s):
-            try:
-                self.heartbeat()
-            except HorizonError as error:
-                log.warning("heartbeat of server %s failed: %s", self.server_id, error)
+        self._heartbeats.stop()
 
     def register_table(self, descriptor: TableDescriptor) -> None:
         """Publish a table's descriptor; idempotent, but a different definition is refused."""
@@ -231,46 +157,83 @@ class ServerClient:
             for segment in added:
                 self._segments[(segment.table, segment_key(segment))] = segment
             with self._remembered_first(lambda: self._restore_segments(previous)):
-                self._run("SEGMENTS", self._segment_args(added, removed, guard))
+                self._run("SEGMENTS", segment_args(added, removed, guard))
 
     def _restore_segments(self, previous: dict[tuple[str, str], Segment]) -> None:
         self._segments = previous
 
-    def report(self, table: str, progress: Mapping[int, tuple[int, int]]) -> None:
-        """Report ``partition -> (ingested, applied)`` HLCs; unowned partitions become ours."""
+    def report(
+        self, table: str, progress: Mapping[int, tuple[int, int]], *, idle: Iterable[int] = ()
+    ) -> int | None:
+        """Report ``partition -> (ingested, applied)`` HLCs; unowned partitions become ours.
+
+        Partitions in ``idle`` have nothing pending: their LWM follows this server's clock until
+        the next report without them. A quiet partition reported busy (or a parked one) is
+        resumed first: returns its floor (None: none was), which the clock has moved above;
+        every commit to it must come after this call.
+        """
         if not progress:
-            return
-        args = [table, _dumps({"table": table, "progress": _progress_json(progress)})]
-        for partition, (ingested, applied) in sorted(progress.items()):
-            _check_partition(partition)
-            args += [
-                str(partition),
-                str(ingested),
-                str(applied),
-                lwm_member(min(ingested, applied), partition),
-            ]
-            padded_hlc(max(ingested, applied))
+            return None
+        quiet = set(idle)
+        args = report_args(table, progress, quiet)
         with self._lock:
             self._remember_table(table)
             owned = set(self._owned.get(table, set()))
             reported = dict(self._progress.get(table, {}))
+            was_idle = set(self._idle.get(table, set()))
 
             def restore() -> None:
                 self._owned[table], self._progress[table] = owned, reported
+                self._idle[table] = was_idle
 
             self._owned.setdefault(table, set()).update(progress)
             self._progress.setdefault(table, {}).update(
                 {p: (int(i), int(a)) for p, (i, a) in progress.items()}
             )
+            self._idle[table] = (was_idle - set(progress)) | (quiet & set(progress))
             with self._remembered_first(restore):
-                self._run("REPORT", args)
+                reply = self._run("REPORT", args)
+            return self._observe_floor(reply)
+
+    def resume(self, table: str, partitions: Iterable[int]) -> int | None:
+        """About to commit to ``partitions``: those reported idle are reported busy (their
+        last progress, not idle), so their LWM stops following the clock; returns the floor
+        (the clock is above it). Call it before taking the commit timestamps."""
+        with self._lock:
+            last = self._progress.get(table, {})
+            quiet = self._idle.get(table, set())
+            wanted = {p: last[p] for p in partitions if p in last and p in quiet}
+        return self.report(table, wanted) if wanted else None
+
+    def park(self, *, stop: bool = True) -> list[tuple[str, int]]:
+        """Park every partition this server reported idle, in one atomic step: their LWM follows
+        the state store's clock from now on (spec rule 7). With ``stop`` the server also stops
+        heart-beating and is no longer live (a clean shutdown). Returns the partitions it owns
+        that could not be parked (something is pending: they stay frozen, as a dead server's)."""
+        if stop:
+            self.stop_heartbeats()
+        with self._lock:
+            pairs = [
+                (table, partition)
+                for table, owned in sorted(self._owned.items())
+                for partition in sorted(owned)
+            ]
+            args = ["1" if stop else ""]
+            for table, partition in pairs:
+                if partition in self._idle.get(table, set()):
+                    args += [table, str(partition)]
+            reply = self._run("PARK", args)
+            skipped = {(reply[0][i], int(reply[0][i + 1])) for i in range(0, len(reply[0]), 2)}
+            if stop:
+                self._registered = False
+            return sorted(skipped | {(t, p) for t, p in pairs if p not in self._idle.get(t, set())})
 
     def report_retention_horizon(self, table: str, horizon: int) -> int:
         """Ask to drop history below ``horizon`` (an HLC); returns the horizon granted, which a
         live snapshot pin may hold lower (:mod:`pins`): only history below *that* may go."""
         padded_hlc(horizon)
         with self._lock:
-            event = _dumps({"table": table, "horizon": str(horizon)})
+            event = dumps({"table": table, "horizon": str(horizon)})
             previous = self._retention.get(table)
 
             def restore() -> None:
@@ -342,42 +305,45 @@ class ServerClient:
             )
             return list(range(first, first + count))
 
-    def claim_partitions(self, table: str, partitions: Iterable[int]) -> None:
-        """Own unowned partitions (or those of a server that is no longer live)."""
+    def claim_partitions(self, table: str, partitions: Iterable[int]) -> int | None:
+        """Own unowned partitions (or those of a server that is no longer live, or parked).
+        Idle or parked ones are resumed: returns their highest floor (the clock is above it)."""
         wanted = sorted(set(partitions))
         for partition in wanted:
-            _check_partition(partition)
+            check_partition(partition)
         if not wanted:
-            return
+            return None
         with self._lock:
-            event = _dumps({"table": table, "partitions": wanted})
-            args = [table, str(self._heartbeat_timeout_ms), event, *map(str, wanted)]
-            self._run("CLAIM", args)
+            args = [table, str(self._heartbeat_timeout_ms), *map(str, wanted)]
+            reply = self._run("CLAIM", args)
             self._owned.setdefault(table, set()).update(wanted)
+            self._idle.setdefault(table, set()).difference_update(wanted)
+            return self._observe_floor(reply)
 
     def hand_over(self, table: str, partition: int, to_server: str) -> None:
         """Give a partition to another server; its progress goes with it (the LWM cannot drop)."""
         check_server_id(to_server)
         with self._lock:
-            event = _dumps({"table": table, "partition": partition, "to": to_server})
-            self._run("HAND_OVER", [table, str(partition), to_server, event])
+            self._run("HAND_OVER", [table, str(partition), to_server])
             self._owned.get(table, set()).discard(partition)
             self._progress.get(table, {}).pop(partition, None)
+            self._idle.get(table, set()).discard(partition)
 
     def decommission(self) -> None:
         """Leave: this server's partitions stop counting (they should have been handed over)."""
         self.stop_heartbeats()
         with self._lock:
-            self._run("DECOMMISSION", ["{}"])
+            self._run("DECOMMISSION", [])
             self._decommissioned = True
             self._registered = False
             self._owned.clear()
             self._progress.clear()
+            self._idle.clear()
 
     @property
     def redis(self) -> redis.Redis:
         """The connection, for clients of the same state store (locks, LWM reads)."""
-        return self._redis
+        return self._store.redis
 
     @property
     def prefix(self) -> str:
@@ -405,10 +371,37 @@ class ServerClient:
             for field, value in sorted(entries.items(), key=lambda item: int(item[0]))
         }
 
+    def table_lwm(self, table: str) -> TableLwm | None:
+        """The table's LWM as Redis computes it now (quiet partitions at their clocks), in one
+        round trip; None when no owned partition has reported."""
+        return self._read(lambda r: read_table_lwm(r, table, prefix=self._keys.prefix))
+
+    def live_owners(self, table: str) -> dict[int, str]:
+        """Partition -> its owner, for the partitions of ``table`` another live server owns (a
+        read: what a claim of them would be refused for)."""
+        keys = self._keys
+
+        def read(r: redis.Redis) -> list[Any]:
+            pipe = r.pipeline(transaction=False)
+            pipe.hgetall(keys.progress(table)).hgetall(keys.servers).hgetall(keys.heartbeats)
+            pipe.time()
+            return pipe.execute()  # type: ignore[no-any-return]
+
+        progress, servers, beats, (seconds, micros) = self._read(read)
+        now_ms = int(seconds) * 1000 + int(micros) // 1000
+        gone = frozenset(s for s, status in servers.items() if status != "live")
+        beats_ms = {server: int(at) for server, at in beats.items()}
+        found = {}
+        for field, value in progress.items():
+            owner = parse_progress(value).owner
+            live = is_live(owner, beats_ms, gone, now_ms, self._heartbeat_timeout_ms)
+            if owner != self.server_id and live:
+                found[int(field)] = owner
+        return dict(sorted(found.items()))
+
     def close(self) -> None:
         self.stop_heartbeats()
-        if self._owns_connection:
-            self._redis.close()
+        self._store.close()
 
     def __enter__(self) -> ServerClient:
         return self
@@ -420,32 +413,6 @@ class ServerClient:
 
     def _stamp(self, segment: Segment) -> Segment:
         return segment if segment.server else dataclasses.replace(segment, server=self.server_id)
-
-    def _segment_args(
-        self, added: list[Segment], removed: list[Segment], guard: PublishGuard | None = None
-    ) -> list[str]:
-        event = _dumps(
-            {"add": [s.to_dict() for s in added], "remove": [s.to_dict() for s in removed]}
-        )
-        args = [event, str(len(added)), "" if guard is None else guard.to_json()]
-        for segment in added:
-            key, base = _chunk(segment)
-            start, end = segment.interval.start_ms, segment.interval.end_ms
-            args += [
-                segment.table,
-                segment_key(segment),
-                _dumps(segment.to_dict()),
-                key,
-                str(segment.partition),
-                str(base),
-                interval_key(start, end),
-                segment.version,
-                chunk_key(start, end, segment.version, "first"),
-                str(segment.root_end),
-            ]
-        for segment in removed:
-            args += [segment.table, segment_key(segment)]
-        return args
 
     def _remember_table(self, table: str) -> None:
         """Keep the descriptor of a table someone else registered, to re-publish it if needed."""
@@ -472,46 +439,20 @@ class ServerClient:
             raise
 
     def _read(self, operation: Callable[[redis.Redis], Any]) -> Any:
-        return self._with_retries(lambda: decode_reply(operation(self._redis)))
+        return self._store.read(operation)
 
     def _run(self, name: str, args: list[str]) -> list[Any]:
-        """Run one script, re-publishing first whenever Redis's data set is not ours."""
+        return self._store.run(name, args)
 
-        def attempt() -> list[Any]:
-            for _ in range(5):
-                if self._epoch is None:
-                    self._republish()
-                try:
-                    return self._exec(name, args)
-                except _EpochChanged:
-                    self._epoch = None
-            raise Unavailable("the state store's data set keeps changing; giving up")
+    def _observe_floor(self, reply: list[Any]) -> int | None:
+        """A reply's resume floor (``''``: none); the clock moves to it."""
+        floor = int(reply[0]) if reply and reply[0] else None
+        if floor is not None:
+            self.clock.observe(floor)
+        return floor
 
-        return self._with_retries(attempt)
-
-    def _with_retries(self, operation: Callable[[], Any]) -> Any:
-        return retrying(
-            operation, self._retry_timeout_s, f"Redis is unreachable for server {self.server_id}"
-        )
-
-    def _exec(self, name: str, args: list[str]) -> list[Any]:
-        reply = decode_reply(
-            self._scripts[name](args=[self._keys.prefix, self._epoch or "", self.server_id, *args])
-        )
-        status = reply[0]
-        if status == "EPOCH":
-            raise _EpochChanged(reply[1])
-        if status == "ERR":
-            raise _ERRORS.get(reply[1], Internal)(reply[2])
-        return reply[1:]
-
-    def _republish(self) -> None:
-        """Adopt the data set's epoch (creating it if absent) and publish our whole state again."""
-        candidate = uuid.uuid4().hex
-        reply = decode_reply(
-            self._scripts["ADOPT_EPOCH"](args=[self._keys.prefix, candidate, self.server_id])
-        )
-        self._epoch = reply[1]
+    def _republish(self, execute: Execute) -> None:
+        """Publish our whole state again into a new data set, in causal order."""
         if not (
             self._registered
             or self._tables
@@ -521,20 +462,19 @@ class ServerClient:
             or self._reservations
         ):
             return
-        log.info("server %s re-publishes its state into epoch %s", self.server_id, self._epoch)
+        log.info("server %s re-publishes its state", self.server_id)
         for descriptor in self._tables.values():
-            self._exec("REGISTER_TABLE", [descriptor.name, descriptor.to_json()])
+            execute("REGISTER_TABLE", [descriptor.name, descriptor.to_json()])
         if self._segments:
-            self._exec("SEGMENTS", self._segment_args(list(self._segments.values()), []))
+            execute("SEGMENTS", segment_args(list(self._segments.values()), []))
         for table, owned in list(self._owned.items()):
             kept = set()
             for partition in sorted(owned):
-                event = _dumps({"table": table, "partitions": [partition]})
                 try:
-                    self._exec(
-                        "CLAIM",
-                        [table, str(self._heartbeat_timeout_ms), event, str(partition)],
+                    reply = execute(
+                        "CLAIM", [table, str(self._heartbeat_timeout_ms), str(partition)]
                     )
+                    self._observe_floor(reply)
                     kept.add(partition)
                 except FailedPrecondition as error:
                     log.warning("server %s lost partition on re-publish: %s", self.server_id, error)
@@ -543,26 +483,14 @@ class ServerClient:
         for table, progress in self._progress.items():
             if not progress:
                 continue
-            args = [table, _dumps({"table": table, "progress": _progress_json(progress)})]
-            for partition, (ingested, applied) in sorted(progress.items()):
-                member = lwm_member(min(ingested, applied), partition)
-                args += [str(partition), str(ingested), str(applied), member]
-            self._exec("REPORT", args)
+            args = report_args(table, progress, self._idle.get(table, set()))
+            self._observe_floor(execute("REPORT", args))
         for table, horizon in self._retention.items():
-            event = _dumps({"table": table, "horizon": str(horizon)})
-            self._exec("RETENTION", [table, str(horizon), event])
+            event = dumps({"table": table, "horizon": str(horizon)})
+            execute("RETENTION", [table, str(horizon), event])
         for (table, key), next_free in self._reservations.items():
-            self._exec("RESERVE", [table, key, str(next_free)])
+            execute("RESERVE", [table, key, str(next_free)])
         # Registering comes last: a follower reads "registered in this data set" as "has
         # re-published everything", and keeps carrying the server's old state until then.
         if self._registered:
-            self._exec("REGISTER", [_dumps({"server": self.server_id, "republished": True})])
-
-
-def _progress_json(progress: Mapping[int, tuple[int, int]]) -> dict[str, list[str]]:
-    return {str(p): [str(i), str(a)] for p, (i, a) in sorted(progress.items())}
-
-
-def _check_partition(partition: int) -> None:
-    if not isinstance(partition, int) or not 0 <= partition < OVERWRITE_PARTITION_LIMIT:
-        raise InvalidArgument(f"partition {partition!r} is not in [0, {OVERWRITE_PARTITION_LIMIT})")
+            execute("REGISTER", [dumps({"server": self.server_id, "republished": True})])

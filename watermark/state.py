@@ -19,7 +19,15 @@ from timeline.segment import Segment
 from timeline.timeline import Timeline
 from watermark.catalog import TableDescriptor
 from watermark.keys import parse_progress, segment_key
-from watermark.lwm import MonotonicLwm, PartitionProgress, TableProgress
+from watermark.lwm import (
+    ACTIVE,
+    IDLE,
+    PARKED,
+    Clocks,
+    MonotonicLwm,
+    PartitionProgress,
+    TableProgress,
+)
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +112,13 @@ class ServerState:
     segments: dict[str, dict[str, Segment]] = field(default_factory=dict)
     timelines: dict[str, Timeline] = field(default_factory=dict)
     servers: dict[str, str] = field(default_factory=dict)
+    """server -> ``live``, ``parked`` or ``decommissioned``."""
     heartbeats_ms: dict[str, int] = field(default_factory=dict)
+    server_clocks: dict[str, int] = field(default_factory=dict)
+    """server -> its clock at its last heartbeat: what its idle partitions' LWM follows."""
+    store_ms: int = 0
+    """The state store's clock as of the last event applied (or clock read): what parked
+    partitions' LWM follows. A partition resumed later is resumed above it (spec rule 7)."""
     progress: dict[str, TableProgress] = field(default_factory=dict)
     retention: dict[str, dict[str, int]] = field(default_factory=dict)
     served: dict[str, MonotonicLwm] = field(default_factory=dict)
@@ -128,10 +142,12 @@ class ServerState:
         the served LWM stays monotonic, and, when the data set was lost (new epoch), the state of
         servers that have not re-published yet, so their frozen contribution keeps holding.
         """
-        epoch, seq, now_ms, tables, servers, heartbeats, per_table = reply
+        epoch, seq, now_ms, tables, servers, heartbeats, per_table, *more = reply
         state = cls(epoch=epoch, seq=int(seq), unreadable=dict(unreadable or {}))
+        state.store_ms = int(now_ms)
         state.servers = _pairs(servers)
         state.heartbeats_ms = {k: int(v) for k, v in _pairs(heartbeats).items()}
+        state.server_clocks = {k: int(v) for k, v in _pairs(more[0] if more else []).items()}
         for name, text in _pairs(tables).items():
             state.descriptors[name] = TableDescriptor.from_json(text)
         raw_segments: dict[str, list[Segment]] = {}
@@ -155,9 +171,13 @@ class ServerState:
             state._add_segments(name, raw_segments.get(name, []), int(now_ms))
             floor = previous.served.get(name) if previous is not None else None
             tracker = floor.copy() if floor is not None else MonotonicLwm(name)
-            tracker.observe(state.progress[name].minimum(), int(now_ms) / 1000)
+            tracker.observe(state.progress[name].minimum(state.clocks()), int(now_ms) / 1000)
             state.served[name] = tracker
         return state
+
+    def clocks(self) -> Clocks:
+        """The clocks quiet partitions follow, as this state knows them."""
+        return Clocks(self.server_clocks, self.store_ms)
 
     # -- events ------------------------------------------------------------------------------
 
@@ -167,7 +187,19 @@ class ServerState:
         if handler is None:
             log.warning("ignoring unknown event kind %r", kind)
             return set()
-        return handler(data, server, t_ms)
+        return handler(data, server, t_ms) | self.advance_clock(t_ms)
+
+    def advance_clock(self, store_ms: int) -> set[str]:
+        """The store's clock reached ``store_ms`` with every event before it applied (an event's
+        time, or a clock read at this log position): parked partitions follow it. Returns the
+        tables whose LWM may have moved."""
+        if store_ms <= self.store_ms:
+            return set()
+        self.store_ms = store_ms
+        moved = {table for table, progress in self.progress.items() if progress.has_parked}
+        for table in moved:
+            self._observe(table, store_ms)
+        return moved
 
     def _on_register(self, data: Mapping[str, Any], server: str, t_ms: int) -> set[str]:
         self.servers[server] = "live"
@@ -176,7 +208,14 @@ class ServerState:
 
     def _on_heartbeat(self, data: Mapping[str, Any], server: str, t_ms: int) -> set[str]:
         self.heartbeats_ms[server] = t_ms
-        return set()
+        clock = data.get("clock")
+        if not clock or int(clock) <= self.server_clocks.get(server, 0):
+            return set()
+        self.server_clocks[server] = int(clock)
+        moved = {table for table, progress in self.progress.items() if progress.follows(server)}
+        for table in moved:
+            self._observe(table, t_ms)
+        return moved
 
     def _on_table(self, data: Mapping[str, Any], server: str, t_ms: int) -> set[str]:
         descriptor = TableDescriptor.from_dict(dict(data))
@@ -213,12 +252,35 @@ class ServerState:
         progress = self.progress.get(table)
         if progress is None:
             return set()
-        for partition, (ingested, applied) in data["progress"].items():
-            progress.set(
-                int(partition), PartitionProgress(server, int(ingested), int(applied), t_ms)
-            )
+        idle = {int(p) for p in data.get("idle") or ()}
+        for key, (ingested, applied) in data["progress"].items():
+            partition = int(key)
+            old = progress.get(partition)
+            entry = PartitionProgress(server, int(ingested), int(applied), t_ms)
+            if partition in idle:
+                since = old.since_ms if old is not None and old.state == IDLE else t_ms
+                entry = dataclasses.replace(entry, state=IDLE, since_ms=since)
+            progress.set(partition, entry)
         self._observe(table, t_ms)
         return {table}
+
+    def _on_park(self, data: Mapping[str, Any], server: str, t_ms: int) -> set[str]:
+        if data.get("stops"):
+            self.servers[server] = "parked"
+        touched = set()
+        for table, partitions in (data.get("tables") or {}).items():
+            progress = self.progress.get(table)
+            if progress is None:
+                continue
+            for key, (ingested, applied, since) in partitions.items():
+                old = progress.get(int(key)) or PartitionProgress(server)
+                parked = dataclasses.replace(
+                    old, ingested=int(ingested), applied=int(applied), state=PARKED
+                )
+                progress.set(int(key), dataclasses.replace(parked, since_ms=int(since)))
+            self._observe(table, t_ms)
+            touched.add(table)
+        return touched
 
     def _on_retention(self, data: Mapping[str, Any], server: str, t_ms: int) -> set[str]:
         table = data["table"]
@@ -229,10 +291,11 @@ class ServerState:
 
     def _on_claim(self, data: Mapping[str, Any], server: str, t_ms: int) -> set[str]:
         table = data["table"]
-        return self._set_owner(table, data["partitions"], server, t_ms)
+        return self._set_owner(table, data["partitions"], server, t_ms, data.get("progress"))
 
     def _on_handover(self, data: Mapping[str, Any], server: str, t_ms: int) -> set[str]:
-        return self._set_owner(data["table"], [data["partition"]], data["to"], t_ms)
+        table, partitions = data["table"], [data["partition"]]
+        return self._set_owner(table, partitions, data["to"], t_ms, data.get("progress"))
 
     def _on_decommission(self, data: Mapping[str, Any], server: str, t_ms: int) -> set[str]:
         self.servers[server] = "decommissioned"
@@ -247,19 +310,30 @@ class ServerState:
     # -- helpers -----------------------------------------------------------------------------
 
     def _set_owner(
-        self, table: str, partitions: Iterable[int], owner: str | None, t_ms: int
+        self,
+        table: str,
+        partitions: Iterable[int],
+        owner: str | None,
+        t_ms: int,
+        resumed: Mapping[str, Any] | None = None,
     ) -> set[str]:
+        """A new owner (None: released) for ``partitions``, each active again; ``resumed``
+        names the progress of those a claim or handover resumed."""
         progress = self.progress.get(table)
         if progress is None:
             return set()
         for partition in partitions:
             old = progress.get(int(partition)) or PartitionProgress(None)
-            progress.set(int(partition), dataclasses.replace(old, owner=owner))
+            entry = dataclasses.replace(old, owner=owner, state=ACTIVE, since_ms=None)
+            values = (resumed or {}).get(str(partition))
+            if values is not None:
+                entry = dataclasses.replace(entry, ingested=int(values[0]), applied=int(values[1]))
+            progress.set(int(partition), entry)
         self._observe(table, t_ms)
         return {table}
 
     def _observe(self, table: str, t_ms: int) -> None:
-        self.served[table].observe(self.progress[table].minimum(), t_ms / 1000)
+        self.served[table].observe(self.progress[table].minimum(self.clocks()), t_ms / 1000)
 
     def _add_segments(self, table: str, segments: Iterable[Segment], now_ms: int) -> None:
         stored = self.segments[table]
@@ -395,6 +469,8 @@ def _carry_unpublished(
         state.servers[server] = previous.servers[server]
         if server in previous.heartbeats_ms:
             state.heartbeats_ms[server] = previous.heartbeats_ms[server]
+        if server in previous.server_clocks:
+            state.server_clocks[server] = previous.server_clocks[server]
     for name, descriptor in previous.descriptors.items():
         state.descriptors.setdefault(name, descriptor)
         present = {segment_key(s) for s in raw_segments.get(name, [])}

@@ -4,11 +4,14 @@ An ingestion batch hands one out for the commit it made visible (read-your-write
 answer carries one for the snapshot it read (monotonic reads). A client keeps the highest it has
 seen per table (:func:`merge`) and sends it back; a broker then never reads those tables below it.
 Pure; the text form is ``hz1.`` + URL-safe base64 of a small JSON object, table names lowercased
-(tables resolve case-insensitively, like SQL).
+(tables resolve case-insensitively, like SQL). Several tokens may travel as one string, separated
+by commas (a ``min_snapshot`` of several batches of several tables): they read as their merge.
 
 >>> token = encode({"Accounts": 42})
 >>> decode(merge(token, encode({"accounts": 7, "orders": 9})))
 {'accounts': 42, 'orders': 9}
+>>> decode(token + "," + encode({"orders": 9})) == decode(merge(token, encode({"orders": 9})))
+True
 """
 
 from __future__ import annotations
@@ -39,10 +42,13 @@ def encode(snapshots: Mapping[str, int]) -> str:
 
 
 def decode(token: str) -> dict[str, int]:
-    """``{table: snapshot}`` of a token; the empty token is no constraint. A malformed one is an
-    InvalidArgument that says so (it was not made by Horizon, or was cut)."""
+    """``{table: snapshot}`` of a token (or of comma-separated tokens: their merge); the empty
+    token is no constraint. A malformed one is an InvalidArgument that says so (it was not made
+    by Horizon, or was cut)."""
     if not token:
         return {}
+    if isinstance(token, str) and "," in token and len(token) <= MAX_TOKEN_LENGTH:
+        return decode(merge(*(part.strip() for part in token.split(","))))
     if not isinstance(token, str) or len(token) > MAX_TOKEN_LENGTH or not token.startswith(PREFIX):
         raise InvalidArgument(
             f"{_shown(token)} is not a Horizon snapshot token (they start with {PREFIX!r}, "

@@ -69,10 +69,22 @@ def segment_message(segment: Any) -> pb.Segment:
     return message
 
 
+PARTITION_STATES = {
+    "active": pb.PARTITION_STATE_ACTIVE,
+    "idle": pb.PARTITION_STATE_IDLE,
+    "parked": pb.PARTITION_STATE_PARKED,
+}
+
+
 def laggard_message(laggard: Any) -> pb.Laggard | None:
     if laggard is None:
         return None
-    return pb.Laggard(server=laggard.server, partition=laggard.partition, watermark=laggard.lwm)
+    return pb.Laggard(
+        server=laggard.server,
+        partition=laggard.partition,
+        watermark=laggard.lwm,
+        state=PARTITION_STATES.get(getattr(laggard, "state", "active"), 0),
+    )
 
 
 def table_read_message(read: TableReadInfo) -> pb.TableRead:
@@ -257,6 +269,7 @@ def watermarks_message(report: Any, *, queries_blocked: bool) -> pb.GetWatermark
         stale_servers=list(report.stale_servers),
         staleness_seconds=report.staleness_s,
         queries_blocked=queries_blocked,
+        store_clock_ms=report.store_ms,
     )
     if report.lwm is not None:
         message.lwm = report.lwm
@@ -273,13 +286,18 @@ def watermarks_message(report: Any, *, queries_blocked: bool) -> pb.GetWatermark
                 applied=row.applied if row.applied is not None else 0,
                 watermark=row.lwm if row.lwm is not None else 0,
                 live=row.live,
+                state=PARTITION_STATES[row.state],
+                state_since_ms=row.since_ms or 0,
             )
         )
         servers.setdefault(row.owner or "", []).append(row)
     stale = set(report.stale_servers)
     for server, rows in sorted(servers.items()):
+        status = report.server_status.get(server, "live")
         server_message = pb.ServerWatermark(
             server=server,
+            status="stale" if server in stale else status,
+            clock=report.server_clocks.get(server, 0),
             live=server not in stale and all(row.live for row in rows),
             heartbeat_age_seconds=max(
                 (row.report_age_s for row in rows if row.report_age_s is not None), default=0.0

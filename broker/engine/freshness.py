@@ -65,6 +65,8 @@ def laggards(follower: Any, tables: Iterable[str], snapshot: int) -> str:
         )
         for entry in behind[:MAX_LAGGARDS_NAMED]:
             state = "live" if entry.live else "not heartbeating"
+            if getattr(entry, "state", "active") != "active":
+                state = f"{entry.state}, {state}" if entry.state == "idle" else entry.state
             at = "no progress yet" if entry.lwm is None else f"at {entry.lwm}"
             named.append(
                 f"table {table} partition {entry.partition} on server {entry.owner or '?'} "

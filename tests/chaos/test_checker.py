@@ -172,3 +172,29 @@ def test_undocumented_errors_and_outages_without_a_fault_are_caught() -> None:
     assert kinds(history) == {"unexpected_error": 2}
     history.reads = [failed("FAILED_PRECONDITION", 10.0)]
     assert check(history) == []
+
+
+def test_a_write_committed_below_a_snapshot_served_before_its_batch_began_is_caught() -> None:
+    """A parked table resumed too low: snapshot 35 was served (the quiet table showed k = 2),
+    then a batch began and committed k = 3 at 30, below it: the answer at 35 would change."""
+    history = register_history()
+    history.writes = [
+        Write(REGISTER, "k", 1, 10, started=0.0),
+        Write(REGISTER, "k", 2, 20, started=1.0),
+        Write(REGISTER, "k", 3, 30, started=6.0),
+    ]
+    history.reads = [read(REGISTER, 35, Row("k", 2), at=2.0)]
+    found = check(history)
+    assert count_by_kind(found) == {"commit_below_served": 1, "lost_write": 1}
+    assert "committed at 30" in next(a.detail for a in found if a.kind == "commit_below_served")
+
+
+def test_a_write_whose_batch_began_before_the_read_ended_is_not_below_a_served_snapshot() -> None:
+    history = register_history()
+    history.writes = [
+        Write(REGISTER, "k", 1, 10, started=0.0),
+        Write(REGISTER, "k", 2, 20, started=2.2),  # began while the read was running
+        Write(REGISTER, "k", 3, 40, started=6.0),  # above the snapshot: fine
+    ]
+    history.reads = [read(REGISTER, 35, Row("k", 2), at=2.0)]
+    assert check(history) == []
