@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from ingest.table import TableDefinition
-from watermark.keys import Keys
 from watermark.follower import Follower
+from watermark.keys import Keys
 from watermark.server import ServerClient
 
 COLUMNS = ("user_id", "balance", "seq", "deleted")
