@@ -53,11 +53,11 @@ def key_owners(servers: dict[str, list[int]], keys: int) -> dict[int, str]:
 
 
 def run(duration: float, seed: int, work: Path) -> dict[str, Any]:
-    from broker.client import connect
     from chaos.checker import check, count_by_kind
     from chaos.cluster import BANK, Cluster
     from chaos.faults import Faults
     from chaos.workload import Readers, Writer, history
+    from horizon.client import connect
 
     servers = {"server-1": [0], "server-2": [1]}
     owners = key_owners(servers, ACCOUNTS)

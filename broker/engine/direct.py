@@ -12,12 +12,13 @@ from __future__ import annotations
 import logging
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterator
 from typing import Any
 
 import pyarrow as pa
 
 from broker.config import SparkConfig
+from broker.engine.execution import limited_batches
 from broker.engine.prepared import Prepared
 from broker.spark.direct_read import DirectReader
 
@@ -64,6 +65,26 @@ class DirectLookups:
             if schema is not None:
                 self._schemas.move_to_end(key)
             return schema
+
+    def answer_known_shape(
+        self,
+        prepared: Prepared,
+        direct: Callable[[pa.Schema], pa.Table | None] | None,
+        scope: Any,
+        limits: Any,
+        executor: Any,
+    ) -> Iterator[pa.Schema | pa.RecordBatch] | None:
+        """The answer of a lookup whose shape Spark analysed before, read from the files alone
+        (its schema, then its batches, the result ``limits`` checked), or None: Spark must run
+        it (a new shape, or the reader declined)."""
+        schema = self.known_schema(self.schema_key(prepared)) if direct is not None else None
+        if direct is None or schema is None:
+            return None
+        answer = executor.answer_directly(direct, schema, scope, prepared.files)
+        if answer is None:
+            return None
+        self.answers_without_spark += 1
+        return limited_batches(schema, answer, limits)
 
     def remember_schema(self, key: Hashable | None, schema: pa.Schema) -> None:
         if key is None:

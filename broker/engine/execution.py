@@ -14,7 +14,7 @@ import pyarrow as pa
 from broker.engine.prepared import Prepared
 from broker.engine.result_cache import Recorder
 from broker.spark.failures import UnreadableFiles
-from timeline.errors import Unavailable
+from core.errors import Unavailable
 
 FIRST_FLUSH_BYTES = 4 * 1024 * 1024
 """Result bytes gathered before anything is sent: a smaller result is whole before the header

@@ -21,7 +21,7 @@ import pyarrow as pa
 
 from broker.spark.failures import classify
 from broker.spark.modes import spark_mode
-from timeline.errors import Cancelled, DeadlineExceeded, HorizonError, ResourceExhausted
+from core.errors import Cancelled, DeadlineExceeded, HorizonError, ResourceExhausted
 
 log = logging.getLogger("horizon.broker.spark.executor")
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from broker.spark.scan_layout import VIEW_PREFIX
-from timeline.errors import (
+from core.errors import (
     HorizonError,
     Internal,
     InvalidArgument,

@@ -175,7 +175,7 @@ def rewrite(
     """Check ``sql`` and rewrite every registered-table reference to read its visible versions:
     :func:`parse_query` then :func:`bind`.
 
-    Raises a subclass of ``timeline.errors.HorizonError`` (InvalidArgument, NotFound,
+    Raises a subclass of ``core.errors.HorizonError`` (InvalidArgument, NotFound,
     FailedPrecondition, ResourceExhausted) naming the problem; never lets a parser recursion
     error escape.
     """

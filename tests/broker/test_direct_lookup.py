@@ -17,11 +17,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from broker.api.server import BrokerServer
-from broker.client import HorizonClient, connect
 from broker.spark.direct_read import DirectReader, RowGroupStats, may_be_visible, may_contain
 from broker.spark.failures import UnreadableFiles
 from broker.sql.model import KeyLookup, Predicate
 from broker.sql.passes.find_key_lookup import key_lookup_of
+from core.errors import Unavailable
+from horizon.client import HorizonClient, connect
 from ingest.segments import write_segments
 from ingest.storage import Storage
 from tests.broker.conftest import LWM, BrokerEnv, broker_config, publish_table
@@ -35,7 +36,6 @@ from tests.broker.data import (
     visible,
     write_rows,
 )
-from timeline.errors import Unavailable
 from timeline.interval import Interval
 from timeline.segment import Segment
 

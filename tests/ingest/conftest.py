@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
+from core.keys import Keys
 from ingest.table import TableDefinition
 from watermark.follower import Follower
-from watermark.keys import Keys
 from watermark.server import ServerClient
 
 COLUMNS = ("user_id", "balance", "seq", "deleted")

@@ -22,8 +22,8 @@ import pytest
 
 from broker import cli as broker_cli
 from broker._proto.horizon.v1 import horizon_pb2 as pb
-from broker.client import HorizonClient, connect
 from horizon import IngestServer, tokens
+from horizon.client import HorizonClient, connect
 from ingest.cli import main_ingest
 from tests.ingest import tpch_tables
 from watermark.embedded_redis import free_port

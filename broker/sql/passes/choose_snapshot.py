@@ -6,8 +6,8 @@ from sqlglot import exp
 
 from broker.sql.constants import integer_literal, timestamp_literal
 from broker.sql.errors import InvalidSnapshot, NoLowWatermark, SnapshotOutOfRange
-from broker.sql.hlc import timestamp_to_hlc
 from broker.sql.state import Reference, ReferenceKind, state_of
+from broker.sql.timestamps import timestamp_to_hlc
 
 DEFAULT_SOURCE = "default: min LWM"
 

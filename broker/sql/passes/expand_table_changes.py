@@ -7,8 +7,8 @@ from sqlglot import exp
 from broker.sql.constants import integer_literal, timestamp_literal
 from broker.sql.derived import change_feed_sql
 from broker.sql.errors import InvalidChangeWindow, NoLowWatermark, SnapshotOutOfRange
-from broker.sql.hlc import timestamp_to_hlc
 from broker.sql.state import Reference, ReferenceKind, state_of
+from broker.sql.timestamps import timestamp_to_hlc
 
 
 def _bound(argument: exp.Expression, which: str) -> int:
