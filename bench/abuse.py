@@ -164,7 +164,7 @@ def publish(redis_url: str, root: Path, big_rows: int) -> Any:
 
 
 def _code(error: BaseException | None) -> str:
-    from timeline.errors import HorizonError
+    from core.errors import HorizonError
 
     if error is None:
         return "OK"
@@ -185,7 +185,7 @@ def _timed(call: Callable[[], Any]) -> tuple[str, float]:
 
 def _next_query(target: str, timeout: float = 120.0) -> tuple[bool, float]:
     """Whether (and how soon) another client's trivial query is answered."""
-    from broker.client import connect
+    from horizon.client import connect
 
     started = time.perf_counter()
     deadline = time.monotonic() + timeout
@@ -234,7 +234,7 @@ HOSTILE_SQL: list[tuple[str, str, tuple[str, ...]]] = [
 
 
 def hostile_run(target: str, root: Path) -> list[Outcome]:
-    from broker.client import connect
+    from horizon.client import connect
     from watermark import tokens
 
     outcomes: list[Outcome] = []
@@ -315,7 +315,7 @@ def _spark_section(master: str) -> str:
 
 def recovery_times(target: str, kill: Callable[[], None]) -> dict[str, float | None]:
     """Seconds until the next query answers after a cancel, a deadline and a killed JVM."""
-    from broker.client import connect
+    from horizon.client import connect
 
     times: dict[str, float | None] = {}
     with connect(target, TOKEN, monotonic=False) as client:

@@ -177,8 +177,8 @@ def modes_side_by_side(
 ) -> dict[str, Any]:
     """The point query and the full aggregate through the local broker, a broker on a standalone
     cluster and one over Spark Connect, one after another in each round (the cache skipped)."""
-    from broker.client import connect
     from broker.spark.local_cluster import BrokerProcess, ConnectServer, StandaloneCluster
+    from horizon.client import connect
 
     cluster_conf = (
         '[spark.conf]\n"spark.cores.max" = "2"\n"spark.executor.memory" = "1g"\n'
@@ -238,9 +238,9 @@ def main(argv: list[str] | None = None) -> int:
     iterations = 40 if args.quick else 200
 
     from broker.api.server import BrokerServer
-    from broker.client import connect
     from broker.config import config_from_mapping
     from core.spark_session import create_spark_session
+    from horizon.client import connect
     from tests.processes import RedisProcess
 
     workdir = Path(tempfile.mkdtemp(prefix="horizon-bench-broker-"))

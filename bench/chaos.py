@@ -35,7 +35,10 @@ SETTLE_TIMEOUT_S = 240.0
 
 def key_owners(servers: dict[str, list[int]], keys: int) -> dict[int, str]:
     """Which server owns each key (0..keys-1) by key partition, computed by the same Spark code
-    ingestion uses (a short local session)."""
+    ingestion uses (a short local session; none when one server owns every partition)."""
+    if len(servers) == 1:
+        (only,) = servers
+        return dict.fromkeys(range(keys), only)
     from chaos.cluster import KEY_PARTITIONS
     from core.spark_session import create_spark_session
     from ingest.partitioning import partitions_of
@@ -52,16 +55,16 @@ def key_owners(servers: dict[str, list[int]], keys: int) -> dict[int, str]:
     return {key: by_partition[partition] for key, partition in enumerate(found)}
 
 
-def run(duration: float, seed: int, work: Path) -> dict[str, Any]:
-    from broker.client import connect
+def run(duration: float, seed: int, work: Path, *, servers: int = 2) -> dict[str, Any]:
     from chaos.checker import check, count_by_kind
     from chaos.cluster import BANK, Cluster
     from chaos.faults import Faults
     from chaos.workload import Readers, Writer, history
+    from horizon.client import connect
 
-    servers = {"server-1": [0], "server-2": [1]}
-    owners = key_owners(servers, ACCOUNTS)
-    cluster = Cluster(work, servers)
+    owned = _partitions(servers)
+    owners = key_owners(owned, ACCOUNTS)
+    cluster = Cluster(work, owned)
     writer = Writer(work, owners, seed)
     started = time.monotonic()
     cluster.start()
@@ -199,17 +202,28 @@ def print_report(results: dict[str, Any]) -> None:
         print(f"  {line}")
 
 
+def _partitions(servers: int) -> dict[str, list[int]]:
+    """The two key partitions of the bank, spread over ``servers`` ingestion servers (one or two:
+    one server keeps a short run to three JVMs on a small machine)."""
+    if servers not in (1, 2):
+        raise SystemExit("--servers must be 1 or 2")
+    if servers == 1:
+        return {"server-1": [0, 1]}
+    return {"server-1": [0], "server-2": [1]}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--duration", type=float, default=60.0, help="seconds of workload")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--servers", type=int, default=2, help="ingestion servers (1 or 2)")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
     parser.add_argument("--no-results", action="store_true", help="do not write chaos.json")
     parser.add_argument("--json", type=Path, help="also write the results to this file")
     args = parser.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="horizon-chaos-"))
     try:
-        results = run(args.duration, args.seed, work)
+        results = run(args.duration, args.seed, work, servers=args.servers)
     finally:
         if args.keep:
             print(f"work directory kept: {work}")

@@ -80,9 +80,9 @@ def main(argv: list[str] | None = None) -> int:
     import pyarrow.flight as fl
 
     from broker.api.server import BrokerServer
-    from broker.client import connect
     from broker.config import config_from_mapping
     from core.spark_session import create_spark_session
+    from horizon.client import connect
     from tests.processes import RedisProcess
 
     workdir = Path(tempfile.mkdtemp(prefix="horizon-bench-flight-"))

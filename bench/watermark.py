@@ -17,11 +17,12 @@ from typing import Any
 import redis
 
 from bench.report import print_table, summarize, write_results
+from core.redis_calls import connect
 from tests.processes import RedisProcess
 from watermark.catalog import ColumnSpec, TableDescriptor
 from watermark.follower import Follower
 from watermark.read import read_table_lwm
-from watermark.server import ServerClient, connect
+from watermark.server import ServerClient
 
 
 def descriptor(name: str) -> TableDescriptor:

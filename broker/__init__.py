@@ -11,6 +11,8 @@ Along the query path, each room importing only the rooms after it:
   layout, direct reads of segment files, failures by type, the session supervisor.
 
 Beside them, used by all: :mod:`broker.config` (the one typed configuration) and
-:mod:`broker.grants` (what an identity may read). The client, its rendering and the ``horizon``
-command are the product's shell around the broker.
+:mod:`broker.grants` (what an identity may read); :mod:`broker.flight` is the second door (Arrow
+Flight SQL) on the same engine. The order, checked by ``tests/test_layout.py``: sql < grants <
+config < spark < engine < api, flight. The client, its rendering and the ``horizon`` command live
+above the broker, in :mod:`horizon`.
 """

@@ -60,7 +60,7 @@ from typing import Any, Literal
 
 from broker.grants import ALL_TABLES, TokenGrant
 from broker.sql.model import WorkBudget
-from timeline.errors import InvalidArgument
+from core.errors import InvalidArgument
 
 RegressionPolicy = Literal["keep", "fail"]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from timeline.errors import InvalidArgument, NotFound, PermissionDenied
+from core.errors import InvalidArgument, NotFound, PermissionDenied
 
 ALL_TABLES = "*"
 

@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import argparse
 import logging
-import sys
 import time
 import uuid
 from collections.abc import Sequence
 
-from timeline.errors import HorizonError, InvalidArgument
+from core.commands import key_value_pairs, run_command
+from core.errors import InvalidArgument
 from timeline.interval import Interval
 
 log = logging.getLogger("horizon.compact")
@@ -61,15 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main_compact(argv: Sequence[str] | None = None) -> int:
     """Entry point for ``horizon compact``; returns the process exit code."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    args = build_parser().parse_args(argv)
-    try:
-        return _run(args)
-    except HorizonError as error:
-        print(f"horizon compact: {error}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        return 130
+    return run_command("horizon compact", build_parser(), _run, argv)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -78,7 +70,6 @@ def _run(args: argparse.Namespace) -> int:
     from compaction.reclaim import ReclaimSettings, reclaim
     from compaction.run import Compactor
     from core.spark_session import create_spark_session
-    from ingest.cli import key_value_pairs
     from ingest.table import TableDefinition
     from watermark.server import ServerClient
 

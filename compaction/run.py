@@ -38,6 +38,7 @@ from compaction.plan import (
     tiling,
     visible_by_chunk,
 )
+from core.errors import FailedPrecondition, Internal, InvalidArgument
 from ingest.compaction_records import compaction_record_dir
 from ingest.local_frames import local_frame
 from ingest.resolve import segment_schema, stored_columns
@@ -47,7 +48,6 @@ from ingest.storage import Storage
 from ingest.table import TableDefinition
 from locks.client import DEFAULT_LEASE_S, JobLocks, LockClient
 from locks.rules import COMPACTION_PRIORITY
-from timeline.errors import FailedPrecondition, Internal, InvalidArgument
 from timeline.fallback import merged_bound
 from timeline.interval import Interval
 from timeline.segment import Segment

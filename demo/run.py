@@ -12,7 +12,6 @@ check passed.
 from __future__ import annotations
 
 import logging
-import re
 import shutil
 import tempfile
 import time
@@ -30,25 +29,18 @@ from rich.panel import Panel
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from core.errors import HorizonError, Internal
+from core.hlc import format_snapshot
 from demo.generator import AccountsChangelog, GeneratorConfig
-from demo.pictures import day, timeline_picture
-from timeline.errors import HorizonError, Internal
-from timeline.interval import format_instant
-from watermark.hlc import hlc_physical_ms
+from demo.pinot_example import show_pinot_example
+from demo.tour import ACCOUNTS, show_explain, show_flight_sql, show_time_travel, show_timeline
 
-ACCOUNTS = "accounts"
-PINOT_UPSERT = "pinot_balances"
-PINOT_LOG = "pinot_balances_log"
 FAST, SLOW = "server-1", "server-2"
 INVARIANT_SQL = (
     "SELECT COUNT(*) AS accounts, SUM(balance) AS total, "
     "COUNT(*) - COUNT(DISTINCT account_id) AS duplicate_keys FROM accounts"
 )
 CHECKSUM_SQL = "SELECT SUM(balance * (account_id % 9973 + 1)) AS checksum FROM accounts"
-EXPLAINED_SQL = (
-    "SELECT owner, SUM(balance) AS total FROM accounts WHERE balance > 2000 "
-    "GROUP BY owner ORDER BY total DESC LIMIT 5"
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,12 +94,12 @@ def run_demo(
     console = console or Console()
     logging.getLogger("ingest").setLevel(logging.WARNING)
     with ExitStack() as stack:
-        demo = _Demo(options, console, stack, spark)
+        demo = Demo(options, console, stack, spark)
         demo.run()
         return demo.report
 
 
-class _Demo:
+class Demo:
     def __init__(self, options: DemoOptions, console: Console, stack: ExitStack, spark: Any):
         self.options = options
         self.console = console
@@ -126,14 +118,14 @@ class _Demo:
     def run(self) -> None:
         started = time.perf_counter()
         self._title()
-        with self._step("Starting Redis, Spark and the broker"):
+        with self.step("Starting Redis, Spark and the broker"):
             self._start_services()
-        self._pinot_example()
+        show_pinot_example(self)
         self._accounts()
-        self._time_travel_and_changes()
-        self._timeline()
-        self._explain()
-        self._flight_sql()
+        show_time_travel(self)
+        show_timeline(self)
+        show_explain(self)
+        show_flight_sql(self)
         self._compaction()
         self.report.timings["total_s"] = time.perf_counter() - started
         self._summary()
@@ -152,9 +144,9 @@ class _Demo:
 
     def _start_services(self) -> None:
         from broker.api.server import BrokerServer
-        from broker.client import connect
         from broker.config import config_from_mapping
         from core.spark_session import create_spark_session
+        from horizon.client import connect
         from watermark.embedded_redis import EmbeddedRedis
 
         if self.options.redis_url:
@@ -199,61 +191,6 @@ class _Demo:
 
     # -- 1. the Pinot design's example -----------------------------------------------------------
 
-    def _pinot_example(self) -> None:
-        from ingest.job import IngestJob
-        from ingest.table import TableDefinition
-
-        self._heading("1. The Pinot design's example: average balance with and without upsert")
-        columns = {"user_id": "string", "balance": "bigint", "seq": "bigint"}
-        upsert = TableDefinition.from_dict(
-            {
-                "name": PINOT_UPSERT,
-                "columns": columns,
-                "primary_key": ["user_id"],
-                "comparison": ["seq"],
-                "storage_root": str(self.storage),
-            }
-        )
-        log = TableDefinition.from_dict(
-            {
-                "name": PINOT_LOG,
-                "mode": "append",
-                "columns": columns,
-                "storage_root": str(self.storage),
-            }
-        )
-        server = self._server_client("pinot-server")
-        jobs = [IngestJob(self.spark, table, server).start() for table in (upsert, log)]
-        steps = [
-            [("abc-12", 100, 1), ("abc-13", 102, 2)],
-            [("abc-12", 200, 3)],
-            [("abc-13", 300, 4)],
-        ]
-        expected = [(101.0, 101.0), (151.0, 134.0), (250.0, 175.5)]
-        view = Table("after", "rows arrived", "avg with upsert", "avg without upsert", "expected")
-        for number, (rows, (with_upsert, without)) in enumerate(
-            zip(steps, expected, strict=True), start=1
-        ):
-            frame = self.spark.createDataFrame(rows, "user_id string, balance bigint, seq bigint")
-            for job in jobs:
-                result = job.run_batch(frame, sources=[f"pinot-step-{number}"])
-                self._wait_for_progress(job.table.name, server.server_id, result.high)
-            got_upsert = self._scalar(f"SELECT AVG(balance) FROM {PINOT_UPSERT}")
-            got_log = self._scalar(f"SELECT AVG(balance) FROM {PINOT_LOG}")
-            view.add_row(
-                f"step {number}",
-                ", ".join(f"{user}={balance}" for user, balance, _ in rows),
-                f"{got_upsert:g}",
-                f"{got_log:g}",
-                f"{with_upsert:g} / {without:g}",
-            )
-            self._check(
-                f"Pinot example step {number}",
-                (got_upsert, got_log) == (with_upsert, without),
-                f"avg {got_upsert:g} with upsert, {got_log:g} without",
-            )
-        self.console.print(view)
-
     # -- 2. accounts under a stream of changes ---------------------------------------------------
 
     def _accounts(self) -> None:
@@ -262,7 +199,7 @@ class _Demo:
         from ingest.table import TableDefinition
 
         options = self.options
-        self._heading(
+        self.heading(
             "2. Accounts: transfers, closes and late records, one server lagging on purpose"
         )
         table = TableDefinition.from_dict(
@@ -287,7 +224,7 @@ class _Demo:
                 "storage_root": str(self.storage),
             }
         )
-        with self._step("Assigning accounts to key partitions"):
+        with self.step("Assigning accounts to key partitions"):
             partition_of = partitions_of(
                 self.spark,
                 [(account,) for account in range(options.accounts)],
@@ -312,7 +249,7 @@ class _Demo:
             SLOW: list(range(half, options.key_partitions)) or [0],
         }
         self.jobs = {
-            name: IngestJob(self.spark, table, self._server_client(name), partitions=parts)
+            name: IngestJob(self.spark, table, self.server_client(name), partitions=parts)
             for name, parts in owned.items()
         }
         self.console.print(
@@ -329,7 +266,7 @@ class _Demo:
                 progress.update(task, description=f"initial load on {name}")
                 self._ingest(name)
                 progress.advance(task)
-        lwm = self._lwm()
+        lwm = self.lwm()
         self.report.lwm_history.append(("initial load", lwm))
         self._check_books("after the initial load", lwm, expected_total, exact=True)
         for number in range(1, options.batches + 1):
@@ -343,31 +280,33 @@ class _Demo:
                 task = progress.add_task(f"batch {number}: {batch.num_rows:,} changes on {FAST}")
                 self._ingest(FAST)
                 progress.update(task, completed=1, total=1)
-            held = self._lwm()
+            held = self.lwm()
             marks = self.client.watermarks(ACCOUNTS)
             laggard = marks.laggard.server if marks.HasField("laggard") else "-"
             self.console.print(
                 f"  batch {number}: {FAST} is done, {SLOW} is still reading it: "
-                f"LWM {held} (was {lwm}), held back by [bold]{laggard}[/bold]"
+                f"LWM {format_snapshot(held)} (was {format_snapshot(lwm)}), held back by "
+                f"[bold]{laggard}[/bold]"
             )
-            self._check(
+            self.check(
                 f"batch {number}: the laggard holds the LWM back",
                 laggard == SLOW and held == began,
-                f"LWM stayed at {held} where {SLOW} began, laggard {laggard}",
+                f"LWM stayed at {format_snapshot(held)} where {SLOW} began, laggard {laggard}",
             )
             self._check_books(f"batch {number}, {SLOW} lagging", held, expected_total, exact=False)
             with self._progress() as progress:
                 task = progress.add_task(f"batch {number}: {SLOW} catching up")
                 self._ingest(SLOW)
                 progress.update(task, completed=1, total=1)
-            lwm_after = self._lwm()
+            lwm_after = self.lwm()
             self.console.print(
-                f"  batch {number}: {SLOW} caught up: LWM jumps {held} -> [bold]{lwm_after}[/bold]"
+                f"  batch {number}: {SLOW} caught up: LWM jumps {format_snapshot(held)} -> "
+                f"[bold]{format_snapshot(lwm_after)}[/bold]"
             )
-            self._check(
+            self.check(
                 f"batch {number}: the LWM jumps forward when the laggard catches up",
                 lwm_after > held,
-                f"{held} -> {lwm_after}",
+                f"{format_snapshot(held)} -> {format_snapshot(lwm_after)}",
             )
             self.report.lwm_history.append((f"after batch {number}", lwm_after))
             self._check_books(f"after batch {number}", lwm_after, expected_total, exact=True)
@@ -382,7 +321,7 @@ class _Demo:
     def _ingest(self, server: str) -> None:
         job = self.jobs[server]
         result = job.run_directory(str(self.changelog_dir), "parquet")
-        self._wait_for_progress(ACCOUNTS, server, result.high)
+        self.wait_for_progress(ACCOUNTS, server, result.high)
 
     def _check_books(self, label: str, lwm: int, expected_total: int, *, exact: bool) -> None:
         result = self.client.execute(INVARIANT_SQL)
@@ -391,18 +330,18 @@ class _Demo:
         # Idle servers' LWM follows their clocks: the query reads at the LWM of its moment.
         ok = row["total"] == expected_total and row["duplicate_keys"] == 0 and snapshot >= lwm
         detail = (
-            f"snapshot {snapshot}: {row['accounts']:,} accounts, total {row['total']:,} "
+            f"snapshot {format_snapshot(snapshot)}: {row['accounts']:,} accounts, total {row['total']:,} "
             f"(expected {expected_total:,}), {row['duplicate_keys']} keys with two versions"
         )
         self.console.print(("  [green]✓[/green] " if ok else "  [red]✗[/red] ") + detail)
-        self._check(f"invariant {label}", ok, detail)
+        self.check(f"invariant {label}", ok, detail)
         if exact:
             balances = self.generator.balances
             weights = np.arange(len(balances), dtype=np.int64) % 9973 + 1
             expected = int((balances * weights).sum())
-            got = self._scalar(CHECKSUM_SQL)
+            got = self.scalar(CHECKSUM_SQL)
             count_ok = row["accounts"] == self.generator.open_accounts
-            self._check(
+            self.check(
                 f"exact books {label}",
                 got == expected and count_ok,
                 f"checksum {got} vs generator {expected}; {row['accounts']:,} accounts vs "
@@ -410,165 +349,20 @@ class _Demo:
             )
 
     def _print_lwm_history(self) -> None:
-        view = Table("moment", "low-watermark (HLC)", "wall clock")
+        view = Table("moment", "low-watermark", "as an integer (SQL's VERSION AS OF)")
         for label, lwm in self.report.lwm_history:
-            view.add_row(label, str(lwm), format_instant(hlc_physical_ms(lwm)))
+            view.add_row(label, format_snapshot(lwm), str(lwm))
         self.console.print(view)
 
     # -- 3. time travel and the change feed ------------------------------------------------------
-
-    def _time_travel_and_changes(self) -> None:
-        self._heading("3. Time travel and the change feed")
-        history = self.report.lwm_history
-        if len(history) < 3:
-            self.console.print("  (needs at least two batches)")
-            return
-        (_, first), (_, second) = history[1], history[2]
-        sql = f"SELECT COUNT(*) AS accounts, SUM(balance) AS total FROM accounts VERSION AS OF {first}"
-        answers = [self.client.query(sql).to_pylist()[0] for _ in range(2)]
-        self.console.print(
-            f"  VERSION AS OF {first} (after batch 1): {answers[0]['accounts']:,} accounts, "
-            f"total {answers[0]['total']:,}"
-        )
-        self._check(
-            "time travel is repeatable and consistent",
-            answers[0] == answers[1] and answers[0]["total"] == self.generator.config.total,
-            f"{answers[0]} twice",
-        )
-        changes_sql = (
-            f"SELECT _change_type, COUNT(*) AS changes FROM table_changes('accounts', {first}, "
-            f"{second}) GROUP BY _change_type ORDER BY _change_type"
-        )
-        changes = {
-            row["_change_type"]: row["changes"]
-            for row in self.client.query(changes_sql).to_pylist()
-        }
-        view = Table(f"change type in ({first}, {second}]", "changes")
-        for kind, count in changes.items():
-            view.add_row(kind, f"{count:,}")
-        self.console.print(view)
-        closes = self.closes[1]
-        self._check(
-            "change feed of batch 2 matches the changelog",
-            changes.get("delete", 0) == closes
-            and changes.get("update_preimage", 0) == changes.get("update_postimage", 0)
-            and changes.get("insert", 0) == 0,
-            f"{changes}; {closes} accounts closed in batch 2",
-        )
-
-    # -- 4. the timeline -------------------------------------------------------------------------
-
-    def _timeline(self) -> None:
-        from broker.render import STATE_NAMES, timeline_svg
-
-        self._heading("4. The timeline of the accounts table")
-        timeline = self.client.timeline(ACCOUNTS, include_overshadowed=True)
-        self.console.print(timeline_picture(timeline, STATE_NAMES))
-        view = Table(
-            "time chunk",
-            "complete",
-            "read",
-            "visible",
-            "standby",
-            "overshadowed",
-            "segments",
-            title=f"states (timeline generation {timeline.timeline_generation})",
-        )
-        for chunk in timeline.chunks:
-            counts = {"visible": 0, "standby": 0, "overshadowed": 0}
-            for group in chunk.groups:
-                counts[STATE_NAMES.get(group.state, "standby")] += 1
-            view.add_row(
-                day(chunk.interval.start_ms),
-                "yes" if chunk.complete else "no",
-                "yes" if chunk.queried else "no",
-                str(counts["visible"]),
-                str(counts["standby"]),
-                str(counts["overshadowed"]),
-                str(sum(len(group.segments) for group in chunk.groups)),
-            )
-        self.console.print(view)
-        picture = self.options.picture or self.workdir / "accounts-timeline.svg"
-        picture.write_text(timeline_svg(timeline))
-        self.console.print(f"  picture written to {picture}")
-        overwrites = sum(
-            1
-            for chunk in timeline.chunks
-            for group in chunk.groups
-            if group.minor_version > 0 and STATE_NAMES.get(group.state) == "visible"
-        )
-        self._check(
-            "superseded versions are closed by visible overwrite segments",
-            overwrites > 0 and all(chunk.queried for chunk in timeline.chunks if chunk.complete),
-            f"{overwrites} visible overwrite groups (minor version >= 1) in "
-            f"{len(timeline.chunks)} time chunks",
-        )
-
-    # -- 5. explain ------------------------------------------------------------------------------
-
-    def _explain(self) -> None:
-        from broker.render import print_explain
-
-        self._heading("5. What Spark runs: the rewritten SQL of one query")
-        self.console.print(f"  client SQL: [cyan]{EXPLAINED_SQL}[/cyan]")
-        explain = self.client.explain(EXPLAINED_SQL)
-        print_explain(self.console, explain)
-        history = self.report.lwm_history
-        if len(history) < 2:
-            return
-        # At the LWM, settled files of open versions need no test; an earlier snapshot must
-        # test every version's validity.
-        first = history[1][1]
-        travel = self.client.explain(
-            EXPLAINED_SQL.replace("FROM accounts", f"FROM accounts VERSION AS OF {first}")
-        )
-        predicate = f"validFrom <= {first} AND (validUntil IS NULL OR validUntil > {first})"
-        views = set(re.findall(r"__horizon_\w+", explain.rewritten_sql))
-        self.console.print(
-            f"  at VERSION AS OF {first}, every scan tests: [cyan]{predicate}[/cyan]"
-        )
-        self._check(
-            "explain: a past snapshot tests every version's validity",
-            predicate in travel.rewritten_sql,
-            f"{travel.rewritten_sql.count(predicate)} scan(s) with the full predicate at "
-            f"{first}; at the LWM the query reads {', '.join(sorted(views))}",
-        )
-
-    # -- 6. any Arrow tool: Flight SQL ---------------------------------------------------------
-
-    def _flight_sql(self) -> None:
-        self._heading("6. Any Arrow tool: the same snapshot through Flight SQL (ADBC)")
-        try:
-            import adbc_driver_flightsql.dbapi as flight_sql
-        except ImportError:
-            self.console.print("  (adbc-driver-flightsql is not installed: pip install '.[dev]')")
-            return
-        sql = f"SELECT count(*) AS open_accounts, sum(balance) AS total FROM {ACCOUNTS}"
-        uri = f"grpc://{self.broker.flight_target}"
-        with flight_sql.connect(uri) as connection, connection.cursor() as cursor:
-            cursor.execute(sql)
-            answer = cursor.fetch_arrow_table()
-        snapshot = int(answer.schema.metadata[b"horizon.snapshot"])
-        native = self.client.query(f"{sql} VERSION AS OF {snapshot}")
-        self.console.print(
-            f"  adbc_driver_flightsql.dbapi.connect([cyan]{uri!r}[/cyan]).cursor().execute(...)\n"
-            f"  {answer.to_pylist()[0]} at snapshot {snapshot} "
-            f"(schema metadata horizon.snapshot_token = "
-            f"{answer.schema.metadata[b'horizon.snapshot_token'].decode()})"
-        )
-        self._check(
-            "Flight SQL (ADBC) answers as ExecuteQuery at the same snapshot",
-            answer.to_pylist() == native.to_pylist(),
-            f"{answer.to_pylist()[0]} at {snapshot} through {uri}",
-        )
 
     # -- 7. compaction while queries run ---------------------------------------------------------
 
     def _compaction(self) -> None:
         from demo.compaction import compaction_while_querying
 
-        self._heading("7. Compaction while queries run")
-        snapshots = [self._lwm()]
+        self.heading("7. Compaction while queries run")
+        snapshots = [self.lwm()]
         if len(self.report.lwm_history) > 1:
             snapshots.append(self.report.lwm_history[1][1])
         compaction_while_querying(
@@ -578,7 +372,7 @@ class _Demo:
             table=self.accounts_table,
             snapshots=snapshots,
             console=self.console,
-            check=self._check,
+            check=self.check,
             picture=self.workdir / "accounts-compacted.svg",
         )
 
@@ -600,7 +394,7 @@ class _Demo:
             f"in {self.report.timings['total_s']:.0f} s"
         )
 
-    def _server_client(self, name: str) -> Any:
+    def server_client(self, name: str) -> Any:
         from watermark.server import ServerClient
 
         client = ServerClient(self.redis_url, name)
@@ -610,7 +404,7 @@ class _Demo:
         self.stack.callback(client.stop_heartbeats)
         return client
 
-    def _wait_for_progress(self, table: str, server: str, high: int, timeout: float = 30.0) -> None:
+    def wait_for_progress(self, table: str, server: str, high: int, timeout: float = 30.0) -> None:
         """Wait until the broker has seen ``server`` report ``high`` on every partition it owns."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -621,24 +415,24 @@ class _Demo:
             time.sleep(0.05)
         raise Internal(f"the broker did not see {server}'s progress on {table} within {timeout}s")
 
-    def _lwm(self) -> int:
+    def lwm(self) -> int:
         marks = self.client.watermarks(ACCOUNTS)
         if not marks.HasField("lwm"):
             raise Internal("the accounts table has no low-watermark")
         return marks.lwm
 
-    def _scalar(self, sql: str) -> Any:
+    def scalar(self, sql: str) -> Any:
         table = self.client.query(sql)
         return table.column(0)[0].as_py()
 
-    def _check(self, name: str, passed: bool, detail: str) -> None:
+    def check(self, name: str, passed: bool, detail: str) -> None:
         self.report.checks.append(Check(name, bool(passed), detail))
 
-    def _heading(self, text: str) -> None:
+    def heading(self, text: str) -> None:
         self.console.rule(f"[bold]{text}")
 
     @contextmanager
-    def _step(self, text: str) -> Iterator[None]:
+    def step(self, text: str) -> Iterator[None]:
         with self.console.status(text):
             started = time.perf_counter()
             yield

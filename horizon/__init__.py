@@ -16,24 +16,42 @@ served meanwhile::
         everything = server.token()                      # covers every table served
 
 Snapshot tokens (:mod:`horizon.tokens`) merge: ``tokens.merge(a, b)`` reads at or after both.
-The query client is :func:`broker.client.connect` (it takes one token, or a list, as
-``min_snapshot``).
+Queries go through :func:`connect` (:mod:`horizon.client`; it takes one token, or a list, as
+``min_snapshot``)::
+
+    from horizon import connect
+
+    with connect("127.0.0.1:50051", token="...") as client:
+        table = client.query("SELECT * FROM orders", min_snapshot=everything)
+
+The package is also the ``horizon`` command (:mod:`horizon.cli`) and its rendering
+(:mod:`horizon.render`). Names load on first use, so a client never imports Spark.
 """
 
 from __future__ import annotations
 
-from horizon import tokens
-from ingest.job import BatchResult
-from ingest.server import IngestServer
-from ingest.server_config import ServerConfig, TableSource, load_server_config
-from ingest.table import TableDefinition
+import importlib
+from typing import Any
 
-__all__ = [
-    "BatchResult",
-    "IngestServer",
-    "ServerConfig",
-    "TableDefinition",
-    "TableSource",
-    "load_server_config",
-    "tokens",
-]
+_EXPORTS = {
+    "BatchResult": "ingest.job",
+    "IngestServer": "ingest.server",
+    "ServerConfig": "ingest.server_config",
+    "TableSource": "ingest.server_config",
+    "load_server_config": "ingest.server_config",
+    "TableDefinition": "ingest.table",
+    "HorizonClient": "horizon.client",
+    "connect": "horizon.client",
+    "tokens": "horizon.tokens",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'horizon' has no attribute {name!r}")
+    if name == "tokens":
+        return importlib.import_module(module)
+    return getattr(importlib.import_module(module), name)

@@ -12,10 +12,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from core.errors import LockConflict
 from ingest.granularity import Granularity, chunk_interval, chunks_between
 from ingest.locking import TransactionLocks
 from ingest.table import TableDefinition
-from timeline.errors import LockConflict
 from watermark.server import ServerClient
 
 _ALLOCATION_ATTEMPTS = 3

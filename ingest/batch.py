@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from core.errors import Internal
 from ingest.allocation import allocate_partitions, segment_slots
 from ingest.bucketing import (
     BUCKET_COLUMN,
@@ -57,7 +58,6 @@ from ingest.segments import (
     unique_key,
     write_segments,
 )
-from timeline.errors import Internal
 
 
 @dataclass(frozen=True, slots=True)

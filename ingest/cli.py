@@ -31,12 +31,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from timeline.errors import FailedPrecondition, HorizonError, InvalidArgument
+from core.commands import EXIT_INTERRUPTED, key_value_pairs, run_command
+from core.errors import FailedPrecondition, InvalidArgument
 
 log = logging.getLogger("horizon.ingest")
 EXIT_TABLE_FAILED = 1
-EXIT_REFUSED = 2
-EXIT_INTERRUPTED = 130
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -72,30 +71,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def key_value_pairs(items: Sequence[str], what: str) -> dict[str, str]:
-    """``KEY=VALUE`` options (``--spark-conf``, ``--source-option``) as a dict; ``what`` names the
-    option in the error a malformed one gets. Shared by every ``horizon`` command that takes them."""
-    result = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise InvalidArgument(f"{what} {item!r}: expected KEY=VALUE")
-        result[key] = value
-    return result
-
-
 def main_ingest(argv: Sequence[str] | None = None) -> int:
     """Entry point for ``horizon ingest``; returns the process exit code."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    logging.getLogger("py4j").setLevel(logging.WARNING)  # one line per Py4J connection otherwise
-    args = build_parser().parse_args(argv)
-    try:
-        return _run(args)
-    except HorizonError as error:
-        print(f"horizon ingest: {error}", file=sys.stderr)
-        return EXIT_REFUSED
-    except KeyboardInterrupt:
-        return EXIT_INTERRUPTED
+    return run_command("horizon ingest", build_parser(), _run, argv)
 
 
 def server_config_of(args: argparse.Namespace) -> Any:

@@ -14,11 +14,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from core.hlc import HybridLogicalClock
 from ingest.granularity import spark_chunk_start
 from ingest.local_frames import local_frame
 from ingest.resolve import SOURCE_FILE
 from ingest.table import TableDefinition
-from watermark.hlc import HybridLogicalClock
 
 
 @dataclass(frozen=True, slots=True, order=True)

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
-from timeline.errors import InvalidArgument
+from core.errors import InvalidArgument
 from timeline.interval import Interval
 
 _MINUTE = 60_000

@@ -29,6 +29,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from core.errors import HorizonError, InvalidArgument
+from core.hlc import HybridLogicalClock
 from ingest import changelog, recovery, update_run, upkeep
 from ingest.batch import write_batch
 from ingest.commit import CommitProtocol, IngestCommit
@@ -40,10 +42,8 @@ from ingest.storage import Storage
 from ingest.table import TableDefinition
 from locks.client import DEFAULT_LEASE_S, LockRenewer
 from locks.rules import STREAMING_INGESTION_PRIORITY
-from timeline.errors import HorizonError, InvalidArgument
 from timeline.segment import Segment
 from watermark import tokens
-from watermark.hlc import HybridLogicalClock
 from watermark.server import ServerClient
 
 __all__ = ["STEPS", "BatchResult", "IngestJob", "SimulatedCrash"]

@@ -14,12 +14,12 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from core.errors import Internal
 from ingest.bucketing import BUCKET_COLUMN, BucketLayout, bucket_column
 from ingest.manifest import KeyIndexVersion
 from ingest.resolve import empty_index, index_entries, resolution_schema, with_derived_columns
 from ingest.storage import Storage
 from ingest.table import TableDefinition
-from timeline.errors import Internal
 
 MAX_INDEX_LEVELS = 8
 """Key index levels of a partition before a batch writes its full index again."""

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 
+from core.errors import Internal, LockConflict
 from ingest.table import TableDefinition
 from ingest.updater import Target, UpdatePlan, current_segments, plan_updates
 from locks.client import DEFAULT_LEASE_S, JobLocks, LockClient, LockRenewer
 from locks.rules import PublishGuard
-from timeline.errors import Internal, LockConflict
 from timeline.interval import Interval
 from timeline.segment import Segment
 from watermark.server import ServerClient

@@ -36,8 +36,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from core.errors import Internal, Unavailable
 from ingest.storage import Storage
-from timeline.errors import Internal, Unavailable
 
 PREPARE = "prepare"
 COMMIT = "commit"

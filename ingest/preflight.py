@@ -11,9 +11,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Sequence
 
+from core.keys import Keys
 from ingest.server_config import TableSource, duplicate_tables
 from watermark.catalog import TableDescriptor
-from watermark.keys import Keys
 from watermark.server import ServerClient
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from watermark.hlc import LOGICAL_BITS
+from core.hlc import LOGICAL_BITS
 from watermark.server import ServerClient
 
 

@@ -29,6 +29,8 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any, TypeVar
 
+from core.errors import FailedPrecondition, InvalidArgument, NotFound
+from core.keys import DEFAULT_PREFIX
 from ingest import preflight
 from ingest.job import BatchResult, IngestJob
 from ingest.server_config import ServerConfig, TableSource, owned_partitions
@@ -36,9 +38,7 @@ from ingest.storage import require_classic_session
 from ingest.table import TableDefinition
 from locks.client import LockRenewer
 from locks.rules import STREAMING_INGESTION_PRIORITY
-from timeline.errors import FailedPrecondition, InvalidArgument, NotFound
 from watermark import tokens
-from watermark.keys import DEFAULT_PREFIX
 from watermark.server import ServerClient
 
 log = logging.getLogger(__name__)

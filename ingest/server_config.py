@@ -30,10 +30,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from core.errors import HorizonError, InvalidArgument
+from core.keys import DEFAULT_PREFIX, check_prefix, check_server_id
 from ingest.table import TableDefinition
 from locks.rules import STREAMING_INGESTION_PRIORITY
-from timeline.errors import HorizonError, InvalidArgument
-from watermark.keys import DEFAULT_PREFIX, check_prefix, check_server_id
 
 SERVER_KEYS = frozenset(
     {

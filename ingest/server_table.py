@@ -13,11 +13,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from core.hlc import HybridLogicalClock
 from ingest.manifest import Manifest
 from ingest.steps import Steps
 from ingest.storage import Storage
 from ingest.table import TableDefinition
-from watermark.hlc import HybridLogicalClock
 from watermark.server import ServerClient
 
 

@@ -13,7 +13,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from timeline.errors import Internal, InvalidArgument
+from core.errors import Internal, InvalidArgument
 
 STEPS = (
     "after_prepare",

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from timeline.errors import FailedPrecondition, Unavailable
+from core.errors import FailedPrecondition, Unavailable
 
 
 @dataclass(frozen=True, slots=True)

@@ -51,8 +51,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from core.errors import InvalidArgument
 from ingest.granularity import Granularity
-from timeline.errors import InvalidArgument
 from timeline.interval import format_instant, parse_instant
 from watermark.catalog import ColumnSpec, TableDescriptor
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from core.errors import Internal
 from ingest import retention, updater
 from ingest.bucketing import allow_partial_cluster_keys
 from ingest.commit import CommitProtocol
@@ -21,7 +22,6 @@ from ingest.locking import locked_update_plan
 from ingest.manifest import UPDATE
 from ingest.resolve import pending_updates
 from ingest.segments import footer_summaries
-from timeline.errors import Internal
 
 
 def run_updater(protocol: CommitProtocol) -> int:

@@ -16,13 +16,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from core.errors import Internal
 from ingest.bucketing import BUCKET_COLUMN, bucket_layout
 from ingest.local_frames import local_frame
 from ingest.resolve import segment_schema, stored_columns
 from ingest.segments import FooterSummary, WrittenSegment, describe_segment, write_segments
 from ingest.storage import Storage
 from ingest.table import TableDefinition
-from timeline.errors import Internal
 from timeline.interval import Interval
 from timeline.segment import Segment
 from watermark.catalog import VALID_FROM, VALID_UNTIL

@@ -19,6 +19,9 @@ from typing import Any
 
 import redis
 
+from core.errors import InvalidArgument, LockConflict, LockLost
+from core.keys import DEFAULT_PREFIX, Keys, check_server_id
+from core.redis_calls import ScriptClient
 from locks import scripts
 from locks.rules import (
     Granularity,
@@ -27,11 +30,8 @@ from locks.rules import (
     Mode,
     PublishGuard,
 )
-from timeline.errors import InvalidArgument, LockConflict, LockLost
 from timeline.interval import Interval
 from timeline.segment import Segment
-from watermark.keys import DEFAULT_PREFIX, Keys, check_server_id
-from watermark.redis_calls import decode_reply, retrying
 
 log = logging.getLogger(__name__)
 
@@ -109,16 +109,14 @@ class LockClient:
         prefix: str = DEFAULT_PREFIX,
         retry_timeout_s: float = 10.0,
     ) -> None:
-        from watermark.server import connect
-
-        self._owns_connection = isinstance(redis_, str)
-        self._redis = connect(redis_) if isinstance(redis_, str) else redis_
         self._keys = Keys(prefix)
-        self._retry_timeout_s = retry_timeout_s
-        self._scripts = {
-            name: self._redis.register_script(getattr(scripts, name))
-            for name in ("ACQUIRE", "RENEW", "RELEASE", "LIST")
-        }
+        self._scripts = ScriptClient(
+            redis_,
+            {name: getattr(scripts, name) for name in ("ACQUIRE", "RENEW", "RELEASE", "LIST")},
+            prefix=self._keys.prefix,
+            retry_timeout_s=retry_timeout_s,
+            unreachable="Redis is unreachable for the lock service",
+        )
 
     def try_acquire(
         self, request: LockRequest, lock_id: str, lease_ms: int
@@ -197,15 +195,10 @@ class LockClient:
         return LockListing(now, tuple(locks))
 
     def close(self) -> None:
-        if self._owns_connection:
-            self._redis.close()
+        self._scripts.close()
 
     def _call(self, name: str, args: list[str]) -> Any:
-        return retrying(
-            lambda: decode_reply(self._scripts[name](args=[self._keys.prefix, *args])),
-            self._retry_timeout_s,
-            "Redis is unreachable for the lock service",
-        )
+        return self._scripts.call(name, args)
 
 
 class JobLocks:

@@ -30,7 +30,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
-from timeline.errors import InvalidArgument
+from core.errors import InvalidArgument
 from timeline.interval import Interval
 
 STREAMING_INGESTION_PRIORITY = 75

@@ -11,7 +11,7 @@ the same atomic step that the publisher still holds the locks covering what it p
 
 from __future__ import annotations
 
-from watermark.keys import LUA_KEYS
+from core.keys import LUA_KEYS
 
 LOCK_LUA = """
 local function lock_parse(value)

@@ -17,16 +17,16 @@ from typing import Any
 
 import redis
 
-from pins.rules import Pin
-from timeline.errors import (
+from core.errors import (
     FailedPrecondition,
     InvalidArgument,
     NotFound,
     PermissionDenied,
     ResourceExhausted,
 )
-from watermark.keys import DEFAULT_PREFIX, LUA_KEYS, Keys, padded_hlc
-from watermark.redis_calls import decode_reply, retrying
+from core.keys import DEFAULT_PREFIX, LUA_KEYS, Keys, padded_hlc
+from core.redis_calls import ScriptClient
+from pins.rules import Pin
 
 MAX_LEASE_S = 7 * 86400.0
 """The longest lease one call may ask for (renew to hold longer)."""
@@ -245,22 +245,15 @@ class PinStore:
         quota: PinQuota | None = None,
     ) -> None:
         """``quota``: what one owner may hold (None: no limit, for jobs and tests)."""
-        from watermark.server import connect
-
         self.quota = quota
-        self._owns_connection = isinstance(redis_, str)
-        self._redis = connect(redis_) if isinstance(redis_, str) else redis_
         self._keys = Keys(prefix)
-        self._retry_timeout_s = retry_timeout_s
-        self._scripts = {
-            name: self._redis.register_script(script)
-            for name, script in (
-                ("PIN", PIN),
-                ("RENEW", RENEW),
-                ("RELEASE", RELEASE),
-                ("LIST", LIST),
-            )
-        }
+        self._scripts = ScriptClient(
+            redis_,
+            {"PIN": PIN, "RENEW": RENEW, "RELEASE": RELEASE, "LIST": LIST},
+            prefix=self._keys.prefix,
+            retry_timeout_s=retry_timeout_s,
+            unreachable="the pin store (Redis) is unreachable",
+        )
 
     def pin(
         self,
@@ -307,8 +300,8 @@ class PinStore:
 
     def pin_tables(self, pin_id: str) -> list[str]:
         """The tables ``pin_id`` holds (empty: no such pin, or it was released)."""
-        listed = self._retrying(
-            lambda: self._redis.hget(self._keys.pin_index, check_pin_id(pin_id))
+        listed = self._scripts.retrying(
+            lambda: self._scripts.redis.hget(self._keys.pin_index, check_pin_id(pin_id))
         )
         if not listed:
             return []
@@ -332,21 +325,13 @@ class PinStore:
         return now_ms, sorted(found.values(), key=lambda pin: (pin.snapshot, pin.pin_id))
 
     def close(self) -> None:
-        if self._owns_connection:
-            self._redis.close()
+        self._scripts.close()
 
     def _call(self, name: str, args: list[str]) -> list[Any]:
-        reply = self._retrying(lambda: self._scripts[name](args=[self._keys.prefix, *args]))
+        reply = self._scripts.call(name, args)
         if reply[0] == "ERR":
             raise _ERRORS.get(reply[1], FailedPrecondition)(reply[2])
         return reply[1:]
-
-    def _retrying(self, call: Callable[[], Any]) -> Any:
-        return retrying(
-            lambda: decode_reply(call()),
-            self._retry_timeout_s,
-            "the pin store (Redis) is unreachable",
-        )
 
 
 def _owner(owner: str) -> str:

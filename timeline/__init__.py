@@ -1,7 +1,7 @@
 """The segment timeline: which segments of a table are visible, with Druid's semantics and
 Horizon's fixes (see ``shared/spec/timeline.md``). Pure Python, no I/O, no clocks."""
 
-from timeline.errors import HorizonError, InvalidArgument, SegmentConflict, WrongTable
+from core.errors import HorizonError, InvalidArgument, SegmentConflict, WrongTable
 from timeline.groups import GroupState
 from timeline.interval import Interval
 from timeline.results import (

@@ -11,7 +11,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Iterator
 
-from timeline.errors import SegmentConflict
+from core.errors import SegmentConflict
 from timeline.groups import (
     OVERSHADOWED,
     VISIBLE,

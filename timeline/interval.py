@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from timeline.errors import InvalidArgument
+from core.errors import InvalidArgument
 
 
 def parse_instant(text: str) -> int:

@@ -11,7 +11,7 @@ import operator
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from timeline.errors import InvalidArgument
+from core.errors import InvalidArgument
 from timeline.interval import Interval
 
 ROOT_PARTITION_LIMIT = 32_768

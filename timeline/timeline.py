@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
+from core.errors import InvalidArgument, SegmentConflict, WrongTable
 from timeline.chunk import TimeChunk
 from timeline.chunk_index import ChunkIndex, ChunkKey
 from timeline.coverage import Coverage
-from timeline.errors import InvalidArgument, SegmentConflict, WrongTable
 from timeline.groups import GroupState
 from timeline.interval import Interval
 from timeline.results import (

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from timeline.errors import InvalidArgument
+from core.errors import InvalidArgument
 
 VALID_FROM = "validFrom"
 VALID_UNTIL = "validUntil"

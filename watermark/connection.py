@@ -4,7 +4,7 @@ Every call runs one script of :mod:`watermark.scripts` under the epoch this serv
 into. When Redis has lost its data (the epoch changed or vanished), the connection adopts the new
 epoch and hands the server's ``republish`` callback a raw :meth:`StoreConnection.execute` to put
 its whole state back first, then runs the call. Transient errors are retried, then raised as
-UNAVAILABLE (:mod:`watermark.redis_calls`).
+UNAVAILABLE (:mod:`core.redis_calls`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 
 import redis
 
-from timeline.errors import (
+from core.errors import (
     FailedPrecondition,
     HorizonError,
     Internal,
@@ -25,9 +25,9 @@ from timeline.errors import (
     ResourceExhausted,
     Unavailable,
 )
+from core.keys import Keys
+from core.redis_calls import connect, decode_reply, retrying
 from watermark import scripts
-from watermark.keys import Keys
-from watermark.redis_calls import decode_reply, retrying
 
 SCRIPTS = (
     "ADOPT_EPOCH",
@@ -59,20 +59,6 @@ Execute = Callable[[str, list[str]], list[Any]]
 
 class EpochChanged(Exception):
     """Redis's data set is not the one this client published into: re-publish first."""
-
-
-def connect(url: str, *, socket_timeout: float | None = 5.0) -> redis.Redis:
-    """A client without redis-py's hidden retries: our callers retry and notice restarts."""
-    from redis.backoff import NoBackoff
-    from redis.retry import Retry
-
-    return redis.Redis.from_url(
-        url,
-        socket_timeout=socket_timeout,
-        socket_connect_timeout=2.0,
-        retry=Retry(NoBackoff(), 0),
-        health_check_interval=0,
-    )
 
 
 class StoreConnection:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import redis
 
-from timeline.errors import Unavailable
+from core.errors import Unavailable
 
 
 def free_port() -> int:

@@ -20,13 +20,13 @@ from typing import Any
 
 import redis
 
-from timeline.errors import FailedPrecondition, NotFound, Unavailable
+from core.errors import FailedPrecondition, NotFound, Unavailable
+from core.keys import DEFAULT_PREFIX, Keys
+from core.redis_calls import connect
 from timeline.segment import Segment
 from watermark import scripts
 from watermark.catalog import TableDescriptor
-from watermark.keys import DEFAULT_PREFIX, Keys
 from watermark.lwm import Laggard, PartitionWatermark, Regression, breakdown, no_lwm_error
-from watermark.server import connect
 from watermark.state import Fallback, ServerState, UnreadableMark, segment_ref
 
 log = logging.getLogger(__name__)

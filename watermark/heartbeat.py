@@ -11,7 +11,7 @@ import logging
 import threading
 from collections.abc import Callable
 
-from timeline.errors import HorizonError
+from core.errors import HorizonError
 
 log = logging.getLogger(__name__)
 

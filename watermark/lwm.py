@@ -24,8 +24,8 @@ import heapq
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
-from timeline.errors import FailedPrecondition
-from watermark.hlc import last_hlc_of_ms
+from core.errors import FailedPrecondition
+from core.hlc import last_hlc_of_ms
 
 MAX_REGRESSION_HISTORY = 100
 ACTIVE = "active"

@@ -2,7 +2,7 @@
 
 Servers keep a per-table sorted set whose first member is the minimum LWM of the active partitions,
 and one of the quiet (idle or parked) partitions, raised to their clocks as they are scanned (see
-:mod:`watermark.keys`, :mod:`watermark.partition_lua`), so with active partitions the read costs
+:mod:`core.keys`, :mod:`watermark.partition_lua`), so with active partitions the read costs
 O(log partitions) inside Redis however many servers the table has. This is the computed value; a
 broker serves its monotonic version.
 """
@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import redis
 from redis.commands.core import Script
 
+from core.keys import DEFAULT_PREFIX
 from watermark import scripts
-from watermark.keys import DEFAULT_PREFIX
 from watermark.lwm import ACTIVE, Laggard
 
 _script: Script | None = None

@@ -12,10 +12,11 @@ import json
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
+from core.errors import InvalidArgument
+from core.keys import chunk_key, interval_key, padded_hlc
 from locks.rules import PublishGuard
-from timeline.errors import InvalidArgument
 from timeline.segment import OVERWRITE_PARTITION_LIMIT, ROOT_PARTITION_LIMIT, Segment
-from watermark.keys import chunk_key, interval_key, padded_hlc, segment_key
+from watermark.records import segment_key
 
 
 def dumps(data: Any) -> str:

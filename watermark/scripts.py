@@ -10,8 +10,8 @@ partitions carry their resulting progress, so a follower never recomputes what a
 
 from __future__ import annotations
 
+from core.keys import LUA_KEYS
 from locks.scripts import LOCK_LUA, PUBLISH_GUARD
-from watermark.keys import LUA_KEYS
 from watermark.partition_lua import PARTITION_LUA, STORE_CLOCK_LUA, TABLE_LWM_LUA
 
 LOG_MAXLEN = 100_000

@@ -26,29 +26,28 @@ from typing import Any
 
 import redis
 
-from locks.rules import PublishGuard
-from timeline.errors import FailedPrecondition, InvalidArgument, Unavailable
-from timeline.interval import Interval
-from timeline.segment import OVERWRITE_PARTITION_LIMIT, ROOT_PARTITION_LIMIT, Segment
-from watermark.catalog import TableDescriptor
-from watermark.connection import Execute, StoreConnection, connect
-from watermark.heartbeat import Heartbeats
-from watermark.hlc import HybridLogicalClock
-from watermark.keys import (
+from core.errors import FailedPrecondition, InvalidArgument, Unavailable
+from core.hlc import HybridLogicalClock
+from core.keys import (
     DEFAULT_PREFIX,
     Keys,
     check_server_id,
     chunk_key,
     interval_key,
     padded_hlc,
-    parse_progress,
-    segment_key,
 )
+from locks.rules import PublishGuard
+from timeline.interval import Interval
+from timeline.segment import OVERWRITE_PARTITION_LIMIT, ROOT_PARTITION_LIMIT, Segment
+from watermark.catalog import TableDescriptor
+from watermark.connection import Execute, StoreConnection
+from watermark.heartbeat import Heartbeats
 from watermark.lwm import PartitionProgress, is_live
 from watermark.read import TableLwm, read_table_lwm
+from watermark.records import parse_progress, segment_key
 from watermark.script_args import check_partition, dumps, report_args, segment_args
 
-__all__ = ["ServerClient", "connect"]
+__all__ = ["ServerClient"]
 
 log = logging.getLogger(__name__)
 

@@ -14,11 +14,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from timeline.errors import HorizonError
+from core.errors import HorizonError
 from timeline.segment import Segment
 from timeline.timeline import Timeline
 from watermark.catalog import TableDescriptor
-from watermark.keys import parse_progress, segment_key
 from watermark.lwm import (
     ACTIVE,
     IDLE,
@@ -28,6 +27,7 @@ from watermark.lwm import (
     PartitionProgress,
     TableProgress,
 )
+from watermark.records import parse_progress, segment_key
 
 log = logging.getLogger(__name__)
 

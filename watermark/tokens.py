@@ -21,7 +21,7 @@ import binascii
 import json
 from collections.abc import Mapping
 
-from timeline.errors import InvalidArgument
+from core.errors import InvalidArgument
 
 PREFIX = "hz1."
 MAX_TOKEN_LENGTH = 1_000_000

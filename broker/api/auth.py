@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from broker.grants import ANONYMOUS, Principal, TokenGrant
-from timeline.errors import Unauthenticated
+from core.errors import Unauthenticated
 
 AUTH_HEADER = "authorization"
 

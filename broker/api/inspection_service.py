@@ -17,7 +17,7 @@ from broker.api.offload import Offload, loop_deadline
 from broker.api.status import unary_errors
 from broker.engine import QueryEngine
 from broker.grants import Principal, check_inspect, resolve_readable
-from timeline.errors import InvalidArgument, Unavailable
+from core.errors import InvalidArgument, Unavailable
 from timeline.interval import Interval
 
 

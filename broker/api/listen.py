@@ -7,7 +7,7 @@ import ipaddress
 import socket
 
 from broker.config import BrokerConfig, parse_listen
-from timeline.errors import FailedPrecondition
+from core.errors import FailedPrecondition
 
 
 def is_loopback(host: str) -> bool:

@@ -20,7 +20,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from timeline.errors import Cancelled, DeadlineExceeded, ResourceExhausted
+from core.errors import Cancelled, DeadlineExceeded, ResourceExhausted
 
 _T = TypeVar("_T")
 END = object()

@@ -33,7 +33,7 @@ from broker.engine.read_options import ReadOptions
 from broker.engine.registry import RUNNING
 from broker.grants import Principal, check_read
 from broker.spark.executor import CANCELLED, DEADLINE, QueryScope
-from timeline.errors import DeadlineExceeded, InvalidArgument
+from core.errors import DeadlineExceeded, InvalidArgument
 from watermark import tokens
 
 log = logging.getLogger("horizon.broker.api.query_service")

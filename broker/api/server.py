@@ -35,7 +35,7 @@ from broker.engine import QueryEngine
 from broker.engine.floor import SnapshotFloor
 from broker.spark.reading import files_readable
 from broker.spark.supervisor import SparkSupervisor
-from timeline.errors import InvalidArgument, Unavailable
+from core.errors import InvalidArgument, Unavailable
 
 log = logging.getLogger("horizon.broker.api.server")
 
@@ -240,7 +240,7 @@ class BrokerServer:
         state = self.config.state
         if not self.config.reads.persist_floor:
             return SnapshotFloor(None, prefix=state.key_prefix)
-        from watermark.server import connect
+        from core.redis_calls import connect
 
         # A short timeout: recording the floor is on the query path, and a paused Redis must
         # not hold queries (the floor is recorded again by the next query that moves it).

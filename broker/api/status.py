@@ -1,6 +1,6 @@
 """The one mapping between Horizon's error hierarchy and gRPC status codes.
 
-Every layer raises :class:`timeline.errors.HorizonError` subclasses carrying a transport-neutral
+Every layer raises :class:`core.errors.HorizonError` subclasses carrying a transport-neutral
 code. This module is the only place that turns them into gRPC statuses (server side) and back into
 typed errors (client side). Anything that is not a HorizonError becomes INTERNAL with a generic
 message and a reference id; the stack trace goes to the broker's log, never to the client.
@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 import grpc
 
-from timeline.errors import (
+from core.errors import (
     AlreadyExists,
     Cancelled,
     DeadlineExceeded,

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from timeline.errors import Cancelled, DeadlineExceeded, ResourceExhausted
+from core.errors import Cancelled, DeadlineExceeded, ResourceExhausted
 
 _POLL_S = 0.05
 

@@ -2,22 +2,30 @@
 
 Only with embedded Spark: its files are this machine's files (on a cluster or behind Spark
 Connect a local path may name a file the broker cannot see). The rewrite found the lookup
-(:mod:`broker.sql.passes.find_key_lookup`); :mod:`broker.spark.direct_read` reads it.
+(:mod:`broker.sql.passes.find_key_lookup`); :mod:`broker.spark.direct_read` reads it. The result
+schema of each lookup shape is Spark's own, from the first lookup of that shape; later lookups of
+the shape are answered without any call into Spark.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Iterator
 from typing import Any
 
 import pyarrow as pa
 
 from broker.config import SparkConfig
+from broker.engine.execution import limited_batches
 from broker.engine.prepared import Prepared
 from broker.spark.direct_read import DirectReader
 
 log = logging.getLogger("horizon.broker.engine")
+
+SCHEMAS_KEPT = 1_024
+"""Result schemas of lookup shapes kept (a shape is a table's columns and a select list)."""
 
 DIRECT_ROUTE = "answered from the segment files with pyarrow (direct key lookup), no Spark job"
 
@@ -35,6 +43,56 @@ class DirectLookups:
         if self.bypassed:
             log.warning("direct key lookups are bypassed: %s", self.bypassed)
         self.answers = 0
+        self.answers_without_spark = 0
+        """Answers whose schema came from an earlier lookup of the same shape: no call into
+        Spark at all."""
+        self._schemas: OrderedDict[Hashable, pa.Schema] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def schema_key(self, prepared: Prepared) -> Hashable | None:
+        """What fixes a lookup's result schema: the table's columns and the select list."""
+        lookup = prepared.plan.shape.key_lookup
+        if lookup is None or len(prepared.table_views) != 1:
+            return None
+        return (prepared.table_views[0].descriptor.to_json(), lookup.select)
+
+    def known_schema(self, key: Hashable | None) -> pa.Schema | None:
+        """The schema Spark gave an earlier lookup of this shape (None: not seen yet)."""
+        if key is None:
+            return None
+        with self._lock:
+            schema = self._schemas.get(key)
+            if schema is not None:
+                self._schemas.move_to_end(key)
+            return schema
+
+    def answer_known_shape(
+        self,
+        prepared: Prepared,
+        direct: Callable[[pa.Schema], pa.Table | None] | None,
+        scope: Any,
+        limits: Any,
+        executor: Any,
+    ) -> Iterator[pa.Schema | pa.RecordBatch] | None:
+        """The answer of a lookup whose shape Spark analysed before, read from the files alone
+        (its schema, then its batches, the result ``limits`` checked), or None: Spark must run
+        it (a new shape, or the reader declined)."""
+        schema = self.known_schema(self.schema_key(prepared)) if direct is not None else None
+        if direct is None or schema is None:
+            return None
+        answer = executor.answer_directly(direct, schema, scope, prepared.files)
+        if answer is None:
+            return None
+        self.answers_without_spark += 1
+        return limited_batches(schema, answer, limits)
+
+    def remember_schema(self, key: Hashable | None, schema: pa.Schema) -> None:
+        if key is None:
+            return
+        with self._lock:
+            self._schemas[key] = schema
+            while len(self._schemas) > SCHEMAS_KEPT:
+                self._schemas.popitem(last=False)
 
     def reader_for(
         self, prepared: Prepared, route: list[str]

@@ -14,7 +14,7 @@ import pyarrow as pa
 from broker.engine.prepared import Prepared
 from broker.engine.result_cache import Recorder
 from broker.spark.failures import UnreadableFiles
-from timeline.errors import Unavailable
+from core.errors import Unavailable
 
 FIRST_FLUSH_BYTES = 4 * 1024 * 1024
 """Result bytes gathered before anything is sent: a smaller result is whole before the header
@@ -106,3 +106,22 @@ def first_batches(stream: Iterator[Any], limit_bytes: int) -> tuple[list[pa.Reco
         head.append(batch)
         held += batch.nbytes
     return head, False
+
+
+def limited_batches(
+    schema: pa.Schema, answer: pa.Table, limits: Any
+) -> Iterator[pa.Schema | pa.RecordBatch]:
+    """A whole answer as the executor's stream would yield it (its schema, then its batches),
+    with the result limits (:class:`broker.spark.executor.ResultLimits`) checked."""
+    yield schema
+    rows = byte_count = 0
+    for batch in answer.to_batches():
+        rows += batch.num_rows
+        byte_count += batch.nbytes
+        limits.check(rows, byte_count)
+        yield batch
+
+
+def no_stream() -> Iterator[Any]:
+    """A stream that yields nothing (closable like the others)."""
+    yield from ()

@@ -13,7 +13,7 @@ from typing import Any
 from broker.engine.prepared import Prepared, TableReadInfo
 from broker.spark.failures import UnreadableFiles
 from broker.spark.reading import file_readable
-from timeline.errors import Unavailable
+from core.errors import Unavailable
 from timeline.fallback import fallback_problem
 from timeline.interval import format_instant
 
@@ -52,3 +52,14 @@ def drop_unreadable(follower: Any, prepared: Prepared, error: UnreadableFiles) -
                 follower.mark_unreadable(segment.id, str(error))
                 removed.append(str(segment.id))
     return removed
+
+
+def retry_refused(error: UnreadableFiles, removed: list[str]) -> Unavailable:
+    """The answer when a query may not retry after Spark's reader failed: nothing was marked
+    (the broker reads the files), or the files stayed unreadable after the retry."""
+    if not removed:
+        return Unavailable(
+            f"Spark's reader failed on {', '.join(error.paths)} ({error.detail}), but the broker "
+            "reads them: nothing was marked unreadable; retry the query"
+        )
+    return Unavailable(f"segment files stayed unreadable after a retry: {error}")

@@ -16,8 +16,8 @@ from typing import Any
 
 import redis
 
-from watermark.keys import LUA_KEYS, padded_hlc
-from watermark.redis_calls import TRANSIENT
+from core.keys import LUA_KEYS, padded_hlc
+from core.redis_calls import TRANSIENT
 
 log = logging.getLogger("horizon.broker.floor")
 

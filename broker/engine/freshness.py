@@ -10,9 +10,9 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from timeline.errors import DeadlineExceeded, Unavailable
+from core.errors import DeadlineExceeded, Unavailable
+from core.hlc import LOGICAL_BITS
 from timeline.interval import format_instant
-from watermark.hlc import LOGICAL_BITS
 
 MAX_LAGGARDS_NAMED = 5
 

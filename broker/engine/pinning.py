@@ -14,8 +14,8 @@ from typing import Any
 
 from broker.engine.freshness import required_snapshot, wait_for_snapshot
 from broker.grants import Principal, resolve_readable
+from core.errors import FailedPrecondition, InvalidArgument, NotFound
 from pins.rules import Pin
-from timeline.errors import FailedPrecondition, InvalidArgument, NotFound
 
 
 def find_pin(store: Any, pin_id: str) -> Pin:

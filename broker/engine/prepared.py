@@ -9,8 +9,8 @@ from typing import Any
 from broker.spark.scan_layout import ScanLayout, ScanPart, segment_files
 from broker.spark.views import schema_ddl
 from broker.sql.model import QueryPlan, RewriteResult
+from core.errors import Internal
 from pins.rules import Pin
-from timeline.errors import Internal
 from watermark import tokens
 
 SNAPSHOT_LWM = "lwm"

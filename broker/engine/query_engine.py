@@ -12,7 +12,7 @@ import dataclasses
 import logging
 import time
 import uuid
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterator
 from contextlib import ExitStack
 from typing import Any
 
@@ -22,8 +22,13 @@ from broker.config import BrokerConfig
 from broker.engine.admission import Admission
 from broker.engine.catalog import build_catalog
 from broker.engine.direct import DirectLookups
-from broker.engine.execution import FIRST_FLUSH_BYTES, Execution, first_batches
-from broker.engine.fallbacks import check_fallbacks, drop_unreadable
+from broker.engine.execution import (
+    FIRST_FLUSH_BYTES,
+    Execution,
+    first_batches,
+    no_stream,
+)
+from broker.engine.fallbacks import check_fallbacks, drop_unreadable, retry_refused
 from broker.engine.floor import SnapshotFloor
 from broker.engine.freshness import (
     check_prepared_staleness,
@@ -38,19 +43,18 @@ from broker.engine.registry import QueryRegistry
 from broker.engine.result_cache import HIT, ResultCache, cache_decision
 from broker.grants import Principal, check_read, not_readable
 from broker.spark.executor import QueryScope, ResultLimits, SparkExecutor, job_group
-from broker.spark.failures import EngineLost, classify
+from broker.spark.supervisor import check_engine_up, engine_failure
 from broker.spark.views import UnreadableFiles, ViewCache, ViewMissing
 from broker.sql import ParsedQuery, bind, parse_query
 from broker.sql.errors import NoLowWatermark, UnknownTable
 from broker.sql.model import RewriteLimits
-from pins.rules import Pin
-from timeline.errors import (
+from core.errors import (
     FailedPrecondition,
     HorizonError,
-    Internal,
     InvalidArgument,
     Unavailable,
 )
+from pins.rules import Pin
 
 log = logging.getLogger("horizon.broker.engine")
 
@@ -195,7 +199,7 @@ class QueryEngine:
         row_cap: int | None,
     ) -> Prepared:
         staleness = self._check_fresh()
-        views, failures = self._table_views(principal)
+        views, failures = self._table_views(principal, parsed.tables)
         if pin is not None:
             views = pinned_views(views, pin)
         catalog = build_catalog(
@@ -266,13 +270,14 @@ class QueryEngine:
         return staleness
 
     def _table_views(
-        self, principal: Principal
+        self, principal: Principal, named: frozenset[str] | None = None
     ) -> tuple[dict[str, Any], dict[str, tuple[Any, HorizonError]]]:
-        """Each table ``principal`` may read, as one atomic view (or the error reading it)."""
+        """Each table ``principal`` may read (of those ``named``, if given), as one atomic view
+        (or the error reading it)."""
         views: dict[str, Any] = {}
         failures: dict[str, tuple[Any, HorizonError]] = {}
         for table in self.follower.tables():
-            if not principal.may_read(table):
+            if not principal.may_read(table) or (named is not None and table.lower() not in named):
                 continue
             try:
                 views[table.lower()] = self.follower.view(table)
@@ -354,22 +359,39 @@ class QueryEngine:
                     )
                     key, cache_state = self._cache_key(prepared, rows_limit.max_rows, options)
                 route = [self.executor.mode.describe()]
-                stream = self.executor.stream(
-                    prepared.run_sql,
-                    scope,
-                    rows_limit,
-                    files=prepared.files,
-                    views=prepared.view_names,
-                    lookup=prepared.plan.shape.point_lookup,
-                    ordered=prepared.plan.shape.ordered,
-                    direct=self.direct.reader_for(prepared, route),
-                )
+                direct = self.direct.reader_for(prepared, route)
+                stream: Iterator[Any] = no_stream()
                 try:
-                    with self.views.lease(prepared.table_views) as (_, views_s):
-                        spark_started = time.perf_counter()
+                    spark_started = time.perf_counter()
+                    known = self.direct.answer_known_shape(
+                        prepared, direct, scope, rows_limit, self.executor
+                    )
+                    if known is not None:  # from the files: no view, no job, no call into Spark
+                        stream = known
+                        views_s = 0.0
                         schema = next(stream)
                         head, done = first_batches(stream, FIRST_FLUSH_BYTES)
-                        spark_s = time.perf_counter() - spark_started
+                    else:
+                        schema_key = self.direct.schema_key(prepared)
+                        tried = self.direct.known_schema(schema_key) is not None
+                        stream = self.executor.stream(
+                            prepared.run_sql,
+                            scope,
+                            rows_limit,
+                            files=prepared.files,
+                            views=prepared.view_names,
+                            lookup=prepared.plan.shape.point_lookup,
+                            ordered=prepared.plan.shape.ordered,
+                            direct=None if tried else direct,
+                            on_schema=lambda schema, key=schema_key: self.direct.remember_schema(
+                                key, schema
+                            ),
+                        )
+                        with self.views.lease(prepared.table_views) as (_, views_s):
+                            spark_started = time.perf_counter()
+                            schema = next(stream)
+                            head, done = first_batches(stream, FIRST_FLUSH_BYTES)
+                    spark_s = time.perf_counter() - spark_started
                 except ViewMissing as error:
                     stream.close()
                     self.views.forget(error.name)
@@ -385,15 +407,7 @@ class QueryEngine:
                             "query %s: %s; retrying on the new visible set", scope.query_id, error
                         )
                         continue
-                    if not removed:
-                        raise Unavailable(
-                            f"Spark's reader failed on {', '.join(error.paths)} "
-                            f"({error.detail}), but the broker reads them: nothing was marked "
-                            "unreadable; retry the query"
-                        ) from None
-                    raise Unavailable(
-                        f"segment files stayed unreadable after a retry: {error}"
-                    ) from None
+                    raise retry_refused(error, removed) from None
                 except BaseException as error:
                     stream.close()
                     raise self._engine_failure(error, generation) from None
@@ -430,29 +444,11 @@ class QueryEngine:
             return None
 
     def _check_engine_up(self) -> None:
-        supervisor = self.supervisor
-        if supervisor is not None and not supervisor.up:
-            raise Unavailable(
-                "the Spark engine is restarting after it stopped answering "
-                f"({supervisor.last_failure or 'probe failed'}); retry shortly"
-            )
+        check_engine_up(self.supervisor)
 
     def _engine_failure(self, error: BaseException, generation: int) -> BaseException:
-        """``error``, or EngineLost when the query's Spark session died under it (the
-        supervisor is told at once, so the broker starts recovering before the next probe)."""
-        if not isinstance(error, HorizonError) and isinstance(error, Exception):
-            error = classify(error)
-        lost = isinstance(error, EngineLost) or generation != self.spark_generation
-        if not lost and isinstance(error, Internal) and self.supervisor is not None:
-            lost = not self.supervisor.check()  # an unexplained failure: is Spark still there?
-        if not lost:
-            return error
-        if self.supervisor is not None:
-            self.supervisor.suspect()
-        return EngineLost(
-            "the Spark engine stopped answering while this query ran (its JVM died or "
-            "hung); the broker is restarting it: retry shortly"
-        )
+        replaced = generation != self.spark_generation
+        return engine_failure(error, self.supervisor, session_replaced=replaced)
 
     def _cache_key(
         self, prepared: Prepared, max_rows: int, options: ReadOptions

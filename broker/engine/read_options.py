@@ -6,8 +6,8 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from core.errors import InvalidArgument
 from pins.store import check_pin_id
-from timeline.errors import InvalidArgument
 from watermark import tokens
 
 MAX_STALENESS_S = 365 * 86400.0

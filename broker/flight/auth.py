@@ -19,7 +19,7 @@ import pyarrow.flight as fl
 from broker.api.auth import AUTH_HEADER, Authenticator
 from broker.flight.errors import flight_error
 from broker.grants import Principal, TokenGrant
-from timeline.errors import HorizonError, Unauthenticated
+from core.errors import HorizonError, Unauthenticated
 
 MIDDLEWARE_KEY = "horizon"
 

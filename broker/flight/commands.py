@@ -8,7 +8,7 @@ from google.protobuf import any_pb2
 from google.protobuf.message import DecodeError, Message
 
 from broker._proto.arrow.flight.protocol.sql import flight_sql_pb2 as sql
-from timeline.errors import InvalidArgument, Unimplemented
+from core.errors import InvalidArgument, Unimplemented
 
 SQL_PACKAGE = "arrow.flight.protocol.sql"
 TYPE_URL_PREFIX = "type.googleapis.com/"

@@ -20,7 +20,7 @@ from sqlglot import exp
 from sqlglot.errors import SqlglotError
 from sqlglot.tokens import TokenType
 
-from timeline.errors import InvalidArgument
+from core.errors import InvalidArgument
 
 DIALECT = "spark"
 

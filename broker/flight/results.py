@@ -19,7 +19,7 @@ import pyarrow as pa
 
 from broker.engine import Execution
 from broker.spark.executor import CANCELLED, QueryScope
-from timeline.errors import NotFound, PermissionDenied
+from core.errors import NotFound, PermissionDenied
 
 
 @dataclass

@@ -51,7 +51,7 @@ from broker.flight.statements import StatementStore
 from broker.flight.watch import CancelWatcher
 from broker.grants import Principal
 from broker.spark.executor import QueryScope
-from timeline.errors import (
+from core.errors import (
     InvalidArgument,
     NotFound,
     Unavailable,

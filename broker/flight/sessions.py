@@ -18,8 +18,8 @@ from typing import Any
 
 from broker._proto.arrow.flight.protocol import flight_actions_pb2 as fa
 from broker.engine.read_options import ReadOptions
+from core.errors import HorizonError, InvalidArgument, NotFound, ResourceExhausted
 from pins.store import check_pin_id
-from timeline.errors import HorizonError, InvalidArgument, NotFound, ResourceExhausted
 from watermark import tokens
 
 SESSION_COOKIE = "arrow_flight_session_id"

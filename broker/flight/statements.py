@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from broker.flight.parameters import bind
-from timeline.errors import InvalidArgument, NotFound, PermissionDenied, ResourceExhausted
+from core.errors import InvalidArgument, NotFound, PermissionDenied, ResourceExhausted
 
 MAX_OPEN = 10_000
 """Open prepared statements per broker (each is small; the bound keeps a leaking client in check)."""

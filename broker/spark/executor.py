@@ -21,7 +21,7 @@ import pyarrow as pa
 
 from broker.spark.failures import classify
 from broker.spark.modes import spark_mode
-from timeline.errors import Cancelled, DeadlineExceeded, HorizonError, ResourceExhausted
+from core.errors import Cancelled, DeadlineExceeded, HorizonError, ResourceExhausted
 
 log = logging.getLogger("horizon.broker.spark.executor")
 
@@ -154,6 +154,7 @@ class SparkExecutor:
         lookup: bool = False,
         ordered: bool = True,
         direct: Callable[[pa.Schema], pa.Table | None] | None = None,
+        on_schema: Callable[[pa.Schema], None] | None = None,
     ) -> Iterator[pa.Schema | pa.RecordBatch]:
         """Run ``sql``: yield its Arrow schema first, then record batches as Spark delivers them.
 
@@ -169,7 +170,8 @@ class SparkExecutor:
         retries), a vanished view :class:`~broker.spark.failures.ViewMissing`.
 
         ``direct`` may answer the query without a Spark job: it gets the analysed schema and
-        returns the whole result, or None to let Spark run it.
+        returns the whole result, or None to let Spark run it. ``on_schema`` is told the analysed
+        schema (the engine remembers it for lookups of the same shape).
         """
         scope.check()
         session = self.lookup_spark if lookup else self.spark
@@ -179,11 +181,10 @@ class SparkExecutor:
                 schema = _arrow_schema(frame)
             except Exception as error:
                 raise self._failure(error, scope, files, views) from None
+            if on_schema is not None:
+                on_schema(schema)
             yield schema
-            try:
-                answer = direct(schema) if direct is not None else None
-            except Exception as error:
-                raise self._failure(error, scope, files, views) from None
+            answer = self.answer_directly(direct, schema, scope, files) if direct else None
             if answer is not None:
                 batches = _table_batches(answer)
             else:
@@ -208,6 +209,20 @@ class SparkExecutor:
                     self._stop_jobs(scope)
                 batches.close()  # closes the socket and joins the JVM's serving thread
         scope.check()
+
+    def answer_directly(
+        self,
+        direct: Callable[[pa.Schema], pa.Table | None],
+        schema: pa.Schema,
+        scope: QueryScope,
+        files: Sequence[str],
+    ) -> pa.Table | None:
+        """``direct``'s whole answer (None: Spark must run the query), its failures classified
+        like a Spark reader's (a vanished file is :class:`~broker.spark.failures.UnreadableFiles`)."""
+        try:
+            return direct(schema)
+        except Exception as error:
+            raise self._failure(error, scope, files, ()) from None
 
     def _stop_jobs(self, scope: QueryScope) -> None:
         with suppress(Exception):  # the jobs may have finished already

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from broker.spark.scan_layout import VIEW_PREFIX
-from timeline.errors import (
+from core.errors import (
     HorizonError,
     Internal,
     InvalidArgument,
@@ -93,7 +93,7 @@ class EngineLost(Unavailable):
     server went away); the broker is restarting it."""
 
 
-class UnreadableFiles(HorizonError):
+class UnreadableFiles(Unavailable):
     """Spark's reader failed on segment files the broker listed (missing or corrupt); the broker
     checks them itself before it falls back."""
 

@@ -28,7 +28,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from timeline.errors import Unavailable
+from core.errors import Unavailable
 from watermark.embedded_redis import free_port
 
 HOST = "127.0.0.1"
@@ -238,8 +238,6 @@ class BrokerProcess:
         return f"{HOST}:{self.port}"
 
     def start(self, timeout_s: float = 180.0) -> BrokerProcess:
-        from broker.client import connect
-
         horizon = str(Path(sys.executable).with_name("horizon"))
         with self.log.open("wb") as log:
             self.process = subprocess.Popen(
@@ -253,12 +251,8 @@ class BrokerProcess:
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise Unavailable(f"the broker exited:\n{self._log_tail()}")
-            try:
-                with connect(self.target, timeout=2) as client:
-                    if client.health() == "SERVING":
-                        return self
-            except Exception:  # not listening yet
-                pass
+            if _serving(self.target):
+                return self
             time.sleep(1)
         self.stop()
         raise Unavailable(f"the broker did not start in {timeout_s:.0f}s:\n{self._log_tail()}")
@@ -333,3 +327,18 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+def _serving(target: str) -> bool:
+    """Whether the gRPC health service at ``target`` answers SERVING (False: not listening yet)."""
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    with grpc.insecure_channel(target) as channel:
+        try:
+            reply = health_pb2_grpc.HealthStub(channel).Check(
+                health_pb2.HealthCheckRequest(), timeout=2
+            )
+        except grpc.RpcError:
+            return False
+    return bool(reply.status == health_pb2.HealthCheckResponse.SERVING)

@@ -20,6 +20,9 @@ from collections.abc import Callable
 from contextlib import suppress
 from typing import Any
 
+from broker.spark.failures import EngineLost, classify
+from core.errors import HorizonError, Internal, Unavailable
+
 log = logging.getLogger("horizon.broker.spark")
 
 
@@ -205,3 +208,33 @@ class SparkSupervisor:
         if up != self._up:
             self._up = up
             self._on_health(up)
+
+
+def check_engine_up(supervisor: SparkSupervisor | None) -> None:
+    """UNAVAILABLE at once while the engine is being replaced (no query waits on a dead one)."""
+    if supervisor is not None and not supervisor.up:
+        raise Unavailable(
+            "the Spark engine is restarting after it stopped answering "
+            f"({supervisor.last_failure or 'probe failed'}); retry shortly"
+        )
+
+
+def engine_failure(
+    error: BaseException, supervisor: SparkSupervisor | None, *, session_replaced: bool
+) -> BaseException:
+    """``error``, or EngineLost when the query's Spark session died under it (the supervisor
+    is told at once, so the broker starts recovering before the next probe).
+    ``session_replaced``: the session the query started on is no longer the engine's."""
+    if not isinstance(error, HorizonError) and isinstance(error, Exception):
+        error = classify(error)
+    lost = isinstance(error, EngineLost) or session_replaced
+    if not lost and isinstance(error, Internal) and supervisor is not None:
+        lost = not supervisor.check()  # an unexplained failure: is Spark still there?
+    if not lost:
+        return error
+    if supervisor is not None:
+        supervisor.suspect()
+    return EngineLost(
+        "the Spark engine stopped answering while this query ran (its JVM died or hung); the "
+        "broker is restarting it: retry shortly"
+    )

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from timeline.errors import InvalidArgument
+from core.errors import InvalidArgument
 from watermark.catalog import ColumnSpec, TableDescriptor
 
 #: Database qualifiers that mean "Horizon's registered tables" (``default.t``, ``horizon.t``).

@@ -140,3 +140,33 @@ def interval_seconds(node: exp.Expression | None) -> float | None:
     if amount is None or name not in _UNIT_SECONDS:
         return None
     return amount * _UNIT_SECONDS[name]
+
+
+def integer_literal(node: exp.Expression | None) -> int | None:
+    """The value of an integer literal (``5``, ``-5``), else None: snapshot clauses and
+    ``table_changes`` bounds take literals, not expressions."""
+    negative = False
+    if isinstance(node, exp.Neg):
+        negative, node = True, node.this
+    if isinstance(node, exp.Literal) and not node.is_string:
+        try:
+            value = int(node.name)
+        except ValueError:
+            return None
+        return -value if negative else value
+    return None
+
+
+def timestamp_literal(node: exp.Expression | None) -> str | None:
+    """The text of a timestamp literal: ``'2026-...'`` or ``TIMESTAMP '2026-...'``."""
+    if isinstance(node, exp.Cast) and node.to.is_type(
+        exp.DataType.Type.TIMESTAMP,
+        exp.DataType.Type.TIMESTAMPTZ,
+        exp.DataType.Type.TIMESTAMPLTZ,
+        exp.DataType.Type.TIMESTAMPNTZ,
+        exp.DataType.Type.DATE,
+    ):
+        node = node.this
+    if isinstance(node, exp.Literal) and node.is_string:
+        return node.name
+    return None

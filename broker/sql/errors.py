@@ -1,4 +1,4 @@
-"""Typed errors of the SQL rewriter, each a subclass of the one hierarchy in ``timeline.errors``.
+"""Typed errors of the SQL rewriter, each a subclass of the one hierarchy in ``core.errors``.
 
 The subclasses exist so tests and the broker can tell *why* a query was refused without parsing
 messages; the status code (and so the gRPC code) comes from the parent class.
@@ -6,7 +6,7 @@ messages; the status code (and so the gRPC code) comes from the parent class.
 
 from __future__ import annotations
 
-from timeline.errors import FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted
+from core.errors import FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted
 
 
 class SqlSyntaxError(InvalidArgument):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +84,9 @@ class KeyLookup:
     """Source columns of the result in order (lower-case); None for ``SELECT *``."""
     predicates: tuple[Predicate, ...]
     limit: int | None = None
+    select: tuple[str, ...] = field(default=(), compare=False)
+    """The select list as written (with aliases): with the table's columns it fixes the result's
+    schema, so lookups differing only in their literals share one schema."""
 
 
 @dataclass(frozen=True, slots=True)

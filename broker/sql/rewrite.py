@@ -17,7 +17,7 @@ from sqlglot.errors import ParseError
 
 from broker.sql.catalog import Catalog
 from broker.sql.errors import QueryTooLarge, SqlSyntaxError
-from broker.sql.functions import FunctionPolicy
+from broker.sql.functions import CHANGE_FEED_FUNCTION, FunctionPolicy, function_names
 from broker.sql.model import QueryPlan, RewriteLimits, RewriteResult, TableRead, WorkBudget
 from broker.sql.passes.cap_rows import cap_rows
 from broker.sql.passes.check_budget import check_budget
@@ -89,6 +89,36 @@ class ParsedQuery:
 
     sql: str
     tree: exp.Expression
+    tables: frozenset[str] | None = None
+    """Lower-case names the query may read a table by (None: every table may be read): the
+    broker builds its catalog of these alone, so a query's cost does not grow with the tables
+    it does not name."""
+
+
+def tables_named(tree: exp.Expression) -> frozenset[str] | None:
+    """Every name ``tree`` could read a registered table by: table names, and the first
+    argument of ``table_changes`` (None when that argument is not a string literal).
+
+    >>> import sqlglot
+    >>> sorted(tables_named(sqlglot.parse_one(
+    ...     "WITH c AS (SELECT * FROM a) SELECT * FROM c JOIN table_changes('db.B', 0) x",
+    ...     read="spark")))
+    ['a', 'b', 'c']
+    """
+    names: set[str] = set()
+    for table in tree.find_all(exp.Table):
+        target = table.this
+        if isinstance(target, exp.Func):
+            if CHANGE_FEED_FUNCTION not in function_names(target):
+                continue
+            arguments = target.expressions
+            first = arguments[0] if arguments else None
+            if not (isinstance(first, exp.Literal) and first.is_string):
+                return None
+            names.add(first.name.split(".")[-1].strip("`").lower())
+        elif isinstance(target, exp.Identifier):
+            names.add(target.name.lower())
+    return frozenset(names)
 
 
 def parse_query(
@@ -102,7 +132,7 @@ def parse_query(
     tokens = check_limits(sql, limits)
     tree = check_statement_kind(_parse(sql, tokens))
     tree = check_expressions(tree, functions=functions, limits=limits)
-    return ParsedQuery(sql, tree)
+    return ParsedQuery(sql, tree, tables_named(tree))
 
 
 def bind(
@@ -145,7 +175,7 @@ def rewrite(
     """Check ``sql`` and rewrite every registered-table reference to read its visible versions:
     :func:`parse_query` then :func:`bind`.
 
-    Raises a subclass of ``timeline.errors.HorizonError`` (InvalidArgument, NotFound,
+    Raises a subclass of ``core.errors.HorizonError`` (InvalidArgument, NotFound,
     FailedPrecondition, ResourceExhausted) naming the problem; never lets a parser recursion
     error escape.
     """

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from broker.api.server import BrokerServer
-from broker.client import HorizonClient, connect
 from broker.config import config_from_mapping
+from horizon.client import HorizonClient, connect
 from tests.broker.data import UpsertTable, big_table, descriptor
 from tests.processes import RedisProcess
 from watermark.server import ServerClient

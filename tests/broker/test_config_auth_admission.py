@@ -11,12 +11,10 @@ import pytest
 from broker.api.auth import Authenticator
 from broker.api.listen import check_listen_policy, is_loopback
 from broker.api.server import BrokerServer
-from broker.client import connect
 from broker.config import BrokerConfig, config_from_mapping, load_config
 from broker.engine.admission import Admission
 from broker.grants import ANONYMOUS, check_inspect, check_read
-from tests.broker.conftest import ADMIN, broker_config
-from timeline.errors import (
+from core.errors import (
     DeadlineExceeded,
     FailedPrecondition,
     InvalidArgument,
@@ -24,6 +22,8 @@ from timeline.errors import (
     ResourceExhausted,
     Unauthenticated,
 )
+from horizon.client import connect
+from tests.broker.conftest import ADMIN, broker_config
 
 
 def test_defaults_work_on_a_laptop():

@@ -17,11 +17,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from broker.api.server import BrokerServer
-from broker.client import HorizonClient, connect
 from broker.spark.direct_read import DirectReader, RowGroupStats, may_be_visible, may_contain
 from broker.spark.failures import UnreadableFiles
 from broker.sql.model import KeyLookup, Predicate
 from broker.sql.passes.find_key_lookup import key_lookup_of
+from core.errors import Unavailable
+from horizon.client import HorizonClient, connect
 from ingest.segments import write_segments
 from ingest.storage import Storage
 from tests.broker.conftest import LWM, BrokerEnv, broker_config, publish_table
@@ -35,7 +36,6 @@ from tests.broker.data import (
     visible,
     write_rows,
 )
-from timeline.errors import Unavailable
 from timeline.interval import Interval
 from timeline.segment import Segment
 
@@ -310,6 +310,24 @@ def test_key_lookups_equal_sparks_answer_on_ingested_multi_version_data(
         direct = client.query(sql)
         assert _direct_answers(broker_env) == before + 1, sql
         assert _same(direct, spark_only[0].query(sql)), sql
+
+
+def test_a_lookup_of_a_shape_seen_before_never_calls_into_spark(
+    broker_env, client, spark_only, ingested
+):
+    """Spark analyses a lookup shape once (for its result schema); later lookups of that shape,
+    whatever their keys, are answered from the files alone with the same types."""
+    lookups = broker_env.broker.engine.direct  # type: ignore[union-attr]
+    keys = sorted({row["id"] for row in ingested})[:4]
+    sql = "SELECT owner, balance AS amount FROM ingested VERSION AS OF 1100 WHERE id = {}"
+    client.query(sql.format(keys[0]))
+    before = lookups.answers_without_spark
+    for key in keys[1:]:
+        answer = client.query(sql.format(key))
+        assert _same(answer, spark_only[0].query(sql.format(key)))
+    assert lookups.answers_without_spark == before + len(keys) - 1
+    client.query("SELECT owner AS who FROM ingested VERSION AS OF 1100 WHERE id = 1")
+    assert lookups.answers_without_spark == before + len(keys) - 1, "a new shape is analysed"
 
 
 def test_default_snapshot_lookup_answers_at_the_lwm(broker_env, client, ingested):

@@ -16,10 +16,10 @@ from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
 )
 
 from broker._proto.horizon.v1 import horizon_pb2 as pb
-from broker.cli import main as cli_main
+from core.errors import Unavailable
+from horizon.cli import main as cli_main
 from tests.broker.conftest import ADMIN, LWM, BrokerEnv, publish_table
 from tests.broker.data import CHUNK, VERSION, UpsertTable, as_rows, oracle, write_rows
-from timeline.errors import Unavailable
 from timeline.interval import Interval
 from timeline.segment import Segment
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from broker.client import connect
+from core.errors import InvalidArgument, ResourceExhausted
+from horizon.client import connect
 from tests.broker.conftest import ADMIN, broker_config
 from tests.broker.spark_jobs import ExtraBroker, job_statuses, wait_for_jobs
 from tests.broker.test_status_codes import SLOW_SQL
-from timeline.errors import InvalidArgument, ResourceExhausted
 
 BREADTH = "SELECT count(*) FROM " + ", ".join(f"accounts a{i}" for i in range(2_000))
 

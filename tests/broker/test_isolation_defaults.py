@@ -13,12 +13,12 @@ import pytest
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from broker.api.server import BrokerServer
-from broker.client import connect
 from broker.config import config_from_mapping
+from core.errors import FailedPrecondition, PermissionDenied, Unauthenticated, Unavailable
+from horizon.client import connect
 from tests.broker.conftest import ADMIN, LWM, READER, broker_config
 from tests.broker.data import CHUNK, VERSION, descriptor, write_rows
 from tests.broker.spark_jobs import ExtraBroker
-from timeline.errors import FailedPrecondition, PermissionDenied, Unauthenticated, Unavailable
 from timeline.segment import Segment
 
 

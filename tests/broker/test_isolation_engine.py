@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from broker.client import connect
 from broker.spark.local_cluster import BrokerProcess
+from core.errors import Unavailable
+from horizon.client import connect
 from tests.broker.data import UpsertTable, big_table
 from tests.processes import RedisProcess
-from timeline.errors import Unavailable
 from watermark.server import ServerClient
 
 LWM = 1200

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from timeline.errors import InvalidArgument
+from core.errors import InvalidArgument
 
 
 @pytest.mark.parametrize(

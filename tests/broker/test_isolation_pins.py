@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from broker.client import connect
+from core.errors import PermissionDenied, ResourceExhausted
+from horizon.client import connect
 from tests.broker.conftest import ADMIN, READER, broker_config
 from tests.broker.spark_jobs import ExtraBroker
-from timeline.errors import PermissionDenied, ResourceExhausted
 
 
 def test_only_the_identity_that_took_a_pin_renews_or_releases_it(broker_env):

@@ -9,10 +9,10 @@ import time
 import grpc
 import pytest
 
-from broker.client import connect
+from core.errors import DeadlineExceeded
+from horizon.client import connect
 from tests.broker.conftest import ADMIN, LWM, broker_config
 from tests.broker.spark_jobs import ExtraBroker
-from timeline.errors import DeadlineExceeded
 from watermark import tokens
 
 WAITERS = 50

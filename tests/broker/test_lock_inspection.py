@@ -8,12 +8,12 @@ import json
 import pytest
 
 from broker._proto.horizon.v1 import horizon_pb2 as pb
-from broker.cli import main as cli_main
+from core.errors import HorizonError
+from horizon.cli import main as cli_main
 from locks.client import JobLocks, LockClient
 from locks.rules import Mode
 from tests.broker.conftest import ADMIN, NO_INSPECT, READER, BrokerEnv
 from tests.broker.data import CHUNK, VERSION
-from timeline.errors import HorizonError
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import pytest
 from sqlglot.dialects.dialect import Dialect
 from sqlglot.parser import Parser
 
-from broker.client import connect
+from horizon.client import connect
 from tests.broker.conftest import ADMIN, broker_config
 from tests.broker.spark_jobs import ExtraBroker, wait_for_jobs
 from tests.broker.test_status_codes import SLOW_SQL

@@ -12,11 +12,7 @@ import pytest
 
 from broker._proto.horizon.v1 import horizon_pb2 as pb
 from broker.api.server import BrokerServer
-from broker.cli import main as cli_main
-from broker.client import connect
-from tests.broker.conftest import ADMIN, READER, BrokerEnv, broker_config, publish_table
-from tests.broker.data import UpsertTable
-from timeline.errors import (
+from core.errors import (
     DeadlineExceeded,
     FailedPrecondition,
     InvalidArgument,
@@ -24,8 +20,12 @@ from timeline.errors import (
     PermissionDenied,
     Unavailable,
 )
+from core.hlc import LOGICAL_BITS
+from horizon.cli import main as cli_main
+from horizon.client import connect
+from tests.broker.conftest import ADMIN, READER, BrokerEnv, broker_config, publish_table
+from tests.broker.data import UpsertTable
 from watermark import tokens
-from watermark.hlc import LOGICAL_BITS
 
 
 @pytest.fixture

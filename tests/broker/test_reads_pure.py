@@ -13,9 +13,9 @@ from broker.engine.freshness import check_staleness, required_snapshot, stalenes
 from broker.engine.read_options import ReadOptions
 from broker.engine.result_cache import ResultCache
 from broker.sql.passes import describe_shape
-from timeline.errors import InvalidArgument, Unavailable
+from core.errors import InvalidArgument, Unavailable
+from core.hlc import LOGICAL_BITS
 from watermark import tokens
-from watermark.hlc import LOGICAL_BITS
 
 snapshots = st.dictionaries(
     st.sampled_from(["a", "B", "c", "Orders"]), st.integers(0, 2**63 - 1), max_size=4

@@ -19,9 +19,9 @@ from broker.spark.scan_layout import scan_layout, split_layout
 from broker.sql import Catalog, CatalogTable, rewrite
 from broker.sql.derived import change_feed_sql, visible_scan_sql
 from broker.sql.functions_from_spark import function_policy_from_spark
+from core.errors import InvalidArgument
 from tests.sql.spark_helpers import bag, register_source, version_chains, visible
 from tests.sql.test_spark_rewrite import expected_changes
-from timeline.errors import InvalidArgument
 from timeline.interval import Interval
 from timeline.segment import Segment
 from watermark.catalog import ColumnSpec, TableDescriptor

@@ -15,6 +15,7 @@ import pyarrow as pa
 import pytest
 
 from broker.spark.scan_layout import SETTLED_SUFFIX
+from core.errors import Unavailable
 from tests.broker.conftest import LWM, BrokerEnv
 from tests.broker.data import (
     CHUNK,
@@ -28,7 +29,6 @@ from tests.broker.data import (
     visible,
     write_rows,
 )
-from timeline.errors import Unavailable
 from timeline.segment import Segment
 
 SETTLED_MAX = 900

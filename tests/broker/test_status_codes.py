@@ -8,16 +8,7 @@ import grpc
 import pytest
 
 from broker.api.status import ERROR_TYPES, GRPC_STATUS, status_of
-from broker.client import connect
-from tests.broker.conftest import ADMIN, NO_INSPECT, READER, broker_config
-from tests.broker.spark_jobs import (
-    ExtraBroker,
-    assert_group_finished,
-    assert_group_stopped,
-    wait_for_jobs,
-)
-from tests.processes import RedisProcess
-from timeline.errors import (
+from core.errors import (
     Cancelled,
     DeadlineExceeded,
     FailedPrecondition,
@@ -31,6 +22,15 @@ from timeline.errors import (
     Unauthenticated,
     Unavailable,
 )
+from horizon.client import connect
+from tests.broker.conftest import ADMIN, NO_INSPECT, READER, broker_config
+from tests.broker.spark_jobs import (
+    ExtraBroker,
+    assert_group_finished,
+    assert_group_stopped,
+    wait_for_jobs,
+)
+from tests.processes import RedisProcess
 
 # Minutes of work on 2 cores, in scan batches Spark can interrupt (a cancel frees the cores).
 SLOW_SQL = "SELECT count(DISTINCT sha2(repeat(owner, 100000), 256)) AS n FROM big"

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
+from core.errors import Cancelled, DeadlineExceeded, ResourceExhausted, Unavailable
 from tests.broker.data import as_rows, oracle
 from tests.cluster.conftest import LWM, SLOW_SQL, ClusterEnv
-from timeline.errors import Cancelled, DeadlineExceeded, ResourceExhausted, Unavailable
 
 
 def query_kinds_answer_like_local_mode(env: ClusterEnv, client: Any, execution: str) -> None:

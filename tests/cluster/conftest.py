@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from broker.client import HorizonClient, connect
 from broker.spark.local_cluster import BrokerProcess
+from horizon.client import HorizonClient, connect
 from tests.broker.data import UpsertTable, big_table
 from tests.processes import RedisProcess
 from watermark.server import ServerClient

@@ -6,9 +6,9 @@ import threading
 import time
 
 from broker.api.server import BrokerServer
-from broker.client import connect
 from compaction.plan import CompactionSettings
 from compaction.run import Compactor
+from horizon.client import connect
 from tests.broker.conftest import ADMIN, broker_config
 from tests.compaction.history import churned
 from tests.ingest.conftest import replay, reported_lwm

@@ -10,13 +10,13 @@ import pytest
 from compaction.collect import collect_replaced
 from compaction.plan import CompactionSettings
 from compaction.run import Compactor
+from core.errors import FailedPrecondition
 from ingest.job import IngestJob, SimulatedCrash
 from locks.client import JobLocks, LockClient
 from locks.rules import STREAMING_INGESTION_PRIORITY
 from tests.compaction.history import assert_every_snapshot_answers_the_replay, churn, churned
 from tests.ingest.conftest import Change, accounts_table, assert_broker_sees, broker_view
 from tests.watermark.conftest import segment, table_descriptor
-from timeline.errors import FailedPrecondition
 from timeline.timeline import Timeline
 
 

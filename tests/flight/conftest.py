@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from broker.client import HorizonClient
+from horizon.client import HorizonClient
 from tests.broker.conftest import ADMIN, BrokerEnv
 from tests.broker.conftest import broker_env as broker_env  # the same tables, a broker of our own
 

@@ -15,11 +15,11 @@ import pyarrow.flight as fl
 import pytest
 
 from broker.api.server import BrokerServer
-from broker.client import connect
+from core.errors import HorizonError
+from horizon.client import connect
 from tests.broker.conftest import ADMIN, NO_INSPECT, READER, broker_config
 from tests.broker.data import descriptor
 from tests.flight.conftest import adbc_connect, flight_client, statement_descriptor
-from timeline.errors import HorizonError
 
 
 def native_error(native, sql: str) -> HorizonError:

@@ -18,7 +18,7 @@ from broker.config import TokenGrant
 from broker.flight import catalog, commands, parameters, sessions, sql_info
 from broker.flight.auth import handshake_token
 from broker.flight.errors import flight_error, rich_status
-from timeline.errors import (
+from core.errors import (
     FailedPrecondition,
     InvalidArgument,
     NotFound,
@@ -315,7 +315,7 @@ class _Started:
 def test_a_result_ticket_is_single_use_owned_and_expires_closing_the_query():
     from broker.flight.results import ResultStore
     from broker.spark.executor import QueryScope
-    from timeline.errors import PermissionDenied
+    from core.errors import PermissionDenied
 
     now = [0.0]
     store = ResultStore(60.0, clock=lambda: now[0])

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from core.keys import Keys
 from ingest.table import TableDefinition
 from watermark.follower import Follower
 from watermark.server import ServerClient
@@ -99,10 +100,23 @@ def broker_view(follower: Follower, client: ServerClient, table: str) -> Any:
     """The follower's view once it has caught up with what the servers reported (idle and
     parked partitions may take it higher: their LWM follows a clock)."""
     expected = reported_lwm(client, table)
-    assert follower.wait_for(lambda f: (_served(f, table) or -1) >= expected, timeout=10), (
-        f"follower never served LWM {expected} (has {_served(follower, table)})"
-    )
+    seq, epoch = _log_position(client)
+    assert follower.wait_for(
+        lambda f: (_served(f, table) or -1) >= expected and _applied(f, seq, epoch), timeout=10
+    ), f"follower never served LWM {expected} (has {_served(follower, table)})"
     return follower.view(table)
+
+
+def _log_position(client: ServerClient) -> tuple[int, str]:
+    """The last event in the state store's log: a compaction publishes without moving the LWM."""
+    keys = Keys(client.prefix)
+    seq = int(client.redis.get(keys.seq) or 0)
+    epoch = (client.redis.get(keys.epoch) or b"").decode()
+    return seq, epoch
+
+
+def _applied(follower: Follower, seq: int, epoch: str) -> bool:
+    return follower.state_epoch == epoch and follower.state_seq >= seq
 
 
 def _served(follower: Follower, table: str) -> int | None:

@@ -11,10 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import ingest
+from core.errors import InvalidArgument
 from ingest.granularity import Granularity, chunk_interval, chunk_start_ms, chunks_between
 from ingest.manifest import COMMIT, DONE, PREPARE, ManifestState, Record
 from ingest.table import RESERVED_COLUMNS, RESERVED_PREFIXES, OutOfOrder, TableDefinition
-from timeline.errors import InvalidArgument
 
 TOML = """
 name = "accounts"

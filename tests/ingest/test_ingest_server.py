@@ -9,10 +9,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from core.errors import InvalidArgument
 from horizon import IngestServer, load_server_config, tokens
 from ingest.cli import main_ingest
 from tests.ingest import tpch_tables
-from timeline.errors import InvalidArgument
 from watermark.lwm import IDLE, PARKED
 
 

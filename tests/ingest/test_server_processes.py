@@ -20,10 +20,10 @@ from typing import Any
 
 import pytest
 
-from broker import cli as broker_cli
 from broker._proto.horizon.v1 import horizon_pb2 as pb
-from broker.client import HorizonClient, connect
 from horizon import IngestServer, tokens
+from horizon import cli as horizon_cli
+from horizon.client import HorizonClient, connect
 from ingest.cli import main_ingest
 from tests.ingest import tpch_tables
 from watermark.embedded_redis import free_port
@@ -200,11 +200,11 @@ def test_a_one_shot_run_parks_and_its_tables_lwm_follows_the_state_stores_clock(
     later = tokens.encode({"p2_region": now})
     argv = ["query", "SELECT count(*) AS n FROM p2_region", "--target", broker.target, "--json",
             "--min-snapshot", token, "--min-snapshot", later]  # fmt: skip
-    assert broker_cli.main(argv) == 0
+    assert horizon_cli.main(argv) == 0
     answer = json.loads(capsys.readouterr().out)
     assert answer["rows"] == [{"n": 5}] and int(answer["metadata"]["snapshot"]) >= now
     # horizon watermarks shows the parked partitions and the parked server.
-    assert broker_cli.main(["watermarks", "p2_region", "--target", broker.target]) == 0
+    assert horizon_cli.main(["watermarks", "p2_region", "--target", broker.target]) == 0
     shown = capsys.readouterr().out
     assert "parked" in shown and "one-shot parked" in shown
 

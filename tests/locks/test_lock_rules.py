@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from core.errors import InvalidArgument
 from locks.rules import (
     Granularity,
     HeldLock,
@@ -13,7 +14,6 @@ from locks.rules import (
     covers,
     decide,
 )
-from timeline.errors import InvalidArgument
 from timeline.interval import Interval
 
 DAY = Interval(0, 86_400_000)

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from core.errors import LockConflict, LockLost, PartitionNotOwned
 from locks.client import JobLocks, LockClient
 from locks.rules import (
     COMPACTION_PRIORITY,
@@ -20,7 +21,6 @@ from locks.rules import (
     decide,
 )
 from tests.watermark.conftest import segment, table_descriptor
-from timeline.errors import LockConflict, LockLost, PartitionNotOwned
 from timeline.interval import Interval
 
 HOUR = 3_600_000

@@ -6,15 +6,15 @@ import time
 
 import pytest
 
-from pins.store import PinQuota, PinStore
-from tests.watermark.conftest import table_descriptor
-from timeline.errors import (
+from core.errors import (
     FailedPrecondition,
     InvalidArgument,
     NotFound,
     PermissionDenied,
     ResourceExhausted,
 )
+from pins.store import PinQuota, PinStore
+from tests.watermark.conftest import table_descriptor
 
 
 @pytest.fixture

@@ -23,9 +23,9 @@ from broker.sql.errors import (
     UnknownFunction,
     UnknownTable,
 )
-from broker.sql.hlc import timestamp_to_hlc
 from broker.sql.passes.resolve_references import is_cte_reference
-from timeline.errors import FailedPrecondition, HorizonError, InvalidArgument, NotFound
+from broker.sql.timestamps import timestamp_to_hlc
+from core.errors import FailedPrecondition, HorizonError, InvalidArgument, NotFound
 
 _UNSET = object()
 

@@ -9,7 +9,7 @@ import pytest
 
 from broker.sql import Catalog, FunctionPolicy, RewriteLimits, rewrite
 from broker.sql.errors import QueryTooLarge
-from timeline.errors import ResourceExhausted
+from core.errors import ResourceExhausted
 
 DEEP = 5_000
 

@@ -10,7 +10,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from timeline.errors import InvalidArgument
+from core.errors import InvalidArgument
 from timeline.interval import Interval
 from timeline.segment import Segment
 

@@ -6,8 +6,8 @@ import time
 
 import pytest
 
+from core.errors import FailedPrecondition, NotFound, Unavailable
 from tests.watermark.conftest import caught_up, segment, table_descriptor
-from timeline.errors import FailedPrecondition, NotFound, Unavailable
 from watermark.follower import Follower
 from watermark.read import read_table_lwm
 

@@ -1,13 +1,18 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from watermark.hlc import (
+from core.hlc import (
+    LOGICAL_MASK,
     HybridLogicalClock,
+    format_snapshot,
     hlc_from_ms,
     hlc_logical,
     hlc_physical_ms,
     last_hlc_of_ms,
+    parse_snapshot,
 )
 
 
@@ -50,3 +55,24 @@ def test_clock_moves_above_observed_timestamps() -> None:
 def test_logical_counter_overflow_carries_into_the_next_millisecond() -> None:
     clock = HybridLogicalClock(lambda: 10, start=last_hlc_of_ms(10))
     assert clock.now() == hlc_from_ms(11)
+
+
+@given(
+    physical=st.integers(min_value=0, max_value=253_402_300_799_999),  # through year 9999
+    logical=st.integers(min_value=0, max_value=LOGICAL_MASK),
+)
+def test_a_snapshot_shown_as_time_reads_back_as_the_same_hlc(physical: int, logical: int) -> None:
+    hlc = hlc_from_ms(physical, logical)
+    text = format_snapshot(hlc)
+    assert text.endswith(f"Z+{logical}")
+    assert parse_snapshot(text) == hlc
+
+
+def test_a_snapshot_is_shown_as_its_utc_millisecond_and_logical_counter() -> None:
+    hlcs = [hlc_from_ms(1_795_545_850_123, 5), hlc_from_ms(1_795_545_850_123, 12),
+            hlc_from_ms(1_795_545_850_124, 0)]  # fmt: skip
+    shown = [format_snapshot(h) for h in hlcs]
+    assert shown == ["2026-11-24T18:44:10.123Z+5", "2026-11-24T18:44:10.123Z+12",
+                     "2026-11-24T18:44:10.124Z+0"]  # fmt: skip
+    with pytest.raises(ValueError, match="not a snapshot"):
+        parse_snapshot("2026-11-24T18:44:10Z")

@@ -10,10 +10,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from core.errors import FailedPrecondition
+from core.hlc import hlc_from_ms, last_hlc_of_ms
 from tests.watermark.conftest import caught_up, table_descriptor
-from timeline.errors import FailedPrecondition
 from watermark.follower import Follower
-from watermark.hlc import hlc_from_ms, last_hlc_of_ms
 from watermark.lwm import ACTIVE, IDLE, PARKED, Clocks, PartitionProgress, compute_lwm
 from watermark.partition_states import claimed, parked, reported
 from watermark.read import read_table_lwm

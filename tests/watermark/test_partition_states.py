@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
 
 import watermark.partition_states
-from watermark.hlc import hlc_from_ms, last_hlc_of_ms
+from core.hlc import hlc_from_ms, last_hlc_of_ms
 from watermark.lwm import (
     ACTIVE,
     IDLE,

@@ -9,8 +9,8 @@ import time
 import pytest
 import redis
 
+from core.errors import FailedPrecondition, InvalidArgument, ResourceExhausted, Unavailable
 from tests.watermark.conftest import segment, table_descriptor
-from timeline.errors import FailedPrecondition, InvalidArgument, ResourceExhausted, Unavailable
 from timeline.interval import Interval
 from watermark.read import read_table_lwm
 

@@ -4,40 +4,12 @@ from __future__ import annotations
 
 from sqlglot import exp
 
+from broker.sql.constants import integer_literal, timestamp_literal
 from broker.sql.errors import InvalidSnapshot, NoLowWatermark, SnapshotOutOfRange
-from broker.sql.hlc import timestamp_to_hlc
 from broker.sql.state import Reference, ReferenceKind, state_of
+from broker.sql.timestamps import timestamp_to_hlc
 
 DEFAULT_SOURCE = "default: min LWM"
-
-
-def _integer(node: exp.Expression | None) -> int | None:
-    """The value of an integer literal (``5``, ``-5``), else None."""
-    negative = False
-    if isinstance(node, exp.Neg):
-        negative, node = True, node.this
-    if isinstance(node, exp.Literal) and not node.is_string:
-        try:
-            value = int(node.name)
-        except ValueError:
-            return None
-        return -value if negative else value
-    return None
-
-
-def _timestamp_text(node: exp.Expression | None) -> str | None:
-    """The text of a timestamp literal: ``'2026-...'`` or ``TIMESTAMP '2026-...'``."""
-    if isinstance(node, exp.Cast) and node.to.is_type(
-        exp.DataType.Type.TIMESTAMP,
-        exp.DataType.Type.TIMESTAMPTZ,
-        exp.DataType.Type.TIMESTAMPLTZ,
-        exp.DataType.Type.TIMESTAMPNTZ,
-        exp.DataType.Type.DATE,
-    ):
-        node = node.this
-    if isinstance(node, exp.Literal) and node.is_string:
-        return node.name
-    return None
 
 
 def explicit_snapshot(reference: Reference, version: exp.Version) -> tuple[int, str]:
@@ -54,14 +26,14 @@ def explicit_snapshot(reference: Reference, version: exp.Version) -> tuple[int, 
             "no versions to travel to"
         )
     if kind == "VERSION":
-        value = _integer(version.expression)
+        value = integer_literal(version.expression)
         if value is None or value < 0:
             raise InvalidSnapshot(
                 f"{reference.written} {clause}: VERSION AS OF takes a non-negative integer HLC"
             )
         return value, "VERSION AS OF"
     if kind == "TIMESTAMP":
-        text = _timestamp_text(version.expression)
+        text = timestamp_literal(version.expression)
         if text is None:
             raise InvalidSnapshot(
                 f"{reference.written} {clause}: TIMESTAMP AS OF (and FOR SYSTEM_TIME AS OF) takes "

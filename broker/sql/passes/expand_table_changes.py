@@ -4,21 +4,21 @@ from __future__ import annotations
 
 from sqlglot import exp
 
+from broker.sql.constants import integer_literal, timestamp_literal
 from broker.sql.derived import change_feed_sql
 from broker.sql.errors import InvalidChangeWindow, NoLowWatermark, SnapshotOutOfRange
-from broker.sql.hlc import timestamp_to_hlc
-from broker.sql.passes.choose_snapshot import _integer, _timestamp_text
 from broker.sql.state import Reference, ReferenceKind, state_of
+from broker.sql.timestamps import timestamp_to_hlc
 
 
 def _bound(argument: exp.Expression, which: str) -> int:
     """An integer HLC, or a timestamp string meaning the last HLC of its millisecond."""
-    value = _integer(argument)
+    value = integer_literal(argument)
     if value is not None:
         if value < 0:
             raise InvalidChangeWindow(f"table_changes: {which} bound {value} is negative")
         return value
-    text = _timestamp_text(argument)
+    text = timestamp_literal(argument)
     if text is not None:
         return timestamp_to_hlc(text)
     raise InvalidChangeWindow(

@@ -72,7 +72,10 @@ def key_lookup_of(tree: exp.Expression, table: str, primary_key: Sequence[str]) 
         return None
     if not {column.lower() for column in primary_key} <= {p.column for p in predicates}:
         return None
-    return KeyLookup(table=table, projection=projection, predicates=predicates, limit=limit)
+    select = tuple(item.sql(dialect="spark") for item in tree.expressions)
+    return KeyLookup(
+        table=table, projection=projection, predicates=predicates, limit=limit, select=select
+    )
 
 
 def _only_args(node: exp.Expression, allowed: frozenset[str]) -> bool:

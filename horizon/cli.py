@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from timeline.errors import HorizonError
+from core.errors import HorizonError
 
 DEFAULT_TARGET = "127.0.0.1:50051"
 EXIT_ERROR = 1
@@ -239,8 +239,8 @@ def _serve(args: argparse.Namespace) -> int:
 def _client_command(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from broker import render
-    from broker.client import connect
+    from horizon import render
+    from horizon.client import connect
 
     console = Console()
     try:
@@ -356,7 +356,7 @@ def _pin_command(client: Any, args: argparse.Namespace, console: Any, render: An
 
 
 def _usage(message: str) -> HorizonError:
-    from timeline.errors import InvalidArgument
+    from core.errors import InvalidArgument
 
     return InvalidArgument(message)
 

@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from broker._proto.horizon.v1 import horizon_pb2 as pb
+from core.hlc import format_snapshot
 from timeline.interval import format_instant
 
 STATE_NAMES = {
@@ -54,6 +55,16 @@ def _opt(message: Any, name: str) -> str:
     return str(getattr(message, name)) if message.HasField(name) else "-"
 
 
+def _snapshot(message: Any, name: str) -> str:
+    """An optional snapshot field as people read it (the integer stays in ``--json``)."""
+    return format_snapshot(getattr(message, name)) if message.HasField(name) else "-"
+
+
+def _hlc(value: int) -> str:
+    """A commit timestamp or watermark as time; 0 means none yet."""
+    return format_snapshot(value) if value else "-"
+
+
 # -- queries --------------------------------------------------------------------------------------
 
 
@@ -72,7 +83,7 @@ def print_result(console: Console, result: Any) -> None:
     console.print(result_table(result.table))
     metadata, timings = result.metadata, result.trailer.timings
     console.print(
-        f"[dim]{result.table.num_rows} row(s) at snapshot {_opt(metadata, 'snapshot')} "
+        f"[dim]{result.table.num_rows} row(s) at snapshot {_snapshot(metadata, 'snapshot')} "
         f"({metadata.snapshot_reason}); {timings.total_ms:.0f} ms total, "
         f"{timings.spark_ms:.0f} ms Spark, {timings.rewrite_ms:.1f} ms rewrite; "
         f"cache {metadata.cache or '-'}"
@@ -101,13 +112,13 @@ def print_explain(console: Console, explain: pb.ExplainQueryResponse) -> None:
     console.print(explain.rewritten_sql, highlight=False)
     metadata = explain.metadata
     console.print(
-        f"\n[bold]Snapshot[/bold] {_opt(metadata, 'snapshot')}: {metadata.snapshot_reason}"
+        f"\n[bold]Snapshot[/bold] {_snapshot(metadata, 'snapshot')}: {metadata.snapshot_reason}"
     )
     for table in explain.tables:
         read = table.read
         view = Table(
             title=f"{read.table} (view {read.view}, generation {read.timeline_generation}, "
-            f"LWM {_opt(read, 'lwm')})",
+            f"LWM {_snapshot(read, 'lwm')})",
             show_lines=True,
         )
         view.add_column("segment")
@@ -140,7 +151,7 @@ def print_tables(console: Console, tables: list[pb.TableInfo]) -> None:
             table.name,
             ", ".join(f"{c.name} {c.type}" for c in table.columns),
             ", ".join(table.primary_key),
-            _opt(table, "lwm"),
+            _snapshot(table, "lwm"),
             str(table.timeline_generation),
             str(table.visible_segments),
         )
@@ -277,7 +288,7 @@ def print_watermarks(console: Console, marks: pb.GetWatermarksResponse) -> None:
         else "-"
     )
     console.print(
-        f"[bold]{marks.table}[/bold]: LWM {_opt(marks, 'lwm')}, held back by {laggard}; "
+        f"[bold]{marks.table}[/bold]: LWM {_snapshot(marks, 'lwm')}, held back by {laggard}; "
         f"state staleness {marks.staleness_seconds:.1f}s"
         + ("; [red]queries blocked by the regression policy[/red]" if marks.queries_blocked else "")
     )
@@ -291,9 +302,9 @@ def print_watermarks(console: Console, marks: pb.GetWatermarksResponse) -> None:
         view.add_row(
             row.server,
             str(row.partition),
-            str(row.ingested),
-            str(row.applied),
-            str(row.watermark),
+            _hlc(row.ingested),
+            _hlc(row.applied),
+            _hlc(row.watermark),
             state,
             "yes"
             if row.live
@@ -320,7 +331,8 @@ def print_watermarks(console: Console, marks: pb.GetWatermarksResponse) -> None:
     for regression in marks.regressions:
         console.print(
             f"[red]regression[/red] server {regression.server} partition "
-            f"{regression.partition}: {regression.from_watermark} -> {regression.to_watermark}"
+            f"{regression.partition}: {_hlc(regression.from_watermark)} -> "
+            f"{_hlc(regression.to_watermark)}"
         )
     if marks.pins_error:
         console.print(f"[yellow]pins unknown:[/yellow] {marks.pins_error}")
@@ -335,7 +347,7 @@ def print_pins(console: Console, pins: Any, *, title: str = "Snapshot pins") -> 
     for pin in pins:
         view.add_row(
             pin.pin_id,
-            str(pin.snapshot),
+            _hlc(pin.snapshot),
             ", ".join(pin.tables),
             pin.owner or "-",
             f"{pin.lease_left_seconds:.0f}s",

@@ -1,5 +1,9 @@
 """The Redis key layout of Horizon's server state, in one place (Python and the Lua scripts).
 
+It sits at the bottom floor because every client of the state store shares it: the ingestion
+servers and the broker's follower (:mod:`watermark`), the lock service (:mod:`locks`) and the pin
+store (:mod:`pins`). How values are encoded in the hashes is :mod:`watermark.records`.
+
 Everything lives under one prefix (default ``horizon``):
 
 =============================  =====================================================================
@@ -40,9 +44,7 @@ from __future__ import annotations
 import json
 import re
 
-from timeline.errors import InvalidArgument
-from timeline.segment import Segment
-from watermark.lwm import ACTIVE, PartitionProgress
+from core.errors import InvalidArgument
 
 DEFAULT_PREFIX = "horizon"
 HLC_WIDTH = 20
@@ -76,14 +78,6 @@ def lwm_member(lwm: int, partition: int) -> str:
     return f"{padded_hlc(lwm)}:{partition:0{PARTITION_WIDTH}d}"
 
 
-def segment_key(segment: Segment) -> str:
-    """The field of a segment in its table's hash: its identity, unambiguous for any version text."""
-    return json.dumps(
-        [segment.interval.start_ms, segment.interval.end_ms, segment.version, segment.partition],
-        separators=(",", ":"),
-    )
-
-
 def interval_key(start_ms: int, end_ms: int) -> str:
     """The field of a time chunk in its table's ``majors`` hash."""
     return json.dumps([start_ms, end_ms], separators=(",", ":"))
@@ -91,22 +85,6 @@ def interval_key(start_ms: int, end_ms: int) -> str:
 
 def chunk_key(start_ms: int, end_ms: int, version: str, kind: str) -> str:
     return json.dumps([start_ms, end_ms, version, kind], separators=(",", ":"))
-
-
-def parse_progress(value: str) -> PartitionProgress:
-    """Decode a ``{p}:t:{table}:prog`` hash value (older values have fewer fields)."""
-    owner, ingested, applied, reported, _member, state, since, floor, *_ = (
-        value.split("|") + [""] * 8
-    )[:8]
-    return PartitionProgress(
-        owner=owner or None,
-        ingested=int(ingested) if ingested else None,
-        applied=int(applied) if applied else None,
-        reported_at_ms=int(reported) if reported else None,
-        state=state or ACTIVE,
-        since_ms=int(since) if since else None,
-        floor=int(floor) if floor else None,
-    )
 
 
 class Keys:

@@ -6,9 +6,11 @@ low 16 bits count events inside one millisecond and the rest is the physical tim
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 
 LOGICAL_BITS = 16
 LOGICAL_MASK = (1 << LOGICAL_BITS) - 1
@@ -68,3 +70,33 @@ class HybridLogicalClock:
         """The last value handed out or observed (0 before any)."""
         with self._lock:
             return self._last
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_SNAPSHOT_TEXT = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3})Z\+(\d+)$")
+
+
+def format_snapshot(hlc: int) -> str:
+    """A snapshot as people read it: its millisecond in UTC, then ``+`` its logical counter.
+
+    Integers stay in the API and in ``--json``; tables, explain, the demo and pictures show this.
+
+    >>> format_snapshot(hlc_from_ms(1_795_545_850_123, 5))
+    '2026-11-24T18:44:10.123Z+5'
+    """
+    seconds, millis = divmod(hlc_physical_ms(hlc), 1000)
+    moment = datetime.fromtimestamp(seconds, tz=UTC)
+    return f"{moment:%Y-%m-%dT%H:%M:%S}.{millis:03d}Z+{hlc_logical(hlc)}"
+
+
+def parse_snapshot(text: str) -> int:
+    """The HLC :func:`format_snapshot` wrote as ``text``.
+
+    >>> parse_snapshot('2026-11-24T18:44:10.123Z+5') == hlc_from_ms(1_795_545_850_123, 5)
+    True
+    """
+    match = _SNAPSHOT_TEXT.match(text.strip())
+    if match is None:
+        raise ValueError(f"not a snapshot: {text!r} (expected 2026-11-24T18:44:10.123Z+5)")
+    moment = datetime.fromisoformat(match[1]).replace(tzinfo=UTC)
+    return hlc_from_ms((moment - _EPOCH) // timedelta(milliseconds=1), int(match[2]))

@@ -1,6 +1,6 @@
 """Python client of the Horizon broker.
 
-    from broker.client import connect
+    from horizon.client import connect
     with connect("127.0.0.1:50051", token="s3cret") as horizon:
         table = horizon.query("SELECT * FROM accounts WHERE id = 7")   # pyarrow.Table
         horizon.explain("SELECT ...").rewritten_sql
@@ -21,7 +21,7 @@ been served (:attr:`HorizonClient.session_token`) and sends it with every query,
 restarted or another one behind a load balancer, serves it an older default snapshot.
 
 Failed calls raise the Horizon error type matching the status code (``NotFound``,
-``PermissionDenied``, ...), all subclasses of :class:`timeline.errors.HorizonError`.
+``PermissionDenied``, ...), all subclasses of :class:`core.errors.HorizonError`.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from broker._proto.horizon.v1 import horizon_pb2 as pb
 from broker._proto.horizon.v1 import horizon_pb2_grpc as rpc
 from broker.api import arrow_ipc
 from broker.api.status import error_from_rpc
-from timeline.errors import Internal
+from core.errors import Internal
 from timeline.interval import Interval
 from watermark import tokens
 

@@ -1,7 +1,7 @@
-"""Wall-clock timestamps to HLC snapshots.
+"""Wall-clock timestamps in SQL (``TIMESTAMP AS OF``, ``table_changes`` bounds) to HLC snapshots.
 
-An HLC is ``(physical_ms << 16) | logical``. A timestamp names a millisecond; the snapshot "as of"
-that millisecond must include every commit of it, so it is the *last* HLC of that millisecond.
+A timestamp names a millisecond; the snapshot "as of" that millisecond must include every commit
+of it, so it is the *last* HLC of that millisecond (:func:`core.hlc.last_hlc_of_ms`).
 """
 
 from __future__ import annotations
@@ -9,16 +9,10 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from broker.sql.errors import InvalidSnapshot
+from core.hlc import last_hlc_of_ms
 
-LOGICAL_BITS = 16
-LOGICAL_MASK = (1 << LOGICAL_BITS) - 1
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MILLISECOND = timedelta(milliseconds=1)
-
-
-def last_hlc_of_millisecond(milliseconds: int) -> int:
-    """The highest HLC whose physical part is ``milliseconds``."""
-    return (milliseconds << LOGICAL_BITS) | LOGICAL_MASK
 
 
 def timestamp_to_milliseconds(text: str) -> int:
@@ -40,4 +34,4 @@ def timestamp_to_milliseconds(text: str) -> int:
 
 def timestamp_to_hlc(text: str) -> int:
     """The last HLC of the millisecond ``text`` names."""
-    return last_hlc_of_millisecond(timestamp_to_milliseconds(text))
+    return last_hlc_of_ms(timestamp_to_milliseconds(text))
