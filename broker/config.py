@@ -183,8 +183,9 @@ class LimitsConfig:
 
 @dataclass(frozen=True, slots=True)
 class ReadsConfig:
-    """The read controls (:mod:`broker.reads`): waiting for a snapshot, the monotonic floor, the
-    snapshot pins and the result cache."""
+    """The read controls (:mod:`broker.engine.read_options`, ``freshness``, ``floor``,
+    ``pinning``): waiting for a snapshot, the monotonic floor, the snapshot pins and the result
+    cache."""
 
     max_wait_s: float = 30.0
     """How long a query waits for a table's LWM to reach its ``min_snapshot`` (or the broker's

@@ -62,7 +62,7 @@ def show_time_travel(demo: Any) -> None:
 
 
 def show_timeline(demo: Any) -> None:
-    from broker.render import STATE_NAMES, timeline_svg
+    from horizon.render import STATE_NAMES, timeline_svg
 
     demo.heading("4. The timeline of the accounts table")
     timeline = demo.client.timeline(ACCOUNTS, include_overshadowed=True)
@@ -112,7 +112,7 @@ def show_timeline(demo: Any) -> None:
 
 
 def show_explain(demo: Any) -> None:
-    from broker.render import print_explain
+    from horizon.render import print_explain
 
     demo.heading("5. What Spark runs: the rewritten SQL of one query")
     demo.console.print(f"  client SQL: [cyan]{EXPLAINED_SQL}[/cyan]")

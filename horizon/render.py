@@ -342,8 +342,13 @@ def print_watermarks(console: Console, marks: pb.GetWatermarksResponse) -> None:
 
 def print_pins(console: Console, pins: Any, *, title: str = "Snapshot pins") -> None:
     view = Table(title=title)
-    for column in ("pin", "snapshot", "tables", "owner", "lease left"):
-        view.add_column(column)
+    # A pin id is what the reader copies: never cut short, whatever the terminal's width.
+    view.add_column(
+        "pin", no_wrap=True, min_width=max((len(pin.pin_id) for pin in pins), default=3)
+    )
+    view.add_column("snapshot", no_wrap=True)
+    for column in ("tables", "owner", "lease left"):
+        view.add_column(column, overflow="fold")
     for pin in pins:
         view.add_row(
             pin.pin_id,

@@ -146,9 +146,10 @@ class QueryEngine:
 
         ``row_cap`` plans the result's row limit into the SQL that runs (``Prepared.run_sql``).
 
-        ``options`` are the read controls (:mod:`broker.reads`): a default read waits, until
-        ``deadline`` (monotonic), for its tables' LWM to reach ``min_snapshot`` and this broker's
-        floor, and is refused when older than ``max_staleness``; a pinned one reads at the pin.
+        ``options`` are the read controls (:mod:`broker.engine.read_options`): a default read
+        waits, until ``deadline`` (monotonic), for its tables' LWM to reach ``min_snapshot`` and
+        this broker's floor, and is refused when older than ``max_staleness``; a pinned one reads
+        at the pin.
         """
         started = time.perf_counter()
         parsed = query if isinstance(query, ParsedQuery) else self.parse(query)
