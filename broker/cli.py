@@ -192,6 +192,8 @@ def _serve(args: argparse.Namespace) -> int:
     if server.flight_target:
         scheme = "grpc+tls" if config.server.tls else "grpc"
         print(f"Arrow Flight SQL on {scheme}://{server.flight_target}", flush=True)
+    if server.observer is not None and server.observer.metrics_url:
+        print(f"metrics on {server.observer.metrics_url}", flush=True)
 
     def shutdown(signum: int, frame: Any) -> None:
         server.stop()

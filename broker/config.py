@@ -67,7 +67,7 @@ from broker.operations_config import (
     ConsoleConfig,
     LoggingConfig,
     MetricsConfig,
-    check_console,
+    check_operations,
 )
 from broker.sql.model import WorkBudget
 from timeline.errors import InvalidArgument
@@ -445,7 +445,7 @@ def _validate(config: BrokerConfig) -> None:
     for listen in (flight.address(config.server.listen), config.metrics_address):
         parse_listen(listen)
     parse_listen(config.console_address)
-    check_console(config.console)
+    check_operations(config.console, config.logging)
     if flight.result_ttl_s <= 0 or flight.statement_ttl_s <= 0:
         raise InvalidArgument("[flight] result_ttl_s and statement_ttl_s must be > 0")
     secrets = [grant.token for grant in config.tokens if grant.token]

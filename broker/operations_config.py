@@ -11,6 +11,7 @@ Parts of the one typed configuration (:class:`broker.config.BrokerConfig`), load
     format = "json"              # or "text" (the default)
     level = "INFO"
     queries = true               # one line per query end
+    state_check_s = 1.0          # how often state changes are looked for
 
     [console]
     # enabled: unset = on for a loopback address, or wherever [[tokens]] are configured
@@ -48,6 +49,8 @@ class LoggingConfig:
     level: LogLevel = "INFO"
     queries: bool = True
     """One line per query end (identity, tables, snapshot, status, rows, timings, cache)."""
+    state_check_s: float = 1.0
+    """How often the broker looks for state changes to log (stale servers, revoked locks...)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,8 +71,11 @@ class ConsoleConfig:
     """How often pages of live state (timeline, locks, queries) refresh themselves."""
 
 
-def check_console(console: ConsoleConfig) -> None:
-    """The console section's own rules (addresses are checked with the other listeners')."""
+def check_operations(console: ConsoleConfig, logging: LoggingConfig) -> None:
+    """The console and logging sections' own rules (addresses are checked with the other
+    listeners')."""
+    if logging.state_check_s <= 0:
+        raise InvalidArgument("[logging] state_check_s must be > 0")
     if console.max_rows < 1:
         raise InvalidArgument("[console].max_rows must be >= 1")
     if console.session_ttl_s <= 0 or console.refresh_s <= 0:

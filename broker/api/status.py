@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import grpc
 
+from broker.observe import metrics
 from timeline.errors import (
     AlreadyExists,
     Cancelled,
@@ -97,25 +99,28 @@ def error_from_rpc(error: grpc.RpcError) -> HorizonError:
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 
-async def _abort(context: grpc.aio.ServicerContext, error: BaseException) -> None:
-    """End the RPC with the error's status (``context.abort`` raises to end the handler)."""
-    code, message = status_of(error)
-    await context.abort(code, message)
-
-
 def unary_errors(method: _F) -> _F:
     """Decorate an async unary servicer method: HorizonErrors become their status, the rest
-    INTERNAL (a client's cancellation propagates as it is)."""
+    INTERNAL (a client's cancellation propagates as it is); every call is counted by method
+    and code (:mod:`broker.observe.metrics`)."""
 
     @functools.wraps(method)
     async def wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        started, code = time.perf_counter(), "CANCELLED"  # unless it ends otherwise
         try:
-            return await method(self, request, context)
+            result = await method(self, request, context)
+            code = "OK"
+            return result
         except Exception as error:
             if isinstance(error, grpc.aio.AbortError):
+                code = getattr(context.code(), "name", "UNKNOWN")
                 raise
-            await _abort(context, error)
+            status, message = status_of(error)
+            code = status.name
+            await context.abort(status, message)
             return None
+        finally:
+            metrics.count_call(method.__name__, code, time.perf_counter() - started)
 
     return wrapper  # type: ignore[return-value]
 
