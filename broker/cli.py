@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import logging
 import os
 import signal
 import sys
@@ -173,17 +172,15 @@ def _serve(args: argparse.Namespace) -> int:
 
     from broker.api.server import BrokerServer
     from broker.config import load_config
+    from broker.observe.wiring import configure_broker_logging
 
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
     try:
         config = load_config(args.config)
         if args.listen:
             config = replace(config, server=replace(config.server, listen=args.listen))
         if args.redis:
             config = replace(config, state=replace(config.state, redis_url=args.redis))
+        configure_broker_logging(config, verbose=args.verbose)
         server = BrokerServer(config).start()
     except HorizonError as error:
         print(f"horizon serve: {error}", file=sys.stderr)
