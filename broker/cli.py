@@ -191,6 +191,8 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"Arrow Flight SQL on {scheme}://{server.flight_target}", flush=True)
     if server.observer is not None and server.observer.metrics_url:
         print(f"metrics on {server.observer.metrics_url}", flush=True)
+    if server.console is not None:
+        print(f"web console on {server.console.url}", flush=True)
 
     def shutdown(signum: int, frame: Any) -> None:
         server.stop()

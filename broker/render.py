@@ -313,11 +313,21 @@ def print_pins(console: Console, pins: Any, *, title: str = "Snapshot pins") -> 
 # -- the timeline picture -------------------------------------------------------------------------
 
 _LOCKED_COLOUR = "#b0309a"
+_UNREADABLE_COLOUR = "#d0231b"
 _CELL_W = 36
 _ROW_H = 22
 _LEFT = 70
 _TOP = 40
 _BOTTOM = 130
+
+
+def _group_detail(group: pb.AtomicUpdateGroup) -> str:
+    """A group's segments, one line each (the console shows it when the group is clicked)."""
+    return "\n".join(
+        f"{segment.id}: partition {segment.partition}, {segment.row_count} rows, "
+        f"{len(segment.location)} file(s), server {segment.server or '-'}"
+        for segment in group.segments
+    )
 
 
 def timeline_svg(timeline: pb.GetTimelineResponse) -> str:
@@ -353,8 +363,8 @@ def timeline_svg(timeline: pb.GetTimelineResponse) -> str:
         held = chunk_locks(timeline, chunk)
         stroke = f'stroke="{_LOCKED_COLOUR}" stroke-width="3"' if held else 'stroke="#333"'
         parts.append(
-            f'<rect x="{left - 3}" y="{_TOP - 3}" width="{band_width + 6}" '
-            f'height="{max_root * _ROW_H + 6}" fill="none" {stroke}{dash}>'
+            f'<rect class="chunk" data-locked="{int(bool(held))}" x="{left - 3}" y="{_TOP - 3}" '
+            f'width="{band_width + 6}" height="{max_root * _ROW_H + 6}" fill="none" {stroke}{dash}>'
             + (
                 f"<title>locked: {escape('; '.join(lock_summary(lock) for lock in held))}</title>"
                 if held
@@ -373,12 +383,26 @@ def timeline_svg(timeline: pb.GetTimelineResponse) -> str:
                 + ("" if group.full else ", not full")
             )
             parts.append(
-                f'<rect x="{gx + 1}" y="{gy + 1}" width="{_CELL_W - 2}" height="{gh}" '
-                f'fill="{STATE_COLOURS[state]}" stroke="#222"><title>{escape(title)}</title></rect>'
+                f'<rect class="group" data-state="{state}" data-segments="{len(group.segments)}" '
+                f'data-detail="{escape(_group_detail(group))}" x="{gx + 1}" y="{gy + 1}" '
+                f'width="{_CELL_W - 2}" height="{gh}" fill="{STATE_COLOURS[state]}" stroke="#222">'
+                f"<title>{escape(title)}</title></rect>"
             )
             parts.append(
                 f'<text x="{gx + _CELL_W / 2:.0f}" y="{gy + 14}" text-anchor="middle" '
-                f'fill="#fff">m{group.minor_version}</text>'
+                f'fill="#fff" pointer-events="none">m{group.minor_version}</text>'
+            )
+        bad = [
+            mark
+            for mark in timeline.unreadable
+            if mark.segment.interval == chunk.interval and mark.segment.version == chunk.version
+        ]
+        if bad:
+            reasons = "; ".join(f"{mark.segment.id}: {mark.reason}" for mark in bad)
+            parts.append(
+                f'<text class="unreadable" data-segments="{len(bad)}" x="{left}" y="{_TOP - 8}" '
+                f'fill="{_UNREADABLE_COLOUR}" font-weight="bold">&#x2715; {len(bad)} unreadable'
+                f"<title>{escape(reasons)}</title></text>"
             )
         label_y = _TOP + max_root * _ROW_H + 16
         label = (

@@ -106,6 +106,8 @@ class BrokerServer:
         self.flight: Any = None
         """The Arrow Flight SQL endpoint (:mod:`broker.flight`), when ``[flight]`` enables it."""
         self.observer: BrokerObserver | None = None
+        self.console: Any = None
+        """The web console (:mod:`broker.console`), when ``[console]`` turns it on."""
         """Metrics endpoint, query log and state watcher (:mod:`broker.observe`)."""
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -183,12 +185,24 @@ class BrokerServer:
         except BaseException:
             self.stop(0)
             raise
+        self._start_console()
         threading.Thread(target=self._watch_health, name="horizon-health", daemon=True).start()
         threading.Thread(
             target=self._recheck_unreadable, name="horizon-unreadable", daemon=True
         ).start()
         log.info("horizon broker listening on %s", self.target)
         return self
+
+    def _start_console(self) -> None:
+        from broker.console.server import ConsoleServer, console_wanted
+
+        if not console_wanted(self.config):
+            return
+        try:
+            self.console = ConsoleServer(self.config, self.inspection, self.engine).start()
+        except BaseException:
+            self.stop(0)
+            raise
 
     def _create_spark(self) -> Any:
         from core.spark_session import create_spark_session
@@ -369,6 +383,8 @@ class BrokerServer:
         if self._stopped.is_set():
             return
         self._stopped.set()
+        if self.console is not None:
+            self.console.stop()
         if self.observer is not None:
             self.observer.stop()
         if self.supervisor is not None:

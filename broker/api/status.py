@@ -88,6 +88,28 @@ def status_of(error: BaseException) -> tuple[grpc.StatusCode, str]:
     return grpc.StatusCode.INTERNAL, f"internal error in the broker (ref {reference})"
 
 
+HTTP_STATUS: dict[grpc.StatusCode, int] = {
+    grpc.StatusCode.INVALID_ARGUMENT: 400,
+    grpc.StatusCode.NOT_FOUND: 404,
+    grpc.StatusCode.ALREADY_EXISTS: 409,
+    grpc.StatusCode.FAILED_PRECONDITION: 412,
+    grpc.StatusCode.PERMISSION_DENIED: 403,
+    grpc.StatusCode.UNAUTHENTICATED: 401,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: 429,
+    grpc.StatusCode.DEADLINE_EXCEEDED: 504,
+    grpc.StatusCode.UNAVAILABLE: 503,
+    grpc.StatusCode.CANCELLED: 499,
+    grpc.StatusCode.UNIMPLEMENTED: 501,
+}
+"""gRPC status code -> the HTTP status the web console answers with (anything else: 500)."""
+
+
+def http_status_of(error: BaseException) -> tuple[int, str, str]:
+    """The web console's (HTTP status, gRPC code name, message) for ``error``."""
+    code, message = status_of(error)
+    return HTTP_STATUS.get(code, 500), code.name, message
+
+
 def error_from_rpc(error: grpc.RpcError) -> HorizonError:
     """Client side: the typed Horizon error for a failed call."""
     code = error.code() if hasattr(error, "code") else grpc.StatusCode.UNKNOWN
