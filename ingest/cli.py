@@ -44,6 +44,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--lock-priority", type=int, default=75, help="priority of the batches' locks (Druid: 75)"
     )
+    parser.add_argument(
+        "--metrics-listen", help="serve Prometheus metrics on host:port (e.g. 127.0.0.1:9465)"
+    )
     parser.add_argument("--spark-master", default="local[*]")
     parser.add_argument(
         "--spark-remote", help="a Spark Connect URL: refused (ingestion needs a classic session)"
@@ -100,6 +103,7 @@ def _run(args: argparse.Namespace) -> int:
         conf=key_value_pairs(args.spark_conf, "--spark-conf"),
     )  # fmt: skip
     client = ServerClient(args.redis, args.server_id, prefix=args.prefix)
+    report = _batch_reporter(table.name, args.metrics_listen)
     try:
         job = IngestJob(
             spark, table, client, partitions=partitions, lock_priority=args.lock_priority
@@ -109,17 +113,37 @@ def _run(args: argparse.Namespace) -> int:
             source = _stream_source(spark, job, args)
             query = job.run_stream(
                 source, args.checkpoint, available_now=args.available_now,
-                processing_time=args.trigger, on_batch=_print_batch,
+                processing_time=args.trigger, on_batch=lambda result: report(result, None),
             )  # fmt: skip
             query.awaitTermination()
             return 0
         while True:
-            _print_batch(job.run_directory(args.source, args.format))
+            started = time.perf_counter()
+            result = job.run_directory(args.source, args.format)
+            report(result, time.perf_counter() - started)
             if not args.watch:
                 return 0
             time.sleep(args.watch)
     finally:
         client.close()
+
+
+def _batch_reporter(table: str, metrics_listen: str | None) -> Any:
+    """What happens after each batch: its line on stdout, and its metrics when served."""
+    if not metrics_listen:
+        return lambda result, seconds: _print_batch(result)
+    from core.metrics_endpoint import MetricsEndpoint
+    from ingest.metrics import IngestMetrics
+
+    metrics = IngestMetrics()
+    endpoint = MetricsEndpoint(metrics_listen, [metrics.registry])
+    print(f"metrics on {endpoint.url}", flush=True)
+
+    def report(result: Any, seconds: float | None) -> None:
+        metrics.observe_batch(table, result, seconds)
+        _print_batch(result)
+
+    return report
 
 
 def _print_batch(result: Any) -> None:
