@@ -21,7 +21,7 @@ from bench.report import RESULTS_DIR
 
 BENCHMARKS = (
     "timeline", "watermark", "rewrite", "ingest", "ingest_server", "broker", "flight", "query",
-    "compaction", "abuse",
+    "compaction", "abuse", "metrics",
 )  # fmt: skip
 
 
@@ -199,6 +199,14 @@ def _chaos(r: dict[str, Any]) -> list[Row]:
     ]
 
 
+def _metrics(r: dict[str, Any]) -> list[Row]:
+    ms = r.get("scrape_ms") or {}
+    return [
+        ("metrics scrape, 100 tables (p50 / p99)", f"{_num(ms.get('p50'), ' ms')} / {_num(ms.get('p99'), ' ms')}", "< 50 ms"),
+        ("metrics scrape size", _num(r.get("scrape_bytes"), " bytes"), ""),
+    ]  # fmt: skip
+
+
 EXTRACTORS: dict[str, Extractor] = {
     "timeline": _timeline,
     "watermark": _watermark,
@@ -210,6 +218,7 @@ EXTRACTORS: dict[str, Extractor] = {
     "query": _query,
     "compaction": _compaction,
     "abuse": _abuse,
+    "metrics": _metrics,
     "chaos": _chaos,
 }
 

@@ -39,6 +39,8 @@ TOML layout (every key optional)::
     enabled = true               # the Arrow Flight SQL endpoint (same TLS and tokens as [server])
     listen = "127.0.0.1:50052"   # default: [server]'s host, port 50052 (any free one if [server]'s is 0)
 
+    [metrics] / [logging] / [console]   # see broker/operations_config.py
+
     [[tokens]]
     name = "analyst"
     token = "s3cret"
@@ -54,11 +56,19 @@ import tomllib
 import types
 import typing
 from collections.abc import Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from broker.grants import ALL_TABLES, TokenGrant
+from broker.grants import TokenGrant, grants_from_entries
+from broker.operations_config import (
+    DEFAULT_CONSOLE_PORT,
+    DEFAULT_METRICS_PORT,
+    ConsoleConfig,
+    LoggingConfig,
+    MetricsConfig,
+    check_operations,
+)
 from broker.sql.model import WorkBudget
 from core.errors import InvalidArgument
 
@@ -221,14 +231,23 @@ class FlightConfig:
 
     def address(self, server_listen: str) -> str:
         """Where the endpoint listens, given ``[server] listen``."""
-        if self.listen:
-            return self.listen
-        host, port = parse_listen(server_listen)
-        host = f"[{host}]" if ":" in host else host
-        return f"{host}:{DEFAULT_FLIGHT_PORT if port else 0}"
+        return service_address(self.listen, server_listen, DEFAULT_FLIGHT_PORT)
 
 
 DEFAULT_FLIGHT_PORT = 50052
+
+
+def service_address(
+    configured: str, server_listen: str, default_port: int, *, host: str | None = None
+) -> str:
+    """Where one of the broker's listeners listens: ``configured``, else ``host`` (default:
+    ``[server]``'s) with ``default_port``, or any free port when ``[server]`` asks for one."""
+    if configured:
+        return configured
+    server_host, port = parse_listen(server_listen)
+    chosen = host or server_host
+    chosen = f"[{chosen}]" if ":" in chosen else chosen
+    return f"{chosen}:{default_port if port else 0}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,6 +260,9 @@ class BrokerConfig:
     limits: LimitsConfig = LimitsConfig()
     reads: ReadsConfig = ReadsConfig()
     flight: FlightConfig = FlightConfig()
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+    console: ConsoleConfig = field(default_factory=ConsoleConfig)
     tokens: tuple[TokenGrant, ...] = ()
 
     def __post_init__(self) -> None:
@@ -250,6 +272,16 @@ class BrokerConfig:
     def auth_enabled(self) -> bool:
         return bool(self.tokens)
 
+    @property
+    def metrics_address(self) -> str:
+        """``[metrics] listen``, by default on loopback whatever ``[server]`` listens on."""
+        listen = self.server.listen
+        return service_address(self.metrics.listen, listen, DEFAULT_METRICS_PORT, host="127.0.0.1")
+
+    @property
+    def console_address(self) -> str:
+        return service_address(self.console.listen, self.server.listen, DEFAULT_CONSOLE_PORT)
+
 
 _SECTIONS: dict[str, type] = {
     "server": ServerConfig,
@@ -258,6 +290,9 @@ _SECTIONS: dict[str, type] = {
     "limits": LimitsConfig,
     "reads": ReadsConfig,
     "flight": FlightConfig,
+    "metrics": MetricsConfig,
+    "logging": LoggingConfig,
+    "console": ConsoleConfig,
 }
 
 
@@ -298,7 +333,7 @@ def config_from_mapping(
     tokens_raw: Any = data.get("tokens", [])
     if "HORIZON_TOKENS" in environ:
         tokens_raw = _json_env("HORIZON_TOKENS", environ["HORIZON_TOKENS"])
-    return BrokerConfig(**sections, tokens=_tokens(tokens_raw))
+    return BrokerConfig(**sections, tokens=grants_from_entries(tokens_raw))
 
 
 def _build_section(name: str, cls: type, raw: dict[str, Any], environ: Mapping[str, str]) -> Any:
@@ -371,34 +406,6 @@ def _json_env(name: str, text: str) -> Any:
         raise InvalidArgument(f"{name} must be JSON: {error}") from None
 
 
-def _tokens(raw: Any) -> tuple[TokenGrant, ...]:
-    if not isinstance(raw, list):
-        raise InvalidArgument("tokens must be a list of {name, token, tables, inspect}")
-    grants = []
-    for index, entry in enumerate(raw):
-        if not isinstance(entry, Mapping) or not (entry.get("token") or entry.get("client_cn")):
-            raise InvalidArgument(
-                f"tokens[{index}] needs a non-empty 'token' or 'client_cn' (a client "
-                "certificate's common name)"
-            )
-        extra = set(entry) - {"name", "token", "tables", "inspect", "client_cn"}
-        if extra:
-            raise InvalidArgument(f"tokens[{index}]: unknown key(s) {', '.join(sorted(extra))}")
-        tables = entry.get("tables", [ALL_TABLES])
-        if isinstance(tables, str) or not all(isinstance(t, str) for t in tables):
-            raise InvalidArgument(f"tokens[{index}].tables must be a list of table names")
-        grants.append(
-            TokenGrant(
-                name=str(entry.get("name", f"token{index}")),
-                token=str(entry.get("token", "")),
-                tables=frozenset(t.lower() for t in tables),
-                inspect=bool(entry.get("inspect", False)),
-                client_cn=str(entry.get("client_cn", "")),
-            )
-        )
-    return tuple(grants)
-
-
 def _validate(config: BrokerConfig) -> None:
     limits = config.limits
     for name in (
@@ -435,9 +442,11 @@ def _validate(config: BrokerConfig) -> None:
         raise InvalidArgument("[reads] max_wait_s and max_pin_lease_s must be > 0")
     if reads.cache_max_bytes < 0 or reads.cache_max_entry_bytes < 0:
         raise InvalidArgument("[reads] cache sizes must be >= 0")
-    parse_listen(config.server.listen)
     flight = config.flight
-    parse_listen(flight.address(config.server.listen))
+    for listen in (flight.address(config.server.listen), config.metrics_address):
+        parse_listen(listen)
+    parse_listen(config.console_address)
+    check_operations(config.console, config.logging)
     if flight.result_ttl_s <= 0 or flight.statement_ttl_s <= 0:
         raise InvalidArgument("[flight] result_ttl_s and statement_ttl_s must be > 0")
     secrets = [grant.token for grant in config.tokens if grant.token]

@@ -8,8 +8,9 @@ may not read exists: :func:`not_readable` is the one answer for both.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from core.errors import InvalidArgument, NotFound, PermissionDenied
 
@@ -89,3 +90,32 @@ def check_inspect(principal: Principal, table: str | None = None) -> None:
         raise PermissionDenied(f"token {principal.name!r} may not inspect timelines and watermarks")
     if table is not None:
         check_read(principal, [table])
+
+
+def grants_from_entries(raw: Any) -> tuple[TokenGrant, ...]:
+    """The ``[[tokens]]`` entries of the configuration as grants (refusing malformed ones)."""
+    if not isinstance(raw, list):
+        raise InvalidArgument("tokens must be a list of {name, token, tables, inspect}")
+    grants = []
+    for index, entry in enumerate(raw):
+        if not isinstance(entry, Mapping) or not (entry.get("token") or entry.get("client_cn")):
+            raise InvalidArgument(
+                f"tokens[{index}] needs a non-empty 'token' or 'client_cn' (a client "
+                "certificate's common name)"
+            )
+        extra = set(entry) - {"name", "token", "tables", "inspect", "client_cn"}
+        if extra:
+            raise InvalidArgument(f"tokens[{index}]: unknown key(s) {', '.join(sorted(extra))}")
+        tables = entry.get("tables", [ALL_TABLES])
+        if isinstance(tables, str) or not all(isinstance(t, str) for t in tables):
+            raise InvalidArgument(f"tokens[{index}].tables must be a list of table names")
+        grants.append(
+            TokenGrant(
+                name=str(entry.get("name", f"token{index}")),
+                token=str(entry.get("token", "")),
+                tables=frozenset(t.lower() for t in tables),
+                inspect=bool(entry.get("inspect", False)),
+                client_cn=str(entry.get("client_cn", "")),
+            )
+        )
+    return tuple(grants)

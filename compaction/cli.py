@@ -19,10 +19,14 @@ import logging
 import time
 import uuid
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from core.commands import key_value_pairs, run_command
 from core.errors import InvalidArgument
 from timeline.interval import Interval
+
+if TYPE_CHECKING:
+    from compaction.metrics import CompactionMetrics
 
 log = logging.getLogger("horizon.compact")
 
@@ -54,6 +58,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--reclaim-rows", type=int, default=2_000_000, help="rows per step")
     parser.add_argument("--reclaim-files", type=int, default=64, help="files per step")
     parser.add_argument("--storage-root", help="override the table's storage root")
+    parser.add_argument(
+        "--metrics-listen", help="serve Prometheus metrics on host:port (e.g. 127.0.0.1:9466)"
+    )
     parser.add_argument("--spark-master", default="local[*]")
     parser.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE")
     return parser
@@ -90,6 +97,7 @@ def _run(args: argparse.Namespace) -> int:
         conf=key_value_pairs(args.spark_conf, "--spark-conf"),
     )  # fmt: skip
     client = ServerClient(args.redis, f"compactor-{uuid.uuid4().hex[:8]}", prefix=args.prefix)
+    metrics = _metrics(args.metrics_listen)
     try:
         compactor = Compactor(
             spark, table, client, settings=settings, priority=args.priority, wait_s=args.wait,
@@ -98,6 +106,8 @@ def _run(args: argparse.Namespace) -> int:
         while True:
             if args.mode == "major":
                 report = compactor.compact_major(interval=interval, skip_newest=args.skip_newest)
+                if metrics is not None:
+                    metrics.observe_run(table.name, report)
                 print(f"{report.outcome}: {len(report.inputs)} -> {len(report.outputs)} segments "
                       f"in new major versions {report.message}".rstrip(), flush=True)  # fmt: skip
                 if not args.watch:
@@ -114,6 +124,8 @@ def _run(args: argparse.Namespace) -> int:
                     )
                 return 0
             report = compactor.compact(targets)
+            if metrics is not None:
+                metrics.observe_run(table.name, report)
             print(
                 f"{report.outcome}: {len(report.inputs)} -> {len(report.outputs)} segments, "
                 f"{report.rows_in} -> {report.rows_out} rows {report.message}".rstrip(),
@@ -126,6 +138,8 @@ def _run(args: argparse.Namespace) -> int:
                         max_rows_per_step=args.reclaim_rows, max_files_per_step=args.reclaim_files
                     ),
                 )
+                if metrics is not None:
+                    metrics.observe_reclaim(table.name, history.rows_reclaimed)
                 print(
                     f"reclaimed {history.rows_reclaimed} of {history.reclaimable_rows} versions "
                     f"below horizon {history.horizon} in {len(history.steps)} steps: "
@@ -136,6 +150,8 @@ def _run(args: argparse.Namespace) -> int:
                 compactor.storage, client, table.name, compactor.root,
                 grace_ms=table.gc_grace_ms, now_ms=time.time_ns() // 1_000_000,
             )  # fmt: skip
+            if metrics is not None:
+                metrics.observe_collected(table.name, collected.bytes_freed)
             if collected.withdrawn or collected.deleted_files:
                 print(
                     f"collected: {collected.withdrawn} replaced segments withdrawn, "
@@ -147,3 +163,16 @@ def _run(args: argparse.Namespace) -> int:
             time.sleep(args.watch)
     finally:
         client.close()
+
+
+def _metrics(listen: str | None) -> CompactionMetrics | None:
+    """The compactor's metrics served on ``listen`` (None when not asked for)."""
+    if not listen:
+        return None
+    from compaction.metrics import CompactionMetrics
+    from core.metrics_endpoint import MetricsEndpoint
+
+    metrics = CompactionMetrics()
+    endpoint = MetricsEndpoint(listen, [metrics.registry])
+    print(f"metrics on {endpoint.url}", flush=True)
+    return metrics

@@ -17,7 +17,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--batches", type=int, help="batches of changes after the load (default 4)")
     parser.add_argument("--quick", action="store_true", help="a small run: 2,000 accounts")
     parser.add_argument("--picture", help="write the timeline picture (SVG) here")
-    parser.add_argument("--keep", action="store_true", help="keep the work directory")
+    parser.add_argument(
+        "--keep",
+        action="store_true",
+        help="keep the work directory, and the broker with its console up until Ctrl-C",
+    )
     parser.add_argument("--spark-master", default="local[*]")
     parser.add_argument(
         "--cluster",

@@ -67,9 +67,9 @@ def compaction_while_querying(
 ) -> None:
     """Compact ``table`` (every day with at least two visible segments) while readers query the
     given snapshots; record the checks."""
+    from broker.api.timeline_picture import STATE_NAMES, timeline_svg
     from compaction.plan import CompactionSettings
     from compaction.run import Compactor
-    from horizon.render import STATE_NAMES, timeline_svg
     from watermark.server import ServerClient
 
     before = client.timeline("accounts", include_overshadowed=True)

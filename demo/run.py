@@ -31,6 +31,7 @@ from rich.table import Table
 
 from core.errors import HorizonError, Internal
 from core.hlc import format_snapshot
+from demo.console_shot import operate
 from demo.generator import AccountsChangelog, GeneratorConfig
 from demo.pinot_example import show_pinot_example
 from demo.tour import ACCOUNTS, show_explain, show_flight_sql, show_time_travel, show_timeline
@@ -58,13 +59,18 @@ class DemoOptions:
     picture: Path | None = None
     workdir: Path | None = None
     keep: bool = False
+    """Keep the work directory, and the broker (its console and metrics) up until Ctrl-C."""
+    screenshot: bool = True
+    """Save the console's timeline page to bench/results/ (needs Chromium and selenium)."""
     redis_url: str | None = None
     """Use this Redis instead of starting one (tests share theirs); it should be empty."""
 
     @classmethod
     def quick(cls, **overrides: Any) -> DemoOptions:
         """A small run (seconds of Spark work per step) for tests and impatient people."""
-        values: dict[str, Any] = {"accounts": 2_000, "batches": 2, "transfers_per_batch": 300}
+        values: dict[str, Any] = {
+            "accounts": 2_000, "batches": 2, "transfers_per_batch": 300, "screenshot": False,
+        }  # fmt: skip
         values.update(overrides)
         return cls(**values)
 
@@ -129,6 +135,9 @@ class Demo:
         self._compaction()
         self.report.timings["total_s"] = time.perf_counter() - started
         self._summary()
+        if self.broker.console is not None:  # the console's picture; --keep: stay up
+            operate(self.console, self.broker, screenshot=self.options.screenshot,
+                    keep=self.options.keep)  # fmt: skip
 
     def _title(self) -> None:
         self.console.print(
@@ -184,6 +193,10 @@ class Demo:
             f"  Redis on {self.redis_url}, broker on {self.broker.target} "
             f"(gRPC, health {self.client.health()})"
         )
+        if self.broker.observer is not None and self.broker.observer.metrics_url:
+            self.console.print(f"  metrics on {self.broker.observer.metrics_url}")
+        if self.broker.console is not None:
+            self.console.print(f"  web console on {self.broker.console.url}")
 
     def _stop_broker(self) -> None:
         self.broker.stop(0)

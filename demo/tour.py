@@ -62,7 +62,7 @@ def show_time_travel(demo: Any) -> None:
 
 
 def show_timeline(demo: Any) -> None:
-    from horizon.render import STATE_NAMES, timeline_svg
+    from broker.api.timeline_picture import STATE_NAMES, timeline_svg
 
     demo.heading("4. The timeline of the accounts table")
     timeline = demo.client.timeline(ACCOUNTS, include_overshadowed=True)

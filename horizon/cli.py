@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import logging
 import os
 import signal
 import sys
@@ -187,11 +186,8 @@ def _serve(args: argparse.Namespace) -> int:
 
     from broker.api.server import BrokerServer
     from broker.config import load_config
+    from broker.observe.wiring import configure_broker_logging
 
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
     embedded = None
     try:
         config = load_config(args.config)
@@ -211,6 +207,7 @@ def _serve(args: argparse.Namespace) -> int:
             )
         if args.redis:
             config = replace(config, state=replace(config.state, redis_url=args.redis))
+        configure_broker_logging(config, verbose=args.verbose)
         server = BrokerServer(config).start()
     except HorizonError as error:
         print(f"horizon serve: {error}", file=sys.stderr)
@@ -221,6 +218,10 @@ def _serve(args: argparse.Namespace) -> int:
     if server.flight_target:
         scheme = "grpc+tls" if config.server.tls else "grpc"
         print(f"Arrow Flight SQL on {scheme}://{server.flight_target}", flush=True)
+    if server.observer is not None and server.observer.metrics_url:
+        print(f"metrics on {server.observer.metrics_url}", flush=True)
+    if server.console is not None:
+        print(f"web console on {server.console.url}", flush=True)
 
     def shutdown(signum: int, frame: Any) -> None:
         server.stop()
@@ -295,7 +296,9 @@ def _run(client: Any, args: argparse.Namespace, console: Any, render: Any) -> An
         if args.picture is not None:
             if args.picture.suffix.lower() != ".svg":
                 raise _usage("--picture writes SVG: give a file name ending in .svg")
-            args.picture.write_text(render.timeline_svg(timeline))
+            from broker.api.timeline_picture import timeline_svg
+
+            args.picture.write_text(timeline_svg(timeline))
         if args.json:
             return render.to_dict(timeline)
         render.print_timeline(console, timeline)

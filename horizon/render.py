@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from html import escape
 from typing import Any
 
 import pyarrow as pa
@@ -12,15 +11,15 @@ from rich.console import Console
 from rich.table import Table
 
 from broker._proto.horizon.v1 import horizon_pb2 as pb
+from broker.api.timeline_picture import (
+    STATE_NAMES,
+    chunk_locks,
+    interval_text,
+    lock_summary,
+)
 from core.hlc import format_snapshot
 from timeline.interval import format_instant
 
-STATE_NAMES = {
-    pb.GROUP_STATE_VISIBLE: "visible",
-    pb.GROUP_STATE_STANDBY: "standby",
-    pb.GROUP_STATE_OVERSHADOWED: "overshadowed",
-}
-STATE_COLOURS = {"visible": "#2e9d4f", "standby": "#e0a526", "overshadowed": "#9a9a9a"}
 STATE_STYLES = {"visible": "green", "standby": "yellow", "overshadowed": "bright_black"}
 
 
@@ -45,10 +44,6 @@ def _int64s_as_numbers(value: Any) -> Any:
 
 def dumps(data: Any) -> str:
     return json.dumps(data, indent=2, sort_keys=False, default=str)
-
-
-def _interval(interval: pb.Interval) -> str:
-    return f"{format_instant(interval.start_ms)}/{format_instant(interval.end_ms)}"
 
 
 def _opt(message: Any, name: str) -> str:
@@ -128,7 +123,7 @@ def print_explain(console: Console, explain: pb.ExplainQueryResponse) -> None:
         for chosen in table.segments:
             segment = chosen.segment
             view.add_row(
-                f"{_interval(segment.interval)}\nv {segment.version} p {segment.partition}",
+                f"{interval_text(segment.interval)}\nv {segment.version} p {segment.partition}",
                 "\n".join(segment.location),
                 str(segment.row_count),
                 chosen.reason,
@@ -158,38 +153,6 @@ def print_tables(console: Console, tables: list[pb.TableInfo]) -> None:
     console.print(view)
 
 
-def chunk_locks(timeline: pb.GetTimelineResponse, chunk: pb.TimeChunk) -> list[pb.Lock]:
-    """The locks held on part of ``chunk``'s interval: it is being written or compacted."""
-    return [
-        lock
-        for lock in timeline.locks
-        if lock.interval.start_ms < chunk.interval.end_ms
-        and chunk.interval.start_ms < lock.interval.end_ms
-    ]
-
-
-def lock_summary(lock: pb.Lock) -> str:
-    """A short description: holder, priority, what is locked, state of the lease."""
-    if lock.granularity == pb.LOCK_GRANULARITY_SEGMENT:
-        what = f"segments {_partitions(lock.partitions)} of {lock.version}"
-    else:
-        what = "time chunk"
-    state = (
-        f"revoked by {lock.revoked_by}" if lock.revoked else f"{lock.lease_left_seconds:.0f}s left"
-    )
-    return f"{lock.job} (priority {lock.priority}, {_MODES.get(lock.mode, '?')} {what}, {state})"
-
-
-def _partitions(partitions: Any) -> str:
-    values = sorted(partitions)
-    if values and values == list(range(values[0], values[-1] + 1)) and len(values) > 2:
-        return f"{values[0]}-{values[-1]}"
-    return ",".join(str(value) for value in values)
-
-
-_MODES = {pb.LOCK_MODE_EXCLUSIVE: "exclusive", pb.LOCK_MODE_SHARED: "shared"}
-
-
 def print_locks(console: Console, held: pb.ListLocksResponse, *, table: str = "") -> None:
     """One line per lock (a table would wrap job ids and intervals on a terminal)."""
     if not held.locks:
@@ -199,7 +162,7 @@ def print_locks(console: Console, held: pb.ListLocksResponse, *, table: str = ""
     for lock in held.locks:
         style = "red" if lock.revoked else "magenta"
         console.print(
-            f"[{style}]{lock.table}[/{style}] {_interval(lock.interval)}: {lock_summary(lock)}",
+            f"[{style}]{lock.table}[/{style}] {interval_text(lock.interval)}: {lock_summary(lock)}",
             highlight=False,
         )
 
@@ -238,7 +201,7 @@ def print_timeline(console: Console, timeline: pb.GetTimelineResponse) -> None:
         for index, group in enumerate(chunk.groups):
             state = STATE_NAMES.get(group.state, "?")
             view.add_row(
-                _interval(chunk.interval) if index == 0 else "",
+                interval_text(chunk.interval) if index == 0 else "",
                 chunk.version if index == 0 else "",
                 (f"yes (core {chunk.core_partitions})" if chunk.complete else "no")
                 if index == 0
@@ -253,7 +216,7 @@ def print_timeline(console: Console, timeline: pb.GetTimelineResponse) -> None:
     console.print(view)
     for lock in timeline.locks:
         console.print(
-            f"[magenta]locked[/magenta] {_interval(lock.interval)} by {lock_summary(lock)}",
+            f"[magenta]locked[/magenta] {interval_text(lock.interval)} by {lock_summary(lock)}",
             highlight=False,
         )
     for entry in timeline.unreadable:
@@ -361,97 +324,3 @@ def print_pins(console: Console, pins: Any, *, title: str = "Snapshot pins") -> 
 
 
 # -- the timeline picture -------------------------------------------------------------------------
-
-_LOCKED_COLOUR = "#b0309a"
-_CELL_W = 36
-_ROW_H = 22
-_LEFT = 70
-_TOP = 40
-_BOTTOM = 130
-
-
-def timeline_svg(timeline: pb.GetTimelineResponse) -> str:
-    """An SVG picture: one column band per time chunk (x), root partitions (y), one sub-column per
-    atomic update group layer (minor version), coloured by state; incomplete chunks are dashed."""
-    chunks = list(timeline.chunks)
-    max_root = max(
-        [group.root_end for chunk in chunks for group in chunk.groups]
-        + [chunk.core_partitions for chunk in chunks]
-        + [1]
-    )
-    layouts = []
-    x = _LEFT
-    for chunk in chunks:
-        minors = sorted({group.minor_version for group in chunk.groups}) or [0]
-        width = _CELL_W * len(minors)
-        layouts.append((chunk, x, minors))
-        x += width + 12
-    width_total = max(x + 20, _LEFT + len(STATE_COLOURS) * 120 + 230)
-    height = _TOP + max_root * _ROW_H + _BOTTOM
-    parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width_total}" height="{height}" '
-        f'font-family="sans-serif" font-size="11">',
-        f'<text x="{_LEFT}" y="20" font-size="14" font-weight="bold">'
-        f"Timeline of {escape(timeline.table)} (generation {timeline.timeline_generation})</text>",
-    ]
-    for root in range(max_root):
-        y = _TOP + root * _ROW_H + _ROW_H * 0.65
-        parts.append(f'<text x="{_LEFT - 8}" y="{y:.0f}" text-anchor="end">root {root}</text>')
-    for chunk, left, minors in layouts:
-        band_width = _CELL_W * len(minors)
-        dash = "" if chunk.complete else ' stroke-dasharray="4 3"'
-        held = chunk_locks(timeline, chunk)
-        stroke = f'stroke="{_LOCKED_COLOUR}" stroke-width="3"' if held else 'stroke="#333"'
-        parts.append(
-            f'<rect x="{left - 3}" y="{_TOP - 3}" width="{band_width + 6}" '
-            f'height="{max_root * _ROW_H + 6}" fill="none" {stroke}{dash}>'
-            + (
-                f"<title>locked: {escape('; '.join(lock_summary(lock) for lock in held))}</title>"
-                if held
-                else ""
-            )
-            + "</rect>"
-        )
-        for group in chunk.groups:
-            state = STATE_NAMES.get(group.state, "standby")
-            gx = left + minors.index(group.minor_version) * _CELL_W
-            gy = _TOP + group.root_start * _ROW_H
-            gh = (group.root_end - group.root_start) * _ROW_H - 2
-            title = (
-                f"{state}: minor {group.minor_version}, root [{group.root_start}, "
-                f"{group.root_end}), {len(group.segments)} segment(s)"
-                + ("" if group.full else ", not full")
-            )
-            parts.append(
-                f'<rect x="{gx + 1}" y="{gy + 1}" width="{_CELL_W - 2}" height="{gh}" '
-                f'fill="{STATE_COLOURS[state]}" stroke="#222"><title>{escape(title)}</title></rect>'
-            )
-            parts.append(
-                f'<text x="{gx + _CELL_W / 2:.0f}" y="{gy + 14}" text-anchor="middle" '
-                f'fill="#fff">m{group.minor_version}</text>'
-            )
-        label_y = _TOP + max_root * _ROW_H + 16
-        label = (
-            f"{_interval(chunk.interval)} v {chunk.version}"
-            + ("" if chunk.complete else " (incomplete)")
-            + (" (locked)" if held else "")
-        )
-        parts.append(
-            f'<text transform="translate({left + 4},{label_y}) rotate(30)" '
-            f'font-size="9">{escape(label)}</text>'
-        )
-    legend_y = height - 14
-    for index, (state, colour) in enumerate(STATE_COLOURS.items()):
-        lx = _LEFT + index * 120
-        parts.append(
-            f'<rect x="{lx}" y="{legend_y - 10}" width="12" height="12" fill="{colour}"/>'
-            f'<text x="{lx + 16}" y="{legend_y}">{state}</text>'
-        )
-    lx = _LEFT + len(STATE_COLOURS) * 120
-    parts.append(
-        f'<rect x="{lx}" y="{legend_y - 10}" width="12" height="12" fill="none" '
-        f'stroke="{_LOCKED_COLOUR}" stroke-width="3"/>'
-        f'<text x="{lx + 16}" y="{legend_y}">locked (ingesting or compacting)</text>'
-    )
-    parts.append("</svg>")
-    return "\n".join(parts) + "\n"

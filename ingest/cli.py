@@ -26,7 +26,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -63,6 +63,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--source-format", help="any Spark streaming source format (e.g. kafka)")
     parser.add_argument("--source-option", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--lock-priority", type=int, help="priority of the batches' locks (75)")
+    parser.add_argument(
+        "--metrics-listen", help="serve Prometheus metrics on host:port (e.g. 127.0.0.1:9465)"
+    )
     parser.add_argument("--spark-master", help="Spark master (default local[*])")
     parser.add_argument(
         "--spark-remote", help="a Spark Connect URL: refused (ingestion needs a classic session)"
@@ -139,6 +142,7 @@ def _run(args: argparse.Namespace) -> int:
     from ingest.server import IngestServer
 
     config = server_config_of(args)  # every configuration error before anything is written
+    observe = _batch_metrics(args.metrics_listen)
     with _stop_signals() as stop:
         server = IngestServer.from_config(config)
         names = ", ".join(source.name for source in config.tables)
@@ -152,12 +156,14 @@ def _run(args: argparse.Namespace) -> int:
 
         try:
             if args.stream:
-                _stream(server, config, args, stop)
+                _stream(server, config, args, stop, observe(_print_batch))
             elif config.watch_s:
                 _status(f"watching every {config.watch_s:g}s; SIGTERM or Ctrl-C parks and stops")
-                server.serve(config.watch_s, stop, on_result=_print_new_batch, on_error=failure)
+                server.serve(
+                    config.watch_s, stop, on_result=observe(_print_new_batch), on_error=failure
+                )
             else:
-                server.run_once(on_result=_print_batch, on_error=failure)
+                server.run_once(on_result=observe(_print_batch), on_error=failure)
         finally:
             skipped = server.park()
             parked = sum(len(job.partitions) for job in map(server.job, server.tables))
@@ -169,7 +175,13 @@ def _run(args: argparse.Namespace) -> int:
     return EXIT_TABLE_FAILED if failed else 0
 
 
-def _stream(server: Any, config: Any, args: argparse.Namespace, stop: threading.Event) -> None:
+def _stream(
+    server: Any,
+    config: Any,
+    args: argparse.Namespace,
+    stop: threading.Event,
+    on_batch: Callable[[str, Any], None],
+) -> None:
     """One streaming query per table (each in its scheduler pool) until they end or a stop."""
     several = len(config.tables) > 1
     queries = []
@@ -178,7 +190,7 @@ def _stream(server: Any, config: Any, args: argparse.Namespace, stop: threading.
         source = _external_source(server, entry, args) if args.source_format else None
 
         def printed(result: Any, table: str = entry.name) -> None:
-            _print_batch(table, result)
+            on_batch(table, result)
 
         queries.append(
             server.run_stream(
@@ -208,6 +220,30 @@ def _external_source(server: Any, entry: Any, args: argparse.Namespace) -> Any:
         parsed = F.from_json(F.col("value").cast("string"), entry.definition.spark_schema_ddl())
         return frame.select(parsed.alias("row")).select("row.*")
     return frame
+
+
+def _batch_metrics(
+    listen: str | None,
+) -> Callable[[Callable[[str, Any], None]], Callable[[str, Any], None]]:
+    """What wraps each per-batch printer: it also counts the batch in the server's metrics,
+    served on ``listen`` (nothing when not asked for)."""
+    if not listen:
+        return lambda printer: printer
+    from core.metrics_endpoint import MetricsEndpoint
+    from ingest.metrics import IngestMetrics
+
+    metrics = IngestMetrics()
+    endpoint = MetricsEndpoint(listen, [metrics.registry])
+    _status(f"metrics on {endpoint.url}")
+
+    def wrap(printer: Callable[[str, Any], None]) -> Callable[[str, Any], None]:
+        def observed(table: str, result: Any) -> None:
+            metrics.observe_batch(table, result, None)
+            printer(table, result)
+
+        return observed
+
+    return wrap
 
 
 def _print_batch(table: str, result: Any) -> None:

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Makes sure the two system programs Horizon needs are present: Java 17 (for Spark) and redis-server.
-# Installs Debian's packages when missing and running as root; otherwise says exactly what to install.
+# Makes sure the system programs Horizon needs are present: Java 17 (for Spark), redis-server, and
+# Chromium with its ChromeDriver (the console's real-browser tests and the demo's screenshot run
+# Debian's headless Chromium). Installs Debian's packages when missing and running as root;
+# otherwise says exactly what to install.
 set -euo pipefail
 
 missing=()
@@ -12,6 +14,10 @@ java_ok() {
 }
 java_ok || missing+=("openjdk-17-jre-headless")
 command -v redis-server >/dev/null 2>&1 || missing+=("redis-server")
+command -v chromium >/dev/null 2>&1 || missing+=("chromium")
+command -v chromedriver >/dev/null 2>&1 || missing+=("chromium-driver")
+# Text in the console's screenshots needs at least one font.
+[[ -n "$(fc-list 2>/dev/null | head -n 1)" ]] || missing+=("fonts-dejavu-core")
 
 if ((${#missing[@]} == 0)); then
   exit 0

@@ -30,12 +30,14 @@ BROKER_ROOMS: tuple[tuple[str, ...], ...] = (
     ("broker.sql",),
     ("broker.grants",),
     ("broker.config",),
+    ("broker.observe",),
     ("broker.spark",),
     ("broker.engine",),
-    ("broker.api", "broker.flight"),
+    ("broker.api", "broker.flight", "broker.console"),
 )
 """Inside the broker, bottom to top (``broker._proto`` is generated and used by any room); the
-two doors, gRPC (``api``) and Arrow Flight SQL (``flight``), share the top."""
+doors, gRPC (``api``), Arrow Flight SQL (``flight``) and the web console (``console``), share
+the top; metrics and structured logs (``observe``) sit under everything that reports to them."""
 
 PACKAGES = tuple(name for floor in FLOORS for name in floor)
 

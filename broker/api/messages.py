@@ -342,6 +342,7 @@ def query_info_message(
         row_count=record.rows,
         byte_count=record.bytes,
         cache=record.cache,
+        source=record.rpc,
         timings=pb.QueryTimings(
             total_ms=timings.get("total", 0.0),
             queued_ms=timings.get("queued", 0.0),
@@ -353,4 +354,6 @@ def query_info_message(
     )
     if spark_jobs_running is not None:
         message.spark_jobs_running = spark_jobs_running
+    if record.snapshot is not None:
+        message.snapshot = record.snapshot
     return message

@@ -30,7 +30,6 @@ from broker.engine import Execution, QueryEngine
 from broker.engine.explain import segment_reasons, view_notes
 from broker.engine.pinning import DEFAULT_LEASE_S, find_pin, resolve_tables, take_pin
 from broker.engine.read_options import ReadOptions
-from broker.engine.registry import RUNNING
 from broker.grants import Principal, check_read
 from broker.spark.executor import CANCELLED, DEADLINE, QueryScope
 from core.errors import DeadlineExceeded, InvalidArgument
@@ -130,7 +129,7 @@ def query_messages(
     )
 
 
-def _trailer_fields(trailer: pb.QueryTrailer | None) -> dict[str, Any]:
+def trailer_fields(trailer: pb.QueryTrailer | None) -> dict[str, Any]:
     """What the registry keeps of a finished query's trailer."""
     if trailer is None:
         return {}
@@ -147,6 +146,44 @@ def _trailer_fields(trailer: pb.QueryTrailer | None) -> dict[str, Any]:
             "serialize": timings.serialize_ms,
         },
     }
+
+
+def explain_query(
+    engine: QueryEngine,
+    request: pb.ExplainQueryRequest,
+    principal: Principal,
+    options: ReadOptions,
+    deadline: float | None,
+) -> pb.ExplainQueryResponse:
+    """What a query would read and why, as ExplainQuery answers (the console's explain too)."""
+    prepared = engine.prepare(request.sql, principal, options=options, deadline=deadline)
+    tables = []
+    for read in prepared.tables:
+        snapshot = engine.follower.timeline_snapshot(read.table)
+        reasons = segment_reasons(snapshot, read.segments)
+        for key, note in view_notes(read.layout, read.lwm).items():
+            reasons[key] = f"{reasons[key]}; {note}"
+        tables.append(
+            pb.TableExplain(
+                read=messages.table_read_message(read),
+                segments=[
+                    pb.ChosenSegment(
+                        segment=messages.segment_message(segment),
+                        reason=reasons[str(segment.id)],
+                    )
+                    for segment in read.segments
+                ],
+            )
+        )
+    response = pb.ExplainQueryResponse(
+        original_sql=request.sql,
+        rewritten_sql=prepared.sql,
+        metadata=messages.metadata_message(prepared, cache=engine.cache_state(prepared, options)),
+        tables=tables,
+    )
+    if request.include_spark_plan:
+        response.spark_plan = engine.spark_plan(prepared, deadline=deadline)
+    return response
 
 
 class QueryServicer(rpc.QueryServiceServicer):
@@ -173,6 +210,7 @@ class QueryServicer(rpc.QueryServiceServicer):
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         pipe = ResultPipe(loop)
+        registry = self.engine.queries
 
         def produce() -> None:
             try:
@@ -184,6 +222,7 @@ class QueryServicer(rpc.QueryServiceServicer):
                     is_active=lambda: not pipe.closed,
                     options=options,
                 )
+                registry.started(scope.query_id, execution)
                 try:
                     for message in query_messages(execution, limits.batch_bytes, started):
                         pipe.put(message)
@@ -194,8 +233,7 @@ class QueryServicer(rpc.QueryServiceServicer):
             else:
                 pipe.finish(END)
 
-        registry = self.engine.queries
-        registry.begin(scope.query_id, principal.name, request.sql)
+        registry.begin(scope.query_id, principal.name, request.sql, rpc="ExecuteQuery")
         trailer: pb.QueryTrailer | None = None
         try:
             self.offload.start(produce, f"horizon-query-{scope.query_id}")
@@ -206,19 +244,11 @@ class QueryServicer(rpc.QueryServiceServicer):
             while True:
                 item = await pipe.get(deadline)
                 if item is END:
-                    registry.end(scope.query_id, "done", "OK", **_trailer_fields(trailer))
+                    registry.end(scope.query_id, "done", "OK", **trailer_fields(trailer))
                     return
                 if isinstance(item, BaseException):
                     raise item
-                kind = item.WhichOneof("kind")
-                if kind == "header":
-                    registry.update(
-                        scope.query_id,
-                        state=RUNNING,
-                        tables=tuple(t.table for t in item.header.metadata.tables),
-                        cache=item.header.metadata.cache,
-                    )
-                elif kind == "trailer":
+                if item.WhichOneof("kind") == "trailer":
                     trailer = item.trailer
                 try:
                     await asyncio.wait_for(context.write(item), max(0.0, deadline - loop.time()))
@@ -270,36 +300,7 @@ class QueryServicer(rpc.QueryServiceServicer):
         options: ReadOptions,
         deadline: float | None,
     ) -> pb.ExplainQueryResponse:
-        prepared = self.engine.prepare(request.sql, principal, options=options, deadline=deadline)
-        tables = []
-        for read in prepared.tables:
-            snapshot = self.engine.follower.timeline_snapshot(read.table)
-            reasons = segment_reasons(snapshot, read.segments)
-            for key, note in view_notes(read.layout, read.lwm).items():
-                reasons[key] = f"{reasons[key]}; {note}"
-            tables.append(
-                pb.TableExplain(
-                    read=messages.table_read_message(read),
-                    segments=[
-                        pb.ChosenSegment(
-                            segment=messages.segment_message(segment),
-                            reason=reasons[str(segment.id)],
-                        )
-                        for segment in read.segments
-                    ],
-                )
-            )
-        response = pb.ExplainQueryResponse(
-            original_sql=request.sql,
-            rewritten_sql=prepared.sql,
-            metadata=messages.metadata_message(
-                prepared, cache=self.engine.cache_state(prepared, options)
-            ),
-            tables=tables,
-        )
-        if request.include_spark_plan:
-            response.spark_plan = self.engine.spark_plan(prepared, deadline=deadline)
-        return response
+        return explain_query(self.engine, request, principal, options, deadline)
 
     @unary_errors
     async def RewriteQuery(

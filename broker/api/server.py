@@ -26,6 +26,7 @@ from grpc_reflection.v1alpha import reflection
 from broker._proto.horizon.v1 import horizon_pb2 as pb
 from broker._proto.horizon.v1 import horizon_pb2_grpc as rpc
 from broker.api.auth import Authenticator
+from broker.api.inspection import Inspection
 from broker.api.inspection_service import InspectionServicer
 from broker.api.listen import check_listen_policy
 from broker.api.offload import Offload
@@ -33,6 +34,7 @@ from broker.api.query_service import QueryServicer
 from broker.config import BrokerConfig, parse_listen
 from broker.engine import QueryEngine
 from broker.engine.floor import SnapshotFloor
+from broker.observe.wiring import BrokerObserver
 from broker.spark.reading import files_readable
 from broker.spark.supervisor import SparkSupervisor
 from core.errors import InvalidArgument, Unavailable
@@ -92,6 +94,7 @@ class BrokerServer:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: threading.Thread | None = None
         self.engine: QueryEngine | None = None
+        self.inspection: Inspection | None = None
         self.supervisor: SparkSupervisor | None = None
         self.offload: Offload | None = None
         self.port: int = 0
@@ -102,6 +105,10 @@ class BrokerServer:
         self._floor_redis: Any = None
         self.flight: Any = None
         """The Arrow Flight SQL endpoint (:mod:`broker.flight`), when ``[flight]`` enables it."""
+        self.observer: BrokerObserver | None = None
+        self.console: Any = None
+        """The web console (:mod:`broker.console`), when ``[console]`` turns it on."""
+        """Metrics endpoint, query log and state watcher (:mod:`broker.observe`)."""
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -138,6 +145,13 @@ class BrokerServer:
             on_restart=self.engine.use_spark,
         )
         self.engine.supervisor = self.supervisor
+        self.inspection = Inspection(
+            self.engine,
+            self._follower,
+            regression_policy=self.config.state.regression_policy,
+            locks=self._lock_client(),
+            pins=self._pins,
+        )
         limits = self.config.limits
         self.offload = Offload(limits.max_concurrent + limits.queue_size + limits.max_waiting)
         self._loop = asyncio.new_event_loop()
@@ -159,12 +173,36 @@ class BrokerServer:
             except BaseException:
                 self.stop(0)
                 raise
+        try:
+            self.observer = BrokerObserver(
+                self.config,
+                follower=self._follower,
+                engine=lambda: self.engine,
+                supervisor=lambda: self.supervisor,
+                pins=lambda: self._pins,
+                locks=lambda: self._locks,
+            ).start()
+        except BaseException:
+            self.stop(0)
+            raise
+        self._start_console()
         threading.Thread(target=self._watch_health, name="horizon-health", daemon=True).start()
         threading.Thread(
             target=self._recheck_unreadable, name="horizon-unreadable", daemon=True
         ).start()
         log.info("horizon broker listening on %s", self.target)
         return self
+
+    def _start_console(self) -> None:
+        from broker.console.server import ConsoleServer, console_wanted
+
+        if not console_wanted(self.config):
+            return
+        try:
+            self.console = ConsoleServer(self.config, self.inspection, self.engine).start()
+        except BaseException:
+            self.stop(0)
+            raise
 
     def _create_spark(self) -> Any:
         from core.spark_session import create_spark_session
@@ -191,16 +229,7 @@ class BrokerServer:
             QueryServicer(self.engine, auth, self.offload), server
         )
         rpc.add_InspectionServiceServicer_to_server(
-            InspectionServicer(
-                self.engine,
-                self._follower,
-                auth,
-                self.offload,
-                regression_policy=self.config.state.regression_policy,
-                locks=self._lock_client(),
-                pins=self._pins,
-            ),
-            server,
+            InspectionServicer(self.inspection, auth, self.offload), server
         )
         self._health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
@@ -354,6 +383,10 @@ class BrokerServer:
         if self._stopped.is_set():
             return
         self._stopped.set()
+        if self.console is not None:
+            self.console.stop()
+        if self.observer is not None:
+            self.observer.stop()
         if self.supervisor is not None:
             self.supervisor.stop()
         if self.flight is not None:

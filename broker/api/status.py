@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import grpc
 
+from broker.observe import metrics
 from core.errors import (
     AlreadyExists,
     Cancelled,
@@ -86,6 +88,28 @@ def status_of(error: BaseException) -> tuple[grpc.StatusCode, str]:
     return grpc.StatusCode.INTERNAL, f"internal error in the broker (ref {reference})"
 
 
+HTTP_STATUS: dict[grpc.StatusCode, int] = {
+    grpc.StatusCode.INVALID_ARGUMENT: 400,
+    grpc.StatusCode.NOT_FOUND: 404,
+    grpc.StatusCode.ALREADY_EXISTS: 409,
+    grpc.StatusCode.FAILED_PRECONDITION: 412,
+    grpc.StatusCode.PERMISSION_DENIED: 403,
+    grpc.StatusCode.UNAUTHENTICATED: 401,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: 429,
+    grpc.StatusCode.DEADLINE_EXCEEDED: 504,
+    grpc.StatusCode.UNAVAILABLE: 503,
+    grpc.StatusCode.CANCELLED: 499,
+    grpc.StatusCode.UNIMPLEMENTED: 501,
+}
+"""gRPC status code -> the HTTP status the web console answers with (anything else: 500)."""
+
+
+def http_status_of(error: BaseException) -> tuple[int, str, str]:
+    """The web console's (HTTP status, gRPC code name, message) for ``error``."""
+    code, message = status_of(error)
+    return HTTP_STATUS.get(code, 500), code.name, message
+
+
 def error_from_rpc(error: grpc.RpcError) -> HorizonError:
     """Client side: the typed Horizon error for a failed call."""
     code = error.code() if hasattr(error, "code") else grpc.StatusCode.UNKNOWN
@@ -97,25 +121,28 @@ def error_from_rpc(error: grpc.RpcError) -> HorizonError:
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 
-async def _abort(context: grpc.aio.ServicerContext, error: BaseException) -> None:
-    """End the RPC with the error's status (``context.abort`` raises to end the handler)."""
-    code, message = status_of(error)
-    await context.abort(code, message)
-
-
 def unary_errors(method: _F) -> _F:
     """Decorate an async unary servicer method: HorizonErrors become their status, the rest
-    INTERNAL (a client's cancellation propagates as it is)."""
+    INTERNAL (a client's cancellation propagates as it is); every call is counted by method
+    and code (:mod:`broker.observe.metrics`)."""
 
     @functools.wraps(method)
     async def wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        started, code = time.perf_counter(), "CANCELLED"  # unless it ends otherwise
         try:
-            return await method(self, request, context)
+            result = await method(self, request, context)
+            code = "OK"
+            return result
         except Exception as error:
             if isinstance(error, grpc.aio.AbortError):
+                code = getattr(context.code(), "name", "UNKNOWN")
                 raise
-            await _abort(context, error)
+            status, message = status_of(error)
+            code = status.name
+            await context.abort(status, message)
             return None
+        finally:
+            metrics.count_call(method.__name__, code, time.perf_counter() - started)
 
     return wrapper  # type: ignore[return-value]
 

@@ -2,15 +2,21 @@
 
 Operators need to see what a shared broker is doing (which query holds the cores, whether a
 cancelled query's Spark jobs are really gone); the registry keeps every running query and the
-last ``keep`` finished ones, in memory, thread-safe. It records; it decides nothing.
+last ``keep`` finished ones, in memory, thread-safe. It records; it decides nothing. Listeners
+(the broker's metrics and query log, :mod:`broker.observe`) hear of every query that ends.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import OrderedDict, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import Any
+
+log = logging.getLogger(__name__)
 
 PREPARING = "preparing"
 """Rewriting, waiting for a snapshot, or queued for an admission slot."""
@@ -36,6 +42,15 @@ class QueryRecord:
     cache: str = ""
     timings: dict[str, float] = field(default_factory=dict)
     """Milliseconds per stage: queued, rewrite, views, spark, serialize, total."""
+    rpc: str = ""
+    """The door it came through: ``ExecuteQuery``, ``FlightSQL`` or ``console``."""
+    kind: str = ""
+    """How its snapshot was chosen (``lwm``, ``version``, ``timestamp``, ``changes``, ``pin``,
+    ``none``); empty when it ended before it was prepared."""
+    snapshot: int | None = None
+
+
+QueryListener = Callable[[QueryRecord], None]
 
 
 class QueryRegistry:
@@ -46,13 +61,31 @@ class QueryRegistry:
         self._recent: deque[QueryRecord] = deque(maxlen=keep)
         self._sql_chars = sql_chars
         self._lock = threading.Lock()
+        self._listeners: list[QueryListener] = []
 
-    def begin(self, query_id: str, identity: str, sql: str) -> None:
+    def add_listener(self, listener: QueryListener) -> None:
+        """``listener(record)`` runs on the ending thread with each finished query's record."""
+        with self._lock:
+            self._listeners.append(listener)
+
+    def begin(self, query_id: str, identity: str, sql: str, *, rpc: str = "") -> None:
         record = QueryRecord(
-            query_id, identity, sql[: self._sql_chars], PREPARING, int(time.time() * 1000)
+            query_id, identity, sql[: self._sql_chars], PREPARING, int(time.time() * 1000), rpc=rpc
         )
         with self._lock:
             self._running[query_id] = record
+
+    def started(self, query_id: str, execution: Any) -> None:
+        """The query's result is coming (an :class:`~broker.engine.Execution`): what it reads."""
+        prepared = execution.prepared
+        self.update(
+            query_id,
+            state=RUNNING,
+            tables=tuple(read.table for read in prepared.tables),
+            cache=execution.cache,
+            kind=prepared.snapshot_source,
+            snapshot=prepared.plan.snapshot,
+        )
 
     def update(self, query_id: str, **changes: object) -> None:
         with self._lock:
@@ -67,16 +100,21 @@ class QueryRegistry:
             record = self._running.pop(query_id, None)
             if record is None:
                 return
-            self._recent.append(
-                replace(
-                    record,
-                    state=state,
-                    status=status,
-                    message=message[:500],
-                    ended_ms=int(time.time() * 1000),
-                    **changes,  # type: ignore[arg-type]
-                )
+            finished = replace(
+                record,
+                state=state,
+                status=status,
+                message=message[:500],
+                ended_ms=int(time.time() * 1000),
+                **changes,  # type: ignore[arg-type]
             )
+            self._recent.append(finished)
+            listeners = list(self._listeners)
+        for listener in listeners:
+            try:
+                listener(finished)
+            except Exception:  # watching a query must never fail it
+                log.exception("a query listener failed on %s", query_id)
 
     def running(self) -> list[QueryRecord]:
         with self._lock:

@@ -1,0 +1,205 @@
+"""The console's pages: each asks the inspection service or the query box as the signed-in
+principal and renders a template; errors are rendered with the HTTP status of their type
+(:func:`broker.api.status.http_status_of`)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.templating import Jinja2Templates
+
+from broker._proto.horizon.v1 import horizon_pb2 as pb
+from broker.api.inspection import Inspection
+from broker.api.status import http_status_of
+from broker.api.timeline_picture import timeline_svg
+from broker.console import queries
+from broker.console.sessions import COOKIE, Sessions
+from broker.grants import Principal
+from broker.operations_config import ConsoleConfig
+from core.errors import HorizonError, InvalidArgument, Unauthenticated
+from core.hlc import hlc_physical_ms
+from timeline.interval import format_instant, parse_instant
+
+HERE = Path(__file__).parent
+
+
+class Console:
+    """The pages of one broker's console."""
+
+    def __init__(
+        self, inspection: Inspection, engine: Any, sessions: Sessions, config: ConsoleConfig
+    ) -> None:
+        self.inspection = inspection
+        self.engine = engine
+        self.sessions = sessions
+        self.config = config
+        self.templates = Jinja2Templates(directory=str(HERE / "templates"))
+        self.templates.env.globals.update(
+            instant=format_instant, hlc_time=_hlc_time, refresh_s=config.refresh_s
+        )
+
+    def app(self) -> Starlette:
+        return Starlette(
+            routes=[
+                Route("/", self.tables),
+                Route("/login", self.login, methods=["GET", "POST"]),
+                Route("/logout", self.logout, methods=["POST"]),
+                Route("/tables/{table}", self.table),
+                Route("/locks", self.locks),
+                Route("/queries", self.queries),
+                Route("/query", self.query, methods=["GET", "POST"]),
+                Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
+            ],
+            exception_handlers={HorizonError: self._error},
+        )
+
+    # -- signing in ----------------------------------------------------------------------------
+
+    def _who(self, request: Request) -> Principal:
+        return self.sessions.principal(request.cookies, request.headers)
+
+    async def login(self, request: Request) -> Response:
+        if request.method == "GET":
+            return self._page(request, "login.html", None, error="")
+        form = await request.form()
+        try:
+            session, _ = self.sessions.sign_in(str(form.get("token", "")))
+        except Unauthenticated as error:
+            return self._page(request, "login.html", None, error=str(error), status_code=401)
+        response = RedirectResponse("/", status_code=303)
+        response.set_cookie(
+            COOKIE,
+            session,
+            httponly=True,
+            samesite="strict",
+            max_age=int(self.config.session_ttl_s),
+        )
+        return response
+
+    async def logout(self, request: Request) -> Response:
+        self.sessions.sign_out(request.cookies.get(COOKIE, ""))
+        response = RedirectResponse("/login", status_code=303)
+        response.delete_cookie(COOKIE)
+        return response
+
+    # -- pages ---------------------------------------------------------------------------------
+
+    def tables(self, request: Request) -> Response:
+        """Every table the caller may read, with its LWM; lag and laggard to inspectors."""
+        principal = self._who(request)
+        rows = []
+        for info in self.inspection.tables(principal).tables:
+            marks = None
+            if principal.inspect:
+                marks = self.inspection.watermarks(
+                    principal, pb.GetWatermarksRequest(table=info.name)
+                )
+            rows.append((info, marks))
+        return self._page(request, "tables.html", principal, rows=rows, now_ms=_now_ms())
+
+    def table(self, request: Request) -> Response:
+        """A table's timeline picture (zoomable over an interval), watermarks, pins and locks."""
+        principal = self._who(request)
+        name = request.path_params["table"]
+        timeline_request = pb.GetTimelineRequest(
+            table=name, include_overshadowed=request.query_params.get("overshadowed", "1") == "1"
+        )
+        start, end = request.query_params.get("start", ""), request.query_params.get("end", "")
+        if start or end:
+            timeline_request.interval.CopyFrom(_interval(start, end))
+        timeline = self.inspection.timeline(principal, timeline_request)
+        marks = self.inspection.watermarks(principal, pb.GetWatermarksRequest(table=name))
+        return self._page(
+            request,
+            "table.html",
+            principal,
+            table=timeline.table,
+            timeline=timeline,
+            svg=timeline_svg(timeline),
+            marks=marks,
+            start=start,
+            end=end,
+            now_ms=_now_ms(),
+        )
+
+    def locks(self, request: Request) -> Response:
+        principal = self._who(request)
+        held = self.inspection.locks_held(principal, pb.ListLocksRequest())
+        pins = []
+        for info in self.inspection.tables(principal).tables:
+            marks = self.inspection.watermarks(principal, pb.GetWatermarksRequest(table=info.name))
+            pins.extend(pin for pin in marks.pins if pin.pin_id not in {p.pin_id for p in pins})
+        return self._page(request, "locks.html", principal, locks=held.locks, pins=pins)
+
+    def queries(self, request: Request) -> Response:
+        principal = self._who(request)
+        listed = self.inspection.queries(principal, pb.ListQueriesRequest(limit=100))
+        return self._page(request, "queries.html", principal, queries=listed.queries)
+
+    async def query(self, request: Request) -> Response:
+        principal = self._who(request)
+        if request.method == "GET":
+            return self._page(request, "query.html", principal, sql="", answer=None, plan=None)
+        form = await request.form()
+        sql = str(form.get("sql", "")).strip()
+        if not sql:
+            raise InvalidArgument("write a query first")
+        answer = plan = None
+        if form.get("action") == "explain":
+            plan = await run_in_threadpool(queries.explain, self.engine, principal, sql)
+        else:
+            answer = await run_in_threadpool(
+                queries.run_query, self.engine, principal, sql, max_rows=self.config.max_rows
+            )
+        return self._page(request, "query.html", principal, sql=sql, answer=answer, plan=plan)
+
+    # -- rendering -----------------------------------------------------------------------------
+
+    def _page(
+        self,
+        request: Request,
+        template: str,
+        principal: Principal | None,
+        *,
+        status_code: int = 200,
+        **context: Any,
+    ) -> Response:
+        context.update(principal=principal, signed_in=self.sessions.auth.enabled)
+        return self.templates.TemplateResponse(request, template, context, status_code=status_code)
+
+    async def _error(self, request: Request, error: Exception) -> Response:
+        if isinstance(error, Unauthenticated) and "authorization" not in request.headers:
+            return RedirectResponse("/login", status_code=303)
+        status, code, message = http_status_of(error)
+        return self._page(
+            request, "error.html", None, status_code=status, code=code, message=message
+        )
+
+
+def _interval(start: str, end: str) -> pb.Interval:
+    """The zoom interval of a timeline page (either end may be open)."""
+    try:
+        start_ms = parse_instant(start) if start else 0
+        end_ms = parse_instant(end) if end else 2**62
+    except ValueError as error:
+        raise InvalidArgument(f"cannot read the interval: {error}") from None
+    if end_ms <= start_ms:
+        raise InvalidArgument("the interval's end must be after its start")
+    return pb.Interval(start_ms=start_ms, end_ms=end_ms)
+
+
+def _hlc_time(value: int | None) -> str:
+    """An HLC as the wall-clock instant of its physical part."""
+    return "-" if value is None else format_instant(hlc_physical_ms(value))
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)

@@ -1,0 +1,65 @@
+"""An ingestion server's Prometheus metrics, on a port of its own (``--metrics-listen``).
+
+Counted per batch as :func:`observe_batch` hears of it (the CLI calls it after every batch, in
+directory and streaming modes); labelled by table only, so a server's series are few and bounded.
+The endpoint is :class:`core.metrics_endpoint.MetricsEndpoint` over this registry alone.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from core.hlc import hlc_physical_ms
+
+BATCH_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
+
+
+class IngestMetrics:
+    """The families of one ingestion process."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.batches = Counter(
+            "horizon_ingest_batches",
+            "Batches ended, by outcome (committed, or skipped: nothing new to write)",
+            ["table", "outcome"],
+            registry=r,
+        )
+        self.rows = Counter("horizon_ingest_rows", "Changelog rows ingested", ["table"], registry=r)
+        self.segments = Counter(
+            "horizon_ingest_segments_written", "Segments announced", ["table"], registry=r
+        )
+        self.updated = Counter(
+            "horizon_ingest_segments_updated",
+            "Existing segments rewritten to close replaced row versions (the updater)",
+            ["table"],
+            registry=r,
+        )
+        self.seconds = Histogram(
+            "horizon_ingest_batch_seconds",
+            "Time of one batch, from its start to its announcement",
+            ["table"],
+            buckets=BATCH_BUCKETS,
+            registry=r,
+        )
+        self.high = Gauge(
+            "horizon_ingest_high_seconds",
+            "The newest commit time announced, as Unix time (lag: time() minus this)",
+            ["table"],
+            registry=r,
+        )
+
+    def observe_batch(self, table: str, result: Any, seconds: float | None) -> None:
+        """One batch ended (an :class:`ingest.job.BatchResult`) after ``seconds`` (None: not
+        timed, as a streaming micro-batch, whose time Spark's own UI shows)."""
+        self.batches.labels(table, "skipped" if result.skipped else "committed").inc()
+        self.rows.labels(table).inc(result.rows)
+        self.segments.labels(table).inc(len(result.segments))
+        self.updated.labels(table).inc(result.updated_segments)
+        if seconds is not None:
+            self.seconds.labels(table).observe(seconds)
+        if result.high:
+            self.high.labels(table).set(hlc_physical_ms(result.high) / 1000)

@@ -1,0 +1,163 @@
+"""The broker's log lines, captured from the real process logging as ``[logging]`` configures it:
+one JSON line per query end with its fields, one per state change, and no secret in any line."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from broker.observe.wiring import configure_broker_logging
+from core.errors import HorizonError
+from locks.client import JobLocks, LockClient
+from tests.broker.data import CHUNK
+from tests.observe.conftest import ADMIN, BLIND, LWM, READER, WatchedBroker, watched_config
+
+Line = dict[str, Any]
+
+
+class Captured:
+    """Every line the process logs while the test runs, in the configured format."""
+
+    def __init__(self, stream: io.StringIO) -> None:
+        self.stream = stream
+        self._lock = threading.Lock()
+
+    def text(self) -> str:
+        return self.stream.getvalue()
+
+    def lines(self) -> list[Line]:
+        return [json.loads(line) for line in self.text().splitlines() if line.strip()]
+
+    def wait_for(self, match: Callable[[Line], bool], timeout: float = 15.0) -> Line:
+        """The first line ``match`` accepts, once it is written (fails when none comes)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            for line in self.lines():
+                if match(line):
+                    return line
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no such line; lines were: {self.text()[-3000:]}")
+            time.sleep(0.05)
+
+
+@pytest.fixture
+def captured(watched: WatchedBroker) -> Iterator[Captured]:
+    stream = io.StringIO()
+    config = watched_config(watched.redis.url, logging={"format": "json"})
+    handler = configure_broker_logging(config, stream=stream)  # type: ignore[arg-type]
+    try:
+        yield Captured(stream)
+    finally:
+        logging.getLogger().removeHandler(handler)
+
+
+def test_one_json_line_per_query_end_with_the_fields_a_log_system_indexes(
+    watched: WatchedBroker, captured: Captured
+):
+    with watched.client(READER) as client:
+        result = client.execute("SELECT id, balance FROM accounts WHERE id <= 3")
+        with pytest.raises(HorizonError):
+            client.query("SELECT * FROM secret")
+    query_id = result.metadata.query_id
+    done = captured.wait_for(lambda line: line.get("query_id") == query_id)
+    assert done["event"] == "query_end" and done["level"] == "INFO"
+    assert done["logger"] == "horizon.query" and done["ts"].endswith("Z")
+    assert done["identity"] == "reader" and done["rpc"] == "ExecuteQuery"
+    assert done["tables"] == ["accounts"] and done["status"] == "OK"
+    assert done["snapshot"] == LWM and done["snapshot_kind"] == "lwm"
+    assert done["rows"] == 3 and done["bytes"] > 0 and done["cache"]
+    assert set(done["timings_ms"]) == {"queued", "rewrite", "views", "spark", "serialize", "total"}
+    assert done["timings_ms"]["total"] > 0
+    assert "sql" not in done and "SELECT" not in json.dumps(done)
+    refused = captured.wait_for(
+        lambda line: line.get("event") == "query_end" and line.get("status") != "OK"
+    )
+    assert refused["level"] == "WARNING" and refused["identity"] == "reader"
+    assert refused["status"] in ("NOT_FOUND", "PERMISSION_DENIED") and refused["error"]
+
+
+def test_text_format_writes_the_same_fields_as_key_value_pairs(watched: WatchedBroker):
+    config = watched_config(watched.redis.url, logging={"format": "text"})
+    stream = io.StringIO()
+    handler = configure_broker_logging(config, stream=stream)  # type: ignore[arg-type]
+    try:
+        with watched.client() as client:
+            query_id = client.execute("SELECT count(*) FROM accounts").metadata.query_id
+        deadline = time.monotonic() + 15
+        while query_id not in stream.getvalue() and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        logging.getLogger().removeHandler(handler)
+    (line,) = [line for line in stream.getvalue().splitlines() if f"query_id={query_id}" in line]
+    assert "INFO horizon.query: query" in line
+    assert "identity=admin" in line and "status=OK" in line and 'tables=["accounts"]' in line
+
+
+def test_state_changes_are_logged_as_they_happen(watched: WatchedBroker, captured: Captured):
+    follower = watched.broker.follower
+    segment = watched.tables["secret"].o0
+    assert follower.mark_unreadable(segment.id, "test: the file went away")
+    line = captured.wait_for(lambda line: line.get("event") == "segment_unreadable")
+    assert line["table"] == "secret" and line["level"] == "WARNING"
+    follower.clear_unreadable(segment.id)
+    captured.wait_for(lambda line: line.get("event") == "segment_readable")
+
+    # A server reports a position older than the LWM served: a regression, logged once.
+    watched.server.report("accounts", {0: (LWM - 100, LWM - 100)})
+    line = captured.wait_for(lambda line: line.get("event") == "lwm_regression")
+    assert (line["table"], line["server"], line["partition"]) == ("accounts", "srv-a", 0)
+    assert (line["from_lwm"], line["to_lwm"]) == (LWM, LWM - 100)
+    watched.server.report("accounts", {0: (LWM, LWM)})
+
+    # A streaming ingestion preempts a compaction's lock: the revocation is logged.
+    locks = LockClient(watched.redis.url)
+    compaction = JobLocks(locks, "accounts", "compact-1", 25, lease_s=20.0, wait_s=0.0)
+    ingestion = JobLocks(locks, "accounts", "srv-stream", 75, lease_s=20.0, wait_s=0.0)
+    try:
+        compaction.lock_time_chunk(CHUNK)
+        ingestion.lock_time_chunk(CHUNK)
+        line = captured.wait_for(lambda line: line.get("event") == "lock_revoked")
+        assert (line["table"], line["job"], line["revoked_by"]) == (
+            "accounts",
+            "compact-1",
+            "srv-stream",
+        )
+    finally:
+        ingestion.release()
+        compaction.release()
+        locks.close()
+    assert len([x for x in captured.lines() if x.get("event") == "lwm_regression"]) == 1
+
+
+def test_no_token_or_secret_appears_in_any_log_line(watched: WatchedBroker, captured: Captured):
+    secrets = [ADMIN, READER, BLIND]
+    with watched.client(BLIND) as client:
+        with pytest.raises(HorizonError):
+            client.timeline("accounts")  # no inspect grant
+        # A query whose text and error quote a token: neither may reach a log line.
+        with pytest.raises(HorizonError):
+            client.query(f"SELECT * FROM `{ADMIN}`")
+        with pytest.raises(HorizonError):
+            client.query(f"SELECT '{READER}' AS t FROM accounts WHERE nonsense_column = 1")
+    with watched.client("wrong-" + ADMIN) as stranger, pytest.raises(HorizonError):
+        stranger.tables()
+    logging.getLogger("horizon.test").warning(
+        "a careless line quoting %s and Authorization: Bearer %s", BLIND, "some-bearer-credential"
+    )
+    captured.wait_for(lambda line: line.get("logger") == "horizon.test")
+    captured.wait_for(lambda line: line.get("event") == "query_end" and line["status"] != "OK")
+    text = captured.text()
+    assert text.strip()
+    # PySpark's own logger of analysis errors (it prints the plan, literals included) is routed
+    # through the redacting handler too.
+    assert any(line["logger"] == "SQLQueryContextLogger" for line in captured.lines())
+    for secret in [*secrets, "some-bearer-credential"]:
+        assert secret not in text
+    assert "[redacted]" in text
