@@ -170,6 +170,9 @@ def _code(error: BaseException | None) -> str:
         return "OK"
     if isinstance(error, HorizonError):
         return str(error.code)
+    code = getattr(error, "code", None)  # a raw gRPC error (the slow reader reads the stream)
+    if callable(code):
+        return str(code().name)
     return type(error).__name__
 
 
