@@ -170,7 +170,11 @@ class Cluster:
             "queue_size = 32\n"
             "query_timeout_s = 60.0\n"
             "[flight]\n"
-            'listen = "127.0.0.1:0"\n'  # never the fixed default: runs share this machine
+            'listen = "127.0.0.1:0"\n'  # never the fixed defaults: runs share this machine
+            "[metrics]\n"
+            'listen = "127.0.0.1:0"\n'
+            "[console]\n"
+            'listen = "127.0.0.1:0"\n'
         )
         horizon = str(Path(sys.executable).with_name("horizon"))
         self.broker = Process(

@@ -227,7 +227,9 @@ class BrokerProcess:
         self.config.write_text(
             f'[server]\nlisten = "{HOST}:{self.port}"\ngrace_s = 1.0\n\n'
             f'[state]\nredis_url = "{redis_url}"\nunreadable_recheck_s = 0.5\n\n'
-            f'[flight]\nlisten = "{HOST}:0"\n\n'  # not the fixed default: brokers share a machine
+            # Not the fixed default ports: brokers share a machine.
+            f'[flight]\nlisten = "{HOST}:0"\n\n[metrics]\nlisten = "{HOST}:0"\n\n'
+            f'[console]\nlisten = "{HOST}:0"\n\n'
             f"{spark_section}"
         )
         self.log = directory / f"{name}.log"
