@@ -72,6 +72,9 @@ from broker.operations_config import (
 from broker.sql.model import WorkBudget
 from core.errors import InvalidArgument
 
+_BUDGET = WorkBudget()
+"""The work budget's defaults: ``[limits]`` takes them from the rewriter, which checks them."""
+
 RegressionPolicy = Literal["keep", "fail"]
 
 
@@ -159,19 +162,19 @@ class LimitsConfig:
     max_sql_tree_depth: int = 1_000
     batch_bytes: int = 1024 * 1024
     """Target size of one Arrow batch message (well under gRPC's 4 MiB default)."""
-    max_generated_rows: int = 1_000_000_000
+    max_generated_rows: int = _BUDGET.max_generated_rows
     """Rows one ``range(...)`` may generate."""
-    max_array_elements: int = 10_000_000
+    max_array_elements: int = _BUDGET.max_array_elements
     """Elements one ``sequence(...)`` or ``array_repeat(...)`` may make."""
-    max_string_length: int = 10_000_000
+    max_string_length: int = _BUDGET.max_string_length
     """Characters one ``repeat``, ``space``, ``lpad`` or ``rpad`` may make."""
-    max_partitions: int = 1_000
+    max_partitions: int = _BUDGET.max_partitions
     """Partitions ``range(...)``'s fourth argument or a partitioning hint may ask for."""
-    max_table_references: int = 64
+    max_table_references: int = _BUDGET.max_table_references
     """Tables, CTE references and table functions one query may read."""
-    max_cross_joins: int = 1
+    max_cross_joins: int = _BUDGET.max_cross_joins
     """Joins without a join condition (between sources of more than one row)."""
-    max_estimated_rows: int = 1_000_000_000
+    max_estimated_rows: int = _BUDGET.max_estimated_rows
     """Rows one SELECT may build from its sources (stored rows; joins and generators multiply)."""
     max_waiting: int = 256
     """Calls that may wait besides the running and queued queries (for a snapshot, a pin, a
@@ -180,15 +183,7 @@ class LimitsConfig:
     @property
     def budget(self) -> WorkBudget:
         """The part of these limits the rewriter checks before Spark runs anything."""
-        return WorkBudget(
-            max_generated_rows=self.max_generated_rows,
-            max_array_elements=self.max_array_elements,
-            max_string_length=self.max_string_length,
-            max_partitions=self.max_partitions,
-            max_table_references=self.max_table_references,
-            max_cross_joins=self.max_cross_joins,
-            max_estimated_rows=self.max_estimated_rows,
-        )
+        return WorkBudget(**{f.name: getattr(self, f.name) for f in fields(WorkBudget)})
 
 
 @dataclass(frozen=True, slots=True)
