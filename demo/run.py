@@ -61,7 +61,8 @@ class DemoOptions:
     keep: bool = False
     """Keep the work directory, and the broker (its console and metrics) up until Ctrl-C."""
     screenshot: bool = True
-    """Save the console's timeline page to bench/results/ (needs Chromium and selenium)."""
+    """Save the console's timeline page in the work directory when it is kept (needs Chromium
+    and selenium)."""
     redis_url: str | None = None
     """Use this Redis instead of starting one (tests share theirs); it should be empty."""
 
@@ -136,8 +137,9 @@ class Demo:
         self.report.timings["total_s"] = time.perf_counter() - started
         self._summary()
         if self.broker.console is not None:  # the console's picture; --keep: stay up
-            operate(self.console, self.broker, screenshot=self.options.screenshot,
-                    keep=self.options.keep)  # fmt: skip
+            kept = self.options.keep or self.options.workdir is not None  # else removed on exit
+            operate(self.console, self.broker, screenshot=self.options.screenshot and kept,
+                    keep=self.options.keep, workdir=self.workdir)  # fmt: skip
 
     def _title(self) -> None:
         self.console.print(
