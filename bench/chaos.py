@@ -119,6 +119,11 @@ def run(duration: float, seed: int, work: Path, *, servers: int = 2) -> dict[str
         "final_lwm_covers": final_high,
         "anomalies": count_by_kind(anomalies),
         "anomaly_details": [a.describe() for a in anomalies[:50]],
+        "fault_windows": [
+            f"{f.kind}: {f.started - started:.1f}-{f.ended - started:.1f} s"
+            for f in recorded.faults
+        ],
+        "log_tails": _log_tails(cluster.logs) if anomalies else {},
         "bank_table": BANK,
     }
 
@@ -143,6 +148,14 @@ def _wait_for_writes(client: Any, writer: Any, timeout: float) -> int:
                 return high
         time.sleep(0.5)
     raise RuntimeError(f"the writes were not all visible at the LWM within {timeout} s")
+
+
+def _log_tails(logs: Path, lines: int = 60) -> dict[str, list[str]]:
+    """The end of each process's log (with the anomalies, to see what a server was doing)."""
+    return {
+        path.name: path.read_text(errors="replace").splitlines()[-lines:]
+        for path in sorted(logs.glob("*.log"))
+    }
 
 
 def _error_samples(reads: list[Any]) -> dict[str, list[str]]:

@@ -86,9 +86,12 @@ class Process:
     env: dict[str, str] = field(default_factory=dict)
     popen: subprocess.Popen[bytes] | None = None
     paused: bool = False
+    started_at: int = 0
+    """Where this start's output begins in the log."""
 
     def start(self) -> None:
         handle = self.log.open("ab")
+        self.started_at = handle.tell()
         self.popen = subprocess.Popen(
             self.command,
             stdout=handle,
@@ -97,6 +100,20 @@ class Process:
             start_new_session=True,
         )
         handle.close()
+
+    def wait_ready(self, marker: str, timeout: float = 300.0) -> bool:
+        """Wait until this start's output has a line containing ``marker`` (a restarted server
+        prints "<id> ready" once it serves its tables); False when it died or the time ran out."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self.log.open("rb") as handle:
+                handle.seek(self.started_at)
+                if marker.encode() in handle.read():
+                    return True
+            if not self.alive:
+                return False
+            time.sleep(0.2)
+        return False
 
     @property
     def alive(self) -> bool:

@@ -87,7 +87,7 @@ class Faults:
         with self._holding(name):
             server.kill()
             time.sleep(self.random.uniform(0.5, 3.0))
-            server.start()
+            self._restart(name, server)
 
     def _server_park(self) -> None:
         """A clean stop (SIGTERM: the server finishes its batch and parks every partition), a
@@ -99,7 +99,15 @@ class Faults:
             code = server.stop(timeout=120.0)
             self.parks["clean" if code == 0 else f"exit code {code}"] += 1
             time.sleep(self.random.uniform(3.0, 8.0))
-            server.start()
+            self._restart(name, server)
+
+    @staticmethod
+    def _restart(name: str, server: Any) -> None:
+        """Start a stopped server again; its fault lasts until it serves its tables (a loaded
+        machine may take half a minute to start its Spark), and the checker's settle time
+        counts from then."""
+        server.start()
+        server.wait_ready(f"{name} ready")
 
     def _server_stall(self) -> None:
         name = self.random.choice(sorted(self.cluster.servers))

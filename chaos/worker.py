@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     acked = set()
     if acks.exists():
         acked = {json.loads(line)["file"] for line in acks.read_text().splitlines() if line}
-    print(f"{args.server_id} ready", flush=True)
+    print(f"{_now()} {args.server_id} ready", flush=True)
     while not stop.is_set():
         worked = False
         for table in SCHEMAS:
@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
             if not pending or stop.is_set():
                 continue
             source = str(pending[0])
-            started = time.monotonic()
+            started = began = time.monotonic()
             frame = spark.read.schema(SCHEMAS[table]).json(source)
             result = server.run_batch(table, frame, sources=[source])
             if result.skipped:  # committed before a crash: when it started is unknown
@@ -99,13 +99,20 @@ def main(argv: list[str] | None = None) -> int:
             entry = {"table": table, "file": source, "base": base, "started": started}
             acknowledge(acks, entry)
             acked.add(source)
+            took = time.monotonic() - began
+            print(f"{_now()} {table}: batch {result.seq} of {result.rows} rows in {took:.1f} s",
+                  flush=True)  # fmt: skip
             worked = True
         if not worked:
             stop.wait(POLL_S)
     skipped = server.park()
-    print(f"{args.server_id} parked (not parked: {skipped})", flush=True)
+    print(f"{_now()} {args.server_id} parked (not parked: {skipped})", flush=True)
     server.close()
     return 0
+
+
+def _now() -> str:
+    return time.strftime("%H:%M:%S")
 
 
 if __name__ == "__main__":

@@ -21,7 +21,9 @@ def test_a_short_run_with_every_fault_kind_records_no_anomaly(tmp_path: Path) ->
     run = subprocess.run(command, capture_output=True, text=True, timeout=900, check=False)
     assert results.exists(), run.stdout[-3000:] + run.stderr[-3000:]
     report = json.loads(results.read_text())
-    assert report["anomalies"] == {}, "\n".join(report["anomaly_details"])
+    assert report["anomalies"] == {}, "\n".join(
+        [*report["anomaly_details"], *report["fault_windows"], json.dumps(report["log_tails"])]
+    )
     assert run.returncode == 0, run.stdout[-3000:]
     assert set(report["faults"]) == set(FAULT_KINDS)
     assert report["writes_acknowledged"] > 0
