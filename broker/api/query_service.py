@@ -25,7 +25,7 @@ from broker._proto.horizon.v1 import horizon_pb2_grpc as rpc
 from broker.api import arrow_ipc, messages
 from broker.api.auth import Authenticator, caller
 from broker.api.offload import END, Offload, ResultPipe, loop_deadline
-from broker.api.status import status_of, stream_errors, unary_errors
+from broker.api.status import ended_as, stream_errors, unary_errors
 from broker.engine import Execution, QueryEngine
 from broker.engine.explain import segment_reasons, view_notes
 from broker.engine.pinning import DEFAULT_LEASE_S, find_pin, resolve_tables, take_pin
@@ -238,7 +238,7 @@ class QueryServicer(rpc.QueryServiceServicer):
         try:
             self.offload.start(produce, f"horizon-query-{scope.query_id}")
         except BaseException as error:
-            registry.end(scope.query_id, "failed", status_of(error)[0].name, str(error))
+            registry.end(scope.query_id, *ended_as(error))
             raise
         try:
             while True:
@@ -263,9 +263,7 @@ class QueryServicer(rpc.QueryServiceServicer):
             raise
         except Exception as error:
             scope.cancel(CANCELLED)
-            code = status_of(error)[0].name
-            state = {"CANCELLED": "cancelled", "DEADLINE_EXCEEDED": "deadline"}.get(code, "failed")
-            registry.end(scope.query_id, state, code, str(error))
+            registry.end(scope.query_id, *ended_as(error))
             raise
         except BaseException:  # gRPC ended the call: the client cancelled, or its deadline passed
             if loop.time() >= deadline - 0.05:

@@ -88,6 +88,25 @@ def status_of(error: BaseException) -> tuple[grpc.StatusCode, str]:
     return grpc.StatusCode.INTERNAL, f"internal error in the broker (ref {reference})"
 
 
+def ended_as(error: BaseException) -> tuple[str, str, str]:
+    """How the query registry records a query that ended with ``error``: its final state, the
+    status code's name and the message. Logs nothing (the answer's own :func:`status_of` logs
+    an internal error once, under the reference the client sees)."""
+    if isinstance(error, HorizonError):
+        code = grpc_status(error)
+        message = str(error) or type(error).__name__
+    else:
+        code, message = grpc.StatusCode.INTERNAL, "internal error in the broker"
+    state = _ENDED_STATES.get(code, "failed")
+    return state, code.name, message
+
+
+_ENDED_STATES = {
+    grpc.StatusCode.CANCELLED: "cancelled",
+    grpc.StatusCode.DEADLINE_EXCEEDED: "deadline",
+}
+
+
 HTTP_STATUS: dict[grpc.StatusCode, int] = {
     grpc.StatusCode.INVALID_ARGUMENT: 400,
     grpc.StatusCode.NOT_FOUND: 404,

@@ -33,18 +33,35 @@ class PendingResult:
     """On :func:`time.monotonic`'s clock."""
     expires_wall: float
     """The same instant on the wall clock (for the endpoint's expiration time)."""
+    started: float = 0.0
+    """When GetFlightInfo began, on :func:`time.perf_counter`'s clock."""
     streaming: bool = False
 
 
+UnreadEnd = Callable[[PendingResult, str, str, str], None]
+"""Told of a result closed before anyone read it: (result, state, status code, message)."""
+
+
 class ResultStore:
-    def __init__(self, ttl_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        ttl_s: float,
+        clock: Callable[[], float] = time.monotonic,
+        on_unread_end: UnreadEnd | None = None,
+    ) -> None:
         self.ttl_s = ttl_s
         self._clock = clock
+        self._on_unread_end = on_unread_end
         self._results: dict[bytes, PendingResult] = {}
         self._lock = threading.Lock()
 
     def add(
-        self, execution: Execution, scope: QueryScope, owner: str, schema: pa.Schema
+        self,
+        execution: Execution,
+        scope: QueryScope,
+        owner: str,
+        schema: pa.Schema,
+        started: float = 0.0,
     ) -> PendingResult:
         result = PendingResult(
             handle=secrets.token_bytes(16),
@@ -54,6 +71,7 @@ class ResultStore:
             schema=schema,
             expires_at=self._clock() + self.ttl_s,
             expires_wall=time.time() + self.ttl_s,
+            started=started,
         )
         with self._lock:
             self._results[result.handle] = result
@@ -91,6 +109,7 @@ class ResultStore:
         result.scope.cancel(CANCELLED)
         if not result.streaming:
             result.execution.close()
+            self._unread_end(result, "cancelled", "CANCELLED", "cancelled before it was read")
         return True
 
     def expire(self) -> int:
@@ -102,6 +121,12 @@ class ResultStore:
                 del self._results[result.handle]
         for result in stale:
             result.execution.close()
+            self._unread_end(
+                result,
+                "cancelled",
+                "CANCELLED",
+                f"its result was not fetched within {self.ttl_s:g} s ([flight].result_ttl_s)",
+            )
         return len(stale)
 
     def close(self) -> None:
@@ -113,6 +138,11 @@ class ResultStore:
             result.scope.cancel(CANCELLED)
             if not result.streaming:
                 result.execution.close()
+                self._unread_end(result, "cancelled", "CANCELLED", "the broker stopped")
+
+    def _unread_end(self, result: PendingResult, state: str, status: str, message: str) -> None:
+        if self._on_unread_end is not None:
+            self._on_unread_end(result, state, status, message)
 
     def __len__(self) -> int:
         return len(self._results)

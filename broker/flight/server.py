@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -26,26 +27,14 @@ from broker.api.listen import check_listen_policy
 from broker.config import BrokerConfig, parse_listen
 from broker.engine import QueryEngine
 from broker.engine.read_options import ReadOptions
-from broker.flight import commands, metadata, parameters
+from broker.flight import commands, metadata, parameters, session_actions
 from broker.flight.auth import MIDDLEWARE_KEY, CallHeadersFactory, HandshakeAuth, call_headers
 from broker.flight.auth import principal as authenticate
 from broker.flight.catalog_answers import CatalogAnswers
 from broker.flight.errors import flight_error, install_quiet_tracebacks
+from broker.flight.recording import FlightQueries
 from broker.flight.results import PendingResult, ResultStore, SchemaCache, batch_slices
-from broker.flight.sessions import (
-    CATALOG,
-    DB_SCHEMA,
-    QUERY_ID_HEADER,
-    SCHEMA,
-    SESSION_COOKIE,
-    Session,
-    SessionStore,
-    apply_options,
-    option_message,
-    query_id,
-    read_options,
-    session_id,
-)
+from broker.flight.sessions import QUERY_ID_HEADER, Session, SessionStore, query_id, read_options
 from broker.flight.sql_info import server_info
 from broker.flight.statements import StatementStore
 from broker.flight.watch import CancelWatcher
@@ -106,7 +95,11 @@ class FlightSqlServer(fl.FlightServerBase):
         self.engine = engine
         self.config = config
         self.auth = Authenticator(config.tokens)
-        self.results = ResultStore(flight.result_ttl_s)
+        self.queries = FlightQueries(engine.queries)
+        self.results = ResultStore(
+            flight.result_ttl_s,
+            on_unread_end=lambda result, *end: self.queries.ended(result.scope.query_id, *end),
+        )
         self.statements = StatementStore(flight.statement_ttl_s)
         self.sessions = SessionStore(flight.statement_ttl_s)
         self.watcher = CancelWatcher()
@@ -134,8 +127,10 @@ class FlightSqlServer(fl.FlightServerBase):
         return authenticate(self.auth, context)
 
     def _session(self, context: Any, principal: Principal) -> Session | None:
-        cookies = call_headers(context).headers.get("cookie", [])
-        return self.sessions.find(session_id(cookies), principal.name)
+        return session_actions.caller_session(self.sessions, context, principal)
+
+    def _session_action(self, action: Callable[..., list[bytes]]) -> Callable[..., list[bytes]]:
+        return lambda context, body: action(self.sessions, context, self._principal(context), body)
 
     def _read_options(self, context: Any, principal: Principal) -> ReadOptions:
         session = self._session(context, principal)
@@ -166,20 +161,28 @@ class FlightSqlServer(fl.FlightServerBase):
         options = self._read_options(context, principal)
         call = call_headers(context)
         scope = QueryScope(query_id(call.first(QUERY_ID_HEADER)))
-        with self.watcher.watching(context, scope, call):
-            execution = self.engine.execute(
-                query,
-                principal,
-                scope,
-                is_active=lambda: not context.is_cancelled(),
-                options=options,
-            )
+        started = time.perf_counter()
+        self.queries.begin(scope.query_id, principal.name, query)
+        try:
+            with self.watcher.watching(context, scope, call):
+                execution = self.engine.execute(
+                    query,
+                    principal,
+                    scope,
+                    is_active=lambda: not context.is_cancelled(),
+                    options=options,
+                )
+        except BaseException as error:
+            self.queries.failed(scope.query_id, error)
+            raise
+        self.queries.started(scope.query_id, execution)
         try:
             query_metadata = metadata.of_execution(execution)
             schema = metadata.with_metadata(execution.schema, query_metadata)
-            pending = self.results.add(execution, scope, principal.name, schema)
-        except BaseException:
+            pending = self.results.add(execution, scope, principal.name, schema, started)
+        except BaseException as error:
             execution.close()
+            self.queries.failed(scope.query_id, error)
             raise
         if context.is_cancelled():  # the client left while Spark started: nobody will read it
             self.results.cancel(pending.handle, principal.name)
@@ -212,13 +215,20 @@ class FlightSqlServer(fl.FlightServerBase):
         failed, or dropped by the client) closes the query and frees its slot."""
         target = self.config.limits.batch_bytes
         call = call_headers(context)
+        query_id = pending.scope.query_id
+        rows = nbytes = 0
         try:
             with self.watcher.watching(context, pending.scope, call):
                 for batch in pending.execution.batches():
+                    rows += batch.num_rows
+                    nbytes += batch.nbytes
                     yield from batch_slices(batch, target)
+            self.queries.streamed(query_id, pending.execution, pending.started, rows, nbytes)
         except GeneratorExit:
+            self.queries.ended(query_id, "cancelled", "CANCELLED", "the client stopped reading")
             raise
         except Exception as error:
+            self.queries.failed(query_id, error)
             raise flight_error(error, context) from None
         finally:
             pending.execution.close()
@@ -293,9 +303,9 @@ class FlightSqlServer(fl.FlightServerBase):
             "ClosePreparedStatement": self._close_prepared,
             "CancelFlightInfo": self._cancel_flight_info,
             "CancelQuery": self._cancel_query,
-            "SetSessionOptions": self._set_session_options,
-            "GetSessionOptions": self._get_session_options,
-            "CloseSession": self._close_session,
+            "SetSessionOptions": self._session_action(session_actions.set_options),
+            "GetSessionOptions": self._session_action(session_actions.get_options),
+            "CloseSession": self._session_action(session_actions.close),
         }
         handler = handlers.get(kind)
         if handler is None:
@@ -390,38 +400,6 @@ class FlightSqlServer(fl.FlightServerBase):
         if metadata_only:
             return fa.CANCEL_STATUS_NOT_CANCELLABLE
         raise NotFound("the query is not running: it finished, was cancelled, or expired")
-
-    def _set_session_options(self, context: Any, body: bytes) -> list[bytes]:
-        request = commands.parse_raw(body, fa.SetSessionOptionsRequest, "SetSessionOptions body")
-        principal = self._principal(context)
-        cookies = call_headers(context).headers.get("cookie", [])
-        try:
-            session = self.sessions.find(session_id(cookies), principal.name)
-        except NotFound:
-            session = None  # an expired session: setting options starts a new one
-        if session is None:
-            session = self.sessions.create(principal.name)
-            context.add_header("set-cookie", f"{SESSION_COOKIE}={session.id}")
-        return [apply_options(session.options, request).SerializeToString()]
-
-    def _get_session_options(self, context: Any, body: bytes) -> list[bytes]:
-        commands.parse_raw(body, fa.GetSessionOptionsRequest, "GetSessionOptions body")
-        principal = self._principal(context)
-        session = self._session(context, principal)
-        options = {CATALOG: "", SCHEMA: DB_SCHEMA, **(session.options if session else {})}
-        result = fa.GetSessionOptionsResult()
-        for name, value in options.items():
-            result.session_options[name].CopyFrom(option_message(value))
-        return [result.SerializeToString()]
-
-    def _close_session(self, context: Any, body: bytes) -> list[bytes]:
-        commands.parse_raw(body, fa.CloseSessionRequest, "CloseSession body")
-        principal = self._principal(context)
-        session = self._session(context, principal)
-        if session is None:
-            raise NotFound("this call names no session (no arrow_flight_session_id cookie)")
-        self.sessions.close(session.id)
-        return [fa.CloseSessionResult(status=fa.CloseSessionResult.CLOSED).SerializeToString()]
 
     # -- helpers -------------------------------------------------------------------------------
 

@@ -30,7 +30,9 @@ def query_fields(record: Any) -> dict[str, Any]:
         "rows": record.rows,
         "bytes": record.bytes,
         "cache": record.cache,
-        "timings_ms": {stage: round(record.timings.get(stage, 0.0), 3) for stage in STAGES},
+        "timings_ms": {
+            stage: round(record.timings[stage], 3) for stage in STAGES if stage in record.timings
+        },
         "duration_ms": max(0, record.ended_ms - record.started_ms),
     }
 

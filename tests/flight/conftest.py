@@ -4,13 +4,15 @@ ADBC Flight SQL driver (Go, through the ADBC driver manager) and pyarrow.flight'
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
+from broker.api.server import BrokerServer
 from horizon.client import HorizonClient
-from tests.broker.conftest import ADMIN, BrokerEnv
+from tests.broker.conftest import ADMIN, BrokerEnv, broker_config
 from tests.broker.conftest import broker_env as broker_env  # the same tables, a broker of our own
 
 CALL_HEADER = "adbc.flight.sql.rpc.call_header."
@@ -97,3 +99,25 @@ def statement_descriptor(sql: str) -> Any:
     return fl.FlightDescriptor.for_command(
         flight_sql_command("CommandStatementQuery", (1, sql.encode()))
     )
+
+
+_names = itertools.count()
+
+
+@pytest.fixture
+def one_slot(broker_env: BrokerEnv, spark) -> Iterator[BrokerServer]:  # type: ignore[no-untyped-def]
+    """A broker that runs one query at a time and queues none (a held slot refuses the next)."""
+    config = broker_config(
+        broker_env.redis.url,
+        limits={"max_concurrent": 1, "queue_size": 0},
+        flight={"result_ttl_s": 1.0},
+    )
+    server = BrokerServer(
+        config,  # type: ignore[arg-type]
+        spark=spark,
+        follower=broker_env.broker.follower,
+        functions=broker_env.broker.engine.functions,
+        view_namespace=f"flight_slot{next(_names)}_",
+    ).start()
+    yield server
+    server.stop(0)

@@ -3,10 +3,9 @@ do a result nobody fetches (it expires) and a stream the client stops reading.""
 
 from __future__ import annotations
 
-import itertools
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import adbc_driver_manager
 import pyarrow as pa
@@ -14,32 +13,12 @@ import pyarrow.flight as fl
 import pytest
 
 from broker.api.server import BrokerServer
-from tests.broker.conftest import ADMIN, BrokerEnv, broker_config
+from tests.broker.conftest import ADMIN
 from tests.broker.spark_jobs import assert_group_stopped, wait_for_jobs
 from tests.broker.test_status_codes import SLOW_SQL
 from tests.flight.conftest import _field, adbc_connect, statement_descriptor
 
-_names = itertools.count()
 BIG_SQL = "SELECT * FROM big LIMIT 900000"  # over 4 MiB: GetFlightInfo holds only its head
-
-
-@pytest.fixture
-def one_slot(broker_env: BrokerEnv, spark) -> Iterator[BrokerServer]:  # type: ignore[no-untyped-def]
-    """A broker that runs one query at a time and queues none (a held slot refuses the next)."""
-    config = broker_config(
-        broker_env.redis.url,
-        limits={"max_concurrent": 1, "queue_size": 0},
-        flight={"result_ttl_s": 1.0},
-    )
-    server = BrokerServer(
-        config,  # type: ignore[arg-type]
-        spark=spark,
-        follower=broker_env.broker.follower,
-        functions=broker_env.broker.engine.functions,
-        view_namespace=f"flight_slot{next(_names)}_",
-    ).start()
-    yield server
-    server.stop(0)
 
 
 OPTIONS = fl.FlightCallOptions(headers=[(b"authorization", f"Bearer {ADMIN}".encode())])
