@@ -6,7 +6,9 @@ scheduling, every file's footer, row-by-row decoding). This reader answers the n
 
 1. footers come from a cache (segment files are immutable, so a footer read once stays true);
 2. row groups are pruned with their min/max statistics on the integer key columns and on the
-   validity columns (the same pruning Spark's Parquet filter push-down does);
+   validity columns (the same pruning Spark's Parquet filter push-down does), over arrays of
+   every row group of the file set built once per set of files (:mod:`broker.spark.row_groups`),
+   so the cost of a lookup hardly grows with the files that cannot hold its keys;
 3. the remaining row groups are read, and the key predicates and the visibility rule
    ``validFrom <= S AND (validUntil IS NULL OR validUntil > S)`` applied with SQL's
    three-valued logic;
@@ -27,20 +29,27 @@ import os
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from broker.spark.failures import UnreadableFiles
+from broker.spark.key_sets import KeySets, holds_any, lookup_values
 from broker.spark.reading import is_local, local_path
+from broker.spark.row_groups import ColumnStats, column_stats, concatenated, contains, visible
 from broker.sql.model import KeyLookup, Predicate
 from watermark.catalog import VALID_FROM, VALID_UNTIL
 
 DEFAULT_MAX_ROWS = 1_000_000
 """More candidate rows than this (after row-group pruning) is a job for Spark's parallel scan."""
+FILE_SETS_KEPT = 64
+"""Indexes of file sets kept (a set is one table generation's visible files)."""
+KEY_SETS_FROM_FILES = 2
+"""When statistics leave this many files or more, their key sets choose the ones to open."""
 
 _INTEGER_RANGES = {
     pa.int8(): (-(2**7), 2**7 - 1),
@@ -99,6 +108,10 @@ class _Footer:
     """Top-level Arrow fields by lower-case name (a name present twice maps to None)."""
     leaves: dict[str, int]
     """Parquet leaf column index of each top-level primitive column, by lower-case name."""
+    signature: tuple[tuple[str, str], ...]
+    """The file's columns and types: files alike are checked against a query once."""
+    stats: dict[str, ColumnStats] = field(default_factory=dict)
+    """Row-group statistics by lower-case column name, gathered when first needed."""
 
     @staticmethod
     def of(metadata: pq.FileMetaData) -> _Footer:
@@ -112,92 +125,197 @@ class _Footer:
             path = metadata.schema.column(index).path
             if "." not in path:
                 leaves[path.lower()] = index
-        return _Footer(metadata, fields, leaves)
+        signature = tuple((item.name, str(item.type)) for item in schema)
+        return _Footer(metadata, fields, leaves, signature)
+
+    def column_stats(self, name: str) -> ColumnStats:
+        found = self.stats.get(name)
+        if found is None:
+            found = self.stats[name] = column_stats(self.metadata, self.leaves.get(name))
+        return found
 
 
-@dataclass(frozen=True, slots=True)
-class RowGroupStats:
-    """What a row group's statistics say about one integer column (None: unknown)."""
+class _FileSet:
+    """The footers of one set of files with their row groups numbered end to end: entry ``i``
+    of every array is row group ``group[i]`` of file ``file[i]``."""
 
-    minimum: int | None
-    maximum: int | None
-    null_count: int | None
+    def __init__(self, files: Sequence[str], footers: Sequence[_Footer]) -> None:
+        self.files = tuple(files)
+        self.footers = tuple(footers)
+        counts = [footer.metadata.num_row_groups for footer in footers]
+        self.file = np.repeat(np.arange(len(footers)), counts)
+        self.group = np.concatenate([np.arange(n) for n in counts]) if counts else np.zeros(0)
+        self.rows = np.asarray(
+            [
+                footer.metadata.row_group(index).num_rows
+                for footer in footers
+                for index in range(footer.metadata.num_row_groups)
+            ],
+            dtype=np.int64,
+        )
+        kinds: dict[tuple[tuple[str, str], ...], int] = {}
+        self.kind = [kinds.setdefault(footer.signature, len(kinds)) for footer in footers]
+        """Each file's signature as a small number (files alike share it)."""
+        self.kinds: list[_Footer] = [footers[self.kind.index(n)] for n in range(len(kinds))]
+        """One footer of each signature."""
+        self._columns: dict[str, ColumnStats] = {}
+        self._lock = threading.Lock()
 
-
-def may_contain(stats: RowGroupStats, values: Sequence[int]) -> bool:
-    """False only when the statistics prove no value of the column equals one of ``values``."""
-    if stats.minimum is None or stats.maximum is None:
-        return True
-    return any(stats.minimum <= value <= stats.maximum for value in values)
-
-
-def may_be_visible(valid_from: RowGroupStats, valid_until: RowGroupStats, snapshot: int) -> bool:
-    """False only when the statistics prove no row is visible at ``snapshot``."""
-    if valid_from.minimum is not None and valid_from.minimum > snapshot:
-        return False
-    if valid_until.null_count is None or valid_until.null_count > 0:
-        return True
-    return valid_until.maximum is None or valid_until.maximum > snapshot
+    def column(self, name: str) -> ColumnStats:
+        """Column ``name``'s statistics over every row group of the set (built once)."""
+        with self._lock:
+            found = self._columns.get(name)
+        if found is None:
+            found = concatenated([footer.column_stats(name) for footer in self.footers])
+            with self._lock:
+                self._columns[name] = found
+        return found
 
 
 class DirectReader:
     """Answers recognised key lookups from local segment files (see the module docstring)."""
 
-    def __init__(self, footers: FooterCache | None = None, max_rows: int = DEFAULT_MAX_ROWS):
+    def __init__(
+        self,
+        footers: FooterCache | None = None,
+        max_rows: int = DEFAULT_MAX_ROWS,
+        key_sets: KeySets | None = None,
+    ):
         self.footers = footers or FooterCache()
         self.max_rows = max_rows
+        self.key_sets = key_sets or KeySets()
+        self._file_sets: OrderedDict[tuple[str, ...], _FileSet] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def _file_set(self, files: Sequence[str]) -> _FileSet | None:
+        """The index of ``files`` (built on first use); None when one of them is not a local
+        file (only local sets are ever built, so a kept set needs no check)."""
+        key = tuple(files)
+        with self._lock:
+            found = self._file_sets.get(key)
+            if found is not None:
+                self._file_sets.move_to_end(key)
+                return found
+        if not all(is_local(path) for path in key):
+            return None
+        found = _FileSet(key, [self.footers.get(path) for path in key])
+        with self._lock:
+            self._file_sets[key] = found
+            while len(self._file_sets) > FILE_SETS_KEPT:
+                self._file_sets.popitem(last=False)
+        return found
 
     def read(
         self, lookup: KeyLookup, files: Sequence[str], snapshot: int, schema: pa.Schema
     ) -> pa.Table | None:
         """The lookup's answer at ``snapshot`` over ``files`` with ``schema``; None: ask Spark."""
-        if not all(is_local(path) for path in files):
-            return None
         try:
-            return self._read(lookup, files, snapshot, schema)
+            file_set = self._file_set(files)
+            if file_set is None:
+                return None
+            return self._read(lookup, file_set, snapshot, schema)
         except _Decline:
             return None
 
     def _read(
-        self, lookup: KeyLookup, files: Sequence[str], snapshot: int, schema: pa.Schema
+        self, lookup: KeyLookup, file_set: _FileSet, snapshot: int, schema: pa.Schema
     ) -> pa.Table | None:
         sources = list(schema.names) if lookup.projection is None else list(lookup.projection)
         if len(sources) != len(schema):
             return None
-        plans = []
-        candidate_rows = 0
-        for path in files:
-            plan = _plan_file(self.footers.get(path), lookup, sources, schema, snapshot)
-            if plan is None:
-                return None
-            candidate_rows += plan.rows
-            if candidate_rows > self.max_rows:
-                return None
-            if plan.row_groups:
-                plans.append((path, plan))
-        pieces = [
-            _read_file(path, plan, lookup.predicates, snapshot, schema) for path, plan in plans
+        shapes = [_file_shape(footer, lookup, sources, schema) for footer in file_set.kinds]
+        if any(shape is None for shape in shapes):
+            return None
+        keep = visible(
+            file_set.column(VALID_FROM.lower()), file_set.column(VALID_UNTIL.lower()), snapshot
+        )
+        integer_keys = {p.column for shape in shapes if shape for p in shape.int_keys}
+        for predicate in lookup.predicates:
+            if predicate.column in integer_keys:
+                keep &= contains(file_set.column(predicate.column), predicate.values)  # type: ignore[arg-type]
+        if int(file_set.rows[keep].sum()) > self.max_rows:
+            return None
+        chosen = np.nonzero(keep)[0]
+        candidates = np.unique(file_set.file[chosen])
+        keys = [
+            (p.column, lookup_values(p.values))  # type: ignore[arg-type]
+            for p in lookup.predicates
+            if p.column in integer_keys
         ]
+        # ``chosen`` runs file by file: each candidate's row groups are one slice of it.
+        files_of = file_set.file[chosen]
+        starts = np.searchsorted(files_of, candidates, side="left")
+        ends = np.searchsorted(files_of, candidates, side="right")
+        use_key_sets = len(candidates) >= KEY_SETS_FROM_FILES and bool(keys)
+        pieces = []
+        for number, start, end in zip(
+            candidates.tolist(), starts.tolist(), ends.tolist(), strict=True
+        ):
+            footer = file_set.footers[number]
+            shape = shapes[file_set.kind[number]]
+            assert shape is not None
+            if use_key_sets and not self._may_hold(file_set.files[number], footer, shape, keys):
+                continue
+            groups = tuple(file_set.group[chosen[start:end]].tolist())
+            plan = _FilePlan(footer, groups, shape.outputs, shape.filters)
+            pieces.append(
+                _read_file(file_set.files[number], plan, lookup.predicates, snapshot, schema)
+            )
         result = pa.concat_tables(pieces) if pieces else schema.empty_table()
         if lookup.limit is not None and result.num_rows > lookup.limit:
             result = result.slice(0, lookup.limit)
         return result
+
+    def _may_hold(
+        self,
+        path: str,
+        footer: _Footer,
+        shape: _FileShape,
+        keys: Sequence[tuple[str, np.ndarray]],
+    ) -> bool:
+        """False when the file's key sets prove it holds none of the looked-up keys."""
+
+        def open_file() -> pq.ParquetFile:
+            return pq.ParquetFile(local_path(path), metadata=footer.metadata)
+
+        for column, values in keys:
+            if column not in shape.int_key_columns:
+                continue
+            try:
+                held = self.key_sets.keys(path, shape.filters[column], open_file)
+            except (OSError, pa.ArrowException) as error:
+                raise _unreadable(path, f"cannot read the Parquet file: {error}") from None
+            if not holds_any(held, values):
+                return False
+        return True
+
+
+@dataclass(frozen=True, slots=True)
+class _FileShape:
+    """How the files of one signature answer a lookup: their column names and key columns."""
+
+    outputs: tuple[str, ...]
+    """The file's column name for each result column."""
+    filters: dict[str, str]
+    """The file's column name for each predicate column and validity column."""
+    int_keys: tuple[Predicate, ...]
+    """The key predicates on integer columns (their statistics prune row groups)."""
+    int_key_columns: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
 class _FilePlan:
     footer: _Footer
     row_groups: tuple[int, ...]
-    rows: int
     outputs: tuple[str, ...]
-    """The file's column name for each result column."""
     filters: dict[str, str]
-    """The file's column name for each predicate column and validity column."""
 
 
-def _plan_file(
-    footer: _Footer, lookup: KeyLookup, sources: Sequence[str], schema: pa.Schema, snapshot: int
-) -> _FilePlan | None:
+def _file_shape(
+    footer: _Footer, lookup: KeyLookup, sources: Sequence[str], schema: pa.Schema
+) -> _FileShape | None:
+    """None when a file of this signature cannot answer exactly (a column missing or of
+    another type, a literal of another type than its column): Spark must."""
     outputs = []
     for source, expected in zip(sources, schema, strict=True):
         found = footer.fields.get(source.lower())
@@ -215,38 +333,10 @@ def _plan_file(
         if found is None or not _literals_fit(found.type, predicate.values):
             return None
         filters[predicate.column] = found.name
-    integer_keys = [
+    int_keys = tuple(
         p for p in lookup.predicates if pa.types.is_integer(footer.fields[p.column].type)
-    ]
-    metadata = footer.metadata
-    row_groups = []
-    rows = 0
-    for index in range(metadata.num_row_groups):
-        group = metadata.row_group(index)
-
-        def stats(column: str, group: Any = group) -> RowGroupStats:
-            return _stats(group, footer.leaves.get(column))
-
-        visible = may_be_visible(stats(VALID_FROM.lower()), stats(VALID_UNTIL.lower()), snapshot)
-        if visible and all(may_contain(stats(p.column), p.values) for p in integer_keys):  # type: ignore[arg-type]
-            row_groups.append(index)
-            rows += group.num_rows
-    return _FilePlan(footer, tuple(row_groups), rows, tuple(outputs), filters)
-
-
-def _stats(group: Any, leaf: int | None) -> RowGroupStats:
-    if leaf is None:
-        return RowGroupStats(None, None, None)
-    statistics = group.column(leaf).statistics
-    if statistics is None:
-        return RowGroupStats(None, None, None)
-    nulls = statistics.null_count if statistics.has_null_count else None
-    if not statistics.has_min_max:
-        return RowGroupStats(None, None, nulls)
-    low, high = statistics.min, statistics.max
-    if not isinstance(low, int) or not isinstance(high, int):
-        return RowGroupStats(None, None, nulls)
-    return RowGroupStats(low, high, nulls)
+    )
+    return _FileShape(tuple(outputs), filters, int_keys, frozenset(p.column for p in int_keys))
 
 
 def _read_file(

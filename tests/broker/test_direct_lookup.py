@@ -17,8 +17,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from broker.api.server import BrokerServer
-from broker.spark.direct_read import DirectReader, RowGroupStats, may_be_visible, may_contain
+from broker.spark.direct_read import DirectReader
 from broker.spark.failures import UnreadableFiles
+from broker.spark.row_groups import RowGroupStats, may_be_visible, may_contain
 from broker.sql.model import KeyLookup, Predicate
 from broker.sql.passes.find_key_lookup import key_lookup_of
 from core.errors import Unavailable

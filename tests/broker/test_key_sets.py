@@ -1,0 +1,68 @@
+"""Key sets: a file's sorted key column answers "may it hold these keys" exactly, is read once,
+and stays within its memory budget (pure, on files written here)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from hypothesis import given
+from hypothesis import strategies as st
+
+from broker.spark.direct_read import DirectReader
+from broker.spark.key_sets import KeySets, holds_any, lookup_values
+from broker.sql.model import KeyLookup, Predicate
+
+SCHEMA = pa.schema([("id", pa.int64()), ("validFrom", pa.int64()), ("validUntil", pa.int64())])
+
+
+@given(
+    keys=st.lists(st.integers(-(2**63), 2**63 - 1), max_size=50),
+    values=st.lists(st.integers(-(2**63), 2**63 - 1), max_size=5),
+)
+def test_holds_any_is_set_membership(keys: list[int], values: list[int]) -> None:
+    held = np.sort(np.asarray(keys, dtype=np.int64))
+    assert holds_any(held, lookup_values(values)) == bool(set(keys) & set(values))
+
+
+def _write(path: Path, ids: list[int | None]) -> str:
+    rows = {"id": ids, "validFrom": [1] * len(ids), "validUntil": [None] * len(ids)}
+    pq.write_table(pa.table(rows, schema=SCHEMA), path)
+    return str(path)
+
+
+def test_a_file_is_read_once_and_null_keys_never_match(tmp_path: Path) -> None:
+    path = _write(tmp_path / "a.parquet", [5, None, 3, 3])
+    sets = KeySets()
+
+    def opened() -> pq.ParquetFile:
+        return pq.ParquetFile(path)
+
+    assert sets.keys(path, "id", opened).tolist() == [3, 3, 5]
+    assert sets.keys(path, "id", opened).tolist() == [3, 3, 5]
+    assert sets.loads == 1
+
+
+def test_the_cache_stays_within_its_byte_budget(tmp_path: Path) -> None:
+    sets = KeySets(max_bytes=100)  # 12 int64 keys
+    for number in range(5):
+        path = _write(tmp_path / f"{number}.parquet", list(range(number, number + 5)))
+        sets.keys(path, "id", lambda p=path: pq.ParquetFile(p))
+        assert sets.bytes <= 100
+    assert sets.bytes == 80  # the last two files' five keys each
+
+
+def test_a_lookup_over_spread_files_answers_from_the_files_that_hold_the_key(
+    tmp_path: Path,
+) -> None:
+    files = [_write(tmp_path / f"{n}.parquet", list(range(n, 200, 10))) for n in range(10)]
+    reader = DirectReader()
+    lookup = KeyLookup("t", ("id",), (Predicate("id", (42, 57)),))
+    schema = pa.schema([("id", pa.int64())])
+    answer = reader.read(lookup, files, 10, schema)
+    assert answer is not None and sorted(answer.column("id").to_pylist()) == [42, 57]
+    assert reader.key_sets.loads == 10  # every file's key range spans the keys: sets decide
+    again = reader.read(lookup, files, 10, schema)
+    assert again is not None and again.num_rows == 2 and reader.key_sets.loads == 10
