@@ -8,7 +8,9 @@ rewritten SQL and the files Spark reads always belong together.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
 from broker.spark.scan_layout import ScanLayout, scan_layout, segment_files, view_name
@@ -39,6 +41,49 @@ def catalog_table(
     )
 
 
+ENTRIES_KEPT = 1_024
+"""Catalog entries kept (one per table and state; a pinned read of a table is a state of its own)."""
+
+
+class CatalogEntries:
+    """Catalog entries built once per table state, not once per query.
+
+    An entry lists every visible segment and file of its table, so building it costs in
+    proportion to the table's segments (tens of milliseconds at 1,000); a table's entry changes
+    only with its descriptor, timeline generation (which names the visible segments), LWM or
+    retention horizon, so it is kept until one of them moves.
+    """
+
+    def __init__(self, capacity: int = ENTRIES_KEPT) -> None:
+        self.capacity = capacity
+        self.built = 0
+        """Entries built (a test probe: a repeated query leaves it flat)."""
+        self._entries: OrderedDict[Hashable, CatalogTable] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def entry(self, table_view: Any, namespace: str, layout: ScanLayout) -> CatalogTable:
+        key = (
+            table_view.table.lower(),
+            table_view.descriptor,
+            int(table_view.generation),
+            table_view.lwm,
+            int(table_view.retention_horizon or 0),
+            namespace,
+        )
+        with self._lock:
+            found = self._entries.get(key)
+            if found is not None:
+                self._entries.move_to_end(key)
+                return found
+        found = catalog_table(table_view, namespace, layout=layout)
+        with self._lock:
+            self._entries[key] = found
+            self.built += 1
+            while len(self._entries) > self.capacity:
+                self._entries.popitem(last=False)
+        return found
+
+
 def unavailable_table(descriptor: Any) -> CatalogTable:
     """A catalog entry for a table whose state cannot be served right now (no LWM, no files):
     the rewriter still resolves the name, and the broker reports the table's own error."""
@@ -53,12 +98,18 @@ def build_catalog(
     *,
     namespace: str = "",
     layout_of: Callable[[Any], ScanLayout] | None = None,
+    kept: CatalogEntries | None = None,
 ) -> Catalog:
     """The rewriter's catalog: one entry per table view, plus placeholders for ``unavailable``
-    descriptors. ``layout_of`` gives a table view's layout (a cache's), else it is derived."""
-    entries = [
-        catalog_table(view, namespace, layout=layout_of(view) if layout_of else None)
-        for view in table_views
-    ]
+    descriptors. ``layout_of`` gives a table view's layout (a cache's), else it is derived;
+    ``kept`` keeps entries between queries."""
+    entries = []
+    for view in table_views:
+        layout = layout_of(view) if layout_of else scan_layout(view, namespace)
+        entries.append(
+            kept.entry(view, namespace, layout)
+            if kept is not None
+            else catalog_table(view, namespace, layout=layout)
+        )
     entries += [unavailable_table(descriptor) for descriptor in unavailable]
     return Catalog(entries)

@@ -20,7 +20,7 @@ import pyarrow as pa
 
 from broker.config import BrokerConfig
 from broker.engine.admission import Admission
-from broker.engine.catalog import build_catalog
+from broker.engine.catalog import CatalogEntries, build_catalog
 from broker.engine.direct import DirectLookups
 from broker.engine.execution import (
     FIRST_FLUSH_BYTES,
@@ -96,6 +96,7 @@ class QueryEngine:
         told when a query suspects the engine, asked whether it is up."""
         self.use_spark(spark)
         self.queries = QueryRegistry()
+        self.catalog_entries = CatalogEntries()
         """Running and recent queries (the service records their lifecycle)."""
         self.direct = DirectLookups(config.spark, self.executor.mode)
         self.admission = Admission(config.limits.max_concurrent, config.limits.queue_size)
@@ -208,6 +209,7 @@ class QueryEngine:
             [d for d, _ in failures.values()],
             namespace=self.views.namespace,
             layout_of=self.views.layout,
+            kept=self.catalog_entries,
         )
         try:
             result = bind(parsed, catalog, budget=self.config.limits.budget, row_cap=row_cap)
