@@ -238,7 +238,7 @@ def _batch_metrics(
 
     def wrap(printer: Callable[[str, Any], None]) -> Callable[[str, Any], None]:
         def observed(table: str, result: Any) -> None:
-            metrics.observe_batch(table, result, None)
+            metrics.observe_batch(table, result)
             printer(table, result)
 
         return observed

@@ -78,6 +78,13 @@ class BatchResult:
     token: str = ""
     """The snapshot token of this commit (:mod:`watermark.tokens`): a query sent with it as its
     ``min_snapshot`` sees the batch (read-your-writes)."""
+    seconds: float | None = None
+    """From the batch's start to its announcement, its updater run included (None: skipped)."""
+    stage_seconds: tuple[tuple[str, float], ...] = ()
+    """Seconds of each Spark action of the batch and its updater run, in order."""
+    pending_updates: int = 0
+    """Batches whose validUntil updates are still to apply after this one (the updater's
+    backlog; 0 with ``update_cadence = 1``)."""
 
 
 class IngestJob:
@@ -351,6 +358,7 @@ class IngestJob:
         updated = 0
         if self.state.pending and len(self.state.pending) >= self.table.update_cadence:
             updated = self.flush_updates()
+        steps = self.server.steps
         return self._remember(
             BatchResult(
                 seq=batch.seq,
@@ -360,6 +368,9 @@ class IngestJob:
                 base=batch.base,
                 updated_segments=updated,
                 sources=batch.sources,
+                seconds=steps.elapsed(),
+                stage_seconds=tuple(steps.action_seconds.items()),
+                pending_updates=len(self.state.pending),
             )
         )
 

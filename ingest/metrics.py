@@ -45,6 +45,21 @@ class IngestMetrics:
             buckets=BATCH_BUCKETS,
             registry=r,
         )
+        self.stage_seconds = Histogram(
+            "horizon_ingest_stage_seconds",
+            "Time of each Spark action of a batch (read and count, resolve, summarize "
+            "resolution, write segments, updater targets, updater rewrite)",
+            ["table", "stage"],
+            buckets=BATCH_BUCKETS,
+            registry=r,
+        )
+        self.updater_backlog = Gauge(
+            "horizon_ingest_updater_backlog",
+            "Batches whose validUntil updates are not applied yet (their tables' LWM waits "
+            "for them)",
+            ["table"],
+            registry=r,
+        )
         self.high = Gauge(
             "horizon_ingest_high_seconds",
             "The newest commit time announced, as Unix time (lag: time() minus this)",
@@ -52,14 +67,19 @@ class IngestMetrics:
             registry=r,
         )
 
-    def observe_batch(self, table: str, result: Any, seconds: float | None) -> None:
-        """One batch ended (an :class:`ingest.job.BatchResult`) after ``seconds`` (None: not
-        timed, as a streaming micro-batch, whose time Spark's own UI shows)."""
+    def observe_batch(self, table: str, result: Any, seconds: float | None = None) -> None:
+        """One batch ended (an :class:`ingest.job.BatchResult`, which times itself; ``seconds``
+        overrides its time)."""
         self.batches.labels(table, "skipped" if result.skipped else "committed").inc()
         self.rows.labels(table).inc(result.rows)
         self.segments.labels(table).inc(len(result.segments))
         self.updated.labels(table).inc(result.updated_segments)
-        if seconds is not None:
-            self.seconds.labels(table).observe(seconds)
+        took = seconds if seconds is not None else getattr(result, "seconds", None)
+        if took is not None:
+            self.seconds.labels(table).observe(took)
+        for stage, stage_seconds in getattr(result, "stage_seconds", ()):
+            self.stage_seconds.labels(table, stage).observe(stage_seconds)
+        if not result.skipped:
+            self.updater_backlog.labels(table).set(getattr(result, "pending_updates", 0))
         if result.high:
             self.high.labels(table).set(hlc_physical_ms(result.high) / 1000)

@@ -48,12 +48,17 @@ class Steps:
         """Seconds spent before each step of the last batch (for benchmarks and logs)."""
         self.action_seconds: dict[str, float] = {}
         """Seconds of each Spark action of the last batch (for profiling)."""
-        self._last_step = time.perf_counter()
+        self._last_step = self._started = time.perf_counter()
 
     def restart(self) -> None:
         """Start timing a new batch (its updater run, if any, counts with it)."""
         self.step_seconds, self._last_step = {}, time.perf_counter()
+        self._started = self._last_step
         self.action_seconds = {}
+
+    def elapsed(self) -> float:
+        """Seconds since the batch began (:meth:`restart`)."""
+        return time.perf_counter() - self._started
 
     def step(self, name: str) -> None:
         """Pass the step ``name``: time it, and die here if this is the injected kill point."""

@@ -205,8 +205,13 @@ def test_a_slow_updater_cadence_holds_the_low_watermark_below_pending_updates(
     lwm = assert_broker_sees(spark, follower, client, "accounts", log).lwm
     assert lwm == second.base + 1 - 1  # 'a' is the second change of the batch
     assert second.updated_segments == 0
+    assert second.pending_updates == 1  # the updater's backlog, as the metrics show it
     third = run(job, spark, [Change("b", 2, 2)], log)
-    assert third.updated_segments > 0
+    assert third.updated_segments > 0 and third.pending_updates == 0
+    # A batch times itself: its Spark actions, its updater run among them, within its total.
+    stages = dict(third.stage_seconds)
+    assert {"read and count", "resolve", "write segments", "updater rewrite"} <= set(stages)
+    assert third.seconds is not None and 0 < sum(stages.values()) <= third.seconds
     lwm = assert_broker_sees(spark, follower, client, "accounts", log).lwm
     assert lwm == third.high
 

@@ -34,9 +34,14 @@ def test_an_ingestion_servers_batches_rows_and_high_mark(tmp_path):
     try:
         high = hlc_from_ms(1_800_000_000_000)
         metrics.observe_batch(
-            "accounts", BatchResult(1, 100, table.segments, high=high, updated_segments=1), 2.0
-        )
-        metrics.observe_batch("accounts", BatchResult(2, 0, skipped=True), None)
+            "accounts",
+            BatchResult(
+                1, 100, table.segments, high=high, updated_segments=1, seconds=2.0,
+                stage_seconds=(("read and count", 0.5), ("write segments", 1.0)),
+                pending_updates=2,
+            ),
+        )  # fmt: skip
+        metrics.observe_batch("accounts", BatchResult(2, 0, skipped=True))
         samples = scrape(endpoint)
     finally:
         endpoint.stop()
@@ -47,6 +52,11 @@ def test_an_ingestion_servers_batches_rows_and_high_mark(tmp_path):
     assert samples[("horizon_ingest_segments_written_total", t)] == 3
     assert samples[("horizon_ingest_segments_updated_total", t)] == 1
     assert samples[("horizon_ingest_batch_seconds_count", t)] == 1
+    assert samples[("horizon_ingest_batch_seconds_sum", t)] == 2.0
+    for stage, took in (("read and count", 0.5), ("write segments", 1.0)):
+        key = (("stage", stage), *t)
+        assert samples[("horizon_ingest_stage_seconds_sum", key)] == took
+    assert samples[("horizon_ingest_updater_backlog", t)] == 2
     assert samples[("horizon_ingest_high_seconds", t)] == 1_800_000_000
     assert not any(
         name.startswith(("horizon_queries", "horizon_compaction")) for name, _ in samples
