@@ -20,8 +20,8 @@ from typing import Any
 from bench.report import RESULTS_DIR
 
 BENCHMARKS = (
-    "timeline", "watermark", "rewrite", "ingest", "ingest_server", "broker", "flight", "query",
-    "compaction", "abuse", "metrics",
+    "timeline", "watermark", "rewrite", "ingest", "ingest_server", "broker", "point_query",
+    "concurrency", "flight", "query", "compaction", "abuse", "metrics",
 )  # fmt: skip
 
 
@@ -127,6 +127,29 @@ def _broker(r: dict[str, Any]) -> list[Row]:
     ]  # fmt: skip
 
 
+def _point_query(r: dict[str, Any]) -> list[Row]:
+    rows = []
+    for layout in ("ranges", "spread"):
+        figures = " / ".join(
+            f"{_num(_get(r, layout, count, 'end_to_end_ms', 'p50'), ' ms', 2)}"
+            for count in ("10", "100", "1000")
+        )
+        rows.append((f"point query p50 at 10 / 100 / 1,000 segments ({layout})", figures, "<= 10 ms, flat"))  # fmt: skip
+        rows.append((f"  p99 at 1,000 segments ({layout}); p50 1,000 / 10", f"{_num(_get(r, layout, '1000', 'end_to_end_ms', 'p99'), ' ms', 2)}; {_num(_get(r, layout, 'p50_1000_over_10'), 'x', 2)}", "<= 25 ms"))  # fmt: skip
+    return rows
+
+
+def _concurrency(r: dict[str, Any]) -> list[Row]:
+    rows = []
+    for kind in ("point", "dashboard, cache off", "dashboard, cache on"):
+        levels = r.get(kind) or []
+        qps = " / ".join(_num(level.get("queries_per_s")) for level in levels)
+        p99 = " / ".join(_num(_get(level, "latency_ms", "p99"), " ms") for level in levels)
+        rows.append((f"{kind}: queries/s at 1 / 4 / 16 clients", qps, "-"))
+        rows.append((f"{kind}: p99 at 1 / 4 / 16 clients", p99, "-"))
+    return rows
+
+
 def _flight(r: dict[str, Any]) -> list[Row]:
     return [
         (f"{_num(r.get('rows'))}-row result: ExecuteQuery / Flight SQL (ADBC) rows/s", f"{_num(_get(r, 'large_result', 'native_rows_per_s'))} / {_num(_get(r, 'large_result', 'adbc_rows_per_s'))} ({_num(_get(r, 'large_result', 'adbc_over_native'), 'x', 2)})", ">= 0.9x"),
@@ -214,6 +237,8 @@ EXTRACTORS: dict[str, Extractor] = {
     "ingest": _ingest,
     "ingest_server": _ingest_server,
     "broker": _broker,
+    "point_query": _point_query,
+    "concurrency": _concurrency,
     "flight": _flight,
     "query": _query,
     "compaction": _compaction,
