@@ -2,8 +2,9 @@
 dashboard query, with the result cache on and off.
 
 One broker (embedded Spark on this machine's cores, the default ``[limits]``: 4 queries run at
-once, more wait in the queue) serves one table (3 versions per key, 100 segments). Each client is
-a thread with its own gRPC channel that sends queries back to back for a fixed time:
+once, more wait in the queue) serves one table (3 versions per key, 100 segments). The clients
+run in a process of their own (so their Python does not share the broker's), each a thread with
+its own gRPC channel that sends queries back to back for a fixed time:
 
 * ``point``: a key lookup by a random key (answered from the files, no Spark job);
 * ``dashboard, cache off``: an aggregate over a random 10,000-key range, always run on Spark;
@@ -20,12 +21,14 @@ rest.
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import os
 import random
 import shutil
 import tempfile
 import threading
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -152,10 +155,15 @@ def main(argv: list[str] | None = None) -> int:
                 for _ in range(5):
                     sql, cache = _sql(kind, rng, keys)
                     warm.execute(sql, cache=cache)
-        for kind in KINDS:
-            results[kind] = [
-                run_level(server.target, kind, clients, seconds, keys) for clients in LEVELS
-            ]
+        spawn = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(max_workers=1, mp_context=spawn) as clients_process:
+            for kind in KINDS:
+                results[kind] = [
+                    clients_process.submit(
+                        run_level, server.target, kind, clients, seconds, keys
+                    ).result()
+                    for clients in LEVELS
+                ]
         server_client.close()
     finally:
         if server is not None:
