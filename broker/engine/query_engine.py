@@ -9,6 +9,7 @@ the timeline (which falls back to what it overwrote) and the query is prepared a
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import time
 import uuid
@@ -141,9 +142,10 @@ class QueryEngine:
         options: ReadOptions = DEFAULT_READ,
         deadline: float | None = None,
         row_cap: int | None = None,
+        gone: Callable[[], HorizonError | None] = lambda: None,
     ) -> Prepared:
         """Rewrite ``query`` (its text, or the :meth:`parse` of it) against the current state
-        and check the caller may read its tables.
+        and check the caller may read its tables (``gone``: why the caller no longer waits).
 
         ``row_cap`` plans the result's row limit into the SQL that runs (``Prepared.run_sql``).
 
@@ -172,7 +174,9 @@ class QueryEngine:
                 else f"this broker already served snapshot {required} (its floor)"
             )
             wait_started = time.perf_counter()
-            wait_for_snapshot(self.follower, tables, required, self.wait_deadline(deadline), why)
+            wait_for_snapshot(
+                self.follower, tables, required, self.wait_deadline(deadline), why, gone=gone
+            )
             waited_s += time.perf_counter() - wait_started
         if prepared.snapshot_source == SNAPSHOT_LWM and prepared.plan.snapshot is not None:
             check_prepared_staleness(prepared, options.max_staleness_s)
@@ -323,6 +327,7 @@ class QueryEngine:
         timeout_deadline = time.monotonic() + limits.query_timeout_s
         scope.deadline = min(scope.deadline or timeout_deadline, timeout_deadline)
         parsed = self.parse(sql)
+        gone = functools.partial(scope.why_stopped, is_active)
         prepared = self.prepare(
             parsed,
             principal,
@@ -330,6 +335,7 @@ class QueryEngine:
             options=options,
             deadline=scope.deadline,
             row_cap=rows_limit.max_rows,
+            gone=gone,
         )
         key, cache_state = self._cache_key(prepared, rows_limit.max_rows, options)
         answer = self.cache.get(key) if self.cache is not None and key is not None else None
@@ -343,7 +349,7 @@ class QueryEngine:
                 cache=HIT,
                 route=CACHE_ROUTE,
             )
-        self._check_engine_up()
+        check_engine_up(self.supervisor)
         generation = self.spark_generation
         with ExitStack() as held:
             queued_s = held.enter_context(
@@ -359,6 +365,7 @@ class QueryEngine:
                         options=options,
                         deadline=scope.deadline,
                         row_cap=rows_limit.max_rows,
+                        gone=gone,
                     )
                     key, cache_state = self._cache_key(prepared, rows_limit.max_rows, options)
                 route = [self.executor.mode.describe()]
@@ -446,9 +453,6 @@ class QueryEngine:
         except Exception:  # the engine is restarting: nothing of that query runs there
             return None
 
-    def _check_engine_up(self) -> None:
-        check_engine_up(self.supervisor)
-
     def _engine_failure(self, error: BaseException, generation: int) -> BaseException:
         replaced = generation != self.spark_generation
         return engine_failure(error, self.supervisor, session_replaced=replaced)
@@ -484,7 +488,7 @@ class QueryEngine:
     def _on_driver(
         self, prepared: Prepared, work: Callable[[str], Any], deadline: float | None
     ) -> Any:
-        self._check_engine_up()
+        check_engine_up(self.supervisor)
         generation = self.spark_generation
         with (
             self.admission.slot(deadline=deadline),

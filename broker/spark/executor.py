@@ -71,6 +71,17 @@ class QueryScope:
                 log.debug("cancelling %s failed", self.group, exc_info=True)
             time.sleep(_RECANCEL_S)
 
+    def why_stopped(self, is_active: Callable[[], bool] = lambda: True) -> HorizonError | None:
+        """Why nobody waits for this query's answer any more (cancelled, past its deadline,
+        its caller gone: ``is_active`` false), or None while somebody does."""
+        try:
+            self.check()
+        except HorizonError as error:
+            return error
+        if is_active():
+            return None
+        return Cancelled(f"query {self.query_id}: its caller went away")
+
     def check(self) -> None:
         """Raise the cancellation as a typed error if the query was cancelled."""
         if self.reason == DEADLINE:
