@@ -10,6 +10,8 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
+from locks.stats import LockCollector
+
 RUN_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
 
 
@@ -18,6 +20,7 @@ class CompactionMetrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
+        self.registry.register(LockCollector())  # type: ignore[arg-type]
         r = self.registry
         self.runs = Counter(
             "horizon_compaction_runs",

@@ -12,6 +12,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from core.hlc import hlc_physical_ms
+from locks.stats import LockCollector
 
 BATCH_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 
@@ -21,6 +22,7 @@ class IngestMetrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
+        self.registry.register(LockCollector())  # type: ignore[arg-type]
         r = self.registry
         self.batches = Counter(
             "horizon_ingest_batches",

@@ -30,6 +30,7 @@ from locks.rules import (
     Mode,
     PublishGuard,
 )
+from locks.stats import STATS
 from timeline.interval import Interval
 from timeline.segment import Segment
 
@@ -132,6 +133,7 @@ class LockClient:
         for victim in reply[3:]:
             log.warning("job %s revoked lock %s (preemption)", request.job, victim)
         lock = HeldLock(lock_id, request, acquired_ms=acquired, expires_ms=expires)
+        STATS.record_preempted(len(reply) - 3)
         return lock, ()
 
     def acquire(
@@ -145,12 +147,15 @@ class LockClient:
     ) -> HeldLock:
         """Acquire, preempting lower-priority holders; wait up to ``wait_s`` for holders of equal
         or higher priority to release, then fail with :class:`LockConflict` naming them."""
-        deadline = time.monotonic() + wait_s
+        started = time.monotonic()
+        deadline = started + wait_s
         while True:
             lock, blockers = self.try_acquire(request, lock_id, int(lease_s * 1000))
             if lock is not None:
+                STATS.record_acquired(time.monotonic() - started)
                 return lock
             if time.monotonic() + poll_s > deadline:
+                STATS.record_conflict(time.monotonic() - started)
                 waited = f" after waiting {wait_s:g} s" if wait_s > 0 else ""
                 raise LockConflict(
                     f"job {request.job} (priority {request.priority}) cannot lock "
@@ -377,6 +382,7 @@ class JobLocks:
                 if status != "OK" and lock_id in self._held:
                     del self._held[lock_id]
                     self._lost[lock_id] = status
+                    STATS.record_lost(1)
                     log.warning("job %s lost lock %s: %s", self.job, lock_id, status)
 
 

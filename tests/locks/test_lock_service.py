@@ -20,6 +20,7 @@ from locks.rules import (
     Mode,
     decide,
 )
+from locks.stats import STATS
 from tests.watermark.conftest import segment, table_descriptor
 from timeline.interval import Interval
 
@@ -120,18 +121,24 @@ def test_a_waiting_request_gets_the_lock_once_the_holder_releases(lock_client):
     holder.lock_time_chunk(Interval(0, HOUR))
     waiter = JobLocks(lock_client, "t", "ingest-2", STREAMING_INGESTION_PRIORITY, wait_s=5)
     threading.Timer(0.3, holder.release).start()
+    before = STATS.snapshot()
     started = time.monotonic()
     waiter.lock_time_chunk(Interval(0, HOUR))
     assert time.monotonic() - started >= 0.25
     waiter.release()
+    after = STATS.snapshot()  # what the process's metrics serve (horizon_locks_*)
+    assert after["acquired"] == before["acquired"] + 1
+    assert after["waited_s"] - before["waited_s"] >= 0.25
 
 
 def test_a_refused_request_names_the_holder_and_its_priority(lock_client):
     with JobLocks(lock_client, "t", "ingest-1", STREAMING_INGESTION_PRIORITY) as holder:
         holder.lock_segments(Interval(0, HOUR), "v1", [3])
         compactor = JobLocks(lock_client, "t", "compact-1", COMPACTION_PRIORITY)
+        conflicts = STATS.snapshot()["conflicts"]
         with pytest.raises(LockConflict, match=r"ingest-1 \(priority 75\)"):
             compactor.lock_time_chunk(Interval(0, 2 * HOUR))
+        assert STATS.snapshot()["conflicts"] == conflicts + 1
 
 
 def test_a_preempted_job_learns_it_lost_its_lock_and_cannot_publish(
@@ -144,9 +151,13 @@ def test_a_preempted_job_learns_it_lost_its_lock_and_cannot_publish(
     compactor.lock_covering([target])
     server.announce([target], guard=compactor.guard([target]))  # holds: published
     ingest = JobLocks(lock_client, "accounts", "ingest-1", STREAMING_INGESTION_PRIORITY)
+    before = STATS.snapshot()
     ingest.lock_time_chunk(target.interval)
     with pytest.raises(LockLost, match="REVOKED by job ingest-1"):
         compactor.check()
+    after = STATS.snapshot()
+    assert after["preempted"] == before["preempted"] + 1
+    assert after["lost"] == before["lost"] + 1
     late = segment(partition=1)
     with pytest.raises(LockLost, match="compact-1 cannot publish"):
         server.announce([late], guard=compactor.guard([late, target]))

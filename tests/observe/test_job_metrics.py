@@ -57,6 +57,8 @@ def test_an_ingestion_servers_batches_rows_and_high_mark(tmp_path):
         key = (("stage", stage), *t)
         assert samples[("horizon_ingest_stage_seconds_sum", key)] == took
     assert samples[("horizon_ingest_updater_backlog", t)] == 2
+    for family in ("acquired", "wait_seconds", "conflicts", "preempted", "lost"):
+        assert (f"horizon_locks_{family}_total", ()) in samples  # the process's lock activity
     assert samples[("horizon_ingest_high_seconds", t)] == 1_800_000_000
     assert not any(
         name.startswith(("horizon_queries", "horizon_compaction")) for name, _ in samples
