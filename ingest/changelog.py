@@ -15,7 +15,7 @@ from typing import Any
 
 from ingest.partitioning import key_partition
 from ingest.resolve import SOURCE_FILE, SOURCE_POSITION
-from ingest.storage import Storage
+from ingest.storage import FileInfo, Storage
 from ingest.table import TableDefinition
 
 ROW_BITS = 33
@@ -74,19 +74,17 @@ def stream_source(stream: str, batch_id: int) -> str:
 
 def new_files(
     storage: Storage, path: str, needing: Callable[[str], tuple[int, ...]]
-) -> list[list[str]]:
+) -> list[list[FileInfo]]:
     """The files of a directory some partitions still need, in batches (in file name order):
     files are grouped by the partitions that need them (``needing(source)``), which differ
     after a handover."""
-    files = [
-        info.path for info in storage.list_files(path) if not info.path.endswith(_SKIPPED_SUFFIXES)
-    ]
-    groups: dict[tuple[int, ...], list[str]] = {}
-    for name in files:
-        needed = needing(file_source(name))
+    files = [info for info in storage.list_files(path) if not info.path.endswith(_SKIPPED_SUFFIXES)]
+    groups: dict[tuple[int, ...], list[FileInfo]] = {}
+    for info in files:
+        needed = needing(file_source(info.path))
         if needed:
-            groups.setdefault(needed, []).append(name)
-    return [names for _, names in sorted(groups.items(), key=lambda item: item[1][0])]
+            groups.setdefault(needed, []).append(info)
+    return [infos for _, infos in sorted(groups.items(), key=lambda item: item[1][0].path)]
 
 
 def enrich(frame: Any, table: TableDefinition, partitions: Sequence[int]) -> Any:

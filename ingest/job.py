@@ -25,6 +25,7 @@ import dataclasses
 import functools
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -85,6 +86,10 @@ class BatchResult:
     pending_updates: int = 0
     """Batches whose validUntil updates are still to apply after this one (the updater's
     backlog; 0 with ``update_cadence = 1``)."""
+    arrival_to_announced_s: float | None = None
+    """From the arrival of the batch's oldest changelog file (its modification time) to the
+    batch's announcement, updates applied: how long its changes waited to become readable
+    (directory sources only; the broker follows an announcement within milliseconds)."""
 
 
 class IngestJob:
@@ -300,11 +305,17 @@ class IngestJob:
                 BatchResult(seq=0, rows=0, skipped=True, high=self.state.high, sources=())
             )
         result = None
-        for names in batches:
+        for infos in batches:
+            names = [info.path for info in infos]
             result = self.run_batch(
                 self.read_changelog(names, fmt, options),
                 sources=[changelog.file_source(name) for name in names],
             )
+            if not result.skipped:
+                arrived = min(info.modified_s for info in infos)
+                result = self._remember(
+                    dataclasses.replace(result, arrival_to_announced_s=time.time() - arrived)
+                )
         assert result is not None
         return result
 

@@ -55,6 +55,15 @@ class IngestMetrics:
             buckets=BATCH_BUCKETS,
             registry=r,
         )
+        self.arrival_to_announced = Histogram(
+            "horizon_ingest_arrival_to_announced_seconds",
+            "From a changelog file's arrival (its modification time) to the announcement of the "
+            "batch that ingested it, updates applied (directory sources; the broker follows an "
+            "announcement within milliseconds)",
+            ["table"],
+            buckets=BATCH_BUCKETS,
+            registry=r,
+        )
         self.updater_backlog = Gauge(
             "horizon_ingest_updater_backlog",
             "Batches whose validUntil updates are not applied yet (their tables' LWM waits "
@@ -83,5 +92,8 @@ class IngestMetrics:
             self.stage_seconds.labels(table, stage).observe(stage_seconds)
         if not result.skipped:
             self.updater_backlog.labels(table).set(getattr(result, "pending_updates", 0))
+        waited = getattr(result, "arrival_to_announced_s", None)
+        if waited is not None:
+            self.arrival_to_announced.labels(table).observe(max(0.0, waited))
         if result.high:
             self.high.labels(table).set(hlc_physical_ms(result.high) / 1000)

@@ -27,6 +27,8 @@ from core.errors import FailedPrecondition, Unavailable
 class FileInfo:
     path: str
     size: int
+    modified_s: float = 0.0
+    """When the file was last written (Unix time): a changelog file's arrival."""
 
 
 CONNECT_REFUSAL = (
@@ -124,7 +126,8 @@ class Storage:
                     if name.startswith(("_", ".")) or not name.endswith(suffix):
                         continue
                     full = os.path.join(directory, name)
-                    found.append(FileInfo(_hadoop_spelling(full), os.path.getsize(full)))
+                    stat = os.stat(full)
+                    found.append(FileInfo(_hadoop_spelling(full), stat.st_size, stat.st_mtime))
             return sorted(found, key=lambda info: info.path)
         fs, jpath = self._path(path)
         if not fs.exists(jpath):
@@ -136,7 +139,13 @@ class Storage:
             name = status.getPath().getName()
             if name.startswith(("_", ".")) or not name.endswith(suffix):
                 continue
-            found.append(FileInfo(str(status.getPath().toString()), int(status.getLen())))
+            found.append(
+                FileInfo(
+                    str(status.getPath().toString()),
+                    int(status.getLen()),
+                    int(status.getModificationTime()) / 1000,
+                )
+            )
         return sorted(found, key=lambda info: info.path)
 
     def parquet_footer(self, path: str, *columns: str) -> tuple[int, tuple[Any, ...]]:

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -141,6 +142,18 @@ def amounts(client: HorizonClient, table: str, **read: Any) -> dict[int, int]:
     return {row["id"]: row["amount"] for row in rows}
 
 
+def scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        text = answer.read().decode()
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
 def test_one_server_process_serves_eight_tables_and_a_sigterm_parks_them_all(
     broker: Broker, tmp_path: Path
 ) -> None:
@@ -154,7 +167,8 @@ def test_one_server_process_serves_eight_tables_and_a_sigterm_parks_them_all(
         f'source_root = "{landing}"\n'
         + "".join(f'[[tables]]\ndefinition = "{files[n].name}"\n' for n in tpch_tables.TABLES)
     )
-    process, output = ingest_process("--config", str(config))
+    metrics = f"127.0.0.1:{free_port()}"
+    process, output = ingest_process("--config", str(config), "--metrics-listen", metrics)
     try:
         first = {n: token_of(output.wait_for(batch_line(n, 1, "p1_"), f"{n} 1")) for n in files}
         for name in ("orders", "lineitem"):
@@ -163,6 +177,17 @@ def test_one_server_process_serves_eight_tables_and_a_sigterm_parks_them_all(
             n: token_of(output.wait_for(batch_line(n, 2, "p1_"), f"{n} batch 2"))
             for n in ("orders", "lineitem")
         }
+        # The process's own metrics: every batch counted and timed, stage by stage.
+        samples = scrape(f"http://{metrics}/metrics")
+        orders = (("outcome", "committed"), ("table", "p1_orders"))
+        assert samples[("horizon_ingest_batches_total", orders)] == 2
+        assert samples[("horizon_ingest_batch_seconds_count", (("table", "p1_orders"),))] == 2
+        stage = (("stage", "write segments"), ("table", "p1_lineitem"))
+        assert samples[("horizon_ingest_stage_seconds_count", stage)] == 2
+        assert samples[("horizon_ingest_updater_backlog", (("table", "p1_region"),))] == 0
+        waited = (("table", "p1_orders"),)
+        assert samples[("horizon_ingest_arrival_to_announced_seconds_count", waited)] == 2
+        assert samples[("horizon_ingest_arrival_to_announced_seconds_sum", waited)] > 0
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=WAIT_S) == 0
         output.wait_for(lambda line: "parked 16 partitions" in line, "the park")
