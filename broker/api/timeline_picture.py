@@ -73,6 +73,18 @@ def _group_detail(group: pb.AtomicUpdateGroup) -> str:
     )
 
 
+_LABEL_CHAR_W = 5.0
+"""About the width of a character of a 9 px sans-serif chunk label."""
+
+
+def _chunk_label(chunk: pb.TimeChunk, locked: bool) -> str:
+    return (
+        f"{interval_text(chunk.interval)} v {chunk.version}"
+        + ("" if chunk.complete else " (incomplete)")
+        + (" (locked)" if locked else "")
+    )
+
+
 def timeline_svg(timeline: pb.GetTimelineResponse) -> str:
     """An SVG picture: one column band per time chunk (x), root partitions (y), one sub-column per
     atomic update group layer (minor version), coloured by state; incomplete chunks are dashed."""
@@ -89,8 +101,15 @@ def timeline_svg(timeline: pb.GetTimelineResponse) -> str:
         width = _CELL_W * len(minors)
         layouts.append((chunk, x, minors))
         x += width + 12
-    width_total = max(x + 20, _LEFT + len(STATE_COLOURS) * 120 + 230)
-    height = _TOP + max_root * _ROW_H + _BOTTOM
+    # Chunk labels slant down to the right under their chunk: the picture grows to hold the
+    # longest one, so none runs into the legend or off the edge.
+    label_px = max((len(_chunk_label(chunk, False)) + 9 for chunk in chunks), default=0)
+    label_px = label_px * _LABEL_CHAR_W
+    last_left = layouts[-1][1] if layouts else _LEFT
+    width_total = max(
+        x + 20, _LEFT + len(STATE_COLOURS) * 120 + 230, int(last_left + label_px * 0.87) + 30
+    )
+    height = _TOP + max_root * _ROW_H + max(_BOTTOM, int(label_px * 0.5) + 60)
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width_total}" height="{height}" '
         f'font-family="sans-serif" font-size="11">',
@@ -148,11 +167,7 @@ def timeline_svg(timeline: pb.GetTimelineResponse) -> str:
                 f"<title>{escape(reasons)}</title></text>"
             )
         label_y = _TOP + max_root * _ROW_H + 16
-        label = (
-            f"{interval_text(chunk.interval)} v {chunk.version}"
-            + ("" if chunk.complete else " (incomplete)")
-            + (" (locked)" if held else "")
-        )
+        label = _chunk_label(chunk, bool(held))
         parts.append(
             f'<text transform="translate({left + 4},{label_y}) rotate(30)" '
             f'font-size="9">{escape(label)}</text>'
