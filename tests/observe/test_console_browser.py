@@ -177,6 +177,27 @@ def test_a_compactions_lock_shows_while_held_and_goes_after(browser, watched: Wa
     assert browser.find_elements(By.CSS_SELECTOR, "#timeline rect.chunk[data-locked='1']") == []
 
 
+def test_a_live_page_refreshes_its_state_in_place_without_a_reload(browser, watched: WatchedBroker):
+    locks = LockClient(watched.redis.url)
+    job = JobLocks(locks, "accounts", "compact-run-8", 25, lease_s=30.0, wait_s=0.0)
+    sign_in(browser, watched, ADMIN)
+    browser.get(url(watched, "/locks"))
+    assert browser.find_elements(By.CSS_SELECTOR, "#locks tr.lock") == []
+    browser.execute_script("window.stillThisPage = true;")  # a reload would forget it
+    refresh = "const done = arguments[arguments.length - 1]; refreshLive().then(() => done());"
+    try:
+        job.lock_time_chunk(CHUNK)
+        browser.execute_async_script(refresh)  # what the page's timer runs every refresh_s
+        held = browser.find_elements(By.CSS_SELECTOR, "#locks tr.lock")
+        assert [row.get_attribute("data-job") for row in held] == ["compact-run-8"]
+    finally:
+        job.release()
+        locks.close()
+    browser.execute_async_script(refresh)
+    assert browser.find_elements(By.CSS_SELECTOR, "#locks tr.lock") == []
+    assert browser.execute_script("return window.stillThisPage === true;")
+
+
 def test_timeline_page_of_a_thousand_segments(browser, watched: WatchedBroker, tmp_path):
     """Renders every segment; the time Chromium took is printed (not asserted)."""
     from tests.broker.data import descriptor
