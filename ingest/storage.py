@@ -127,7 +127,8 @@ class Storage:
                         continue
                     full = os.path.join(directory, name)
                     stat = os.stat(full)
-                    found.append(FileInfo(_hadoop_spelling(full), stat.st_size, stat.st_mtime))
+                    modified_s = stat.st_mtime_ns // 1_000_000 / 1000  # in ms, as Hadoop's
+                    found.append(FileInfo(_hadoop_spelling(full), stat.st_size, modified_s))
             return sorted(found, key=lambda info: info.path)
         fs, jpath = self._path(path)
         if not fs.exists(jpath):
