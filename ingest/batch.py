@@ -163,6 +163,7 @@ def write_batch(
         updates=resolved.updates,
         pending_min=resolved.pending_min,
         targets=resolved.targets,
+        earliest_event_ms=count.earliest_event_ms,
     )
 
 

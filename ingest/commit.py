@@ -49,6 +49,8 @@ class IngestCommit:
     """Key partition -> the oldest commit timestamp its pending updates hold back."""
     targets: Sequence[Sequence[int]] = ()
     """``[chunk start, root partition, updates]`` of each segment the updates are for."""
+    earliest_event_ms: int | None = None
+    """The batch's oldest event time (its ``time_column``), for the metrics; not recorded."""
 
     def body(self, partitions: Sequence[int]) -> dict[str, Any]:
         """The commit record's body; ``partitions`` are the server's key partitions now."""

@@ -52,6 +52,13 @@ class ChangeCount:
         return sum(span.highest + 1 for span in self.spans)
 
     @property
+    def earliest_event_ms(self) -> int | None:
+        """The oldest event time (the table's ``time_column``, epoch ms) among the rows; None
+        without a time column."""
+        times = [group["_tmin"] for group in self.groups if group["_tmin"] is not None]
+        return min(times) if times else None
+
+    @property
     def touched(self) -> list[int]:
         """The key partitions the batch has rows of."""
         return sorted({group["_kp"] for group in self.groups})
@@ -62,9 +69,15 @@ def count_changes(rows: Any, table: TableDefinition) -> ChangeCount:
     from pyspark.sql import functions as F
 
     time_chunk = time_column_chunk(table)
+    event_ms = time_column_ms(table)
     groups = (
         rows.groupBy(SOURCE_FILE, "_pid", "_kp", time_chunk.alias("_tchunk"))
-        .agg(F.min("_row").alias("_lo"), F.max("_row").alias("_hi"), F.count("*").alias("_n"))
+        .agg(
+            F.min("_row").alias("_lo"),
+            F.max("_row").alias("_hi"),
+            F.count("*").alias("_n"),
+            F.min(event_ms if event_ms is not None else F.lit(None).cast("long")).alias("_tmin"),
+        )
         .collect()
     )
     spans_by_source: dict[tuple[str, int], list[int]] = {}

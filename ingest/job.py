@@ -86,6 +86,9 @@ class BatchResult:
     pending_updates: int = 0
     """Batches whose validUntil updates are still to apply after this one (the updater's
     backlog; 0 with ``update_cadence = 1``)."""
+    event_to_announced_s: float | None = None
+    """From the batch's oldest event time (the table's ``time_column``) to its announcement,
+    updates applied (None without a time column)."""
     arrival_to_announced_s: float | None = None
     """From the arrival of the batch's oldest changelog file (its modification time) to the
     batch's announcement, updates applied: how long its changes waited to become readable
@@ -382,6 +385,11 @@ class IngestJob:
                 seconds=steps.elapsed(),
                 stage_seconds=tuple(steps.action_seconds.items()),
                 pending_updates=len(self.state.pending),
+                event_to_announced_s=(
+                    None
+                    if batch.earliest_event_ms is None
+                    else time.time() - batch.earliest_event_ms / 1000
+                ),
             )
         )
 

@@ -55,6 +55,14 @@ class IngestMetrics:
             buckets=BATCH_BUCKETS,
             registry=r,
         )
+        self.event_to_announced = Histogram(
+            "horizon_ingest_event_to_announced_seconds",
+            "From a batch's oldest event time (the table's time_column) to the batch's "
+            "announcement, updates applied (tables with a time column, any source)",
+            ["table"],
+            buckets=BATCH_BUCKETS,
+            registry=r,
+        )
         self.arrival_to_announced = Histogram(
             "horizon_ingest_arrival_to_announced_seconds",
             "From a changelog file's arrival (its modification time) to the announcement of the "
@@ -95,5 +103,8 @@ class IngestMetrics:
         waited = getattr(result, "arrival_to_announced_s", None)
         if waited is not None:
             self.arrival_to_announced.labels(table).observe(max(0.0, waited))
+        since_event = getattr(result, "event_to_announced_s", None)
+        if since_event is not None:
+            self.event_to_announced.labels(table).observe(max(0.0, since_event))
         if result.high:
             self.high.labels(table).set(hlc_physical_ms(result.high) / 1000)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -304,7 +305,11 @@ def test_rows_land_in_the_time_chunk_of_their_time_column(spark, server, followe
     job = IngestJob(spark, table, client).start()
     hour = 3_600_000
     log: list[tuple[int, Change]] = []
+    before = time.time()
     result = run(job, spark, [Change("a", 1, 10), Change("b", 1, hour + 5)], log)
     assert sorted(s.interval.start_ms for s in result.segments) == [0, hour]
+    # Its oldest event happened at 10 ms after the epoch: the metrics' event -> announced.
+    assert result.event_to_announced_s is not None
+    assert before - 0.010 <= result.event_to_announced_s <= time.time() - 0.010
     run(job, spark, [Change("a", 2, 2 * hour)], log)  # a moves to another chunk
     assert_broker_sees(spark, follower, client, "accounts", log)

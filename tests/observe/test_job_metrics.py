@@ -38,7 +38,7 @@ def test_an_ingestion_servers_batches_rows_and_high_mark(tmp_path):
             BatchResult(
                 1, 100, table.segments, high=high, updated_segments=1, seconds=2.0,
                 stage_seconds=(("read and count", 0.5), ("write segments", 1.0)),
-                pending_updates=2, arrival_to_announced_s=3.0,
+                pending_updates=2, arrival_to_announced_s=3.0, event_to_announced_s=4.0,
             ),
         )  # fmt: skip
         metrics.observe_batch("accounts", BatchResult(2, 0, skipped=True))
@@ -58,6 +58,7 @@ def test_an_ingestion_servers_batches_rows_and_high_mark(tmp_path):
         assert samples[("horizon_ingest_stage_seconds_sum", key)] == took
     assert samples[("horizon_ingest_updater_backlog", t)] == 2
     assert samples[("horizon_ingest_arrival_to_announced_seconds_sum", t)] == 3.0
+    assert samples[("horizon_ingest_event_to_announced_seconds_sum", t)] == 4.0
     for family in ("acquired", "wait_seconds", "conflicts", "preempted", "lost"):
         assert (f"horizon_locks_{family}_total", ()) in samples  # the process's lock activity
     assert samples[("horizon_ingest_high_seconds", t)] == 1_800_000_000
