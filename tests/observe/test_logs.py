@@ -17,7 +17,15 @@ from broker.observe.wiring import configure_broker_logging
 from core.errors import HorizonError
 from locks.client import JobLocks, LockClient
 from tests.broker.data import CHUNK
-from tests.observe.conftest import ADMIN, BLIND, LWM, READER, WatchedBroker, watched_config
+from tests.observe.conftest import (
+    ADMIN,
+    BLIND,
+    LWM,
+    READER,
+    TOKENS,
+    WatchedBroker,
+    watched_config,
+)
 
 Line = dict[str, Any]
 
@@ -161,3 +169,15 @@ def test_no_token_or_secret_appears_in_any_log_line(watched: WatchedBroker, capt
     for secret in [*secrets, "some-bearer-credential"]:
         assert secret not in text
     assert "[redacted]" in text
+
+
+def test_the_spark_jvm_is_never_given_a_token_or_the_state_stores_password() -> None:
+    """The JVM writes its own log (log4j, text): it must never hold a secret of Horizon's.
+    Secrets a user puts in ``[spark.conf]`` are Spark's to redact (``spark.redaction.regex``)."""
+    from broker.api.server import spark_conf
+
+    config = watched_config("redis://:hunter2-secret@127.0.0.1:6390/0")
+    settings = " ".join(f"{key}={value}" for key, value in spark_conf(config).items())  # type: ignore[arg-type]
+    assert "hunter2-secret" not in settings and "6390" not in settings
+    for grant in TOKENS:
+        assert grant["token"] not in settings
