@@ -196,6 +196,32 @@ def bare_read_write(spark: Any, files: list[str], target: Path) -> float:
     return time.perf_counter() - started
 
 
+ROUNDS = 3
+
+
+def write_rounds(
+    spark: Any, compactor: Any, targets: Any, files: list[str], work: Path, rounds: int
+) -> dict[str, Any]:
+    """The compaction's Spark work (its merge and write, without locks or publishing) and a bare
+    read+write of the same input files, in alternating rounds, warm: the medians and their
+    ratio (the same rows on both sides, so the ratio of rows/s is the inverse ratio of time)."""
+    merge: list[float] = []
+    bare: list[float] = []
+    for number in range(rounds):
+        started = time.perf_counter()
+        compactor.rewrite(targets, str(work / f"rewrite-{number}"))
+        merge.append(time.perf_counter() - started)
+        bare.append(bare_read_write(spark, files, work / f"bare-{number}"))
+    merge_s, bare_s = statistics.median(merge), statistics.median(bare)
+    return {
+        "merge_seconds": [round(value, 2) for value in merge],
+        "bare_seconds": [round(value, 2) for value in bare],
+        "merge_median_s": round(merge_s, 2),
+        "bare_median_s": round(bare_s, 2),
+        "merge_vs_bare": round(bare_s / merge_s, 2),
+    }
+
+
 def run(rows: int, batches: int, repeats: int, retention_s: int) -> dict[str, Any]:
     from compaction.plan import CompactionSettings
     from compaction.run import Compactor
@@ -250,7 +276,8 @@ def run(rows: int, batches: int, repeats: int, retention_s: int) -> dict[str, An
 
         settings = CompactionSettings(target_rows=max(rows, 1), target_bytes=4 * 1024**3)
         compactor = Compactor(spark, table, compactor_client, settings=settings, lease_s=120.0)
-        report = compactor.compact()
+        targets = compactor.plan()
+        report = compactor.compact(targets)
         if report.outcome != "published":
             raise SystemExit(f"the compaction did not publish: {report.outcome} {report.message}")
         outputs = {segment.id for segment in report.outputs}
@@ -275,6 +302,9 @@ def run(rows: int, batches: int, repeats: int, retention_s: int) -> dict[str, An
         }
         results["compaction"]["vs_bare"] = round(
             results["compaction"]["rows_per_s"] / results["compaction"]["bare_rows_per_s"], 2
+        )
+        results["compaction"]["rounds"] = write_rounds(
+            spark, compactor, targets, input_files, work, ROUNDS
         )
         after_view = follower.view(TABLE)
         if time_travel(spark, after_view, snapshots, keys) != travel:
@@ -406,6 +436,14 @@ def print_results(results: dict[str, Any]) -> None:
         ["inputs -> outputs", "rows in -> out", "seconds", "rows/s", "bare rows/s", "vs bare"],
         [(f"{c['inputs']} -> {c['outputs']}", f"{c['rows_in']:,} -> {c['rows_out']:,}",
           c["seconds"], f"{c['rows_per_s']:,}", f"{c['bare_rows_per_s']:,}", f"{c['vs_bare']}x")],
+    )  # fmt: skip
+    w = c["rounds"]
+    print_table(
+        f"The compaction's merge and write vs a bare read+write, {len(w['merge_seconds'])} "
+        "alternating warm rounds (target >= 0.6x)",
+        ["merge+write s", "bare read+write s", "medians", "merge vs bare (rows/s)"],
+        [(w["merge_seconds"], w["bare_seconds"], f"{w['merge_median_s']} / {w['bare_median_s']}",
+          f"{w['merge_vs_bare']}x")],
     )  # fmt: skip
     r = results["reclaim"]
     print_table(

@@ -347,6 +347,13 @@ class Compactor:
                 numbers[index] = number
         return numbers
 
+    def rewrite(self, targets: Sequence[CompactionTarget], directory: str) -> int:
+        """The Spark work of a run alone, into ``directory``: no locks, nothing announced (what
+        ``bench.compaction`` times against a bare read and write of the same files). Returns
+        the segments written."""
+        numbers = [32_768 + index for index in range(len(targets))]
+        return len(self._write(targets, numbers, directory))
+
     def _write(
         self, targets: Sequence[CompactionTarget], partitions: Sequence[int], directory: str
     ) -> dict[tuple[int, int], Any]:
