@@ -97,8 +97,8 @@ class QueryEngine:
         told when a query suspects the engine, asked whether it is up."""
         self.use_spark(spark)
         self.queries = QueryRegistry()
-        self.catalog_entries = CatalogEntries()
         """Running and recent queries (the service records their lifecycle)."""
+        self.catalog_entries = CatalogEntries()
         self.direct = DirectLookups(config.spark, self.executor.mode)
         self.admission = Admission(config.limits.max_concurrent, config.limits.queue_size)
         self.pins = pins
