@@ -40,8 +40,9 @@ class FlightQueries:
     def streamed(
         self, query_id: str, execution: Any, started: float, rows: int, nbytes: int
     ) -> None:
-        """The result was read to its end: rows, bytes and where the time went (``started``
-        on :func:`time.perf_counter`'s clock, when GetFlightInfo began)."""
+        """The result was read to its end: rows, bytes (the batches' Arrow buffers, which
+        pyarrow's server frames as IPC) and where the time went (``started`` on
+        :func:`time.perf_counter`'s clock, when GetFlightInfo began)."""
         self.registry.end(
             query_id,
             "done",
