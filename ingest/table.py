@@ -64,8 +64,8 @@ RESERVED_COLUMNS = frozenset(
         *("_acc", "_bucket", "_carry", "_chain", "_chunk", "_cmp", "_del", "_deleted", "_file"),
         *("_first", "_hi", "_inBatch", "_isFirst", "_kp", "_kpDir", "_level", "_lo", "_n"),
         *("_newSeg", "_newUntil", "_next", "_off", "_ord", "_pid", "_position", "_prev", "_rank"),
-        *("_root", "_row", "_rows", "_seg", "_sourceFile", "_sourcePosition", "_tchunk", "_ts"),
-        *("_updateFrom", "_validFrom", "_metadata"),
+        *("_root", "_row", "_rows", "_seg", "_sourceFile", "_sourcePosition", "_tchunk", "_tmin"),
+        *("_ts", "_updateFrom", "_validFrom", "_metadata"),
     }
 )
 """Column names the ingestion pipeline gives its own columns beside the user's (and Spark's file
