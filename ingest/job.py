@@ -284,6 +284,7 @@ class IngestJob:
         """An empty batch: every owned partition's committed progress moves to now. Not needed
         for an idle table (its LWM follows heartbeats); kept to force a commit record."""
         self.start()
+        self.server.steps.restart()
         self.protocol.resume()
         base = self.clock.now()
         return self._commit(IngestCommit(self.state.next_seq, (), [], base, base))
