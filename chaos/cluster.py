@@ -101,15 +101,16 @@ class Process:
         )
         handle.close()
 
-    def wait_ready(self, marker: str, timeout: float = 300.0) -> bool:
-        """Wait until this start's output has a line containing ``marker`` (a restarted server
-        prints "<id> ready" once it serves its tables); False when it died or the time ran out."""
+    def wait_ready(self, *markers: str, timeout: float = 300.0) -> bool:
+        """Wait until this start's output holds one of ``markers``; False when the process died
+        or the time ran out."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             with self.log.open("rb") as handle:
                 handle.seek(self.started_at)
-                if marker.encode() in handle.read():
-                    return True
+                output = handle.read()
+            if any(marker.encode() in output for marker in markers):
+                return True
             if not self.alive:
                 return False
             time.sleep(0.2)

@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from chaos import worker
 from chaos.cluster import BANK, Cluster
 from chaos.history import Fault
 
@@ -103,11 +104,11 @@ class Faults:
 
     @staticmethod
     def _restart(name: str, server: Any) -> None:
-        """Start a stopped server again; its fault lasts until it serves its tables (a loaded
-        machine may take half a minute to start its Spark), and the checker's settle time
-        counts from then."""
+        """Start a stopped server again; its fault lasts until it is back at work: its first
+        batch committed, or nothing left to ingest (a loaded machine may take a minute to start
+        its Spark and run a cold first batch). The checker's settle time counts from then."""
         server.start()
-        server.wait_ready(f"{name} ready")
+        server.wait_ready(worker.BATCH_MARK, worker.CAUGHT_UP_MARK)
 
     def _server_stall(self) -> None:
         name = self.random.choice(sorted(self.cluster.servers))

@@ -49,6 +49,12 @@ def acknowledge(path: Path, entry: dict[str, Any]) -> None:
         os.fsync(handle.fileno())
 
 
+BATCH_MARK = ": batch "
+"""In the line a worker prints for every batch it committed."""
+CAUGHT_UP_MARK = " caught up"
+"""In the line a worker prints the first time it finds nothing to ingest after it started."""
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--work", required=True, type=Path)
@@ -81,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     if acks.exists():
         acked = {json.loads(line)["file"] for line in acks.read_text().splitlines() if line}
     print(f"{_now()} {args.server_id} ready", flush=True)
+    caught_up = False
     while not stop.is_set():
         worked = False
         for table in SCHEMAS:
@@ -100,10 +107,13 @@ def main(argv: list[str] | None = None) -> int:
             acknowledge(acks, entry)
             acked.add(source)
             took = time.monotonic() - began
-            print(f"{_now()} {table}: batch {result.seq} of {result.rows} rows in {took:.1f} s",
+            print(f"{_now()} {table}{BATCH_MARK}{result.seq} of {result.rows} rows in {took:.1f} s",
                   flush=True)  # fmt: skip
             worked = True
         if not worked:
+            if not caught_up:
+                print(f"{_now()} {args.server_id}{CAUGHT_UP_MARK}", flush=True)
+                caught_up = True
             stop.wait(POLL_S)
     skipped = server.park()
     print(f"{_now()} {args.server_id} parked (not parked: {skipped})", flush=True)
