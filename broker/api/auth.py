@@ -32,6 +32,11 @@ class Authenticator:
     def enabled(self) -> bool:
         return bool(self._grants)
 
+    @property
+    def certificate_identities(self) -> bool:
+        """Some identity is a client certificate's common name (``[[tokens]] client_cn``)."""
+        return bool(self._by_certificate)
+
     def authenticate(
         self,
         metadata: Iterable[tuple[str, str | bytes]] | None,

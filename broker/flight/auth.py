@@ -89,8 +89,19 @@ def call_headers(context: fl.ServerCallContext) -> CallHeaders:
 
 
 def principal(auth: Authenticator, context: fl.ServerCallContext) -> Principal:
-    """The caller of this Flight call, exactly as the main API authenticates it."""
-    return auth.authenticate(call_headers(context).metadata())
+    """The caller of this Flight call, exactly as the main API authenticates it from its
+    headers. With mutual TLS the certificate was verified when the connection was made, but
+    pyarrow's Flight server does not show a handler the certificate's name, so a certificate is
+    no identity here: a caller names itself with a token."""
+    headers = call_headers(context)
+    if auth.certificate_identities and headers.first(AUTH_HEADER) is None:
+        raise Unauthenticated(
+            "missing bearer token: the Flight SQL endpoint verifies client certificates but "
+            "cannot tell who a certificate names, so [[tokens]] client_cn identities are not "
+            "known here; send 'authorization: Bearer <token>' (or log in with the token's name "
+            "and secret)"
+        )
+    return auth.authenticate(headers.metadata())
 
 
 def handshake_token(grants: Iterable[TokenGrant], header: str | None) -> str:

@@ -90,6 +90,7 @@ class FlightSqlServer(fl.FlightServerBase):
         config: BrokerConfig,
         location: str,
         tls_certificates: list[fl.CertKeyPair] | None = None,
+        client_ca: bytes | None = None,
     ) -> None:
         flight = config.flight
         self.engine = engine
@@ -114,6 +115,8 @@ class FlightSqlServer(fl.FlightServerBase):
             location,
             auth_handler=HandshakeAuth(),
             tls_certificates=tls_certificates or [],
+            verify_client=client_ca is not None,
+            root_certificates=client_ca,
             middleware={MIDDLEWARE_KEY: CallHeadersFactory(config.tokens)},
         )
         self._reaper = threading.Thread(
@@ -438,13 +441,16 @@ class FlightSqlServer(fl.FlightServerBase):
 
 
 def start_flight_server(config: BrokerConfig, engine: QueryEngine) -> FlightSqlServer:
-    """Listen on ``[flight]``'s address with ``[server]``'s TLS settings and tokens."""
+    """Listen on ``[flight]``'s address with ``[server]``'s TLS settings and tokens: with
+    ``tls_client_ca``, a caller must present a certificate the CA signed (mutual TLS), as on the
+    main API."""
     address = config.flight.address(config.server.listen)
     check_listen_policy(config, address, "[flight] listen")
     host, port = parse_listen(address)
     server = config.server
     uri_host = f"[{host}]" if ":" in host else host
     certificates = None
+    client_ca = None
     if server.tls:
         try:
             certificates = [
@@ -453,11 +459,15 @@ def start_flight_server(config: BrokerConfig, engine: QueryEngine) -> FlightSqlS
                     key=Path(server.tls_key or "").read_bytes(),
                 )
             ]
+            if server.tls_client_ca:
+                client_ca = Path(server.tls_client_ca).read_bytes()
         except OSError as error:
             raise InvalidArgument(f"cannot read the TLS certificate or key: {error}") from None
     scheme = "grpc+tls" if server.tls else "grpc+tcp"
     try:
-        flight = FlightSqlServer(engine, config, f"{scheme}://{uri_host}:{port}", certificates)
+        flight = FlightSqlServer(
+            engine, config, f"{scheme}://{uri_host}:{port}", certificates, client_ca
+        )
     except (OSError, pa.ArrowException) as error:
         raise Unavailable(f"cannot listen on {address} ([flight] listen): {error}") from None
     log.info("Flight SQL endpoint listening on %s:%s", host, flight.port)

@@ -4,7 +4,6 @@ certificates as identities (mutual TLS), and reflection that can be turned off."
 
 from __future__ import annotations
 
-import subprocess
 import time
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from horizon.client import connect
 from tests.broker.conftest import ADMIN, LWM, READER, broker_config
 from tests.broker.data import CHUNK, VERSION, descriptor, write_rows
 from tests.broker.spark_jobs import ExtraBroker
+from tests.certificates import mutual_tls_certificates
 from timeline.segment import Segment
 
 
@@ -103,31 +103,8 @@ def test_a_segment_announced_outside_the_tables_storage_root_is_refused(
     assert [location for location, _ in refused_here()] == [(outside,)]
 
 
-def _openssl(*args: str) -> None:
-    subprocess.run(["openssl", *args], check=True, capture_output=True)
-
-
-def _certificates(directory: Path) -> dict[str, Path]:
-    """A CA, a server certificate for 127.0.0.1 and a client certificate (CN svc-a), all
-    signed by the CA."""
-    paths = {n: directory / f"{n}.pem" for n in ("ca", "ca_key", "server", "server_key",
-                                                   "client", "client_key")}  # fmt: skip
-    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=test-ca",
-             "-keyout", str(paths["ca_key"]), "-out", str(paths["ca"]))  # fmt: skip
-    extensions = directory / "san.cnf"
-    extensions.write_text("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
-    for who, subject in (("server", "/CN=localhost"), ("client", "/CN=svc-a")):
-        request = directory / f"{who}.csr"
-        _openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", subject,
-                 "-keyout", str(paths[f"{who}_key"]), "-out", str(request))  # fmt: skip
-        _openssl("x509", "-req", "-in", str(request), "-CA", str(paths["ca"]),
-                 "-CAkey", str(paths["ca_key"]), "-CAcreateserial", "-days", "1",
-                 "-extfile", str(extensions), "-out", str(paths[who]))  # fmt: skip
-    return paths
-
-
 def test_a_client_certificate_is_an_identity_with_its_grants(broker_env, spark, tmp_path):
-    certs = _certificates(tmp_path)
+    certs = mutual_tls_certificates(tmp_path)
     config = broker_config(
         broker_env.redis.url,
         server={

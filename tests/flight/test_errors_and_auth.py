@@ -19,6 +19,8 @@ from core.errors import HorizonError
 from horizon.client import connect
 from tests.broker.conftest import ADMIN, NO_INSPECT, READER, broker_config
 from tests.broker.data import descriptor
+from tests.broker.spark_jobs import ExtraBroker
+from tests.certificates import mutual_tls_certificates
 from tests.flight.conftest import adbc_connect, flight_client, statement_descriptor
 
 
@@ -209,3 +211,44 @@ def test_tls_with_a_token_serves_flight_sql_with_the_main_api_certificate(
             assert horizon.query("SELECT 1 AS one").to_pylist() == [{"one": 1}]
     finally:
         server.stop(0)
+
+
+def test_mutual_tls_requires_a_signed_client_certificate_and_a_token_names_the_caller(
+    broker_env, spark, tmp_path
+):
+    certs = mutual_tls_certificates(tmp_path)
+    config = broker_config(
+        broker_env.redis.url,
+        server={
+            "listen": "127.0.0.1:0",
+            "tls_cert": str(certs["server"]),
+            "tls_key": str(certs["server_key"]),
+            "tls_client_ca": str(certs["ca"]),
+        },
+        tokens=[
+            {"name": "admin", "token": ADMIN, "tables": ["*"], "inspect": True},
+            {"name": "svc-a", "client_cn": "svc-a", "tables": ["accounts"]},
+        ],
+    )
+    trusted = {"adbc.flight.sql.client_option.tls_root_certs": certs["ca"].read_text()}
+    identity = {
+        "adbc.flight.sql.client_option.mtls_cert_chain": certs["client"].read_text(),
+        "adbc.flight.sql.client_option.mtls_private_key": certs["client_key"].read_text(),
+    }
+    with ExtraBroker(config, spark, broker_env) as server:
+        target = server.flight_target.replace("127.0.0.1", "localhost")
+        with (
+            adbc_connect(target, ADMIN, scheme="grpc+tls", **trusted, **identity) as connection,
+            connection.cursor() as cursor,
+        ):
+            cursor.execute("SELECT count(*) AS n FROM accounts")
+            assert cursor.fetchone() == (100,)
+        with adbc_connect(target, None, scheme="grpc+tls", **trusted, **identity) as certified:
+            refused = adbc_error(certified, "SELECT count(*) FROM accounts")
+        assert sent_code(refused) == "Unauthenticated"
+        assert "cannot tell who a certificate names" in str(refused)
+        with (
+            adbc_connect(target, ADMIN, scheme="grpc+tls", **trusted) as stranger,
+            pytest.raises(adbc_driver_manager.Error),  # no certificate: no TLS handshake
+        ):
+            stranger.cursor().execute("SELECT 1")
