@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.report import RESULTS_DIR
+from bench.report import RESULTS_DIR, code_commit, machine
 
 BENCHMARKS = (
     "timeline", "watermark", "rewrite", "ingest", "ingest_server", "broker", "point_query",
@@ -156,6 +156,7 @@ def _flight(r: dict[str, Any]) -> list[Row]:
         ("  same, pyarrow.flight generic client rows/s", f"{_num(_get(r, 'large_result', 'generic_flight_rows_per_s'))} ({_num(_get(r, 'large_result', 'generic_over_native'), 'x', 2)})", "-"),
         ("point query p50: ExecuteQuery / Flight SQL (ADBC)", f"{_num(_get(r, 'point_query', 'native_ms', 'p50'), ' ms', 2)} / {_num(_get(r, 'point_query', 'adbc_ms', 'p50'), ' ms', 2)} (+{_num(_get(r, 'point_query', 'flight_adds_p50_ms'), ' ms', 2)})", "<= +2 ms"),
         ("point query p50, ? bound on one prepared statement (ADBC)", f"{_num(_get(r, 'point_query', 'adbc_bound_ms', 'p50'), ' ms', 2)} (+{_num(_get(r, 'point_query', 'bound_flight_adds_p50_ms'), ' ms', 2)})", "-"),
+        ("  ADBC driver alone (a canned one-row server) p50: new statement / bound", f"{_num(_get(r, 'adbc_driver_floor', 'adbc_ms', 'p50'), ' ms', 2)} / {_num(_get(r, 'adbc_driver_floor', 'adbc_bound_ms', 'p50'), ' ms', 2)}", "-"),
         ("point query p99: ExecuteQuery / Flight SQL (ADBC)", f"{_num(_get(r, 'point_query', 'native_ms', 'p99'), ' ms', 2)} / {_num(_get(r, 'point_query', 'adbc_ms', 'p99'), ' ms', 2)}", "-"),
         ("cache hit (1,000 rows) p50: ExecuteQuery / Flight SQL (ADBC)", f"{_num(_get(r, 'cache_hit', 'native_ms', 'p50'), ' ms', 2)} / {_num(_get(r, 'cache_hit', 'adbc_ms', 'p50'), ' ms', 2)}", "-"),
     ]  # fmt: skip
@@ -250,18 +251,37 @@ EXTRACTORS: dict[str, Extractor] = {
 
 
 def write_summary() -> Path:
-    lines = ["# Benchmark summary", "", "| benchmark | measure | result | target |", "| --- | --- | --- | --- |"]  # fmt: skip
+    """SUMMARY.md: every benchmark's figures, each with the commit, date and load it ran at,
+    under a header that says which commits the table mixes (one run of one commit is the goal)."""
+    rows = ["| benchmark | measure | result | target |", "| --- | --- | --- | --- |"]
+    commits: dict[str, list[str]] = {}
     for name in (*BENCHMARKS, "chaos"):  # chaos runs apart (make chaos), its last result shows
         path = RESULTS_DIR / f"{name}.json"
         if not path.exists():
-            lines.append(f"| {name} | (not run) | | |")
+            rows.append(f"| {name} | (not run) | | |")
             continue
         payload = json.loads(path.read_text())
         results = payload.get("results", payload)  # older files hold the figures at the top
         for measure, result, target in EXTRACTORS[name](results):
-            lines.append(f"| {name} | {measure} | {result} | {target} |")
-        lines.append(f"| {name} | recorded at | {payload.get('recorded_at', '?')} | |")
+            rows.append(f"| {name} | {measure} | {result} | {target} |")
+        commit = payload.get("commit", "unknown")
+        commits.setdefault(commit, []).append(name)
+        load = _get(payload, "machine", "load_average")
+        ran = f"{payload.get('recorded_at', '?')}, commit {commit}"
+        rows.append(f"| {name} | recorded | {ran}" + (f", load {load[0]}" if load else "") + " | |")
+    here = machine()
+    lines = [
+        "# Benchmark summary",
+        "",
+        f"- written {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} at commit {code_commit()}",
+        f"- machine: {here['cpus']} cores, {here['memory_gib']} GiB, Python {here['python']}, "
+        f"load average now {' / '.join(str(v) for v in here['load_average'])}",
+    ]
+    if len(commits) > 1:
+        mixed = "; ".join(f"{c}: {', '.join(names)}" for c, names in commits.items())
+        lines.append(f"- **figures from more than one commit** ({mixed})")
     summary = RESULTS_DIR / "SUMMARY.md"
+    lines += ["", *rows]
     summary.write_text("\n".join(lines) + "\n")
     return summary
 

@@ -13,7 +13,13 @@ Writes a table once with Spark (1M rows, or 200k with ``--quick``), publishes it
   adds at p50 (target <= 2 ms); DB-API prepares every statement it runs (CreatePreparedStatement,
   GetFlightInfo, DoGet, ClosePreparedStatement), so the same lookup is also timed as one prepared
   statement with the key bound as a ``?`` parameter each time (DoPut, GetFlightInfo, DoGet);
-* a repeated dashboard query (1,000 rows) answered from the result cache: p50 each way.
+* a repeated dashboard query (1,000 rows) answered from the result cache: p50 each way;
+* the driver's own floor: the same two ADBC calls against a Flight SQL server that answers at
+  once with one canned row (no query, no Horizon), so what Flight adds can be split into the
+  driver's round trips and Horizon's work.
+
+The large result and the point queries bypass the result cache on both sides (every sample is a
+Spark or file read, never a cached answer).
 
     .venv/bin/python -m bench.flight [--quick]
 """
@@ -52,7 +58,7 @@ def adbc_query(connection: Any, sql: str) -> Any:
         return cursor.fetch_arrow_table()
 
 
-def flight_query(client: Any, sql: str) -> Any:
+def flight_query(client: Any, sql: str, options: Any = None) -> Any:
     """pyarrow.flight's generic client: GetFlightInfo + DoGet, no driver in between."""
     import pyarrow.flight as fl
 
@@ -62,8 +68,78 @@ def flight_query(client: Any, sql: str) -> Any:
     descriptor = fl.FlightDescriptor.for_command(
         pack(flight_sql_pb2.CommandStatementQuery(query=sql))
     )
-    info = client.get_flight_info(descriptor)
-    return client.do_get(info.endpoints[0].ticket).read_all()
+    info = client.get_flight_info(descriptor, options)
+    return client.do_get(info.endpoints[0].ticket, options).read_all()
+
+
+def canned_flight_sql_server() -> Any:
+    """A Flight SQL server that answers every query at once with one canned row: what the ADBC
+    driver costs by itself (its round trips, cgo, DB-API), with no query behind it."""
+    import pyarrow as pa
+    import pyarrow.flight as fl
+
+    from broker._proto.arrow.flight.protocol.sql import flight_sql_pb2 as sql
+    from broker.flight.commands import pack, unpack
+    from broker.flight.sql_info import server_info, sql_info_table
+
+    answer = pa.table({"id": [1], "owner": ["o"], "balance": [1]})
+    info = sql_info_table(server_info(statement_ttl_s=60, max_sql_length=100_000))
+
+    class Canned(fl.FlightServerBase):  # type: ignore[misc]
+        def list_actions(self, context: Any) -> list[Any]:
+            return []
+
+        def do_action(self, context: Any, action: Any) -> list[Any]:
+            if action.type != "CreatePreparedStatement":
+                return []
+            result = sql.ActionCreatePreparedStatementResult(
+                prepared_statement_handle=b"canned",
+                dataset_schema=answer.schema.serialize().to_pybytes(),
+            )
+            return [fl.Result(pa.py_buffer(pack(result)))]
+
+        def do_put(self, context: Any, descriptor: Any, reader: Any, writer: Any) -> None:
+            reader.read_all()
+            done = sql.DoPutPreparedStatementResult(prepared_statement_handle=b"canned")
+            writer.write(pa.py_buffer(done.SerializeToString()))
+
+        def get_flight_info(self, context: Any, descriptor: Any) -> Any:
+            is_info = isinstance(unpack(descriptor.command, "command"), sql.CommandGetSqlInfo)
+            table = info if is_info else answer
+            ticket = b"info" if is_info else b"answer"
+            return fl.FlightInfo(table.schema, descriptor, [fl.FlightEndpoint(ticket, [])], -1, -1)
+
+        def do_get(self, context: Any, ticket: Any) -> Any:
+            return fl.RecordBatchStream(info if ticket.ticket == b"info" else answer)
+
+    return Canned("grpc://127.0.0.1:0")
+
+
+def driver_floor(rounds: int) -> dict[str, list[float]]:
+    """The point query's two ADBC forms against :func:`canned_flight_sql_server`."""
+    import adbc_driver_flightsql.dbapi as flight_sql
+
+    canned = canned_flight_sql_server()
+    samples: dict[str, list[float]] = {"adbc_ms": [], "adbc_bound_ms": []}
+    try:
+        with flight_sql.connect(f"grpc://127.0.0.1:{canned.port}") as connection:
+            bound = connection.cursor()
+            for key in range(-5, rounds):
+                sql = f"SELECT * FROM {TABLE} WHERE id = {key}"
+                new_cursor, _ = timed(lambda s=sql: adbc_query(connection, s))
+                one_statement, _ = timed(
+                    lambda k=key: (
+                        bound.execute(f"SELECT * FROM {TABLE} WHERE id = ?", (k,)),
+                        bound.fetch_arrow_table(),
+                    )
+                )
+                if key >= 0:  # the first five warm the connection up
+                    samples["adbc_ms"].append(new_cursor)
+                    samples["adbc_bound_ms"].append(one_statement)
+            bound.close()
+    finally:
+        canned.shutdown()
+    return samples
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -108,22 +184,24 @@ def main(argv: list[str] | None = None) -> int:
             flight_sql.connect(f"grpc://{server.flight_target}", db_kwargs=uncached) as lookups,
         ):
             generic = fl.connect(f"grpc://{server.flight_target}")
+            bypass = fl.FlightCallOptions(headers=[(b"x-horizon-bypass-cache", b"true")])
             for _ in range(3):  # warm up: JIT, views, code generation, connections
                 key = rng.randrange(rows)
                 native.query(f"SELECT * FROM {TABLE} WHERE id = {key}")
                 adbc_query(adbc, f"SELECT * FROM {TABLE} WHERE id = {key}")
             native.query(FULL_SQL, cache=False)
-            adbc_query(adbc, FULL_SQL)
+            adbc_query(lookups, FULL_SQL)
 
             big: dict[str, list[float]] = {"native_ms": [], "adbc_ms": [], "generic_ms": []}
             for _ in range(big_rounds):
                 elapsed, answer = timed(lambda: native.query(FULL_SQL, cache=False))
                 assert answer.num_rows == rows, answer.num_rows
                 big["native_ms"].append(elapsed)
-                elapsed, answer = timed(lambda: adbc_query(adbc, FULL_SQL))
+                elapsed, answer = timed(lambda: adbc_query(lookups, FULL_SQL))
                 assert answer.num_rows == rows, answer.num_rows
+                assert answer.schema.metadata[b"horizon.cache"] != b"hit"
                 big["adbc_ms"].append(elapsed)
-                elapsed, answer = timed(lambda: flight_query(generic, FULL_SQL))
+                elapsed, answer = timed(lambda: flight_query(generic, FULL_SQL, bypass))
                 assert answer.num_rows == rows, answer.num_rows
                 big["generic_ms"].append(elapsed)
 
@@ -158,6 +236,7 @@ def main(argv: list[str] | None = None) -> int:
                 cache["adbc_ms"].append(elapsed)
             generic.close()
         server_client.close()
+        floor = {name: summarize(values) for name, values in driver_floor(point_rounds).items()}
     finally:
         if server is not None:
             server.stop(0)
@@ -191,6 +270,7 @@ def main(argv: list[str] | None = None) -> int:
             "target_flight_adds_p50_ms": 2.0,
         },
         "cache_hit": cache_stats,
+        "adbc_driver_floor": floor,
     }  # fmt: skip
     print_table(
         f"ExecuteQuery vs Flight SQL (ADBC), one broker, {rows:,}-row table, interleaved",
@@ -222,6 +302,13 @@ def main(argv: list[str] | None = None) -> int:
                 "",
                 f"{point_stats['adbc_bound_ms']['p50']:.2f} / {point_stats['adbc_bound_ms']['p99']:.2f}",
                 f"+{results['point_query']['bound_flight_adds_p50_ms']:.2f} ms at p50",
+                "-",
+            ),
+            (
+                "  ADBC driver alone (a canned one-row server), p50 / p99 ms",
+                "",
+                f"{floor['adbc_ms']['p50']:.2f} / {floor['adbc_ms']['p99']:.2f}",
+                f"bound: {floor['adbc_bound_ms']['p50']:.2f} / {floor['adbc_bound_ms']['p99']:.2f}",
                 "-",
             ),
             (

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import platform
 import statistics
+import subprocess
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -44,12 +46,14 @@ def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]
 
 
 def write_results(name: str, results: dict[str, Any]) -> Path:
-    """Write ``results`` with run metadata to ``bench/results/<name>.json``."""
+    """Write ``results`` with what they measured (the commit) and where (the machine and its load
+    when the run ended) to ``bench/results/<name>.json``."""
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     payload = {
         "benchmark": name,
         "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "machine": {"python": platform.python_version(), "cpus": _cpu_count()},
+        "commit": code_commit(),
+        "machine": machine(),
         "results": results,
     }
     path = RESULTS_DIR / f"{name}.json"
@@ -57,7 +61,37 @@ def write_results(name: str, results: dict[str, Any]) -> Path:
     return path
 
 
-def _cpu_count() -> int:
-    import os
+def code_commit() -> str:
+    """The commit the benchmark ran, with ``+changes`` when the working tree differed from it
+    (figures of uncommitted code name no commit exactly); "unknown" outside a git checkout."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short=10", "HEAD"],
+            cwd=root, capture_output=True, text=True, check=True, timeout=10,
+        ).stdout.strip()  # fmt: skip
+        changed = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=root, capture_output=True, text=True, check=True, timeout=10,
+        ).stdout.strip()  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return f"{head}+changes" if changed else head
 
-    return os.cpu_count() or 0
+
+def machine() -> dict[str, Any]:
+    """Cores, memory and load average: the figures only compare on a like machine and load."""
+    try:
+        one, five, fifteen = os.getloadavg()
+    except OSError:
+        one = five = fifteen = float("nan")
+    try:
+        memory_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    except (OSError, ValueError):
+        memory_gib = float("nan")
+    return {
+        "python": platform.python_version(),
+        "cpus": os.cpu_count() or 0,
+        "memory_gib": round(memory_gib, 1),
+        "load_average": [round(one, 2), round(five, 2), round(fifteen, 2)],
+    }
