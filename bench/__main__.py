@@ -184,6 +184,9 @@ def _compaction(r: dict[str, Any]) -> list[Row]:
         before = _get(r, "before", "reads", name, "cost_vs_floor")
         after = _get(r, "after", "reads", name, "cost_vs_floor")
         rows.append((f"{_num(r.get('rows'))} rows, {name}: vs latest-only before / after compaction", f"{_num(before, 'x', 2)} / {_num(after, 'x', 2)}", "after <= 1.2x"))  # fmt: skip
+        faster_before = _get(r, "before", "reads", name, "speedup_vs_row_number")
+        faster_after = _get(r, "after", "reads", name, "speedup_vs_row_number")
+        rows.append((f"{_num(r.get('rows'))} rows, {name}: faster than ROW_NUMBER (same files) before / after compaction", f"{_num(faster_before, 'x')} / {_num(faster_after, 'x')}", ">= 3x / >= 10x"))  # fmt: skip
     rows.append(("files per day before / after", f"{_num(_get(r, 'before', 'layout', 'files_per_day'))} / {_num(_get(r, 'after', 'layout', 'files_per_day'))}", "-"))  # fmt: skip
     rows.append(("compaction rows/s (bare read+write rows/s)", f"{_num(_get(r, 'compaction', 'rows_per_s'))} ({_num(_get(r, 'compaction', 'bare_rows_per_s'))}), {_num(_get(r, 'compaction', 'vs_bare'), 'x', 2)}", "-"))  # fmt: skip
     rows.append(("merge+write vs bare read+write, median of alternating rounds", f"{_num(_get(r, 'compaction', 'rounds', 'merge_median_s'), ' s', 2)} vs {_num(_get(r, 'compaction', 'rounds', 'bare_median_s'), ' s', 2)}: {_num(_get(r, 'compaction', 'rounds', 'merge_vs_bare'), 'x', 2)}", ">= 0.6x"))  # fmt: skip
