@@ -21,7 +21,7 @@ from bench.report import RESULTS_DIR, code_commit, machine
 
 BENCHMARKS = (
     "timeline", "watermark", "rewrite", "ingest", "ingest_server", "broker", "point_query",
-    "concurrency", "flight", "query", "compaction", "abuse", "metrics",
+    "point_query_live", "concurrency", "flight", "query", "compaction", "abuse", "metrics",
 )  # fmt: skip
 
 
@@ -139,6 +139,15 @@ def _point_query(r: dict[str, Any]) -> list[Row]:
     return rows
 
 
+def _point_query_live(r: dict[str, Any]) -> list[Row]:
+    rows = []
+    for phase, label in (("before", "before compaction"), ("after", "after compaction")):
+        for mode, running in (("quiet", "ingestion idle"), ("live", "ingestion running")):
+            figures = _get(r, f"{phase}_{mode}") or {}
+            rows.append((f"point query on {r.get('batches')} real batches, {label}, {running}: p50 / p99 ({figures.get('visible_segments')} segments)", f"{_num(_get(figures, 'end_to_end_ms', 'p50'), ' ms', 2)} / {_num(_get(figures, 'end_to_end_ms', 'p99'), ' ms', 2)} (broker {_num(_get(figures, 'in_broker_ms', 'p50'), ' ms', 2)})", "<= 10 ms / <= 25 ms"))  # fmt: skip
+    return rows
+
+
 def _concurrency(r: dict[str, Any]) -> list[Row]:
     rows = []
     for kind in ("point", "dashboard, cache off", "dashboard, cache on"):
@@ -243,6 +252,7 @@ EXTRACTORS: dict[str, Extractor] = {
     "ingest_server": _ingest_server,
     "broker": _broker,
     "point_query": _point_query,
+    "point_query_live": _point_query_live,
     "concurrency": _concurrency,
     "flight": _flight,
     "query": _query,

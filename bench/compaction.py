@@ -39,14 +39,18 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from bench.history_table import (
+    DAYS,
+    TABLE,
+    VERSIONS_PER_KEY,
+    definition,
+    latest_only,
+    rows_of,
+    version_columns,
+)
 from bench.query import horizon_rewriter, measure_variants
 from bench.report import print_table, summarize, write_results
 
-DAYS = 4
-REGIONS = 16
-VERSIONS_PER_KEY = 3
-UPDATE_CADENCE = 10
-TABLE = "accounts"
 QUERIES = {
     "full_aggregate": (
         "SELECT region, COUNT(*) AS n, SUM(amount) AS total FROM accounts GROUP BY region"
@@ -56,84 +60,6 @@ QUERIES = {
         "WHERE amount BETWEEN 1000 AND 2000 GROUP BY region"
     ),
 }
-
-
-def definition(root: Path, retention_s: int) -> Any:
-    from ingest.table import TableDefinition
-
-    return TableDefinition.from_dict(
-        {
-            "name": TABLE,
-            "columns": {
-                "id": "bigint",
-                "region": "string",
-                "amount": "bigint",
-                "seq": "bigint",
-                "day": "date",
-            },
-            "primary_key": ["id"],
-            "comparison": ["seq"],
-            "time_column": "day",
-            "granularity": "DAY",
-            "key_partitions": 4,
-            "storage_root": str(root),
-            "retention_ms": retention_s * 1000,
-            "update_cadence": UPDATE_CADENCE,
-        }
-    )
-
-
-def _stride(keys: int) -> int:
-    """A multiplier coprime with ``keys``: ``j -> j * stride % keys`` visits every key once, in
-    an order unrelated to the key."""
-    stride = 7919
-    while math.gcd(stride, keys) != 1:
-        stride += 2
-    return stride
-
-
-def rows_of(spark: Any, keys: int, start: int, end: int) -> Any:
-    """Rows ``[start, end)`` of the history: row ``i`` is version ``i // keys`` of one key."""
-    from pyspark.sql import functions as F
-
-    index = F.col("id")
-    key = (F.pmod(index, F.lit(keys)) * F.lit(_stride(keys))) % F.lit(keys)
-    return (
-        spark.range(start, end)
-        .select(key.alias("k"), (index / F.lit(keys)).cast("long").alias("v"))
-        .select(*_columns(F.col("k"), F.col("v")))
-    )
-
-
-def _columns(key: Any, version: Any) -> list[Any]:
-    from pyspark.sql import functions as F
-
-    return [
-        key.alias("id"),
-        F.concat(F.lit("r"), (F.abs(F.xxhash64(key)) % REGIONS).cast("string")).alias("region"),
-        (F.abs(F.xxhash64(key, version)) % 10_000).cast("long").alias("amount"),
-        version.alias("seq"),
-        F.date_add(F.lit("2026-01-01").cast("date"), (key % DAYS).cast("int")).alias("day"),
-    ]
-
-
-def latest_only(spark: Any, keys: int, path: Path) -> None:
-    """The floor: each key's newest version, one file per day, sorted by key."""
-    from pyspark.sql import functions as F
-
-    newest = F.lit(VERSIONS_PER_KEY - 1).cast("long")
-    frame = spark.range(keys).select(*_columns(F.col("id"), newest))
-    first_day = F.lit("2026-01-01").cast("date")
-    for offset in range(DAYS):
-        # One write per day: hash or range partitioning of four values can share a file.
-        (
-            frame.where(F.col("day") == F.date_add(first_day, offset))
-            .coalesce(1)
-            .sortWithinPartitions("id")
-            .write.mode("append")
-            .option("parquet.block.size", 8 * 1024 * 1024)
-            .parquet(str(path))
-        )
 
 
 def layout(view: Any) -> dict[str, Any]:
@@ -374,7 +300,7 @@ def reclaim_history(
 
     time.sleep(retention_s + 2)
     touched = spark.range(0, min(keys, 400), DAYS).select(
-        *_columns(F.col("id"), F.lit(VERSIONS_PER_KEY - 1).cast("long"))
+        *version_columns(F.col("id"), F.lit(VERSIONS_PER_KEY - 1).cast("long"))
     )
     job.run_batch(touched)  # the same values again: a new version, the same answer
     job.flush_updates()

@@ -71,7 +71,7 @@ def code_commit() -> str:
             cwd=root, capture_output=True, text=True, check=True, timeout=10,
         ).stdout.strip()  # fmt: skip
         changed = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
+            ["git", "status", "--porcelain"],
             cwd=root, capture_output=True, text=True, check=True, timeout=10,
         ).stdout.strip()  # fmt: skip
     except (OSError, subprocess.SubprocessError):
