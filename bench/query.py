@@ -16,11 +16,11 @@ by round, so load on the machine hits all three alike.
 
 The segments are written by ingestion's own writer (``ingest.segments.write_segments``): one
 directory per segment (key partition) with an open file (current versions, by key, so the id
-statistics serve key lookups) and a closed file (history by ``validFrom``), row groups of at most
-8 MiB and 20,000 rows, and described as ingestion announces them (greatest ``validFrom``, open
-files, greatest ``validUntil`` of the closed files). At the benchmark's snapshot every segment is
-settled and every closed file ended before it, so the broker reads the open files without any
-test and skips the closed ones.
+statistics serve key lookups) and a closed file (history by ``validFrom``), 8 MiB row groups, and
+described as ingestion announces them (greatest ``validFrom``, open files, greatest
+``validUntil`` of the closed files). At the benchmark's snapshot every segment is settled and
+every closed file ended before it, so the broker reads the open files without any test and skips
+the closed ones.
 
 Run: ``python -m bench.query [--quick] [--sizes 1000000,5000000]``.
 """

@@ -38,10 +38,6 @@ OPEN_ROWS = "open"
 CLOSED_ROWS = "closed"
 _OPEN_DIR = f"/{ROWS_DIR_COLUMN}={OPEN_ROWS}/"
 ROW_GROUP_BYTES = 8 * 1024 * 1024
-ROW_GROUP_ROWS = 20_000
-"""At most this many rows in a row group: a key lookup answered from the files decodes the one
-row group that may hold the key whole (190,000 rows took about 10 ms, 24,000 about 1 ms), and
-compacted segments of a few hundred thousand rows would otherwise be one or two row groups."""
 CONCURRENT_WRITERS = 16
 """Segment (or key index) files one Spark task keeps open at once (see
 :func:`keep_row_order_in_partitioned_writes`)."""
@@ -157,7 +153,6 @@ def write_segments(
         )
         .write.mode("overwrite")
         .option("parquet.block.size", ROW_GROUP_BYTES)
-        .option("parquet.block.row.count.limit", ROW_GROUP_ROWS)
         .options(**plain_encoded(_plain_segment_columns(columns, primary_key)))
         .partitionBy(CHUNK_DIR_COLUMN, SEGMENT_DIR_COLUMN, ROWS_DIR_COLUMN)
         .parquet(directory)
