@@ -173,13 +173,14 @@ def _flight(r: dict[str, Any]) -> list[Row]:
 
 def _query(r: dict[str, Any]) -> list[Row]:
     rows = []
-    for size, per_size in r.items():
-        if not size.isdigit():
+    for case, per_size in r.items():
+        size, _, versions = case.partition("x")  # "<rows>" (3 versions per key) or "<rows>x<v>"
+        if not size.isdigit() or not isinstance(per_size, dict):
             continue
         for name, figures in per_size.items():
             rows.append(
                 (
-                    f"{int(size):,} rows, {name}: vs ROW_NUMBER / vs latest-only floor",
+                    f"{int(size):,} rows ({versions or 3} versions per key), {name}: vs ROW_NUMBER / vs latest-only floor",
                     f"{_num(figures.get('speedup_vs_row_number'), 'x')} faster / {_num(figures.get('cost_vs_floor'), 'x', 2)} the floor",
                     ">= 10x (full aggregate, 5M)" if name == "full_aggregate" else "-",
                 )

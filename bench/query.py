@@ -9,8 +9,9 @@ On the same data, in the same Spark session:
   ``ROW_NUMBER() OVER (PARTITION BY pk ORDER BY comparison DESC) = 1``;
 * **floor** – a pre-materialized latest-only table (what perfect compaction would leave).
 
-for a full aggregate, a filtered aggregate and a point lookup, at 1M and 5M rows (about three
-versions per key, committed in an order unrelated to the key, like a real change stream). The
+for a full aggregate, a filtered aggregate and a point lookup, at 1M and 5M rows with three
+versions per key (committed in an order unrelated to the key, like a real change stream), and at
+1M rows with 1 and 10 versions per key (the same rows, fewer keys as the versions grow). The
 three answers are compared before any timing is trusted, and the variants run interleaved, round
 by round, so load on the machine hits all three alike.
 
@@ -22,7 +23,7 @@ described as ingestion announces them (greatest ``validFrom``, open files, great
 every closed file ended before it, so the broker reads the open files without any test and skips
 the closed ones.
 
-Run: ``python -m bench.query [--quick] [--sizes 1000000,5000000]``.
+Run: ``python -m bench.query [--quick] [--sizes 1000000,5000000] [--versions 1,3,10]``.
 """
 
 from __future__ import annotations
@@ -75,8 +76,11 @@ def descriptor() -> Any:
     )
 
 
-def build_data(spark: Any, rows: int, root: Path) -> dict[str, Any]:
-    """Write the versioned segments, the all-versions table and the latest-only table."""
+def build_data(
+    spark: Any, rows: int, root: Path, versions_per_key: int = VERSIONS_PER_KEY
+) -> dict[str, Any]:
+    """Write the versioned segments, the all-versions table and the latest-only table:
+    ``rows`` versions in all, ``versions_per_key`` of each key."""
     from pyspark.sql import functions as F
 
     from ingest.partitioning import key_partition
@@ -84,9 +88,9 @@ def build_data(spark: Any, rows: int, root: Path) -> dict[str, Any]:
     from ingest.storage import Storage
 
     table = descriptor()
-    keys = rows // VERSIONS_PER_KEY
+    keys = rows // versions_per_key
     versions = spark.range(keys).crossJoin(
-        spark.range(VERSIONS_PER_KEY).withColumnRenamed("id", "v")
+        spark.range(versions_per_key).withColumnRenamed("id", "v")
     )
 
     def commit_ts(version: Any) -> Any:
@@ -101,9 +105,9 @@ def build_data(spark: Any, rows: int, root: Path) -> dict[str, Any]:
         start.alias("updated_at"),
         F.concat(F.lit("r"), (F.abs(F.xxhash64("id")) % REGIONS).cast("string")).alias("region"),
         start.alias("validFrom"),
-        F.when(F.col("v") < VERSIONS_PER_KEY - 1, commit_ts(F.col("v") + 1)).alias("validUntil"),
+        F.when(F.col("v") < versions_per_key - 1, commit_ts(F.col("v") + 1)).alias("validUntil"),
     )
-    snapshot = VERSIONS_PER_KEY * BATCH_SPAN
+    snapshot = versions_per_key * BATCH_SPAN
 
     storage = Storage(spark)
     written = write_segments(
@@ -237,16 +241,19 @@ def scan_metrics(frame: Any) -> dict[str, int]:
     return totals
 
 
-def run(sizes: list[int], repeats: int) -> dict[str, Any]:
+def run(cases: list[tuple[int, int]], repeats: int) -> dict[str, Any]:
+    """Each (rows, versions per key) case; results keyed ``"<rows>"`` at the default 3 versions
+    per key, ``"<rows>x<versions>"`` otherwise."""
     from core.spark_session import create_spark_session
 
     spark = create_spark_session(master="local[2]", app_name="horizon-bench-query")
     results: dict[str, Any] = {}
     table_rows = []
-    for size in sizes:
-        root = Path(tempfile.mkdtemp(prefix=f"horizon-bench-query-{size}-"))
+    for size, versions_per_key in cases:
+        case = str(size) if versions_per_key == VERSIONS_PER_KEY else f"{size}x{versions_per_key}"
+        root = Path(tempfile.mkdtemp(prefix=f"horizon-bench-query-{case}-"))
         try:
-            data = build_data(spark, size, root)
+            data = build_data(spark, size, root, versions_per_key)
             spark.read.parquet(str(root / "all_versions")).createOrReplaceTempView("all_versions")
             spark.read.parquet(str(root / "latest")).createOrReplaceTempView("latest_only")
             row_number_source = (
@@ -268,7 +275,7 @@ def run(sizes: list[int], repeats: int) -> dict[str, Any]:
                     }
                     scans, samples, answers = measure_variants(spark, variants, repeats)
                     if not answers["horizon"] == answers["row_number"] == answers["floor"]:
-                        raise SystemExit(f"{name} at {size} rows: the three variants disagree")
+                        raise SystemExit(f"{name} at {case}: the three variants disagree")
                     timings = {variant: summarize(s) for variant, s in samples.items()}
                     ratio_row_number = statistics.median(
                         rn / h
@@ -287,6 +294,7 @@ def run(sizes: list[int], repeats: int) -> dict[str, Any]:
                     table_rows.append(
                         (
                             f"{size:,}",
+                            versions_per_key,
                             name,
                             f"{timings['horizon']['p50']:.0f}",
                             f"{timings['row_number']['p50']:.0f}",
@@ -297,7 +305,7 @@ def run(sizes: list[int], repeats: int) -> dict[str, Any]:
                             f"{scans['floor']['rows_scanned']:,}",
                         )
                     )
-            results[str(size)] = per_size
+            results[case] = per_size
         finally:
             shutil.rmtree(root, ignore_errors=True)
     print_table(
@@ -305,6 +313,7 @@ def run(sizes: list[int], repeats: int) -> dict[str, Any]:
         "ratios are medians of per-round ratios)",
         [
             "rows",
+            "versions/key",
             "query",
             "horizon",
             "row_number",
@@ -324,14 +333,23 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes for a smoke run")
     parser.add_argument("--sizes", help="comma-separated row counts (default 1000000,5000000)")
+    parser.add_argument(
+        "--versions", help="comma-separated versions per key for the curve at the smallest size "
+        "(default 1,3,10)",
+    )  # fmt: skip
     parser.add_argument("--repeats", type=int, default=7)
     args = parser.parse_args(argv)
     if args.sizes:
         sizes = [int(part) for part in args.sizes.split(",")]
     else:
         sizes = [60_000] if args.quick else [1_000_000, 5_000_000]
+    versions = [int(part) for part in (args.versions or "1,3,10").split(",")]
+    # Every size at 3 versions per key (the rows curve), then the other version counts at the
+    # smallest size (the versions curve: the same rows, fewer keys as versions grow).
+    cases = [(size, VERSIONS_PER_KEY) for size in sizes]
+    cases += [(min(sizes), count) for count in versions if count != VERSIONS_PER_KEY]
     repeats = 2 if args.quick else args.repeats
-    results = run(sizes, repeats)
+    results = run(cases, repeats)
     results["targets"] = {"full_aggregate_speedup_vs_row_number_at_5M": ">= 10x"}
     path = write_results("query", results)
     print(f"wrote {path}")
