@@ -462,7 +462,9 @@ def start_flight_server(config: BrokerConfig, engine: QueryEngine) -> FlightSqlS
             if server.tls_client_ca:
                 client_ca = Path(server.tls_client_ca).read_bytes()
         except OSError as error:
-            raise InvalidArgument(f"cannot read the TLS certificate or key: {error}") from None
+            raise InvalidArgument(
+                f"cannot read the TLS certificate, key or client CA: {error}"
+            ) from None
     scheme = "grpc+tls" if server.tls else "grpc+tcp"
     try:
         flight = FlightSqlServer(
