@@ -9,7 +9,8 @@ scheduling, every file's footer, row-by-row decoding). This reader answers the n
    validity columns (the same pruning Spark's Parquet filter push-down does), over arrays of
    every row group of the file set built once per set of files (:mod:`broker.spark.row_groups`),
    so the cost of a lookup hardly grows with the files that cannot hold its keys;
-3. the remaining row groups are read, and the key predicates and the visibility rule
+3. the remaining row groups are read (a large one, as compaction writes, is decoded once and
+   kept: :mod:`broker.spark.row_group_cache`), and the key predicates and the visibility rule
    ``validFrom <= S AND (validUntil IS NULL OR validUntil > S)`` applied with SQL's
    three-valued logic;
 4. the columns are returned with the Arrow schema Spark's analysis gave the query, so the answer
@@ -28,8 +29,8 @@ from __future__ import annotations
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -40,6 +41,7 @@ import pyarrow.parquet as pq
 from broker.spark.failures import UnreadableFiles
 from broker.spark.key_sets import KeySets, holds_any, lookup_values
 from broker.spark.reading import is_local, local_path
+from broker.spark.row_group_cache import RowGroupCache
 from broker.spark.row_groups import ColumnStats, column_stats, concatenated, contains, visible
 from broker.sql.model import KeyLookup, Predicate
 from watermark.catalog import VALID_FROM, VALID_UNTIL
@@ -180,10 +182,12 @@ class DirectReader:
         footers: FooterCache | None = None,
         max_rows: int = DEFAULT_MAX_ROWS,
         key_sets: KeySets | None = None,
+        row_groups: RowGroupCache | None = None,
     ):
         self.footers = footers or FooterCache()
         self.max_rows = max_rows
         self.key_sets = key_sets or KeySets()
+        self.row_groups = row_groups or RowGroupCache()
         self._file_sets: OrderedDict[tuple[str, ...], _FileSet] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -259,7 +263,14 @@ class DirectReader:
             groups = tuple(file_set.group[chosen[start:end]].tolist())
             plan = _FilePlan(footer, groups, shape.outputs, shape.filters)
             pieces.append(
-                _read_file(file_set.files[number], plan, lookup.predicates, snapshot, schema)
+                _read_file(
+                    file_set.files[number],
+                    plan,
+                    lookup.predicates,
+                    snapshot,
+                    schema,
+                    self.row_groups,
+                )
             )
         result = pa.concat_tables(pieces) if pieces else schema.empty_table()
         if lookup.limit is not None and result.num_rows > lookup.limit:
@@ -340,6 +351,68 @@ def _file_shape(
 
 
 def _read_file(
+    path: str,
+    plan: _FilePlan,
+    predicates: Sequence[Predicate],
+    snapshot: int,
+    schema: pa.Schema,
+    cache: RowGroupCache,
+) -> pa.Table:
+    """The lookup's rows in one file, in row-group order: large row groups from ``cache``
+    (decoded once), runs of the others in two passes (:func:`_read_groups`)."""
+    metadata = plan.footer.metadata
+    pieces: list[pa.Table] = []
+    run: list[int] = []
+    for group in plan.row_groups:
+        if not cache.keeps(metadata.row_group(group).num_rows):
+            run.append(group)
+            continue
+        if run:
+            pieces.append(_read_groups(path, replace(plan, row_groups=tuple(run)), predicates,
+                                       snapshot, schema))  # fmt: skip
+            run = []
+        pieces.append(_read_kept_group(path, plan, group, predicates, snapshot, schema, cache))
+    if run:
+        pieces.append(_read_groups(path, replace(plan, row_groups=tuple(run)), predicates,
+                                   snapshot, schema))  # fmt: skip
+    return pieces[0] if len(pieces) == 1 else pa.concat_tables(pieces)
+
+
+def _read_kept_group(
+    path: str,
+    plan: _FilePlan,
+    group: int,
+    predicates: Sequence[Predicate],
+    snapshot: int,
+    schema: pa.Schema,
+    cache: RowGroupCache,
+) -> pa.Table:
+    """The lookup's rows in one large row group, filtered from its kept decoded columns."""
+
+    def decode() -> pa.Table:
+        parquet = pq.ParquetFile(local_path(path), metadata=plan.footer.metadata)
+        return parquet.read_row_group(group, use_threads=False)
+
+    try:
+        table = cache.group(path, group, decode)
+    except (OSError, pa.ArrowException) as error:
+        raise _unreadable(path, f"cannot read the Parquet file: {error}") from None
+    selected = table.filter(pc.fill_null(_condition(table, plan, predicates, snapshot), False))
+    return _as_schema(selected.column, plan.outputs, schema)
+
+
+def _as_schema(
+    column_of: Callable[[str], pa.ChunkedArray], outputs: Sequence[str], schema: pa.Schema
+) -> pa.Table:
+    """The file's columns ``outputs`` (by ``column_of``) as a table of the query's ``schema``."""
+    arrays = []
+    for name, target in zip(outputs, schema, strict=True):
+        column = column_of(name)
+        arrays.append(column if column.type == target.type else column.cast(target.type))
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def _read_groups(
     path: str, plan: _FilePlan, predicates: Sequence[Predicate], snapshot: int, schema: pa.Schema
 ) -> pa.Table:
     """Two passes: the filter columns of every candidate row group, then the result columns of
@@ -373,12 +446,11 @@ def _read_file(
             raise _unreadable(path, f"cannot read the Parquet file: {error}") from None
         selected_values = values.filter(pa.chunked_array(hit_masks, pa.bool_()))
     selected_filters = filters.filter(keep)
-    arrays = []
-    for name, target in zip(plan.outputs, schema, strict=True):
-        source = selected_filters if name in filter_columns else selected_values
-        column = source.column(name)
-        arrays.append(column if column.type == target.type else column.cast(target.type))
-    return pa.Table.from_arrays(arrays, schema=schema)
+    return _as_schema(
+        lambda name: (selected_filters if name in filter_columns else selected_values).column(name),
+        plan.outputs,
+        schema,
+    )
 
 
 def _condition(

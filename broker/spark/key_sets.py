@@ -10,13 +10,13 @@ arrays are dropped past ``max_bytes``); a file whose keys are not cached is simp
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 
 import numpy as np
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+
+from broker.spark.byte_lru import ByteBoundedLru
 
 DEFAULT_MAX_BYTES = 256 * 1024 * 1024
 
@@ -47,37 +47,25 @@ class KeySets:
         self.max_bytes = max_bytes
         self.loads = 0
         """Arrays read from files (a test probe: a cached file leaves it flat)."""
-        self._arrays: OrderedDict[tuple[str, str], np.ndarray] = OrderedDict()
-        self._bytes = 0
-        self._lock = threading.Lock()
+        self._arrays: ByteBoundedLru[np.ndarray] = ByteBoundedLru(max_bytes, lambda a: a.nbytes)
 
     def keys(self, path: str, column: str, open_file: Callable[[], pq.ParquetFile]) -> np.ndarray:
         """The sorted non-null values of ``column`` in the file at ``path`` (``open_file``
         opens it when they are not cached; its errors pass through)."""
-        key = (path, column)
-        with self._lock:
-            found = self._arrays.get(key)
-            if found is not None:
-                self._arrays.move_to_end(key)
-                return found
+        found = self._arrays.get((path, column))
+        if found is not None:
+            return found
         values = open_file().read(columns=[column], use_threads=False).column(0)
         values = pc.drop_null(values)
         array = np.sort(values.to_numpy() if values.num_chunks else np.zeros(0, np.int64))
         array = array.astype(np.int64, copy=False)
-        with self._lock:
-            self.loads += 1
-            if key not in self._arrays and array.nbytes <= self.max_bytes:
-                self._arrays[key] = array
-                self._bytes += array.nbytes
-                while self._bytes > self.max_bytes:
-                    _, dropped = self._arrays.popitem(last=False)
-                    self._bytes -= dropped.nbytes
+        self.loads += 1
+        self._arrays.put((path, column), array)
         return array
 
     @property
     def bytes(self) -> int:
-        with self._lock:
-            return self._bytes
+        return self._arrays.bytes
 
 
 def lookup_values(values: Sequence[int]) -> np.ndarray:

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from broker.api.server import BrokerServer
 from broker.spark.direct_read import DirectReader
 from broker.spark.failures import UnreadableFiles
+from broker.spark.row_group_cache import RowGroupCache
 from broker.spark.row_groups import RowGroupStats, may_be_visible, may_contain
 from broker.sql.model import KeyLookup, Predicate
 from broker.sql.passes.find_key_lookup import key_lookup_of
@@ -171,9 +172,10 @@ def _versions(rng: random.Random, keys: int) -> list[dict]:
     snapshot=st.sampled_from(SNAPSHOTS),
     keys=st.lists(st.integers(-1, 60), min_size=1, max_size=3),
     projection=st.sampled_from([("owner", "id", "validFrom"), ("validUntil", "id"), ("balance",)]),
+    kept_from_rows=st.sampled_from([1, 10, 1_000_000]),
 )
 def test_reader_returns_exactly_the_visible_versions_of_the_keys(
-    tmp_path, seed, row_group, sort_by_key, snapshot, keys, projection
+    tmp_path, seed, row_group, sort_by_key, snapshot, keys, projection, kept_from_rows
 ):
     rng = random.Random(seed)
     rows = _versions(rng, 60)
@@ -188,12 +190,16 @@ def test_reader_returns_exactly_the_visible_versions_of_the_keys(
         files.append(str(path))
     lookup = KeyLookup("t", projection, (Predicate("id", tuple(keys)),))
     schema = pa.schema([SCHEMA.field(name) for name in projection])
-    answer = DirectReader().read(lookup, files, snapshot, schema)
-    assert answer is not None and answer.schema == schema
+    # Row groups of ``kept_from_rows`` rows or more are decoded once and kept (every row group,
+    # some of them, or none), so the kept path, the two-pass path and their mix all answer.
+    reader = DirectReader(row_groups=RowGroupCache(min_rows=kept_from_rows))
     expected = [row for row in visible(rows, snapshot) if row["id"] in keys]
-    assert sorted(answer.to_pylist(), key=str) == sorted(
-        ({name: row[name] for name in projection} for row in expected), key=str
-    )
+    for _ in range(2):  # the second time from the kept row groups
+        answer = reader.read(lookup, files, snapshot, schema)
+        assert answer is not None and answer.schema == schema
+        assert sorted(answer.to_pylist(), key=str) == sorted(
+            ({name: row[name] for name in projection} for row in expected), key=str
+        )
 
 
 def test_reader_declines_what_it_cannot_reproduce_exactly(tmp_path):
@@ -228,6 +234,44 @@ def test_footers_are_read_once_per_file(tmp_path):
     for _ in range(3):
         reader.read(lookup, [str(path)], 1000, SCHEMA)
     assert reader.footers.reads == 1
+
+
+def test_a_large_row_group_is_decoded_once_and_then_answers_every_key_in_it(tmp_path):
+    path = tmp_path / "compacted.parquet"
+    rows = [
+        {"id": key, "owner": f"o{key}", "balance": key, "validFrom": 1, "validUntil": None}
+        for key in range(300)
+    ]
+    pq.write_table(pa.Table.from_pylist(rows, schema=SCHEMA), path, row_group_size=100)
+    cache = RowGroupCache(min_rows=100)
+    reader = DirectReader(row_groups=cache)
+    for key in (5, 7, 150, 5, 299):
+        lookup = KeyLookup("t", ("balance",), (Predicate("id", (key,)),))
+        answer = reader.read(lookup, [str(path)], 10, pa.schema([SCHEMA.field("balance")]))
+        assert answer is not None and answer.to_pylist() == [{"balance": key}]
+    assert cache.decodes == 3  # one per row group the keys fall in
+    small = RowGroupCache(min_rows=101)  # row groups below the threshold are never kept
+    DirectReader(row_groups=small).read(
+        KeyLookup("t", None, (Predicate("id", (5,)),)), [str(path)], 10, SCHEMA
+    )
+    assert small.decodes == 0 and small.bytes == 0
+
+
+def test_kept_row_groups_stay_within_their_byte_budget(tmp_path):
+    path = tmp_path / "compacted.parquet"
+    rows = [
+        {"id": key, "owner": "o", "balance": key, "validFrom": 1, "validUntil": None}
+        for key in range(400)
+    ]
+    pq.write_table(pa.Table.from_pylist(rows, schema=SCHEMA), path, row_group_size=100)
+    one_group = pq.ParquetFile(path).read_row_group(0).nbytes
+    cache = RowGroupCache(max_bytes=2 * one_group, min_rows=1)
+    reader = DirectReader(row_groups=cache)
+    for key in (0, 100, 200, 300, 0):
+        lookup = KeyLookup("t", None, (Predicate("id", (key,)),))
+        assert reader.read(lookup, [str(path)], 10, SCHEMA).num_rows == 1
+        assert cache.bytes <= 2 * one_group
+    assert cache.decodes == 5  # the first row group was dropped before it came back
 
 
 # -- end to end: the broker's answers equal Spark's -----------------------------------------------
