@@ -43,6 +43,10 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 LOOKUP_SQL = f"SELECT id, region, amount, seq FROM {TABLE} WHERE id = {{key}}"
 LIVE_BATCH_KEYS = 2_000
 """Odd keys each live batch updates."""
+SETTLE_S = 10.0
+"""Wait between the history and the first lookups."""
+WARM_UP_LOOKUPS = 50
+"""Lookups of each phase not timed (the broker's first lookups of a new layout warm it up)."""
 LIVE_BATCHES_PER_PHASE = 3
 """A phase with ingestion running lasts at least this many committed batches."""
 
@@ -160,7 +164,7 @@ def lookups(
         return signals.live_batches.value - first_batch if signals is not None else 0
 
     index = 0
-    while index < iterations + 10 or (
+    while index < iterations + WARM_UP_LOOKUPS or (
         signals is not None and committed() < LIVE_BATCHES_PER_PHASE and time.monotonic() < give_up
     ):
         key = rng.choice(sample)
@@ -171,8 +175,8 @@ def lookups(
         if rows != [expected[key]]:
             raise SystemExit(f"key {key}: answered {rows}, expected {[expected[key]]}")
         index += 1
-        if index <= 10:
-            continue  # warm-up
+        if index <= WARM_UP_LOOKUPS:
+            continue
         end_to_end.append(elapsed)
         in_broker.append(result.trailer.timings.total_ms)
         lwms.add(result.snapshot)
@@ -250,6 +254,7 @@ def run(rows: int, batches: int, iterations: int) -> dict[str, Any]:
         )
         broker = BrokerServer(config, spark=spark).start()
         follower = broker.follower
+        time.sleep(SETTLE_S)  # the ingestion process's upkeep after its last batch, the JIT
         with connect(broker.target) as client:
             results["before_quiet"] = lookups(client, follower, expected, iterations, seed=1)
             live(True)
