@@ -107,6 +107,8 @@ def ingestion_process(
             if not signals.live.wait(0.1):
                 continue
             signals.idle.clear()
+            if not signals.live.is_set():  # paused between the wait and the clear: no batch
+                continue
             odd = sorted({2 * rng.randrange(keys // 2) + 1 for _ in range(LIVE_BATCH_KEYS)})
             frame = spark.createDataFrame([(key, version) for key in odd], "k long, v long").select(
                 *version_columns(F.col("k"), F.col("v"))
