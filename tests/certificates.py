@@ -27,3 +27,14 @@ def mutual_tls_certificates(directory: Path) -> dict[str, Path]:
                  "-CAkey", str(paths["ca_key"]), "-CAcreateserial", "-days", "1",
                  "-extfile", str(extensions), "-out", str(paths[who]))  # fmt: skip
     return paths
+
+
+def mutual_tls_server(certs: dict[str, Path]) -> dict[str, str]:
+    """A ``[server]`` section serving TLS with ``certs``' server certificate and requiring
+    client certificates the CA signed."""
+    return {
+        "listen": "127.0.0.1:0",
+        "tls_cert": str(certs["server"]),
+        "tls_key": str(certs["server_key"]),
+        "tls_client_ca": str(certs["ca"]),
+    }

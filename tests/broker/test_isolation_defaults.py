@@ -18,7 +18,7 @@ from horizon.client import connect
 from tests.broker.conftest import ADMIN, LWM, READER, broker_config
 from tests.broker.data import CHUNK, VERSION, descriptor, write_rows
 from tests.broker.spark_jobs import ExtraBroker
-from tests.certificates import mutual_tls_certificates
+from tests.certificates import mutual_tls_certificates, mutual_tls_server
 from timeline.segment import Segment
 
 
@@ -107,12 +107,7 @@ def test_a_client_certificate_is_an_identity_with_its_grants(broker_env, spark, 
     certs = mutual_tls_certificates(tmp_path)
     config = broker_config(
         broker_env.redis.url,
-        server={
-            "listen": "127.0.0.1:0",
-            "tls_cert": str(certs["server"]),
-            "tls_key": str(certs["server_key"]),
-            "tls_client_ca": str(certs["ca"]),
-        },
+        server=mutual_tls_server(certs),
         tokens=[
             {"name": "admin", "token": ADMIN, "tables": ["*"], "inspect": True},
             {"name": "svc-a", "client_cn": "svc-a", "tables": ["accounts"]},

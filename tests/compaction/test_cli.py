@@ -21,6 +21,15 @@ from watermark.embedded_redis import free_port
 HORIZON = str(Path(sys.executable).with_name("horizon"))
 
 
+def _ingest_argv(tmp_path: Path, redis_url: str) -> list[str]:
+    """``horizon ingest`` of ``tmp_path``'s changelog into its table, once."""
+    return [
+        "--table", str(tmp_path / "accounts.toml"), "--source", str(tmp_path / "changelog"),
+        "--format", "json", "--server-id", "s1", "--redis", redis_url,
+        "--storage-root", str(tmp_path / "store"),
+    ]  # fmt: skip
+
+
 def test_the_compact_command_compacts_reclaims_and_reports(
     spark, redis_server, server, follower, tmp_path, capsys
 ):
@@ -30,12 +39,7 @@ def test_the_compact_command_compacts_reclaims_and_reports(
         changes = [Change(f"k{i}", 10 * number + i, number + 1) for i in range(4)]
         write_changelog(tmp_path / "changelog", f"{number:03d}.json", changes)
         history += [(100 * number + i, c) for i, c in enumerate(changes)]
-        argv = [
-            "--table", str(tmp_path / "accounts.toml"), "--source", str(tmp_path / "changelog"),
-            "--format", "json", "--server-id", "s1", "--redis", redis_server.url,
-            "--storage-root", str(tmp_path / "store"),
-        ]  # fmt: skip
-        assert main_ingest(argv) == 0
+        assert main_ingest(_ingest_argv(tmp_path, redis_server.url)) == 0
     reader = server("reader")
     before = len(broker_view(follower, reader, "accounts").visible_segments)
     common = ["--table", str(tmp_path / "accounts.toml"), "--redis", redis_server.url,
@@ -79,12 +83,7 @@ def test_a_watching_compactor_process_serves_its_runs_and_locks_on_its_metrics_p
     for number in range(3):
         changes = [Change(f"k{i}", 10 * number + i, number + 1) for i in range(4)]
         write_changelog(tmp_path / "changelog", f"{number:03d}.json", changes)
-        argv = [
-            "--table", str(tmp_path / "accounts.toml"), "--source", str(tmp_path / "changelog"),
-            "--format", "json", "--server-id", "s1", "--redis", redis_server.url,
-            "--storage-root", str(tmp_path / "store"),
-        ]  # fmt: skip
-        assert main_ingest(argv) == 0
+        assert main_ingest(_ingest_argv(tmp_path, redis_server.url)) == 0
     url = f"http://127.0.0.1:{free_port()}/metrics"
     listen = url.removeprefix("http://").removesuffix("/metrics")
     process = subprocess.Popen(

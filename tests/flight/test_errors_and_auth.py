@@ -20,7 +20,7 @@ from horizon.client import connect
 from tests.broker.conftest import ADMIN, NO_INSPECT, READER, broker_config
 from tests.broker.data import descriptor
 from tests.broker.spark_jobs import ExtraBroker
-from tests.certificates import mutual_tls_certificates
+from tests.certificates import mutual_tls_certificates, mutual_tls_server
 from tests.flight.conftest import adbc_connect, flight_client, statement_descriptor
 
 
@@ -219,12 +219,7 @@ def test_mutual_tls_requires_a_signed_client_certificate_and_a_token_names_the_c
     certs = mutual_tls_certificates(tmp_path)
     config = broker_config(
         broker_env.redis.url,
-        server={
-            "listen": "127.0.0.1:0",
-            "tls_cert": str(certs["server"]),
-            "tls_key": str(certs["server_key"]),
-            "tls_client_ca": str(certs["ca"]),
-        },
+        server=mutual_tls_server(certs),
         tokens=[
             {"name": "admin", "token": ADMIN, "tables": ["*"], "inspect": True},
             {"name": "svc-a", "client_cn": "svc-a", "tables": ["accounts"]},
