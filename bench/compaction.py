@@ -43,6 +43,7 @@ from bench.history_table import (
     DAYS,
     TABLE,
     VERSIONS_PER_KEY,
+    compact_whole_table,
     definition,
     latest_only,
     rows_of,
@@ -169,8 +170,6 @@ def write_rounds(
 
 
 def run(rows: int, batches: int, repeats: int, retention_s: int) -> dict[str, Any]:
-    from compaction.plan import CompactionSettings
-    from compaction.run import Compactor
     from core.spark_session import create_spark_session
     from ingest.job import IngestJob
     from tests.processes import RedisProcess
@@ -220,17 +219,9 @@ def run(rows: int, batches: int, repeats: int, retention_s: int) -> dict[str, An
         }
         print(f"  before compaction: {results['before']['layout']}", flush=True)
 
-        settings = CompactionSettings(target_rows=max(rows, 1), target_bytes=4 * 1024**3)
-        compactor = Compactor(spark, table, compactor_client, settings=settings, lease_s=120.0)
-        targets = compactor.plan()
-        report = compactor.compact(targets)
-        if report.outcome != "published":
-            raise SystemExit(f"the compaction did not publish: {report.outcome} {report.message}")
-        outputs = {segment.id for segment in report.outputs}
-        if not follower.wait_for(
-            lambda f: outputs <= {s.id for s in f.view(TABLE).visible_segments}, 60
-        ):
-            raise SystemExit("the follower never showed the compacted segments")
+        compactor, targets, report = compact_whole_table(
+            spark, table, compactor_client, rows, follower
+        )
         input_files = [location for segment in report.inputs for location in segment.location]
         bare_s = bare_read_write(spark, input_files, work / "bare")
         bare_rows = spark.read.parquet(*input_files).count()

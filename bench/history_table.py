@@ -93,3 +93,25 @@ def latest_only(spark: Any, keys: int, path: Path) -> None:
             .option("parquet.block.size", 8 * 1024 * 1024)
             .parquet(str(path))
         )
+
+
+def compact_whole_table(
+    spark: Any, table: Any, client: Any, rows: int, follower: Any
+) -> tuple[Any, Any, Any]:
+    """One minor compaction of the whole table, published and shown by ``follower``: the
+    compactor, its targets and its report."""
+    from compaction.plan import CompactionSettings
+    from compaction.run import Compactor
+
+    settings = CompactionSettings(target_rows=max(rows, 1), target_bytes=4 * 1024**3)
+    compactor = Compactor(spark, table, client, settings=settings, lease_s=120.0)
+    targets = compactor.plan()
+    report = compactor.compact(targets)
+    if report.outcome != "published":
+        raise SystemExit(f"the compaction did not publish: {report.outcome} {report.message}")
+    outputs = {segment.id for segment in report.outputs}
+    if not follower.wait_for(
+        lambda f: outputs <= {s.id for s in f.view(TABLE).visible_segments}, 60
+    ):
+        raise SystemExit("the follower never showed the compacted segments")
+    return compactor, targets, report

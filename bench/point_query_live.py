@@ -35,7 +35,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.history_table import TABLE, VERSIONS_PER_KEY, definition, rows_of, version_columns
+from bench.history_table import (
+    TABLE,
+    VERSIONS_PER_KEY,
+    compact_whole_table,
+    definition,
+    rows_of,
+    version_columns,
+)
 from bench.report import print_table, summarize, write_results
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -200,8 +207,6 @@ def lookups(
 def run(rows: int, batches: int, iterations: int) -> dict[str, Any]:
     from broker.api.server import BrokerServer
     from broker.config import config_from_mapping
-    from compaction.plan import CompactionSettings
-    from compaction.run import Compactor
     from core.spark_session import create_spark_session
     from horizon.client import connect
     from tests.processes import RedisProcess
@@ -265,17 +270,9 @@ def run(rows: int, batches: int, iterations: int) -> dict[str, Any]:
             )
             live(False)
 
-            table = live_definition(root)
-            settings = CompactionSettings(target_rows=max(rows, 1), target_bytes=4 * 1024**3)
-            compactor = Compactor(spark, table, compactor_client, settings=settings, lease_s=120.0)
-            report = compactor.compact(compactor.plan())
-            if report.outcome != "published":
-                raise SystemExit(f"the compaction did not publish: {report.outcome}")
-            outputs = {segment.id for segment in report.outputs}
-            if not follower.wait_for(
-                lambda f: outputs <= {s.id for s in f.view(TABLE).visible_segments}, 60
-            ):
-                raise SystemExit("the broker never showed the compacted segments")
+            _, _, report = compact_whole_table(
+                spark, live_definition(root), compactor_client, rows, follower
+            )
             results["compaction"] = {"inputs": len(report.inputs), "outputs": len(report.outputs)}
 
             results["after_quiet"] = lookups(client, follower, expected, iterations, seed=3)
