@@ -2,12 +2,12 @@
 
 On a local Spark with 2 cores and a private redis-server:
 
-* **throughput**: rows/s of ``IngestJob.run_batch`` for pure inserts and for a 30% update mix
-  (30% of the batch's rows update existing keys, the rest are new), end to end: commit timestamps,
-  key resolution against the key index, the resolution file (the batch's key index level and
-  pending updates) and segment files, announcements, the segment updater and the progress
-  report; the median of several batches on a warm JVM, with the session's first batch (JIT
-  compilation, Spark's code generation) reported apart as *cold*;
+* **throughput**: sustained upserts/s with 30% updates on a grown table: Parquet changelog files
+  ingested with ``run_directory`` as a server does, 5 batches timed after 10 earlier ones (so the
+  key index has several levels and updates land in old segments), end to end: commit timestamps,
+  key resolution, the resolution file, segment files, announcements, the updater (after every
+  batch, and every fifth) and the progress report; with the Spark actions' seconds per batch and
+  the floor (a bare read+shuffle+write of one of the same changelog batches) from the same run;
 * **latency**: from an event file landing in a watched changelog directory (Structured Streaming,
   1-second trigger) to the event being visible at the served LWM, read as a broker would
   (follower view, Parquet rows, visibility rule); the first event after the stream starts is
@@ -79,62 +79,109 @@ def changes(spark: Any, start: int, count: int, seq: int, update_fraction: float
     )
 
 
+UPDATE_FRACTION = 0.3
+
+
 def throughput(
-    spark: Any, redis_url: str, rows: int, work: Path, repeats: int
+    spark: Any, redis_url: str, rows: int, work: Path, prior: int, measured: int
 ) -> list[dict[str, Any]]:
-    """Each workload's batch, timed ``repeats`` times after a first (cold) round.
+    """Sustained upserts/s on a table that already holds ``prior`` batches, for each updater
+    cadence, then the floor on the same changelog files.
 
-    A server ingests batch after batch, so the figure that matters is a warm JVM's: the first
-    round of the session also pays for JIT compilation and Spark's generated code, and is reported
-    on its own (``cold_seconds``). The JVM keeps warming up after it: the first warm round is
-    reliably 1-2.5 s slower than the ones after it, so the default of 5 warm rounds keeps it from
-    setting the median (with 3 it often did). Every round starts from a fresh table holding
-    ``rows`` keys, and the workloads take turns going first."""
-    from ingest.job import IngestJob
-    from watermark.server import ServerClient
-
-    workloads = (("pure inserts", 0.0), ("30% updates", 0.3))
-    samples: dict[str, list[tuple[float, Any, dict[str, float]]]] = {w: [] for w, _ in workloads}
-    for round_number in range(repeats + 1):
-        # The workloads take turns going first, so that a position effect (A/B runs on this
-        # machine once showed alternate runs 1-2.5 s apart, whatever they ran) hits both alike.
-        ordered = workloads if round_number % 2 == 0 else workloads[::-1]
-        for label, fraction in ordered:
-            name = f"r{round_number}-{int(fraction * 100)}"
-            client = ServerClient(redis_url, f"bench-{name}", prefix=f"b{name}")
-            job = IngestJob(spark, accounts(work / f"throughput-{name}"), client).start()
-            job.run_batch(changes(spark, 0, rows, 1, 0.0, 0))  # the keys to update
-            started = time.perf_counter()
-            result = job.run_batch(changes(spark, rows, rows, 2, fraction, rows))
-            elapsed = time.perf_counter() - started
-            samples[label].append((elapsed, result, dict(job.action_seconds)))
-            client.close()
-            shutil.rmtree(work / f"throughput-{name}", ignore_errors=True)
-    results = []
-    for label, _ in workloads:
-        cold, *warm = samples[label]
-        elapsed, result, actions = sorted(warm, key=lambda sample: sample[0])[len(warm) // 2]
-        results.append({
-            "workload": label, "rows": rows, "seconds": round(elapsed, 2),
-            "rows_per_s": round(rows / elapsed), "segments_rewritten": result.updated_segments,
-            "spark_actions_s": {k: round(v, 2) for k, v in actions.items()},
-            "samples_s": [round(sample[0], 2) for sample in warm],
-            "cold_seconds": round(cold[0], 2), "cold_rows_per_s": round(rows / cold[0]),
-        })  # fmt: skip
-    results.append(floor(spark, rows, work, repeats))
+    The changelog is Parquet files (what a server usually ingests), staged before the clock
+    starts and moved into the watched directory one batch at a time; ``run_directory`` ingests
+    them as a server does. Every batch after the first updates 30% existing keys, drawn uniformly
+    from all keys written so far, and inserts 70% new ones, so the table grows and the key index
+    has several levels before anything is measured. The figure is the measured batches' rows over
+    their wall time, the updater's rewrites included (with a cadence of N they run every N
+    batches: ``measured`` is a multiple of every cadence, so each pays its share)."""
+    staged = work / "changelog-staged"
+    stage_changelog(spark, staged, rows, prior + measured)
+    results = [
+        grown_table(spark, redis_url, rows, staged, work, prior, measured, cadence)
+        for cadence in CADENCES
+    ]
+    results.append(floor(spark, rows, staged / f"{prior:05d}", work, repeats=3))
     return results
 
 
-def floor(spark: Any, rows: int, work: Path, repeats: int) -> dict[str, Any]:
-    """The reference figure: a bare Spark pass over the same batch (read it, shuffle it by key,
-    write it as Parquet). Any upsert pipeline does at least this per batch, plus the key join."""
-    source, target = str(work / "floor-source"), str(work / "floor-target")
-    changes(spark, rows, rows, 2, 0.3, rows).write.mode("overwrite").parquet(source)
+CADENCES = (1, 5)
+"""Updater cadences measured: after every batch (the default, freshest LWM) and every fifth."""
+
+
+def stage_changelog(spark: Any, staged: Path, rows: int, batches: int) -> None:
+    """Write ``batches`` changelog batches of ``rows`` rows as Parquet, one directory each."""
+    existing = 0
+    for batch in range(batches):
+        fraction = 0.0 if batch == 0 else UPDATE_FRACTION
+        changes(spark, existing, rows, batch + 1, fraction, existing).write.parquet(
+            str(staged / f"{batch:05d}")
+        )
+        existing += rows - int(rows * fraction)
+
+
+def grown_table(
+    spark: Any,
+    redis_url: str,
+    rows: int,
+    staged: Path,
+    work: Path,
+    prior: int,
+    measured: int,
+    cadence: int,
+) -> dict[str, Any]:
+    """Ingest the staged batches into a fresh table; time the last ``measured`` ones."""
+    from ingest.job import IngestJob
+    from watermark.server import ServerClient
+
+    name = f"grown-c{cadence}"
+    watched = work / f"{name}-changelog"
+    watched.mkdir(parents=True)
+    client = ServerClient(redis_url, f"bench-{name}", prefix=f"g{cadence}")
+    job = IngestJob(spark, accounts(work / name, update_cadence=cadence), client).start()
+    seconds: list[float] = []
+    stages: dict[str, float] = {}
+    rewritten = 0
+    try:
+        for batch in range(prior + measured):
+            for part in sorted((staged / f"{batch:05d}").glob("*.parquet")):
+                shutil.copy(part, watched / f"{batch:05d}-{part.name}")
+            started = time.perf_counter()
+            result = job.run_directory(str(watched), "parquet")
+            elapsed = time.perf_counter() - started
+            if batch < prior:
+                continue
+            seconds.append(elapsed)
+            rewritten += result.updated_segments
+            for stage, spent in result.stage_seconds:
+                stages[stage] = stages.get(stage, 0.0) + spent
+        levels = max((len(index.levels) for index in job.state.key_index.values()), default=0)
+        segments = len(client.announced_segments("accounts"))
+    finally:
+        client.close()
+        shutil.rmtree(work / name, ignore_errors=True)
+    total = sum(seconds)
+    stages["outside Spark actions"] = total - sum(stages.values())
+    return {
+        "workload": f"30% updates, updater every {'batch' if cadence == 1 else f'{cadence} batches'}",
+        "cadence": cadence, "rows": rows, "prior_batches": prior, "measured_batches": measured,
+        "seconds": round(total, 2), "rows_per_s": round(rows * measured / total),
+        "batch_seconds": [round(s, 2) for s in seconds],
+        "segments_rewritten": rewritten, "key_index_levels": levels, "segments": segments,
+        "stage_seconds_per_batch": {k: round(v / measured, 2) for k, v in stages.items()},
+    }  # fmt: skip
+
+
+def floor(spark: Any, rows: int, source: Path, work: Path, repeats: int) -> dict[str, Any]:
+    """The reference figure: a bare Spark pass over one of the same changelog batches (read its
+    Parquet files, shuffle by key, write Parquet). Any upsert pipeline does at least this per
+    batch, plus the key join; the median of ``repeats`` warm runs."""
+    target = str(work / "floor-target")
     timings = []
     for _ in range(repeats):
         started = time.perf_counter()
         (
-            spark.read.parquet(source)
+            spark.read.parquet(str(source))
             .repartition(4, "user_id")
             .sortWithinPartitions("user_id")
             .write.mode("overwrite")
@@ -149,42 +196,62 @@ def floor(spark: Any, rows: int, work: Path, repeats: int) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def latency(spark: Any, redis_url: str, samples: int, work: Path) -> dict[str, Any]:
-    """Event file lands -> event visible at the follower's LWM."""
+def latency(
+    spark: Any, redis_url: str, samples: int, work: Path, *, update_every: int = 0
+) -> dict[str, Any]:
+    """Event file lands -> event visible at the follower's LWM.
+
+    ``update_every`` N > 0: the table first holds 100,000 keys, and every Nth event updates
+    one of them (the rest insert new keys), so the updater (after every batch) is on the path:
+    the old version's segment is rewritten before the LWM may pass the new one. An event is
+    visible when its own version is the one the LWM shows.
+    """
     import pyarrow.parquet as pq
 
     from ingest.job import IngestJob
     from watermark.follower import Follower
     from watermark.server import ServerClient
 
-    root, source = work / "latency", work / "latency-changelog"
+    name = f"latency-u{update_every}"
+    root, source = work / name, work / f"{name}-changelog"
     source.mkdir(parents=True)
-    client = ServerClient(redis_url, "bench-latency", prefix="lat")
-    follower = Follower(redis_url, prefix="lat")
+    prefix = f"lat{update_every}"
+    client = ServerClient(redis_url, f"bench-{name}", prefix=prefix)
+    follower = Follower(redis_url, prefix=prefix)
     follower.start()
     job = IngestJob(spark, accounts(root, key_partitions=2), client)
     job.start()
+    existing = 100_000 if update_every else 0
+    if existing:
+        job.run_batch(changes(spark, 0, existing, 1, 0.0, 0))
     query = job.run_stream(
-        job.stream_directory(str(source), "json"), str(work / "latency-ckpt"),
+        job.stream_directory(str(source), "json"), str(work / f"{name}-ckpt"),
         processing_time="1 second",
     )  # fmt: skip
-    seen: set[str] = set()
     measured: list[float] = []
+    updates = 0
     try:
         # One more event than samples: the first one also pays the stream's start (its first
         # micro-batch plans and compiles everything); it is reported on its own.
         for i in range(samples + 1):
-            key = f"event{i}"
+            update = bool(update_every) and i % update_every == update_every - 1
+            key = f"u{(i * 7919) % existing}" if update else f"event{i}"
+            balance = 10_000_000 + i
+            updates += update
             temporary = source / f".{i:05d}.json.tmp"
-            temporary.write_text(f'{{"user_id":"{key}","balance":{i},"seq":1,"deleted":false}}\n')
+            temporary.write_text(
+                f'{{"user_id":"{key}","balance":{balance},"seq":{100 + i},"deleted":false}}\n'
+            )
             started = time.perf_counter()
             temporary.rename(source / f"{i:05d}.json")
             deadline = started + 120
             while time.perf_counter() < deadline:
-                if _visible(follower, key, seen, pq):
+                if _visible(follower, key, balance, pq):
                     measured.append(time.perf_counter() - started)
                     break
                 time.sleep(0.02)
+            else:
+                raise RuntimeError(f"event {i} ({key}) was not visible within 120 s")
     finally:
         query.stop()
         follower.stop()
@@ -192,13 +259,17 @@ def latency(spark: Any, redis_url: str, samples: int, work: Path) -> dict[str, A
     first, steady = measured[:1], measured[1:]
     return {
         "samples": len(steady),
+        "updates": updates,
         **{k: round(v, 3) for k, v in summarize(steady).items()},
         "each_s": [round(v, 3) for v in steady],
         "first_event_s": round(first[0], 3) if first else None,
     }
 
 
-def _visible(follower: Any, key: str, seen: set[str], pq: Any) -> bool:
+def _visible(follower: Any, key: str, balance: int, pq: Any) -> bool:
+    """Whether ``key``'s version with ``balance`` is the one visible at the follower's LWM."""
+    import pyarrow.compute as pc
+
     try:
         view = follower.view("accounts")
     except Exception:
@@ -208,10 +279,15 @@ def _visible(follower: Any, key: str, seen: set[str], pq: Any) -> bool:
     for segment in view.visible_segments:
         for location in segment.location:
             path = location.removeprefix("file:")
-            rows = pq.read_table(path, columns=["user_id", "validFrom", "validUntil"]).to_pylist()
+            rows = pq.read_table(
+                path,
+                columns=["user_id", "balance", "validFrom", "validUntil"],
+                filters=[("user_id", "=", key)],
+            )
+            rows = rows.filter(pc.equal(rows["user_id"], key)).to_pylist()
             for row in rows:
                 if (
-                    row["user_id"] == key
+                    row["balance"] == balance
                     and row["validFrom"] <= view.lwm
                     and (row["validUntil"] is None or row["validUntil"] > view.lwm)
                 ):
@@ -273,16 +349,19 @@ def main(argv: list[str] | None = None) -> None:
         help=f"comma-separated subset of {', '.join(PARTS)} (default: all)",
     )
     parser.add_argument(
-        "--repeats", type=int, default=None, help="warm throughput rounds (default 5, quick 1)"
+        "--rows",
+        type=int,
+        default=None,
+        help="rows per changelog batch (default 500,000; quick 100,000)",
     )
     args = parser.parse_args(argv)
     parts = [part.strip() for part in args.parts.split(",") if part.strip()]
     unknown = sorted(set(parts) - set(PARTS))
     if unknown:
         parser.error(f"unknown parts {unknown}: choose from {', '.join(PARTS)}")
-    rows = 100_000 if args.quick else 1_000_000
+    rows = args.rows or (100_000 if args.quick else 500_000)
     samples = 5 if args.quick else 20
-    repeats = args.repeats or (1 if args.quick else 5)
+    prior, measured = 10, 5
     keys, batches, updates = (50_000, 4, 2_000) if args.quick else (200_000, 8, 5_000)
 
     from core.spark_session import create_spark_session
@@ -296,23 +375,32 @@ def main(argv: list[str] | None = None) -> None:
     try:
         speed: list[dict[str, Any]] = []
         delay: dict[str, Any] = {}
+        delay_updates: dict[str, Any] = {}
         amp: list[dict[str, Any]] = []
         if "throughput" in parts:
-            speed = throughput(spark, redis_process.url, rows, work, repeats)
+            speed = throughput(spark, redis_process.url, rows, work, prior, measured)
+            floor_rate = speed[-1]["rows_per_s"]
             print_table(
-                f"ingest throughput (2 cores; median of {repeats} warm batches, first batch apart)",
-                ["workload", "rows", "seconds", "rows/s", "cold seconds", "cold rows/s"],
-                [[r["workload"], r["rows"], r["seconds"], r["rows_per_s"],
-                  r.get("cold_seconds", "-"), r.get("cold_rows_per_s", "-")] for r in speed],
+                f"ingest throughput (2 cores, Parquet changelog, {rows:,} rows a batch; "
+                f"{measured} batches timed after {prior})",
+                ["workload", "seconds", "rows/s", "of the floor", "segments rewritten",
+                 "segments", "index levels"],
+                [[r["workload"], r["seconds"], r["rows_per_s"],
+                  f"{r['rows_per_s'] / floor_rate:.0%}", r["segments_rewritten"],
+                  r.get("segments", "-"), r.get("key_index_levels", "-")] for r in speed],
             )  # fmt: skip
             for r in speed:
-                if "spark_actions_s" in r:
-                    print(f"  {r['workload']}: samples {r['samples_s']}, {r['spark_actions_s']}")
+                if "stage_seconds_per_batch" in r:
+                    print(f"  {r['workload']}: batches {r['batch_seconds']} s")
+                    print(f"    per batch: {r['stage_seconds_per_batch']}")
         if "latency" in parts:
             delay = latency(spark, redis_process.url, samples, work)
+            delay_updates = latency(spark, redis_process.url, samples, work, update_every=3)
             print_table(
-                "event landing -> visible at the LWM (seconds)", ["samples", "p50", "p99", "mean"],
-                [[delay["samples"], delay["p50"], delay["p99"], delay["mean"]]],
+                "event landing -> visible at the LWM (seconds; 1 s trigger)",
+                ["events", "samples", "of them updates", "p50", "p99", "mean"],
+                [[label, r["samples"], r["updates"], r["p50"], r["p99"], r["mean"]]
+                 for label, r in (("inserts", delay), ("1 in 3 updates", delay_updates))],
             )  # fmt: skip
         if "amplification" in parts:
             amp = amplification(spark, redis_process.url, keys, batches, updates, work)
@@ -326,7 +414,8 @@ def main(argv: list[str] | None = None) -> None:
             print("a partial run: bench/results/ingest.json is left as it was")
             return
         path = write_results("ingest", {
-            "quick": args.quick, "throughput": speed, "latency_s": delay, "amplification": amp,
+            "quick": args.quick, "throughput": speed, "latency_s": delay,
+            "latency_with_updates_s": delay_updates, "amplification": amp,
         })  # fmt: skip
         print(f"wrote {path}")
     finally:
