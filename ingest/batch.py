@@ -116,9 +116,7 @@ def write_batch(
         [("_chunk", "long"), ("_kp", "int"), ("_seg", "int")],
     )
     if table.upsert:
-        resolved = resolve_upserts(
-            protocol, stamped, mapping, count.touched, resolution_dir, rows=count.rows
-        )
+        resolved = resolve_upserts(protocol, stamped, mapping, count.touched, resolution_dir)
     else:
         versions = append_only(stamped, table).join(F.broadcast(mapping), on=["_chunk", "_kp"])
         resolved = ResolvedBatch(versions, count.rows)
@@ -175,34 +173,21 @@ def resolve_upserts(
     mapping: Any,
     touched: Sequence[int],
     directory: str,
-    *,
-    rows: int,
 ) -> ResolvedBatch:
-    """Resolve an upsert table's batch of ``rows`` changes against the key index of the
-    ``touched`` partitions and write the resolution to ``directory``: the versions to store, the
-    new key index levels and the pending updates."""
+    """Resolve an upsert table's batch against the key index of the ``touched`` partitions and
+    write the resolution to ``directory``: the versions to store, the new key index levels and
+    the pending updates."""
     from pyspark.sql import functions as F
 
     server = protocol.server
     spark, table, steps = server.spark, server.table, server.steps
     key_index = protocol.state.key_index
     layout = bucket_layout(touched, resolution_tasks(spark, len(touched)))
-    batch_keys = stamped
     stamped = stamped.withColumn(BUCKET_COLUMN, bucket_column(layout)).repartition(
         layout.tasks, BUCKET_COLUMN
     )
     on_top = resolves_against_levels(key_index, touched)
-    index = read_index(
-        spark,
-        table,
-        key_index,
-        touched,
-        stamped,
-        layout,
-        # On top of the levels, only the batch's keys are joined: their entries alone are
-        # ranked. The whole index is read when the batch writes it again.
-        only_keys_of=batch_keys if on_top and rows <= PREFILTER_INDEX_ROWS else None,
-    )
+    index = read_index(spark, table, key_index, touched, stamped, layout)
     resolved = resolve(
         stamped, index, table, mapping, cluster_by=[BUCKET_COLUMN], untouched_keys=not on_top
     )
@@ -237,11 +222,6 @@ def resolve_upserts(
             [int(row["_chunk"]), int(row["_seg"]), int(row["updates"])] for row in updated
         ),
     )
-
-
-PREFILTER_INDEX_ROWS = 2_000_000
-"""Batches of at most this many changes broadcast their keys to the key index scan (about 40
-bytes a key); larger ones rank the index levels whole."""
 
 
 def resolution_tasks(spark: Any, partitions: int) -> int:

@@ -78,17 +78,9 @@ def read_index(
     partitions: Sequence[int],
     like: Any,
     layout: BucketLayout,
-    *,
-    only_keys_of: Any | None = None,
 ) -> Any:
     """The key index of ``partitions``, split like the batch: of several levels, each key's
-    newest entry (ranked in the split and order the join with the batch needs anyway).
-
-    ``only_keys_of`` (a frame with the primary key columns, small enough to broadcast) keeps
-    only the entries of its keys, before anything is shuffled: a batch that joins the index
-    for its own keys alone then ranks and sorts those entries, not every key of the table
-    (the full index is the deepest level, and it grows with the table).
-    """
+    newest entry (ranked in the split and order the join with the batch needs anyway)."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
@@ -97,11 +89,7 @@ def read_index(
         return empty_index(like, table).withColumn(BUCKET_COLUMN, bucket_column(layout))
 
     def entries(paths: Sequence[str]) -> Any:
-        found = index_entries(read_resolutions(spark, table, paths), table)
-        if only_keys_of is None:
-            return found
-        keys = only_keys_of.select(*table.primary_key)
-        return found.join(F.broadcast(keys), on=list(table.primary_key), how="left_semi")
+        return index_entries(read_resolutions(spark, table, paths), table)
 
     deepest = max(len(levels) for levels in stacks)
     if deepest == 1:
