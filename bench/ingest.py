@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.report import print_table, summarize, write_results
+from bench.report import percentile, print_table, summarize, write_results
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
@@ -224,9 +224,10 @@ def latency(
     existing = 100_000 if update_every else 0
     if existing:
         job.run_batch(changes(spark, 0, existing, 1, 0.0, 0))
+    batches: list[Any] = []
     query = job.run_stream(
         job.stream_directory(str(source), "json"), str(work / f"{name}-ckpt"),
-        processing_time="1 second",
+        processing_time="1 second", on_batch=batches.append,
     )  # fmt: skip
     measured: list[float] = []
     updates = 0
@@ -257,9 +258,21 @@ def latency(
         follower.stop()
         client.close()
     first, steady = measured[:1], measured[1:]
+    # Where a micro-batch's time goes (its first, which starts the stream, left out): the
+    # median of each Spark action, and of the whole batch up to its report.
+    ran = [batch for batch in batches[1:] if not batch.skipped]
+    stages = sorted({stage for batch in ran for stage, _ in batch.stage_seconds})
     return {
         "samples": len(steady),
         "updates": updates,
+        "micro_batches": len(ran),
+        "batch_seconds_p50": round(percentile([batch.seconds or 0.0 for batch in ran], 0.5), 3),
+        "stage_seconds_p50": {
+            stage: round(
+                percentile([dict(batch.stage_seconds).get(stage, 0.0) for batch in ran], 0.5), 3
+            )
+            for stage in stages
+        },
         **{k: round(v, 3) for k, v in summarize(steady).items()},
         "each_s": [round(v, 3) for v in steady],
         "first_event_s": round(first[0], 3) if first else None,
@@ -402,6 +415,11 @@ def main(argv: list[str] | None = None) -> None:
                 [[label, r["samples"], r["updates"], r["p50"], r["p99"], r["mean"]]
                  for label, r in (("inserts", delay), ("1 in 3 updates", delay_updates))],
             )  # fmt: skip
+            for label, r in (("inserts", delay), ("1 in 3 updates", delay_updates)):
+                print(
+                    f"  {label}: {r['micro_batches']} micro-batches, each {r['batch_seconds_p50']} s "
+                    f"(p50) from its start to its report: {r['stage_seconds_p50']}"
+                )
         if "amplification" in parts:
             amp = amplification(spark, redis_process.url, keys, batches, updates, work)
             print_table(
