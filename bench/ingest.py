@@ -89,7 +89,7 @@ def throughput(
     cadence, then the floor on the same changelog files.
 
     The changelog is Parquet files (what a server usually ingests), staged before the clock
-    starts and moved into the watched directory one batch at a time; ``run_directory`` ingests
+    starts and copied into the watched directory one batch at a time; ``run_directory`` ingests
     them as a server does. Every batch after the first updates 30% existing keys, drawn uniformly
     from all keys written so far, and inserts 70% new ones, so the table grows and the key index
     has several levels before anything is measured. The figure is the measured batches' rows over
