@@ -27,8 +27,8 @@ LOW_LATENCY_CONF: dict[str, str] = {
     "spark.sql.sources.parallelPartitionDiscovery.threshold": "1000000",
     "spark.scheduler.mode": "FAIR",
     # PySpark 4 records the Python call site of every Column function (col, when, lit, ...) for
-    # error messages: three JVM round trips each, about 1.6 ms. A batch builds hundreds of them,
-    # so it cost a micro-batch about half a second. Errors of SQL text keep their context.
+    # error messages: about three JVM round trips each. A one-row ingestion batch made 600,000
+    # Python calls with it and 181,000 without. Errors of SQL text keep their context.
     "spark.python.sql.dataFrameDebugging.enabled": "false",
 }
 
