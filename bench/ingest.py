@@ -377,12 +377,15 @@ def main(argv: list[str] | None = None) -> None:
     prior, measured = 10, 5
     keys, batches, updates = (50_000, 4, 2_000) if args.quick else (200_000, 8, 5_000)
 
-    from core.spark_session import create_spark_session
+    from core.spark_session import INGESTION_CONF, create_spark_session
     from tests.processes import RedisProcess
 
     redis_process = RedisProcess().start()
+    # The session an ingestion server creates (the floor runs on it too).
     spark = create_spark_session(
-        master="local[2]", app_name="bench-ingest", conf={"spark.sql.shuffle.partitions": "4"}
+        master="local[2]",
+        app_name="bench-ingest",
+        conf={**INGESTION_CONF, "spark.sql.shuffle.partitions": "4"},
     )
     work = Path(tempfile.mkdtemp(prefix="horizon-bench-ingest-"))
     try:

@@ -67,14 +67,14 @@ def main(argv: list[str] | None = None) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
 
-    from core.spark_session import create_spark_session
+    from core.spark_session import INGESTION_CONF, create_spark_session
     from ingest.server import IngestServer
     from ingest.table import TableDefinition
 
     spark = create_spark_session(
         master=args.spark_master,
         app_name=f"chaos-{args.server_id}",
-        conf={"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false"},
+        conf={**INGESTION_CONF, "spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false"},
     )
     partitions = [int(p) for p in args.partitions.split(",")]
     server = IngestServer(args.redis, args.server_id, spark, heartbeat_s=1.0)

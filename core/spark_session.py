@@ -33,6 +33,21 @@ LOW_LATENCY_CONF: dict[str, str] = {
 }
 
 
+INGESTION_CONF: dict[str, str] = {
+    "spark.scheduler.mode": "FAIR",
+    "spark.sql.adaptive.enabled": "false",
+}
+"""What a session created for ingestion sets on top of :data:`LOW_LATENCY_CONF`.
+
+Adaptive execution is off: an ingestion batch chooses its own splits (a bucket of the key
+partition, a task per segment) and join strategies, so re-planning after every shuffle only adds
+a job per stage. Measured side by side on one session (commit 3bc0790): a one-row micro-batch's
+median went from 2.78 and 2.71 s to 2.19 and 2.36 s, and 200,000-row batches on a growing table
+from 13,132 and 13,559 to 15,104 and 14,095 rows/s. A session a caller hands to ingestion keeps
+its own settings.
+"""
+
+
 def create_spark_session(
     *,
     master: str = "local[*]",

@@ -49,11 +49,20 @@ OnError = Callable[[str, Exception], None]
 TableLike = TableDefinition | str | Path | Mapping[str, Any]
 
 
+def ingestion_session_conf(spark_conf: Mapping[str, str]) -> dict[str, str]:
+    """The settings of a session a server creates: :data:`core.spark_session.INGESTION_CONF`,
+    each overridden by the server's own ``spark_conf``."""
+    from core.spark_session import INGESTION_CONF
+
+    return {**INGESTION_CONF, **spark_conf}
+
+
 class IngestServer:
     """An ingestion server of many tables, built from a Redis URL and a server id.
 
     ``spark`` is the session to run on (created from ``spark_master`` and ``spark_conf`` on first
-    use when absent; Spark Connect sessions are refused: ingestion needs a classic one).
+    use when absent, over :data:`core.spark_session.INGESTION_CONF`; Spark Connect sessions are
+    refused: ingestion needs a classic one).
     ``concurrency`` caps the tables ingesting at once in :meth:`run_once` (default: all).
     """
 
@@ -124,7 +133,7 @@ class IngestServer:
             self._spark = create_spark_session(
                 master=self._spark_master,
                 app_name=f"horizon-ingest-{self.server_id}",
-                conf={"spark.scheduler.mode": "FAIR", **self._spark_conf},
+                conf=ingestion_session_conf(self._spark_conf),
             )
         require_classic_session(self._spark)
         return self._spark

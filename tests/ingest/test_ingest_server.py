@@ -154,3 +154,13 @@ def test_the_ingest_command_streams_several_tables_and_parks_them_when_the_strea
         assert follower.wait_for(
             lambda f, n=name: {r.state for r in f.watermarks(n).partitions} == {PARKED}, 10
         )
+
+
+def test_a_session_the_server_creates_runs_without_adaptive_execution_unless_configured():
+    from ingest.server import ingestion_session_conf
+
+    defaults = ingestion_session_conf({})
+    assert defaults["spark.sql.adaptive.enabled"] == "false"
+    assert defaults["spark.scheduler.mode"] == "FAIR"
+    configured = ingestion_session_conf({"spark.sql.adaptive.enabled": "true", "a.b": "c"})
+    assert configured["spark.sql.adaptive.enabled"] == "true" and configured["a.b"] == "c"
