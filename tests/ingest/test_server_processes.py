@@ -79,12 +79,18 @@ class Broker:
 def broker() -> Iterator[Broker]:
     """``horizon serve --embedded-redis``: a broker with its own Redis, printing its URL."""
     port = free_port()
+    # Any free port for Flight SQL, metrics and the console: their fixed defaults (50052, 9464,
+    # 50053) may be held by another process on this machine, which once failed the fixture.
+    free = {
+        f"HORIZON_{section}_LISTEN": "127.0.0.1:0" for section in ("FLIGHT", "METRICS", "CONSOLE")
+    }
     process = subprocess.Popen(
         [HORIZON, "serve", "--embedded-redis", "--listen", f"127.0.0.1:{port}"],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
         start_new_session=True,
+        env={**os.environ, **free},
     )
     output = Lines(process.stdout)
     try:
