@@ -31,6 +31,7 @@ from typing import Any, TypeVar
 
 from core.errors import FailedPrecondition, InvalidArgument, NotFound
 from core.keys import DEFAULT_PREFIX
+from core.spark_session import INGESTION_CONF
 from ingest import preflight
 from ingest.job import BatchResult, IngestJob
 from ingest.server_config import ServerConfig, TableSource, owned_partitions
@@ -52,8 +53,6 @@ TableLike = TableDefinition | str | Path | Mapping[str, Any]
 def ingestion_session_conf(spark_conf: Mapping[str, str]) -> dict[str, str]:
     """The settings of a session a server creates: :data:`core.spark_session.INGESTION_CONF`,
     each overridden by the server's own ``spark_conf``."""
-    from core.spark_session import INGESTION_CONF
-
     return {**INGESTION_CONF, **spark_conf}
 
 
