@@ -20,24 +20,22 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import random
 import resource
 import time
 import tracemalloc
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
+from bench.report import write_results
 from timeline import Interval, Segment, Timeline
 
 TABLE = "bench"
 YEAR_START_MS = 1_293_840_000_000  # 2011-01-01
 GRANULARITIES = {"DAY": 86_400_000, "HOUR": 3_600_000, "MINUTE": 60_000}
-RESULTS = Path(__file__).parent / "results" / "timeline.json"
 
 
 def first_generation(chunk: Interval, version: str, count: int) -> list[Segment]:
@@ -439,20 +437,17 @@ def report(
         if not quick
         else "quick run: sizes reduced."
     )
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(
-        json.dumps(
-            {
-                "quick": quick,
-                "lookup": lookup_rows,
-                "memory": memory_rows,
-                "changes": change_rows,
-                "targets": targets,
-            },
-            indent=2,
-        )
+    path = write_results(
+        "timeline",
+        {
+            "quick": quick,
+            "lookup": lookup_rows,
+            "memory": memory_rows,
+            "changes": change_rows,
+            "targets": targets,
+        },
     )
-    console.print(f"wrote {RESULTS}")
+    console.print(f"wrote {path}")
 
 
 if __name__ == "__main__":
