@@ -89,9 +89,12 @@ def test_a_segment_announced_outside_the_tables_storage_root_is_refused(
         # other tests of the shared broker leave unreadable segments of their own tables
         return [(s.location, m.reason) for s, m in follower.unreadable() if s.table == name]
 
-    deadline = time.monotonic() + 20
-    while not refused_here() and time.monotonic() < deadline:
-        time.sleep(0.05)
+    def followed(f: object) -> bool:
+        # the refusal and the report arrive separately: a query before the LWM is (rightly)
+        # FAILED_PRECONDITION, not the refusal this test is about
+        return bool(refused_here()) and follower.view(name).lwm == LWM
+
+    assert follower.wait_for(followed, 20)
     refused = refused_here()
     assert refused and refused[0][0] == (outside,)
     assert "outside the table's storage root" in refused[0][1]
