@@ -4,6 +4,7 @@ gRPC server on loopback with its metrics endpoint on a free port."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from horizon.client import HorizonClient, connect
 from tests.broker.data import UpsertTable
 from tests.observe.browser import start_chromium
 from tests.processes import RedisProcess
+from timeline.segment import Segment
 from watermark.server import ServerClient
 
 ADMIN = "admin-secret-token-1"
@@ -39,6 +41,22 @@ class WatchedBroker:
 
     def client(self, token: str | None = ADMIN) -> HorizonClient:
         return connect(self.broker.target, token=token)
+
+    @contextmanager
+    def unreadable(self, segment: Segment, reason: str) -> Iterator[None]:
+        """The segment's file is really gone while the block runs, and the broker has marked it.
+
+        A mark on a file that still reads would be cleared by the broker's periodic recheck, at a
+        moment the test does not choose."""
+        path = Path(segment.location[0])
+        hidden = path.with_name(path.name + ".away")
+        path.rename(hidden)
+        try:
+            assert self.broker.follower.mark_unreadable(segment.id, reason)
+            yield
+        finally:
+            hidden.rename(path)
+            self.broker.follower.clear_unreadable(segment.id)
 
 
 def watched_config(redis_url: str, **sections: dict) -> object:

@@ -177,16 +177,17 @@ def test_state_families_follow_announcements_faults_and_stale_servers(
     watched.server.announce([segment])
     follower = watched.broker.follower
     assert follower.wait_for(lambda f: len(f.view("secret").visible_segments) == 3, 10)
-    assert follower.mark_unreadable(table.o0.id, "test: lost file")
     # A second server takes partition 2 of secret, reports once and goes silent: stale.
     silent = ServerClient(watched.redis.url, "srv-silent")
     silent.register()
     silent.report("secret", {2: (LWM + 5, LWM + 5)})
     try:
-        assert follower.wait_for(lambda f: "srv-silent" in f.watermarks("secret").stale_servers, 10)
-        after = scrape(watched)
+        with watched.unreadable(table.o0, "test: lost file"):
+            assert follower.wait_for(
+                lambda f: "srv-silent" in f.watermarks("secret").stale_servers, 10
+            )
+            after = scrape(watched)
     finally:
-        follower.clear_unreadable(table.o0.id)
         silent.decommission()
         silent.close()
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import urllib.error
 import urllib.request
 from collections import Counter
-from pathlib import Path
 
 import pytest
 from selenium.webdriver.common.by import By
@@ -110,23 +109,12 @@ def test_timeline_picture_matches_the_inspection_answer(browser, watched: Watche
 
 
 def test_unreadable_segments_are_marked_on_the_picture(browser, watched: WatchedBroker):
-    follower = watched.broker.follower
-    segment = watched.tables["accounts"].o0
-    # the file really goes away: the broker rechecks marked segments and would clear the mark of
-    # one that reads again before the page is drawn
-    path = Path(segment.location[0])
-    hidden = path.with_name(path.name + ".away")
-    path.rename(hidden)
-    assert follower.mark_unreadable(segment.id, "test: the file went away")
-    try:
+    with watched.unreadable(watched.tables["accounts"].o0, "test: the file went away"):
         sign_in(browser, watched, ADMIN)
         browser.get(url(watched, "/tables/accounts"))
         marks = browser.find_elements(By.CSS_SELECTOR, "#timeline text.unreadable")
         assert [mark.get_attribute("data-segments") for mark in marks] == ["1"]
         assert "test: the file went away" in browser.find_element(By.ID, "unreadable").text
-    finally:
-        hidden.rename(path)
-        follower.clear_unreadable(segment.id)
 
 
 def test_query_box_runs_and_explains_sql_and_the_query_is_listed(browser, watched: WatchedBroker):

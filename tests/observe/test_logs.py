@@ -109,12 +109,9 @@ def test_text_format_writes_the_same_fields_as_key_value_pairs(watched: WatchedB
 
 
 def test_state_changes_are_logged_as_they_happen(watched: WatchedBroker, captured: Captured):
-    follower = watched.broker.follower
-    segment = watched.tables["secret"].o0
-    assert follower.mark_unreadable(segment.id, "test: the file went away")
-    line = captured.wait_for(lambda line: line.get("event") == "segment_unreadable")
-    assert line["table"] == "secret" and line["level"] == "WARNING"
-    follower.clear_unreadable(segment.id)
+    with watched.unreadable(watched.tables["secret"].o0, "test: the file went away"):
+        line = captured.wait_for(lambda line: line.get("event") == "segment_unreadable")
+        assert line["table"] == "secret" and line["level"] == "WARNING"
     captured.wait_for(lambda line: line.get("event") == "segment_readable")
 
     # A server reports a position older than the LWM served: a regression, logged once.
