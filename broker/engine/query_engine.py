@@ -38,6 +38,7 @@ from broker.engine.freshness import (
 )
 from broker.engine.pinning import check_pinned_tables, find_pin, pin_plan, pinned_views
 from broker.engine.prepared import SNAPSHOT_LWM, Prepared, read_info
+from broker.engine.query_texts import QueryTexts
 from broker.engine.read_options import DEFAULT as DEFAULT_READ
 from broker.engine.read_options import ReadOptions
 from broker.engine.registry import QueryRegistry
@@ -99,6 +100,7 @@ class QueryEngine:
         self.queries = QueryRegistry()
         """Running and recent queries (the service records their lifecycle)."""
         self.catalog_entries = CatalogEntries()
+        self.texts = QueryTexts()
         self.direct = DirectLookups(config.spark, self.executor.mode)
         self.admission = Admission(config.limits.max_concurrent, config.limits.queue_size)
         self.pins = pins
@@ -131,7 +133,10 @@ class QueryEngine:
         """Check and parse a query's text, once for every prepare of it."""
         if not isinstance(sql, str) or not sql.strip():
             raise InvalidArgument("the query is empty: send one SELECT statement")
-        return parse_query(sql, limits=self.rewrite_limits, functions=self.functions)
+        return self.texts.parse(
+            sql,
+            functools.partial(parse_query, limits=self.rewrite_limits, functions=self.functions),
+        )
 
     def prepare(
         self,
@@ -215,8 +220,15 @@ class QueryEngine:
             layout_of=self.views.layout,
             kept=self.catalog_entries,
         )
+        budget = self.config.limits.budget
         try:
-            result = bind(parsed, catalog, budget=self.config.limits.budget, row_cap=row_cap)
+            result = self.texts.bind(
+                parsed,
+                None if failures else tuple(catalog),
+                budget,
+                row_cap,
+                functools.partial(bind, parsed, catalog, budget=budget, row_cap=row_cap),
+            )
         except NoLowWatermark:
             # A table whose state could not be read explains itself better than "no LWM".
             self._raise_failed_table(parsed.sql, failures)
