@@ -146,9 +146,24 @@ def bind(
     """Rewrite a parsed query against ``catalog``: resolve its references, check its work
     budget, describe its shape, choose its snapshot and substitute every registered table.
     With ``row_cap``, ``capped_sql`` returns at most ``row_cap + 1`` rows (one more than the
-    cap, so the broker can tell a result over it)."""
-    tree = parsed.tree.copy()
-    state_of(tree).raw_backslash = "\\" in parsed.sql
+    cap, so the broker can tell a result over it). ``parsed`` is left as it was (the passes
+    work on a copy of its tree)."""
+    return _bind_tree(
+        parsed.tree.copy(), parsed.sql, catalog, budget=budget, pretty=pretty, row_cap=row_cap
+    )
+
+
+def _bind_tree(
+    tree: exp.Expression,
+    sql_text: str,
+    catalog: Catalog,
+    *,
+    budget: WorkBudget,
+    pretty: bool,
+    row_cap: int | None,
+) -> RewriteResult:
+    """:func:`bind` on a tree the passes may consume."""
+    state_of(tree).raw_backslash = "\\" in sql_text
     tree = resolve_references(tree, catalog)
     tree = check_budget(tree, budget)
     tree = describe_shape(tree)
@@ -180,7 +195,8 @@ def rewrite(
     error escape.
     """
     parsed = parse_query(sql, limits=limits, functions=functions)
-    return bind(parsed, catalog, budget=budget, pretty=pretty, row_cap=row_cap)
+    # The parse is this call's own: the passes may consume its tree without a copy.
+    return _bind_tree(parsed.tree, sql, catalog, budget=budget, pretty=pretty, row_cap=row_cap)
 
 
 def generate(tree: exp.Expression, *, pretty: bool = False) -> str:

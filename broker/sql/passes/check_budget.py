@@ -60,9 +60,14 @@ def check_budget(tree: exp.Expression, budget: WorkBudget) -> exp.Expression:
     ...
     broker.sql.errors.OverBudget: range() would generate 1000000000000 rows, over the limit ...
     """
-    _check_hints(tree, budget)
-    _check_generators(tree, budget)
-    references = sum(1 for node in _walk(tree) if isinstance(node, exp.Table))
+    references = 0
+    for node in _walk(tree):  # one walk: hints, generators and table references
+        if isinstance(node, exp.Hint):
+            _check_hint(node, budget)
+        elif isinstance(node, exp.Table):
+            references += 1
+        else:
+            _check_generator(node, budget)
     if references > budget.max_table_references:
         raise OverBudget(
             f"the query reads {references} tables or table functions, over the limit "
@@ -79,7 +84,7 @@ def check_budget(tree: exp.Expression, budget: WorkBudget) -> exp.Expression:
 
 
 def _walk(tree: exp.Expression) -> Iterator[exp.Expression]:
-    """Every node outside hints (whose arguments name aliases, not tables)."""
+    """Every node, without entering hints (whose arguments name aliases, not tables)."""
     return tree.walk(prune=lambda node: isinstance(node, exp.Hint))
 
 
@@ -104,27 +109,26 @@ def _hint_arguments(node: exp.Expression) -> list[exp.Expression]:
     return [arg for arg in node.iter_expressions()]
 
 
-def _check_hints(tree: exp.Expression, budget: WorkBudget) -> None:
-    for hint in tree.find_all(exp.Hint):
-        for entry in hint.expressions:
-            name = _hint_name(entry)
-            if name not in ALLOWED_HINTS:
-                raise HintNotAllowed(
-                    f"hint {name} is not allowed: use one of {', '.join(sorted(ALLOWED_HINTS))}"
-                )
-            arguments = _hint_arguments(entry)
-            for position, argument in enumerate(arguments):
-                if isinstance(argument, (exp.Table, exp.Column, exp.Identifier)):
-                    continue
-                number = integer_value(argument)
-                if name in PARTITION_HINTS and position == 0 and number is not None:
-                    _check_partitions(number, f"hint {name}", budget)
-                    continue
-                raise HintNotAllowed(
-                    f"hint {name} takes table or column names"
-                    + (" and a partition count first" if name in PARTITION_HINTS else "")
-                    + f", not {argument.sql(dialect='spark')}"
-                )
+def _check_hint(hint: exp.Hint, budget: WorkBudget) -> None:
+    for entry in hint.expressions:
+        name = _hint_name(entry)
+        if name not in ALLOWED_HINTS:
+            raise HintNotAllowed(
+                f"hint {name} is not allowed: use one of {', '.join(sorted(ALLOWED_HINTS))}"
+            )
+        arguments = _hint_arguments(entry)
+        for position, argument in enumerate(arguments):
+            if isinstance(argument, (exp.Table, exp.Column, exp.Identifier)):
+                continue
+            number = integer_value(argument)
+            if name in PARTITION_HINTS and position == 0 and number is not None:
+                _check_partitions(number, f"hint {name}", budget)
+                continue
+            raise HintNotAllowed(
+                f"hint {name} takes table or column names"
+                + (" and a partition count first" if name in PARTITION_HINTS else "")
+                + f", not {argument.sql(dialect='spark')}"
+            )
 
 
 def _check_partitions(count: int, what: str, budget: WorkBudget) -> None:
@@ -138,21 +142,22 @@ def _check_partitions(count: int, what: str, budget: WorkBudget) -> None:
 # -- generators ---------------------------------------------------------------------------------
 
 
-def _check_generators(tree: exp.Expression, budget: WorkBudget) -> None:
-    for node in _walk(tree):
-        if isinstance(node, exp.GenerateSeries):
-            _sequence_length(node, budget)
-        elif isinstance(node, exp.Anonymous) and node.name.lower() == "array_repeat":
+def _check_generator(node: exp.Expression, budget: WorkBudget) -> None:
+    if isinstance(node, exp.GenerateSeries):
+        _sequence_length(node, budget)
+    elif isinstance(node, exp.Anonymous):
+        name = node.name.lower()
+        if name == "array_repeat":
             _array_repeat_length(node, budget)
-        elif isinstance(node, exp.Anonymous) and node.name.lower() == "range":
+        elif name == "range":
             _range_rows(node, budget)
-        elif isinstance(node, exp.Repeat):
-            _string_length(node.args.get("times"), "repeat()", budget)
-        elif isinstance(node, exp.Space):
-            _string_length(node.this, "space()", budget)
-        elif isinstance(node, exp.Pad):
-            _string_length(node.expression, "lpad()" if node.args.get("is_left") else "rpad()",
-                           budget)  # fmt: skip
+    elif isinstance(node, exp.Repeat):
+        _string_length(node.args.get("times"), "repeat()", budget)
+    elif isinstance(node, exp.Space):
+        _string_length(node.this, "space()", budget)
+    elif isinstance(node, exp.Pad):
+        _string_length(node.expression, "lpad()" if node.args.get("is_left") else "rpad()",
+                       budget)  # fmt: skip
 
 
 def _not_constant(what: str, limit: str, value: int, hint: str) -> OverBudget:

@@ -8,7 +8,7 @@ lookup), and the result cache keeps no answer that a second run could change.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from sqlglot import exp
 
@@ -48,30 +48,61 @@ def describe_shape(tree: exp.Expression) -> exp.Expression:
         for ref in state.references
         if ref.kind is ReferenceKind.SCAN
     }
+    census = _census(tree)
     state.shape = replace(
         state.shape,
-        ordered=is_ordered(tree),
-        point_lookup=is_key_lookup(tree, keys),
-        uncacheable=uncacheable_reason(tree),
+        ordered=census.ordered,
+        point_lookup=_is_key_lookup(tree, keys, census),
+        uncacheable=census.uncacheable,
     )
     return tree
+
+
+@dataclass(frozen=True, slots=True)
+class _Census:
+    """What one walk of the tree finds for the shape's three questions."""
+
+    ordered: bool
+    selects: int
+    not_a_lookup: bool
+    uncacheable: str | None
+
+
+def _census(tree: exp.Expression) -> _Census:
+    ordered = not_a_lookup = False
+    selects = 0
+    uncacheable: str | None = None
+    for node in tree.walk():
+        if isinstance(node, exp.Order):
+            ordered = True
+        elif isinstance(node, exp.Select):
+            selects += 1
+        if isinstance(node, _NOT_A_LOOKUP):
+            not_a_lookup = True
+        if uncacheable is None:
+            uncacheable = _uncacheable_node(node)
+    return _Census(ordered, selects, not_a_lookup, uncacheable)
 
 
 def is_ordered(tree: exp.Expression) -> bool:
     """True when the result's row order may be part of the answer (any ORDER BY: Spark keeps a
     sorted subquery's order through a projection, and clients rely on it)."""
-    return tree.find(exp.Order) is not None
+    return _census(tree).ordered
 
 
 def is_key_lookup(tree: exp.Expression, primary_keys: Mapping[str, Sequence[str]]) -> bool:
     """True when ``tree`` selects from one table with every primary-key column fixed to
     literals (``primary_keys`` maps lower-case table names to their key columns). Joins,
     aggregates, windows, set operations and subqueries make a query not a lookup."""
+    return _is_key_lookup(tree, primary_keys, _census(tree))
+
+
+def _is_key_lookup(
+    tree: exp.Expression, primary_keys: Mapping[str, Sequence[str]], census: _Census
+) -> bool:
     if not isinstance(tree, exp.Select) or tree.args.get("distinct"):
         return False
-    if any(True for _ in tree.find_all(*_NOT_A_LOOKUP)):
-        return False
-    if sum(1 for _ in tree.find_all(exp.Select)) != 1:
+    if census.not_a_lookup or census.selects != 1:
         return False
     source = tree.args.get("from_")
     if source is None or not isinstance(source.this, exp.Table):
@@ -92,15 +123,18 @@ def uncacheable_reason(tree: exp.Expression) -> str | None:
     >>> uncacheable_reason(sqlglot.parse_one("SELECT 'rand()' AS s FROM t", read="spark")) is None
     True
     """
-    for node in tree.walk():
-        if isinstance(node, exp.TableSample):
-            return "it calls tablesample"
-        if isinstance(node, exp.StrToUnix) and node.this is None:
-            return "it calls unix_timestamp"
-        if isinstance(node, exp.Func):
-            for name in _names(node):
-                if name in NON_DETERMINISTIC:
-                    return f"it calls {name}"
+    return _census(tree).uncacheable
+
+
+def _uncacheable_node(node: exp.Expression) -> str | None:
+    if isinstance(node, exp.TableSample):
+        return "it calls tablesample"
+    if isinstance(node, exp.StrToUnix) and node.this is None:
+        return "it calls unix_timestamp"
+    if isinstance(node, exp.Func):
+        for name in _names(node):
+            if name in NON_DETERMINISTIC:
+                return f"it calls {name}"
     return None
 
 
