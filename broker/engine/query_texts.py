@@ -6,7 +6,7 @@ and the catalog (no clocks, no I/O), so their results are kept: the parse per te
 per (text, row cap, work budget, catalog entries). Catalog entries are themselves kept objects,
 one per table state (:class:`~broker.engine.catalog.CatalogEntries`), so "the same entries" is
 tested by identity; the kept rewrite holds its entries, so an identity cannot be reused while the
-rewrite is kept.
+rewrite is kept. Both are bounded by their (estimated) memory, least recently used dropped first.
 
 Only successes are kept: a text that fails to parse or bind fails again the same way, cheaply
 enough, and keeping errors would keep their tracebacks.
@@ -14,55 +14,44 @@ enough, and keeping errors would keep their tracebacks.
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
-from collections.abc import Callable, Hashable, Sequence
-from typing import Generic, TypeVar
+from collections.abc import Callable, Sequence
 
+from broker.spark.byte_lru import ByteBoundedLru
 from broker.sql import ParsedQuery
 from broker.sql.catalog import CatalogTable
 from broker.sql.model import RewriteResult, WorkBudget
 
-TEXTS_KEPT = 512
-"""Parsed texts and bound rewrites kept (each a few kilobytes of tree or text)."""
+KEPT_BYTES = 32 * 1024 * 1024
+"""Memory for kept parses, and as much for kept rewrites (estimated, see the sizes below)."""
+
+TREE_BYTES_PER_CHAR = 100
+"""A parsed tree's memory per character of its text (measured 60 to 80 with sqlglot 30)."""
 
 MAX_KEPT_TEXT = 16_384
 """Longer texts are parsed and bound every time: they are rarely repeated and their trees are
 large."""
 
-_V = TypeVar("_V")
+
+def _parse_bytes(parsed: ParsedQuery) -> int:
+    return TREE_BYTES_PER_CHAR * len(parsed.sql)
 
 
-class _Kept(Generic[_V]):
-    """A small thread-safe LRU."""
-
-    def __init__(self, capacity: int) -> None:
-        self.capacity = capacity
-        self._items: OrderedDict[Hashable, _V] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, key: Hashable) -> _V | None:
-        with self._lock:
-            found = self._items.get(key)
-            if found is not None:
-                self._items.move_to_end(key)
-            return found
-
-    def put(self, key: Hashable, value: _V) -> None:
-        with self._lock:
-            self._items[key] = value
-            self._items.move_to_end(key)
-            while len(self._items) > self.capacity:
-                self._items.popitem(last=False)
+def _rewrite_bytes(kept: tuple[tuple[CatalogTable, ...], RewriteResult]) -> int:
+    """The rewrite's texts, plus its entries' file and segment lists (kept alive with it)."""
+    entries, result = kept
+    listed = sum(len(entry.files) + len(entry.segments) for entry in entries)
+    return len(result.sql) + len(result.capped_sql) + 200 * listed
 
 
 class QueryTexts:
     """Kept parses and rewrites of recent query texts (one per engine: its limits and function
     policy are fixed, so the text alone decides the parse)."""
 
-    def __init__(self, capacity: int = TEXTS_KEPT) -> None:
-        self._parsed: _Kept[ParsedQuery] = _Kept(capacity)
-        self._bound: _Kept[tuple[tuple[CatalogTable, ...], RewriteResult]] = _Kept(capacity)
+    def __init__(self, kept_bytes: int = KEPT_BYTES) -> None:
+        self._parsed: ByteBoundedLru[ParsedQuery] = ByteBoundedLru(kept_bytes, _parse_bytes)
+        self._bound: ByteBoundedLru[tuple[tuple[CatalogTable, ...], RewriteResult]] = (
+            ByteBoundedLru(kept_bytes, _rewrite_bytes)
+        )
         self.parses = 0
         """Texts parsed (a probe: a repeated text leaves it flat)."""
         self.binds = 0

@@ -1,10 +1,10 @@
 """Kept parses and rewrites (pure): a text is parsed once, bound once per set of catalog entries
-(by identity, so any new table state binds again), the oldest texts make way, and very long texts
-are never kept."""
+(by identity, so any new table state binds again), the least recently used texts make way within
+the memory budget, and very long texts are never kept."""
 
 from __future__ import annotations
 
-from broker.engine.query_texts import MAX_KEPT_TEXT, QueryTexts
+from broker.engine.query_texts import MAX_KEPT_TEXT, TREE_BYTES_PER_CHAR, QueryTexts
 from broker.sql import ParsedQuery, bind, parse_query
 from broker.sql.catalog import Catalog, CatalogTable
 from broker.sql.functions import FunctionPolicy
@@ -66,8 +66,8 @@ def test_a_rewrite_is_kept_per_entries_and_equals_a_fresh_one() -> None:
     assert texts.binds == 6
 
 
-def test_the_oldest_texts_make_way() -> None:
-    texts = QueryTexts(capacity=2)
+def test_the_oldest_texts_make_way_within_the_memory_budget() -> None:
+    texts = QueryTexts(kept_bytes=2 * TREE_BYTES_PER_CHAR * len("SELECT 1"))  # two such parses
     for sql in ("SELECT 1", "SELECT 2", "SELECT 1", "SELECT 3", "SELECT 1", "SELECT 2"):
         texts.parse(sql, parse)
     assert texts.parses == 4  # SELECT 2 was the oldest when SELECT 3 came
