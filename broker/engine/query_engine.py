@@ -23,19 +23,10 @@ from broker.config import BrokerConfig
 from broker.engine.admission import Admission
 from broker.engine.catalog import CatalogEntries, build_catalog
 from broker.engine.direct import DirectLookups
-from broker.engine.execution import (
-    FIRST_FLUSH_BYTES,
-    Execution,
-    first_batches,
-    no_stream,
-)
+from broker.engine.execution import FIRST_FLUSH_BYTES, Execution, first_batches, no_stream
 from broker.engine.fallbacks import check_fallbacks, drop_unreadable, retry_refused
 from broker.engine.floor import SnapshotFloor
-from broker.engine.freshness import (
-    check_prepared_staleness,
-    required_snapshot,
-    wait_for_snapshot,
-)
+from broker.engine.freshness import check_prepared_staleness, required_snapshot, wait_for_snapshot
 from broker.engine.pinning import check_pinned_tables, find_pin, pin_plan, pinned_views
 from broker.engine.prepared import SNAPSHOT_LWM, Prepared, read_info
 from broker.engine.query_texts import QueryTexts
@@ -47,13 +38,12 @@ from broker.grants import Principal, check_read, not_readable
 from broker.spark.executor import QueryScope, ResultLimits, SparkExecutor, job_group
 from broker.spark.supervisor import check_engine_up, engine_failure
 from broker.spark.views import UnreadableFiles, ViewCache, ViewMissing
-from broker.sql import ParsedQuery, bind, parse_query
+from broker.sql import ParsedQuery
 from broker.sql.errors import NoLowWatermark, UnknownTable
 from broker.sql.model import RewriteLimits
 from core.errors import (
     FailedPrecondition,
     HorizonError,
-    InvalidArgument,
     Unavailable,
 )
 from pins.rules import Pin
@@ -100,7 +90,6 @@ class QueryEngine:
         self.queries = QueryRegistry()
         """Running and recent queries (the service records their lifecycle)."""
         self.catalog_entries = CatalogEntries()
-        self.texts = QueryTexts()
         self.direct = DirectLookups(config.spark, self.executor.mode)
         self.admission = Admission(config.limits.max_concurrent, config.limits.queue_size)
         self.pins = pins
@@ -117,6 +106,7 @@ class QueryEngine:
             max_nesting=config.limits.max_sql_nesting,
             max_tree_depth=config.limits.max_sql_tree_depth,
         )
+        self.texts = QueryTexts(self.rewrite_limits, self.functions)
 
     def use_spark(self, spark: Any) -> None:
         """Run every later query on ``spark`` (a new session after the old one died): a fresh
@@ -130,13 +120,8 @@ class QueryEngine:
     # -- preparing -----------------------------------------------------------------------------
 
     def parse(self, sql: str) -> ParsedQuery:
-        """Check and parse a query's text, once for every prepare of it."""
-        if not isinstance(sql, str) or not sql.strip():
-            raise InvalidArgument("the query is empty: send one SELECT statement")
-        return self.texts.parse(
-            sql,
-            functools.partial(parse_query, limits=self.rewrite_limits, functions=self.functions),
-        )
+        """Check and parse a query's text, once for every prepare of it (and of it again)."""
+        return self.texts.parse(sql)
 
     def prepare(
         self,
@@ -223,11 +208,7 @@ class QueryEngine:
         budget = self.config.limits.budget
         try:
             result = self.texts.bind(
-                parsed,
-                None if failures else tuple(catalog),
-                budget,
-                row_cap,
-                functools.partial(bind, parsed, catalog, budget=budget, row_cap=row_cap),
+                parsed, catalog, budget=budget, row_cap=row_cap, keep=not failures
             )
         except NoLowWatermark:
             # A table whose state could not be read explains itself better than "no LWM".

@@ -14,12 +14,14 @@ enough, and keeping errors would keep their tracebacks.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import functools
 
 from broker.spark.byte_lru import ByteBoundedLru
-from broker.sql import ParsedQuery
-from broker.sql.catalog import CatalogTable
-from broker.sql.model import RewriteResult, WorkBudget
+from broker.sql import ParsedQuery, bind, parse_query
+from broker.sql.catalog import Catalog, CatalogTable
+from broker.sql.functions import FunctionPolicy
+from broker.sql.model import RewriteLimits, RewriteResult, WorkBudget
+from core.errors import InvalidArgument
 
 KEPT_BYTES = 32 * 1024 * 1024
 """Memory for kept parses, and as much for kept rewrites (estimated, see the sizes below)."""
@@ -44,10 +46,13 @@ def _rewrite_bytes(kept: tuple[tuple[CatalogTable, ...], RewriteResult]) -> int:
 
 
 class QueryTexts:
-    """Kept parses and rewrites of recent query texts (one per engine: its limits and function
-    policy are fixed, so the text alone decides the parse)."""
+    """Kept parses and rewrites of recent query texts, under one engine's limits and function
+    policy (fixed, so the text alone decides the parse)."""
 
-    def __init__(self, kept_bytes: int = KEPT_BYTES) -> None:
+    def __init__(
+        self, limits: RewriteLimits, functions: FunctionPolicy, kept_bytes: int = KEPT_BYTES
+    ) -> None:
+        self._parse = functools.partial(parse_query, limits=limits, functions=functions)
         self._parsed: ByteBoundedLru[ParsedQuery] = ByteBoundedLru(kept_bytes, _parse_bytes)
         self._bound: ByteBoundedLru[tuple[tuple[CatalogTable, ...], RewriteResult]] = (
             ByteBoundedLru(kept_bytes, _rewrite_bytes)
@@ -57,14 +62,16 @@ class QueryTexts:
         self.binds = 0
         """Rewrites bound (a probe: a repeated text on an unchanged state leaves it flat)."""
 
-    def parse(self, sql: str, parse: Callable[[str], ParsedQuery]) -> ParsedQuery:
-        """``parse(sql)``, or the kept result of it."""
+    def parse(self, sql: str) -> ParsedQuery:
+        """The checked parse of ``sql`` (:func:`~broker.sql.parse_query`), kept or made."""
+        if not isinstance(sql, str) or not sql.strip():
+            raise InvalidArgument("the query is empty: send one SELECT statement")
         if len(sql) > MAX_KEPT_TEXT:
             self.parses += 1
-            return parse(sql)
+            return self._parse(sql)
         found = self._parsed.get(sql)
         if found is None:
-            found = parse(sql)
+            found = self._parse(sql)
             self.parses += 1
             self._parsed.put(sql, found)
         return found
@@ -72,22 +79,24 @@ class QueryTexts:
     def bind(
         self,
         parsed: ParsedQuery,
-        entries: Sequence[CatalogTable] | None,
+        catalog: Catalog,
+        *,
         budget: WorkBudget,
         row_cap: int | None,
-        bind: Callable[[], RewriteResult],
+        keep: bool = True,
     ) -> RewriteResult:
-        """``bind()``, or the kept rewrite of ``parsed`` against the same catalog ``entries``
-        (None: entries built for this query alone, which nothing can match)."""
-        if entries is None or len(parsed.sql) > MAX_KEPT_TEXT:
+        """:func:`~broker.sql.bind`, or the kept rewrite of ``parsed`` against the same catalog
+        entries. ``keep`` False: the catalog holds entries built for this query alone (tables
+        whose state could not be read), which nothing could match."""
+        if not keep or len(parsed.sql) > MAX_KEPT_TEXT:
             self.binds += 1
-            return bind()
-        held = tuple(entries)
-        key = (parsed.sql, row_cap, budget, tuple(id(entry) for entry in held))
+            return bind(parsed, catalog, budget=budget, row_cap=row_cap)
+        entries = tuple(catalog)
+        key = (parsed.sql, row_cap, budget, tuple(id(entry) for entry in entries))
         found = self._bound.get(key)
-        if found is not None and all(a is b for a, b in zip(found[0], held, strict=True)):
+        if found is not None and all(a is b for a, b in zip(found[0], entries, strict=True)):
             return found[1]
-        result = bind()
+        result = bind(parsed, catalog, budget=budget, row_cap=row_cap)
         self.binds += 1
-        self._bound.put(key, (held, result))
+        self._bound.put(key, (entries, result))
         return result
