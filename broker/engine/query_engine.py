@@ -106,6 +106,8 @@ class QueryEngine:
             max_nesting=config.limits.max_sql_nesting,
             max_tree_depth=config.limits.max_sql_tree_depth,
         )
+        self.budget = config.limits.budget
+        """The work budget every bind checks (built once: the limits are frozen)."""
         self.texts = QueryTexts(self.rewrite_limits, self.functions)
 
     def use_spark(self, spark: Any) -> None:
@@ -205,10 +207,9 @@ class QueryEngine:
             layout_of=self.views.layout,
             kept=self.catalog_entries,
         )
-        budget = self.config.limits.budget
         try:
             result = self.texts.bind(
-                parsed, catalog, budget=budget, row_cap=row_cap, keep=not failures
+                parsed, catalog, budget=self.budget, row_cap=row_cap, keep=not failures
             )
         except NoLowWatermark:
             # A table whose state could not be read explains itself better than "no LWM".
