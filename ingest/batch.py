@@ -29,7 +29,7 @@ from ingest.bucketing import (
 )
 from ingest.changelog import enrich
 from ingest.commit import CommitProtocol, IngestCommit
-from ingest.commit_times import count_changes, reserve_timestamps, stamp
+from ingest.commit_times import ChangeCount, count_changes, reserve_timestamps, stamp
 from ingest.granularity import chunk_interval
 from ingest.key_index import (
     INDEX_PARTITION_DIR,
@@ -51,6 +51,7 @@ from ingest.resolve import (
     stored_versions,
 )
 from ingest.segments import (
+    WrittenSegment,
     describe_segment,
     footer_summaries,
     keep_row_order_in_partitioned_writes,
@@ -58,6 +59,7 @@ from ingest.segments import (
     unique_key,
     write_segments,
 )
+from ingest.small.batch import collect as collect_small
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +86,6 @@ def write_batch(
 ) -> IngestCommit:
     """Write batch ``seq`` of ``frame`` for the owned ``partitions`` that still need its
     ``sources``, up to its commit; returns what the commit must record."""
-    from pyspark.sql import functions as F
 
     server = protocol.server
     spark, table, steps = server.spark, server.table, server.steps
@@ -95,14 +96,16 @@ def write_batch(
     # and foreachBatch frames do); the resolution counts them again and fails the batch loudly
     # otherwise.
     rows = enrich(frame, table, partitions)
-    with steps.action("read and count"):
-        count = count_changes(rows, table)
+    small = collect_small(server, rows, protocol.state.key_index)
+    if small is not None:
+        count = small.count
+    else:
+        with steps.action("read and count"):
+            count = count_changes(rows, table)
     protocol.resume()  # quiet partitions stop following the clock before any timestamp is taken
     base, high = reserve_timestamps(server.clock, count)
     if count.rows == 0:
         return IngestCommit(seq, sources, partitions, base, high)
-    stamped = stamp(spark, rows, table, count.spans, base)
-
     segments_directory = server.batch_directory(seq)
     # The resolved frame: also this batch's key index level and pending updates.
     resolution_dir = resolution_directory(server.root, server.server_id, seq)
@@ -110,31 +113,16 @@ def write_batch(
     steps.step("after_prepare")
     slots = segment_slots(count.groups, table.granularity, base, high)
     allocation = allocate_partitions(server.client, table, protocol.transaction_locks(), slots)
-    mapping = local_frame(
-        spark,
-        [(chunk, kp, number) for (chunk, kp), number in allocation.numbers.items()],
-        [("_chunk", "long"), ("_kp", "int"), ("_seg", "int")],
-    )
-    if table.upsert:
-        resolved = resolve_upserts(protocol, stamped, mapping, count.touched, resolution_dir)
+    if small is not None:
+        resolved, written = small.write(server, base, allocation.numbers, seq, segments_directory)
     else:
-        versions = append_only(stamped, table).join(F.broadcast(mapping), on=["_chunk", "_kp"])
-        resolved = ResolvedBatch(versions, count.rows)
+        resolved, written = resolve_and_write(
+            protocol, rows, count, base, allocation.numbers, resolution_dir, segments_directory
+        )
     if resolved.rows != count.rows:
         raise Internal(
             f"table {table.name!r}: the batch's source gave {count.rows} rows when counted and "
             f"{resolved.rows} when read again: it must be deterministic (persist it first)"
-        )
-    with steps.action("write segments"):
-        written = write_segments(
-            resolved.versions,
-            stored_columns(table),
-            segments_directory,
-            len(allocation.numbers),
-            server.storage,
-            primary_key=table.primary_key,
-            # Each resolution file holds whole key partitions (ingest.bucketing): no shuffle.
-            shuffle=not table.upsert,
         )
     steps.step("after_segments")
     steps.step("after_files")
@@ -165,6 +153,46 @@ def write_batch(
         targets=resolved.targets,
         earliest_event_ms=count.earliest_event_ms,
     )
+
+
+def resolve_and_write(
+    protocol: CommitProtocol,
+    rows: Any,
+    count: ChangeCount,
+    base: int,
+    numbers: Mapping[tuple[int, int], int],
+    resolution_dir: str,
+    segments_directory: str,
+) -> tuple[ResolvedBatch, dict[tuple[int, int], WrittenSegment]]:
+    """The Spark path of a batch: stamp its rows, resolve them (an upsert table) and write the
+    segments; returns the resolution and what was written."""
+    from pyspark.sql import functions as F
+
+    server = protocol.server
+    spark, table, steps = server.spark, server.table, server.steps
+    stamped = stamp(spark, rows, table, count.spans, base)
+    mapping = local_frame(
+        spark,
+        [(chunk, kp, number) for (chunk, kp), number in numbers.items()],
+        [("_chunk", "long"), ("_kp", "int"), ("_seg", "int")],
+    )
+    if table.upsert:
+        resolved = resolve_upserts(protocol, stamped, mapping, count.touched, resolution_dir)
+    else:
+        versions = append_only(stamped, table).join(F.broadcast(mapping), on=["_chunk", "_kp"])
+        resolved = ResolvedBatch(versions, count.rows)
+    with steps.action("write segments"):
+        written = write_segments(
+            resolved.versions,
+            stored_columns(table),
+            segments_directory,
+            len(numbers),
+            server.storage,
+            primary_key=table.primary_key,
+            # Each resolution file holds whole key partitions (ingest.bucketing): no shuffle.
+            shuffle=not table.upsert,
+        )
+    return resolved, written
 
 
 def resolve_upserts(

@@ -63,6 +63,11 @@ class Storage:
             return None
         return os.path.abspath(path)
 
+    def local_path(self, path: str) -> str | None:
+        """The operating system path of ``path`` when it is on the local file system (what
+        pyarrow may read and write directly), else None."""
+        return self._local(path)
+
     def _path(self, path: str) -> tuple[Any, Any]:
         jpath = self._jvm.org.apache.hadoop.fs.Path(path)
         return jpath.getFileSystem(self._conf), jpath

@@ -104,6 +104,9 @@ class TableDefinition:
     """How long the files of a segment replaced by the updater outlive the replacement, so that
     queries planned over it finish (0: delete at the next collection)."""
     transaction_column: str | None = None
+    driver_batch_rows: int = 10_000
+    """Batches of at most this many rows (and updater runs as small, see :mod:`ingest.small`)
+    run on the Spark driver without Spark jobs after the first; 0: every batch runs on Spark."""
     version: str = DEFAULT_VERSION
     properties: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
 
@@ -139,6 +142,10 @@ class TableDefinition:
             )
         if self.update_cadence < 1:
             raise InvalidArgument(f"table {self.name!r}: update_cadence must be >= 1")
+        if not 0 <= self.driver_batch_rows <= 1_000_000:
+            raise InvalidArgument(
+                f"table {self.name!r}: driver_batch_rows must be between 0 and 1000000"
+            )
         if self.checkpoint_interval < 1:
             raise InvalidArgument(f"table {self.name!r}: checkpoint_interval must be >= 1")
         if self.gc_grace_ms < 0:
@@ -212,6 +219,7 @@ class TableDefinition:
             "delete_column", "time_column", "granularity", "key_partitions", "retention",
             "retention_ms", "storage_root", "out_of_order", "update_cadence", "version",
             "properties", "transaction_column", "checkpoint_interval", "gc_grace", "gc_grace_ms",
+            "driver_batch_rows",
         }  # fmt: skip
         unknown = sorted(set(data) - known)
         if unknown:
@@ -245,6 +253,7 @@ class TableDefinition:
             out_of_order=out_of_order,
             update_cadence=_int(data.get("update_cadence", 1), "update_cadence"),
             checkpoint_interval=_int(data.get("checkpoint_interval", 100), "checkpoint_interval"),
+            driver_batch_rows=_int(data.get("driver_batch_rows", 10_000), "driver_batch_rows"),
             gc_grace_ms=_or_default(_duration(data, "gc_grace"), 600_000),
             transaction_column=_optional_name(data.get("transaction_column"), "transaction_column"),
             version=format_instant(parse_instant(version)) if "T" in version else version,

@@ -10,7 +10,7 @@ like a batch: prepare, write, commit, publish, report, done.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from core.errors import Internal
@@ -22,6 +22,7 @@ from ingest.locking import locked_update_plan
 from ingest.manifest import UPDATE
 from ingest.resolve import pending_updates
 from ingest.segments import footer_summaries
+from ingest.small import rewrite as small_rewrite
 
 
 def run_updater(protocol: CommitProtocol) -> int:
@@ -33,7 +34,10 @@ def run_updater(protocol: CommitProtocol) -> int:
     seq = state.next_seq
     applied = sorted(state.pending)
     paths = [state.pending[s]["updates"] for s in applied]
-    updates = pending_updates(read_resolutions(server.spark, table, paths), table)
+
+    def updates() -> Any:
+        return pending_updates(read_resolutions(server.spark, table, paths), table)
+
     per_target = pending_targets(protocol, applied, updates)
     locks = protocol.transaction_locks()
     try:
@@ -49,19 +53,26 @@ def run_updater(protocol: CommitProtocol) -> int:
         allow_partial_cluster_keys(server.spark)
         horizon = retention_horizon(protocol)
         directory = server.update_directory(seq)
+        with steps.action("updater rewrite on the driver"):
+            small = small_rewrite.prepare(
+                server.spark, server.storage, table, server.root, paths, plan, horizon
+            )
         protocol.prepare(seq, UPDATE, [directory])
         steps.step("update_after_prepare")
         with steps.action("updater rewrite"):
-            written = updater.rewrite_segments(
-                server.spark,
-                updates,
-                plan,
-                table,
-                directory,
-                server.storage,
-                keep=retention.kept_rows(horizon) if horizon else None,
-                rows=sum(per_target.values()),
-            )
+            if small is not None:
+                written = small.write(plan, directory, server.storage)
+            else:
+                written = updater.rewrite_segments(
+                    server.spark,
+                    updates(),
+                    plan,
+                    table,
+                    directory,
+                    server.storage,
+                    keep=retention.kept_rows(horizon) if horizon else None,
+                    rows=sum(per_target.values()),
+                )
         steps.step("update_after_files")
         # Overwrite partition numbers are allocated per time chunk: two chunks' rewrites can
         # share one, so a rewrite is found by its chunk and number.
@@ -100,7 +111,7 @@ def run_updater(protocol: CommitProtocol) -> int:
 
 
 def pending_targets(
-    protocol: CommitProtocol, applied: Sequence[int], updates: Any
+    protocol: CommitProtocol, applied: Sequence[int], updates: Callable[[], Any]
 ) -> dict[tuple[int, int], int]:
     """How many of the pending updates each segment ``(chunk start, root partition)`` gets:
     summed from what the batches' commits recorded, or counted by a job over the updates when a
@@ -114,7 +125,7 @@ def pending_targets(
                 counts[key] = counts.get(key, 0) + int(count)
         return counts
     with protocol.server.steps.action("updater targets"):
-        rows = updates.groupBy("_chunk", "_seg").count().collect()
+        rows = updates().groupBy("_chunk", "_seg").count().collect()
     return {(int(row["_chunk"]), int(row["_seg"])): int(row["count"]) for row in rows}
 
 

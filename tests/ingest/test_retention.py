@@ -11,6 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from ingest import key_index
 from ingest.garbage import collectable, collection_due, delete_files, unreferenced
 from ingest.job import IngestJob
@@ -207,22 +209,25 @@ def still_needed(store: Path, job: IngestJob) -> set[str]:
     return index_levels(job) | pending
 
 
+@pytest.mark.parametrize("on_driver", [False, True], ids=["on-spark", "on-the-driver"])
 def test_replaced_key_indexes_and_applied_updates_are_deleted_and_answers_stay_right(
-    spark, server, follower, tmp_path, monkeypatch
+    spark, server, follower, tmp_path, monkeypatch, on_driver
 ):
-    # Two key index levels at most: batches alternate between writing the changed entries on
-    # top of the index and writing it whole again, which leaves the older levels unreferenced.
+    # Two key index levels at most: on Spark, batches alternate between writing the changed
+    # entries on top of the index and writing it whole again, which leaves the older levels
+    # unreferenced. On the driver, each small batch's level takes in the one under it (one
+    # level), which leaves that one unreferenced.
     monkeypatch.setattr(key_index, "MAX_INDEX_LEVELS", 2)
     store = tmp_path / "store"
     source = tmp_path / "changelog"
-    table = accounts_table(store, update_cadence=2)
+    table = accounts_table(store, update_cadence=2, driver_batch_rows=10_000 if on_driver else 0)
     job = IngestJob(spark, table, server("s1"))
     history: list[tuple[int, Change]] = []
     for round_ in range(4):
         ingest_round(job, source, round_, history)
         assert private_directories(store) == still_needed(store, job)
         assert {len(version.levels) for version in job.state.key_index.values()} == {
-            1 if round_ % 2 == 0 else 2
+            1 if round_ % 2 == 0 or on_driver else 2
         }
         assert bool(job.state.pending) == (round_ % 2 == 1)  # cadence 2: applied every 2nd batch
         assert_segments_describe_their_files(job)
@@ -230,7 +235,9 @@ def test_replaced_key_indexes_and_applied_updates_are_deleted_and_answers_stay_r
 
     # A restart reads the levels left per partition and goes on resolving against them.
     job = IngestJob(spark, table, server("s1")).start()
-    assert {len(version.levels) for version in job.state.key_index.values()} == {2}
+    assert {len(version.levels) for version in job.state.key_index.values()} == {
+        1 if on_driver else 2
+    }
     ingest_round(job, source, 4, history)
     assert private_directories(store) == still_needed(store, job)
     assert_broker_sees(spark, follower, job.client, "accounts", history)

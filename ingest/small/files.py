@@ -1,0 +1,267 @@
+"""A small batch's files, read and written by pyarrow in the layout Spark writes them.
+
+Key index levels are batches' resolution files (:mod:`ingest.key_index`): a small batch reads
+the entries of its own keys from them, skipping the row groups whose key statistics rule the keys
+out (Spark writes a level sorted by key), and writes its own level as one file per key partition
+(``_kpDir=<kp>/``). Its segments go under ``_chunk=<c>/_seg=<s>/_rows=open|closed/`` like
+:func:`ingest.segments.write_segments`'s: open versions by key, closed ones by ``validFrom``.
+Column types are the ones Spark gave the collected rows, and timestamps are stored the way the
+session's Spark writes them (``spark.sql.parquet.outputTimestampType``), so readers cannot tell
+the writers apart. Each file is written under a hidden name and renamed into place: listings
+skip hidden files, so a crash never leaves half a file where a reader looks.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from ingest.key_index import INDEX_PARTITION_DIR
+from ingest.resolve import SOURCE_FILE, SOURCE_POSITION
+from ingest.segments import (
+    CHUNK_DIR_COLUMN,
+    CLOSED_ROWS,
+    OPEN_ROWS,
+    ROWS_DIR_COLUMN,
+    SEGMENT_DIR_COLUMN,
+)
+from ingest.small.resolution import IndexEntry, Key, entries_of, order_key
+from ingest.table import TableDefinition
+from watermark.catalog import VALID_FROM, VALID_UNTIL
+
+LEVEL_COLUMNS = (
+    "_ts", "_next", "_kp", "_chunk", "_acc", "_carry", "_newSeg",
+    "_i_cmp", "_i_validFrom", "_i_deleted", "_i_chunk", "_i_seg",
+)  # fmt: skip
+"""The columns of a resolution file that its index entries are made of (with the key, the
+comparison and the delete columns)."""
+
+
+class Writer:
+    """Writes Parquet files on the local file system as the session's Spark would."""
+
+    def __init__(self, timestamp_type: str) -> None:
+        kind = timestamp_type.upper()
+        self._options: dict[str, Any] = {"compression": "snappy"}
+        if kind == "INT96":
+            self._options["use_deprecated_int96_timestamps"] = True
+        elif kind == "TIMESTAMP_MILLIS":
+            self._options["coerce_timestamps"] = "ms"
+            self._options["allow_truncated_timestamps"] = True
+        else:
+            self._options["coerce_timestamps"] = "us"
+
+    def write(self, directory: str, table: Any) -> str:
+        """Write ``table`` as a new file in ``directory`` (created); returns its path."""
+        import pyarrow.parquet as pq
+
+        os.makedirs(directory, exist_ok=True)
+        name = f"part-00000-{uuid.uuid4()}.c000.snappy.parquet"
+        hidden = os.path.join(directory, f".{name}.tmp")
+        pq.write_table(table, hidden, **self._options)
+        final = os.path.join(directory, name)
+        os.replace(hidden, final)
+        return final
+
+
+def comparison_type(table: TableDefinition, user: Any) -> Any:
+    """The Arrow type of ``_i_cmp`` (:func:`ingest.resolve.comparison_type`) from the user
+    columns' Arrow schema."""
+    import pyarrow as pa
+
+    names = table.comparison_columns
+    if not names:
+        return pa.int32()
+    if len(names) == 1:
+        return user.field(names[0]).type
+    return pa.struct([user.field(name) for name in names])
+
+
+def resolution_arrow_schema(table: TableDefinition, user: Any) -> Any:
+    """The Arrow schema of a resolution file (:func:`ingest.resolve.resolution_schema`)."""
+    import pyarrow as pa
+
+    return pa.schema(
+        [
+            *[user.field(name) for name in table.column_names],
+            pa.field("_ts", pa.int64()),
+            pa.field("_next", pa.int64()),
+            pa.field(SOURCE_FILE, pa.string()),
+            pa.field(SOURCE_POSITION, pa.int64()),
+            pa.field("_kp", pa.int32()),
+            pa.field("_chunk", pa.int64()),
+            pa.field("_acc", pa.bool_()),
+            pa.field("_first", pa.bool_()),
+            pa.field("_carry", pa.bool_()),
+            pa.field("_i_cmp", comparison_type(table, user)),
+            pa.field("_i_validFrom", pa.int64()),
+            pa.field("_i_deleted", pa.bool_()),
+            pa.field("_i_chunk", pa.int64()),
+            pa.field("_i_seg", pa.int32()),
+            pa.field("_newSeg", pa.int32()),
+        ]
+    )
+
+
+def segment_arrow_schema(table: TableDefinition, user: Any) -> Any:
+    """The Arrow schema of a segment file (:func:`ingest.resolve.segment_schema`)."""
+    import pyarrow as pa
+
+    return pa.schema(
+        [
+            *[user.field(name) for name in table.column_names],
+            pa.field(VALID_FROM, pa.int64()),
+            pa.field(VALID_UNTIL, pa.int64()),
+            pa.field(SOURCE_FILE, pa.string()),
+            pa.field(SOURCE_POSITION, pa.int64()),
+        ]
+    )
+
+
+def _arrow_rows(rows: Sequence[Mapping[str, Any]], schema: Any) -> Any:
+    """Rows as an Arrow table of ``schema`` (a struct comparison value goes in as a dict)."""
+    import pyarrow as pa
+
+    columns = {}
+    for field in schema:
+        values = [row[field.name] for row in rows]
+        if pa.types.is_struct(field.type):
+            names = [child.name for child in field.type]
+            values = [None if v is None else dict(zip(names, v, strict=True)) for v in values]
+        columns[field.name] = pa.array(values, type=field.type)
+    return pa.table(columns, schema=schema)
+
+
+def write_level(
+    writer: Writer,
+    directory: str,
+    rows: Sequence[Mapping[str, Any]],
+    schema: Any,
+    table: TableDefinition,
+) -> dict[int, str]:
+    """Write a batch's resolution rows, one ``_kpDir=<kp>`` directory per key partition, each
+    sorted by key; returns each partition's directory."""
+    by_partition: dict[int, list[Mapping[str, Any]]] = {}
+    for row in rows:
+        by_partition.setdefault(int(row["_kp"]), []).append(row)
+    written = {}
+    for kp, items in sorted(by_partition.items()):
+        items.sort(key=lambda row: order_key(tuple(row[name] for name in table.primary_key)))
+        path = os.path.join(directory, f"{INDEX_PARTITION_DIR}={kp}")
+        writer.write(path, _arrow_rows(items, schema))
+        written[kp] = path
+    return written
+
+
+def write_segment_files(
+    writer: Writer,
+    directory: str,
+    versions: Iterable[Mapping[str, Any]],
+    schema: Any,
+    table: TableDefinition,
+) -> None:
+    """Write the versions (with ``_chunk`` and ``_seg``) as an open and a closed file per
+    segment, each omitted when empty: open versions by key, closed ones by ``validFrom``."""
+    by_segment: dict[tuple[int, int, bool], list[Mapping[str, Any]]] = {}
+    for row in versions:
+        is_open = row[VALID_UNTIL] is None
+        by_segment.setdefault((int(row["_chunk"]), int(row["_seg"]), is_open), []).append(row)
+    pk = table.primary_key
+    for (chunk, seg, is_open), items in sorted(by_segment.items()):
+        if is_open:
+            items.sort(key=lambda r: (order_key(tuple(r[n] for n in pk)), r[VALID_FROM]))
+        else:
+            items.sort(key=lambda r: r[VALID_FROM])
+        path = os.path.join(
+            directory,
+            f"{CHUNK_DIR_COLUMN}={chunk}",
+            f"{SEGMENT_DIR_COLUMN}={seg}",
+            f"{ROWS_DIR_COLUMN}={OPEN_ROWS if is_open else CLOSED_ROWS}",
+        )
+        writer.write(path, _arrow_rows(items, schema))
+
+
+def level_files(directory: str) -> list[str]:
+    """The Parquet files of a key index level (a ``_kpDir=<kp>`` directory)."""
+    if not os.path.isdir(directory):
+        return []
+    return sorted(
+        os.path.join(directory, name)
+        for name in os.listdir(directory)
+        if name.endswith(".parquet") and not name.startswith((".", "_"))
+    )
+
+
+def read_level_entries(
+    paths: Sequence[str], table: TableDefinition, keys: Sequence[Key] | None
+) -> dict[Key, IndexEntry]:
+    """The index entries of a level's files: of ``keys`` only (row groups whose statistics
+    rule them all out are not read), or all of them (``None``)."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    wanted = None if keys is None else set(keys)
+    first_values = None if keys is None else sorted({key[0] for key in keys})
+    columns = list(
+        dict.fromkeys(
+            [*table.primary_key, *table.comparison_columns]
+            + ([table.delete_column] if table.delete_column else [])
+            + list(LEVEL_COLUMNS)
+        )
+    )
+    entries: dict[Key, IndexEntry] = {}
+    for path in paths:
+        parquet = pq.ParquetFile(path)
+        groups = list(range(parquet.metadata.num_row_groups))
+        if first_values is not None:
+            groups = [
+                g for g in groups if _may_hold(parquet, g, table.primary_key[0], first_values)
+            ]
+            if not groups:
+                continue
+        data = parquet.read_row_groups(groups, columns=columns)
+        if first_values is not None:
+            data = data.filter(
+                pc.is_in(
+                    data[table.primary_key[0]], value_set=_value_set(data, first_values, table)
+                )
+            )
+        rows = data.to_pylist()
+        if len(table.comparison_columns) > 1:
+            for row in rows:
+                value = row["_i_cmp"]
+                if isinstance(value, dict):
+                    row["_i_cmp"] = tuple(value[name] for name in table.comparison_columns)
+        found = entries_of(rows, table)
+        if wanted is not None:
+            found = {key: entry for key, entry in found.items() if key in wanted}
+        entries.update(found)
+    return entries
+
+
+def _value_set(data: Any, values: Sequence[Any], table: TableDefinition) -> Any:
+    import pyarrow as pa
+
+    return pa.array(values, type=data.schema.field(table.primary_key[0]).type)
+
+
+def _may_hold(parquet: Any, group: int, column: str, sorted_values: Sequence[Any]) -> bool:
+    """Whether a row group's min/max statistics of ``column`` leave room for any of the sorted
+    ``sorted_values`` (True when it has none, or they cannot be compared)."""
+    metadata = parquet.metadata.row_group(group)
+    for index in range(metadata.num_columns):
+        chunk = metadata.column(index)
+        if chunk.path_in_schema != column:
+            continue
+        statistics = chunk.statistics
+        if statistics is None or not statistics.has_min_max:
+            return True
+        try:
+            at = bisect.bisect_left(sorted_values, statistics.min)
+            return at < len(sorted_values) and sorted_values[at] <= statistics.max
+        except TypeError:
+            return True
+    return True
