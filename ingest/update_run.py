@@ -53,10 +53,12 @@ def run_updater(protocol: CommitProtocol) -> int:
         allow_partial_cluster_keys(server.spark)
         horizon = retention_horizon(protocol)
         directory = server.update_directory(seq)
-        with steps.action("updater rewrite on the driver"):
-            small = small_rewrite.prepare(
-                server.spark, server.storage, table, server.root, paths, plan, horizon
-            )
+        small = None
+        if small_rewrite.may_take(server.spark, server.storage, table, server.root, plan):
+            with steps.action("updater reads on the driver"):
+                small = small_rewrite.prepare(
+                    server.spark, server.storage, table, paths, plan, horizon
+                )
         protocol.prepare(seq, UPDATE, [directory])
         steps.step("update_after_prepare")
         with steps.action("updater rewrite"):

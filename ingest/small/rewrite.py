@@ -82,28 +82,33 @@ def applied(
     return open_rows, closed_rows
 
 
+def may_take(
+    spark: Any, storage: Storage, table: TableDefinition, root: str, plan: UpdatePlan
+) -> bool:
+    """Whether the driver may rewrite the planned segments, as far as their descriptions tell
+    (:func:`prepare` looks at the files)."""
+    timezone = spark.conf.get("spark.sql.session.timeZone")
+    local = storage.local_path(root) is not None
+    if not driver_can_take(table, {"spark.sql.session.timeZone": timezone}, local):
+        return False
+    return sum(segment.row_count for segment in plan.current.values()) <= SMALL_REWRITE_ROWS
+
+
 def prepare(
     spark: Any,
     storage: Storage,
     table: TableDefinition,
-    root: str,
     resolutions: Sequence[str],
     plan: UpdatePlan,
     horizon: int | None,
 ) -> SmallRewrite | None:
-    """The planned rewrites, computed on the driver when it may take them (nothing is written
-    yet); None: Spark rewrites them."""
+    """The planned rewrites computed on the driver (nothing is written yet), once
+    :func:`may_take` said yes; None: the files are too many rows or not readable as one table,
+    and Spark rewrites them."""
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    timezone = spark.conf.get("spark.sql.session.timeZone")
-    if not driver_can_take(
-        table, {"spark.sql.session.timeZone": timezone}, _is_local(storage, root)
-    ):
-        return None
-    if sum(segment.row_count for segment in plan.current.values()) > SMALL_REWRITE_ROWS:
-        return None
     segment_files = {
         key: [storage.local_path(path) for path in segment.location]
         for key, segment in plan.current.items()
@@ -149,10 +154,6 @@ def prepare(
             return None
     timestamps = spark.conf.get("spark.sql.parquet.outputTimestampType", "INT96")
     return SmallRewrite(rewritten, str(timestamps))
-
-
-def _is_local(storage: Storage, root: str) -> bool:
-    return storage.local_path(root) is not None
 
 
 def _parquet_under(directory: str | None) -> list[str] | None:
