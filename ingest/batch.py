@@ -11,12 +11,16 @@ takes it from there. A batch shuffles its rows once: every key partition goes to
 (:mod:`ingest.bucketing`), which resolves its keys and writes the resolved frame once, one
 directory per key partition. That write is the partition's new key index level and holds the
 batch's pending ``validUntil`` updates; the segment rows are a filter of it.
+
+A batch of at most the table's ``driver_batch_rows`` rows takes another road from the first
+read on: its rows are collected in that one job and everything up to the commit runs on the
+driver (:mod:`ingest.small`), writing the same files; the stages around it (timestamps,
+prepare, allocation, describing the segments) are the same for both.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from core.errors import Internal
@@ -28,7 +32,7 @@ from ingest.bucketing import (
     bucket_layout,
 )
 from ingest.changelog import enrich
-from ingest.commit import CommitProtocol, IngestCommit
+from ingest.commit import CommitProtocol, IngestCommit, ResolvedBatch
 from ingest.commit_times import ChangeCount, count_changes, reserve_timestamps, stamp
 from ingest.granularity import chunk_interval
 from ingest.key_index import (
@@ -62,21 +66,6 @@ from ingest.segments import (
 from ingest.small.batch import collect as collect_small
 
 
-@dataclass(frozen=True, slots=True)
-class ResolvedBatch:
-    """A batch's versions to store, and what its resolution left for the key index and the
-    updater (nothing, for an append table)."""
-
-    versions: Any
-    """The rows to write as segments (lazy), with ``_chunk`` and ``_seg``."""
-    rows: int
-    """How many source rows the resolution read (it must be the count the batch began with)."""
-    key_index: Mapping[int, tuple[str, ...]] = field(default_factory=dict)
-    updates: str | None = None
-    pending_min: Mapping[int, int] = field(default_factory=dict)
-    targets: Sequence[Sequence[int]] = ()
-
-
 def write_batch(
     protocol: CommitProtocol,
     frame: Any,
@@ -91,8 +80,8 @@ def write_batch(
     spark, table, steps = server.spark, server.table, server.steps
     allow_partial_cluster_keys(spark, frame.sparkSession)
     keep_row_order_in_partitioned_writes(spark)  # before the resolution's write too
-    # Not cached: the source is read twice (here and by the resolution), which costs less
-    # than caching it. Sources must give the same rows when read again (files, Kafka offsets
+    # Not cached: on Spark the source is read twice (here and by the resolution), which costs
+    # less than caching it. Sources must give the same rows when read again (files, Kafka offsets
     # and foreachBatch frames do); the resolution counts them again and fails the batch loudly
     # otherwise.
     rows = enrich(frame, table, partitions)

@@ -27,6 +27,22 @@ from timeline.segment import Segment
 
 
 @dataclass(frozen=True, slots=True)
+class ResolvedBatch:
+    """A batch's versions to store, and what its resolution left for the key index and the
+    updater (nothing, for an append table)."""
+
+    versions: Any
+    """The rows to write as segments (lazy), with ``_chunk`` and ``_seg``; None when the driver
+    wrote them already."""
+    rows: int
+    """How many source rows the resolution read (it must be the count the batch began with)."""
+    key_index: Mapping[int, tuple[str, ...]] = field(default_factory=dict)
+    updates: str | None = None
+    pending_min: Mapping[int, int] = field(default_factory=dict)
+    targets: Sequence[Sequence[int]] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class IngestCommit:
     """What a batch's commit records: the sources it consumed, its commit timestamps, its
     segments, its key index levels and its pending ``validUntil`` updates."""

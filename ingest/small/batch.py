@@ -26,6 +26,7 @@ from typing import Any
 
 from core.errors import Internal
 from ingest import key_index as levels_module
+from ingest.commit import ResolvedBatch
 from ingest.commit_times import ChangeCount, SourceSpan
 from ingest.key_index import resolution_directory
 from ingest.manifest import KeyIndexVersion
@@ -164,8 +165,6 @@ class SmallBatch:
     ) -> tuple[Any, dict[tuple[int, int], WrittenSegment]]:
         """Resolve, write the level and the segments; returns the ``ResolvedBatch`` (without
         lazy versions: they are written) and what was written."""
-        from ingest.batch import ResolvedBatch
-
         table, storage, steps = server.table, server.storage, server.steps
         writer = files.Writer(self.timestamp_type)
         directory = resolution_directory(server.root, server.server_id, seq)

@@ -160,7 +160,13 @@ def test_compaction_racing_ingestion_keeps_every_snapshot_exact(spark, server, f
     thread = threading.Thread(target=compact_repeatedly)
     thread.start()
     try:
-        churn(job, spark, log, rounds=4, start=3)
+        # A batch every second, as a stream with a 1 s trigger sends them (small batches take
+        # a fraction of that on the driver), until a compaction published between them.
+        for round_ in range(3, 33):
+            churn(job, spark, log, rounds=1, start=round_)
+            if round_ >= 6 and "published" in outcomes:
+                break
+            time.sleep(1.0)
     finally:
         stop.set()
         thread.join(timeout=300)

@@ -9,11 +9,14 @@ rewrites and the key index levels leave them the same.
 
 from __future__ import annotations
 
+import json
 import random
+from pathlib import Path
 from typing import Any
 
 from ingest import key_index
 from ingest.job import IngestJob
+from ingest.table import TableDefinition
 from tests.ingest.conftest import (
     Change,
     accounts_table,
@@ -39,16 +42,21 @@ def _changelog(seed: int, batches: int) -> list[list[Change]]:
     ]  # fmt: skip
 
 
+def _position(ts: int | None, bases: list[tuple[int, int]]) -> tuple[int, int] | None:
+    """A commit timestamp as (batch number, position in the batch)."""
+    if ts is None:
+        return None
+    for number, (base, high) in enumerate(bases):
+        if base <= ts <= high:
+            return number, ts - base
+    raise AssertionError(f"timestamp {ts} is in no batch")
+
+
 def _normalized(rows: list[dict[str, Any]], bases: list[tuple[int, int]]) -> list[tuple[Any, ...]]:
     """Rows with their commit timestamps as (batch number, position in the batch)."""
 
     def position(ts: int | None) -> tuple[int, int] | None:
-        if ts is None:
-            return None
-        for number, (base, high) in enumerate(bases):
-            if base <= ts <= high:
-                return number, ts - base
-        raise AssertionError(f"timestamp {ts} is in no batch")
+        return _position(ts, bases)
 
     return sorted(
         (
@@ -95,3 +103,77 @@ def test_small_batches_on_the_driver_store_what_spark_stores(
     for version in on_driver.state.key_index.values():
         assert len(version.levels) == 1
     assert not on_driver.state.pending and not on_spark.state.pending
+
+
+def _events_table(root: Any, name: str, driver_batch_rows: int) -> TableDefinition:
+    """Composite key, an event-time column choosing hourly chunks, transactions, and columns the
+    driver only carries through (decimal, date, timestamp, double)."""
+    return TableDefinition.from_dict(
+        {
+            "name": name,
+            "columns": {"tenant": "string", "id": "bigint", "amount": "decimal(12,2)",
+                        "day": "date", "at": "timestamp", "seq": "int", "tx": "bigint",
+                        "score": "double"},
+            "primary_key": ["tenant", "id"],
+            "comparison": ["seq"],
+            "time_column": "at",
+            "granularity": "HOUR",
+            "transaction_column": "tx",
+            "key_partitions": 3,
+            "storage_root": str(root),
+            "driver_batch_rows": driver_batch_rows,
+        }
+    )  # fmt: skip
+
+
+def _event_files(directory: Path, number: int, rng: random.Random) -> None:
+    """Two changelog files of one batch (two spans of commit timestamps)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for part in range(2):
+        lines = []
+        for _ in range(rng.randrange(1, 7)):
+            hour = rng.randrange(3)
+            lines.append(json.dumps({
+                "tenant": rng.choice(["t1", "t2"]), "id": rng.randrange(5),
+                "amount": round(rng.uniform(0, 100), 2), "day": f"2026-11-{20 + hour:02d}",
+                "at": None if rng.random() < 0.1 else f"2026-11-26T{10 + hour:02d}:15:00Z",
+                "seq": rng.choice([None, 1, 2, 3]), "tx": rng.choice([None, None, number * 10]),
+                "score": rng.random(),
+            }))  # fmt: skip
+        (directory / f"{number:03d}-{part}.json").write_text("\n".join(lines) + "\n")
+
+
+def test_time_chunks_transactions_and_many_source_files_agree_on_both_paths(
+    spark: Any, server: Any, follower: Any, tmp_path: Path
+) -> None:
+    import pyarrow.parquet as pq
+
+    rng = random.Random(11)
+    jobs = {
+        driver_rows: IngestJob(
+            spark, _events_table(tmp_path / f"t{driver_rows}", f"events{driver_rows}", driver_rows),
+            server(f"events-{driver_rows}"),
+        ).start()
+        for driver_rows in (10_000, 0)
+    }  # fmt: skip
+    bases: dict[int, list[tuple[int, int]]] = {rows: [] for rows in jobs}
+    for number in range(6):
+        _event_files(tmp_path / "changelog", number, rng)
+        for rows, job in jobs.items():
+            result = job.run_directory(str(tmp_path / "changelog"), "json")
+            assert not result.skipped
+            bases[rows].append((result.base, result.high))
+            assert ("collect small batch" in job.action_seconds) == (rows > 0)
+        seen = {}
+        for rows, job in jobs.items():
+            view = broker_view(follower, job.client, job.table.name)
+            stored = []
+            for segment in view.visible_segments:
+                for location in segment.location:
+                    for row in pq.read_table(location.removeprefix("file:")).to_pylist():
+                        row["validFrom"] = _position(row["validFrom"], bases[rows])
+                        row["validUntil"] = _position(row["validUntil"], bases[rows])
+                        row.pop("_sourceFile")
+                        stored.append((segment.interval.start_ms, sorted(row.items(), key=repr)))
+            seen[rows] = sorted(stored, key=repr)
+        assert seen[10_000] == seen[0], f"after batch {number}"
