@@ -69,7 +69,11 @@ def test_an_ingestion_server_writes_batches_through_the_cluster(
     env: ClusterEnv, cluster: StandaloneCluster, client, tmp_path: Path
 ):
     definition = tmp_path / "ingested.toml"
-    definition.write_text(TABLE.replace('name = "accounts"', 'name = "ingested"'))
+    # Every batch on Spark (a batch this small would run on the driver), so the cluster's
+    # executors resolve and write it.
+    definition.write_text(
+        TABLE.replace('name = "accounts"', 'name = "ingested"\ndriver_batch_rows = 0')
+    )
     source = tmp_path / "changelog"
     source.mkdir()
     changes = [{"user_id": f"u{i}", "balance": i, "seq": 1, "deleted": False} for i in range(50)]
