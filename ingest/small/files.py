@@ -67,6 +67,13 @@ class Writer:
         return final
 
 
+def _nullable(user: Any, name: str) -> Any:
+    """A user column's Arrow field, nullable: a source may declare a column non-nullable, but
+    the rows that carry index entries hold no value in it (and Spark reads every column of these
+    files as nullable)."""
+    return user.field(name).with_nullable(True)
+
+
 def comparison_type(table: TableDefinition, user: Any) -> Any:
     """The Arrow type of ``_i_cmp`` (:func:`ingest.resolve.comparison_type`) from the user
     columns' Arrow schema."""
@@ -77,7 +84,7 @@ def comparison_type(table: TableDefinition, user: Any) -> Any:
         return pa.int32()
     if len(names) == 1:
         return user.field(names[0]).type
-    return pa.struct([user.field(name) for name in names])
+    return pa.struct([_nullable(user, name) for name in names])
 
 
 def resolution_arrow_schema(table: TableDefinition, user: Any) -> Any:
@@ -86,7 +93,7 @@ def resolution_arrow_schema(table: TableDefinition, user: Any) -> Any:
 
     return pa.schema(
         [
-            *[user.field(name) for name in table.column_names],
+            *[_nullable(user, name) for name in table.column_names],
             pa.field("_ts", pa.int64()),
             pa.field("_next", pa.int64()),
             pa.field(SOURCE_FILE, pa.string()),
@@ -112,7 +119,7 @@ def segment_arrow_schema(table: TableDefinition, user: Any) -> Any:
 
     return pa.schema(
         [
-            *[user.field(name) for name in table.column_names],
+            *[_nullable(user, name) for name in table.column_names],
             pa.field(VALID_FROM, pa.int64()),
             pa.field(VALID_UNTIL, pa.int64()),
             pa.field(SOURCE_FILE, pa.string()),

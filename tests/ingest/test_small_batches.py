@@ -177,3 +177,33 @@ def test_time_chunks_transactions_and_many_source_files_agree_on_both_paths(
                         stored.append((segment.interval.start_ms, sorted(row.items(), key=repr)))
             seen[rows] = sorted(stored, key=repr)
         assert seen[10_000] == seen[0], f"after batch {number}"
+
+
+def test_a_source_whose_columns_cannot_be_null_is_ingested_on_the_driver(
+    spark: Any, server: Any, follower: Any, tmp_path: Path
+) -> None:
+    """Columns Spark knows to be non-null (literals, ``concat`` of non-null values) are still
+    written nullable: the rows that carry earlier index entries into a level hold no values."""
+    from pyspark.sql import functions as F
+
+    job = IngestJob(spark, accounts_table(tmp_path, name="strict"), server("strict")).start()
+    log: list[tuple[int, Change]] = []
+    for number in range(4):
+        ids = spark.range(number * 3, number * 3 + 5)  # overlapping: updates and new keys
+        frame = ids.select(
+            F.concat(F.lit("u"), F.col("id").cast("string")).alias("user_id"),
+            (F.col("id") * 10 + number).alias("balance"),
+            F.lit(number + 1).cast("long").alias("seq"),
+            F.lit(False).alias("deleted"),
+        )
+        assert not any(field.nullable for field in frame.schema.fields)
+        result = job.run_batch(frame)
+        assert "resolve on the driver" in job.action_seconds
+        rows = sorted(range(number * 3, number * 3 + 5))
+        log.extend(
+            (result.base + i, Change(f"u{k}", k * 10 + number, number + 1))
+            for i, k in enumerate(rows)
+        )
+    view = broker_view(follower, job.client, "strict")
+    rows = visible_at(segment_rows(spark, view.visible_segments), view.lwm)
+    assert {row["user_id"]: Change(**row) for row in rows} == replay(log, view.lwm)
