@@ -152,8 +152,8 @@ class StandaloneCluster:
             try:
                 if self.alive_workers() >= self.workers:
                     return
-            except OSError:
-                pass  # the master's UI is not up yet
+            except (OSError, ValueError):
+                pass  # the master's UI is not up yet, or answered before its page was ready
             time.sleep(0.5)
         raise Unavailable(
             f"the Spark master at {self.url} did not register {self.workers} workers within "
