@@ -2,12 +2,13 @@
 Spark jobs.
 
 A batch of one event cost about 1.5 s through Spark (four jobs: count, resolve, summarize, write),
-most of it the jobs' fixed cost, which put event-to-visible latency at 3 to 5 s. A batch of at
-most the table's ``driver_batch_rows`` rows (10,000 by default) is collected to the driver in one job and
-everything after it runs in Python: the commit timestamps, the key index lookup (pyarrow reads of
-the index levels, only the batch's keys), the resolution, and the files (pyarrow writes, in the
+most of it the jobs' fixed cost, which put event-to-visible latency at 3 to 5 s. A batch of at most
+the table's ``driver_batch_rows`` rows (10,000 by default) is collected to the driver in one job
+and everything after it runs in Python: the commit timestamps, the key index lookup (pyarrow reads
+of the index levels, only the batch's keys), the resolution, and the files (pyarrow writes, in the
 same layout, schema and encoding of timestamps Spark writes). The rules are the Spark path's,
 restated for rows: :mod:`ingest.small.resolution` (pure, checked against
 :func:`ingest.resolve.resolve` by a property test); :mod:`ingest.small.files` reads and writes;
-:mod:`ingest.small.batch` decides when it applies and runs it.
+:mod:`ingest.small.batch` decides when it applies and runs it; :mod:`ingest.small.rewrite` does the
+same for the updater's rewrite of small segments.
 """

@@ -2,25 +2,26 @@
 
 :func:`collect` runs the batch's one Spark job (its enriched rows, at most the table's
 ``driver_batch_rows`` + 1 of them; 10,000 by default, about where the Spark path's fixed cost of
-about a second stops dominating the Python work per row) and says whether the driver takes the batch: the table's
-files are local, its session writes in UTC, every column has a type the driver writes as Spark
-does, the key, comparison and transaction columns compare exactly (no floating point or
-timestamps), no key is null, and the key index levels allow it. :meth:`SmallBatch.write` then
-does what :func:`ingest.batch.resolve_upserts` and :func:`ingest.segments.write_segments` do, on
-rows.
+about a second stops dominating the Python work per row) and says whether the driver takes the
+batch: the table's files are local, its session writes in UTC, every column has a type the driver
+writes as Spark does, the key, comparison and transaction columns compare exactly (no floating
+point or timestamps), no key is null, and the key index levels allow it. :meth:`SmallBatch.write`
+then does what :func:`ingest.batch.resolve_upserts` and :func:`ingest.segments.write_segments` do,
+on rows.
 
 Key index levels: a small batch's level is small, and one level per micro-batch would soon reach
 :data:`ingest.key_index.MAX_INDEX_LEVELS`, after which a batch resolves against the whole index
 on Spark. So a small batch folds the small levels on top of its partitions' stacks (at most
 :data:`SMALL_LEVEL_ROWS` in all) into its own: their entries of keys the batch does not touch are
 carried into its level as the Spark path's full join carries untouched keys, and its level
-replaces them. A stack then grows by one level per :data:`SMALL_LEVEL_ROWS` entries of small batches.
+replaces them. A stack then grows by one level per :data:`SMALL_LEVEL_ROWS` entries of small
+batches.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -93,17 +94,20 @@ class LevelPlan:
 
 
 def plan_levels(
-    key_index: Mapping[int, KeyIndexVersion], touched: Sequence[int], size_of: Any
+    key_index: Mapping[int, KeyIndexVersion],
+    touched: Sequence[int],
+    rows_of: Callable[[str], int],
 ) -> dict[int, LevelPlan] | None:
     """Each touched partition's :class:`LevelPlan`; None when a partition would still have more
-    than :data:`ingest.key_index.MAX_INDEX_LEVELS` levels (the Spark path then writes its full index)."""
+    than :data:`ingest.key_index.MAX_INDEX_LEVELS` levels (the Spark path then writes its full
+    index)."""
     plans = {}
     for kp in touched:
         levels = key_index[kp].levels if kp in key_index else ()
         folded: list[str] = []
         total = 0
         for level in reversed(levels):
-            total += size_of(level)
+            total += rows_of(level)
             if total > SMALL_LEVEL_ROWS:
                 break
             folded.insert(0, level)

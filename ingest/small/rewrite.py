@@ -3,11 +3,11 @@
 The updater rewrites every segment an update is for (:mod:`ingest.updater`); through Spark that
 is two or three jobs whatever the size, about 0.5 to 1 s for one updated row, on the path of
 every batch that updates a key. When the segments to rewrite and the resolutions holding the
-updates are small (:data:`SMALL_REWRITE_ROWS` rows each in all) and the table lets small batches run on the
-driver (``driver_batch_rows``), pyarrow reads them, joins each
-segment's rows with its updates on (key, ``validFrom``), applies them as the Spark join does
-(``coalesce(validUntil, new validUntil)``), drops the history retention lets go, and writes the
-rewrite with :mod:`ingest.small.files`: open versions by key, closed ones by ``validFrom``.
+updates are small (:data:`SMALL_REWRITE_ROWS` rows each in all) and the table lets small batches
+run on the driver (``driver_batch_rows``), pyarrow reads them, joins each segment's rows with its
+updates on (key, ``validFrom``), applies them as the Spark join does (``coalesce(validUntil, new
+validUntil)``), drops the history retention lets go, and writes the rewrite with
+:mod:`ingest.small.files`: open versions by key, closed ones by ``validFrom``.
 """
 
 from __future__ import annotations
