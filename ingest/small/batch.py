@@ -45,6 +45,7 @@ from ingest.small.resolution import (
     stored_rows,
     update_summary,
 )
+from ingest.storage import Storage
 from ingest.table import TableDefinition
 from watermark.catalog import VALID_FROM, VALID_UNTIL
 
@@ -191,7 +192,7 @@ class SmallBatch:
                 )  # fmt: skip
             return ResolvedBatch(None, len(stamped)), collect_written(segments_directory, storage)
         with steps.action("resolve on the driver"):
-            index, carried = self._index(table, local, stamped)
+            index, carried = self._index(table, storage, stamped)
             resolved = resolve_rows(stamped, index, table, numbers)
             summary = update_summary(resolved)
             level_rows = resolved + carried_rows(carried, table)
@@ -220,7 +221,7 @@ class SmallBatch:
         return resolution, collect_written(segments_directory, storage)
 
     def _index(
-        self, table: TableDefinition, local: Any, stamped: Sequence[Mapping[str, Any]]
+        self, table: TableDefinition, storage: Storage, stamped: Sequence[Mapping[str, Any]]
     ) -> tuple[dict[Key, IndexEntry], dict[Key, IndexEntry]]:
         """The current entry of each of the batch's keys, and the entries of the folded levels
         that the batch's level must carry (keys it has no record of)."""
@@ -232,12 +233,10 @@ class SmallBatch:
         for kp, plan in self.levels.items():
             keys = list(keys_by_kp.get(kp, ()))
             for level in plan.below:  # oldest first: a newer level's entry wins
-                index.update(files.read_level_entries(files.level_files(local(level)), table, keys))
+                index.update(files.read_level_entries(_level_files(storage, level), table, keys))
             folded: dict[Key, IndexEntry] = {}
             for level in plan.folded:
-                folded.update(
-                    files.read_level_entries(files.level_files(local(level)), table, None)
-                )
+                folded.update(files.read_level_entries(_level_files(storage, level), table, None))
             mine = keys_by_kp.get(kp, set())
             for key, entry in folded.items():
                 if key in mine:
@@ -265,20 +264,27 @@ def collect(server: Any, rows: Any, key_index: Mapping[int, KeyIndexVersion]) ->
     if any(value is None for row in collected for value in key_of(row, table)):
         return None  # a null key never joins its index entry: the Spark path's rules decide
     count = count_rows(collected, table)
-    levels = plan_levels(
-        key_index, count.touched, lambda level: _level_rows(storage.local_path(level))
-    )
+    levels = plan_levels(key_index, count.touched, lambda level: _level_rows(storage, level))
     if levels is None:
         return None
     timestamps = spark.conf.get("spark.sql.parquet.outputTimestampType", "INT96")
     return SmallBatch(collected, arrow.schema, count, levels, str(timestamps))
 
 
-def _level_rows(directory: str | None) -> int:
+def _level_rows(storage: Storage, level: str) -> int:
     """A level's rows, from its footers (a level not on the local file system never counts as
     small)."""
     import pyarrow.parquet as pq
 
-    if directory is None:
+    paths = files.local_parquet_files(storage, level)
+    if paths is None:
         return SMALL_LEVEL_ROWS + 1
-    return sum(pq.read_metadata(path).num_rows for path in files.level_files(directory))
+    return sum(pq.read_metadata(path).num_rows for path in paths)
+
+
+def _level_files(storage: Storage, level: str) -> list[str]:
+    """A level's Parquet files (the table's root is local: :func:`collect` checked)."""
+    paths = files.local_parquet_files(storage, level)
+    if paths is None:
+        raise Internal(f"key index level {level!r} is not on the local file system")
+    return paths

@@ -29,6 +29,7 @@ from ingest.segments import (
     SEGMENT_DIR_COLUMN,
 )
 from ingest.small.resolution import IndexEntry, Key, entries_of, order_key
+from ingest.storage import Storage
 from ingest.table import TableDefinition
 from watermark.catalog import VALID_FROM, VALID_UNTIL
 
@@ -191,15 +192,14 @@ def write_segment_files(
         writer.write(path, _arrow_rows(items, schema))
 
 
-def level_files(directory: str) -> list[str]:
-    """The Parquet files of a key index level (a ``_kpDir=<kp>`` directory)."""
-    if not os.path.isdir(directory):
-        return []
-    return sorted(
-        os.path.join(directory, name)
-        for name in os.listdir(directory)
-        if name.endswith(".parquet") and not name.startswith((".", "_"))
-    )
+def local_parquet_files(storage: Storage, path: str) -> list[str] | None:
+    """The operating system paths of the Parquet files under ``path`` (a level's ``_kpDir=``
+    directory, a batch's resolution), as :meth:`Storage.list_files` finds them; None when
+    ``path`` is not on the local file system."""
+    if storage.local_path(path) is None:
+        return None
+    found = [storage.local_path(info.path) for info in storage.list_files(path, suffix=".parquet")]
+    return [local for local in found if local is not None]
 
 
 def read_level_entries(

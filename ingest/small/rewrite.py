@@ -113,7 +113,7 @@ def prepare(
         key: [storage.local_path(path) for path in segment.location]
         for key, segment in plan.current.items()
     }
-    update_files = [_parquet_under(storage.local_path(path)) for path in resolutions]
+    update_files = [files.local_parquet_files(storage, path) for path in resolutions]
     if any(p is None for paths in segment_files.values() for p in paths) or any(
         paths is None for paths in update_files
     ):
@@ -154,17 +154,3 @@ def prepare(
             return None
     timestamps = spark.conf.get("spark.sql.parquet.outputTimestampType", "INT96")
     return SmallRewrite(rewritten, str(timestamps))
-
-
-def _parquet_under(directory: str | None) -> list[str] | None:
-    """Every Parquet file under a resolution directory (its ``_kpDir=`` partitions)."""
-    if directory is None:
-        return None
-    found = []
-    for parent, _, names in os.walk(directory):
-        found.extend(
-            os.path.join(parent, name)
-            for name in names
-            if name.endswith(".parquet") and not name.startswith((".", "_"))
-        )
-    return sorted(found)
