@@ -200,11 +200,13 @@ def resolve_upserts(
     spark, table, steps = server.spark, server.table, server.steps
     key_index = protocol.state.key_index
     layout = bucket_layout(touched, resolution_tasks(spark, len(touched)))
+    on_top = resolves_against_levels(key_index, touched)
+    # Taken before the shuffle: the broadcast's own job reads the source for them.
+    batch_keys = stamped.select(*table.primary_key) if on_top else None
     stamped = stamped.withColumn(BUCKET_COLUMN, bucket_column(layout)).repartition(
         layout.tasks, BUCKET_COLUMN
     )
-    on_top = resolves_against_levels(key_index, touched)
-    index = read_index(spark, table, key_index, touched, stamped, layout)
+    index = read_index(spark, table, key_index, touched, stamped, layout, only_keys=batch_keys)
     resolved = resolve(
         stamped, index, table, mapping, cluster_by=[BUCKET_COLUMN], untouched_keys=not on_top
     )

@@ -78,9 +78,17 @@ def read_index(
     partitions: Sequence[int],
     like: Any,
     layout: BucketLayout,
+    *,
+    only_keys: Any | None = None,
 ) -> Any:
     """The key index of ``partitions``, split like the batch: of several levels, each key's
-    newest entry (ranked in the split and order the join with the batch needs anyway)."""
+    newest entry (ranked in the split and order the join with the batch needs anyway).
+
+    ``only_keys``, a frame of primary keys (the batch's), keeps only their entries: a batch that
+    resolves its own keys alone (a left join) needs no others, and filtering each level as it is
+    read (the keys broadcast to the reading tasks) spares shuffling and sorting the whole index,
+    which grows with the table, for the few keys a batch has.
+    """
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
@@ -89,7 +97,10 @@ def read_index(
         return empty_index(like, table).withColumn(BUCKET_COLUMN, bucket_column(layout))
 
     def entries(paths: Sequence[str]) -> Any:
-        return index_entries(read_resolutions(spark, table, paths), table)
+        found = index_entries(read_resolutions(spark, table, paths), table)
+        if only_keys is None:
+            return found
+        return found.join(F.broadcast(only_keys), on=list(table.primary_key), how="left_semi")
 
     deepest = max(len(levels) for levels in stacks)
     if deepest == 1:
