@@ -8,7 +8,10 @@ scheduling, every file's footer, row-by-row decoding). This reader answers the n
 2. row groups are pruned with their min/max statistics on the integer key columns and on the
    validity columns (the same pruning Spark's Parquet filter push-down does), over arrays of
    every row group of the file set built once per set of files (:mod:`broker.spark.row_groups`),
-   so the cost of a lookup hardly grows with the files that cannot hold its keys;
+   so the cost of a lookup hardly grows with the files that cannot hold its keys; where keys are
+   hashed over the files (every file's range spans the table), each file's sorted key column
+   (:mod:`broker.spark.key_sets`) rules it out, and a set looked up again gets all its keys in
+   one sorted array, so finding the files that hold a key is a bisection, not a loop over files;
 3. the remaining row groups are read (a large one, as compaction writes, is decoded once and
    kept: :mod:`broker.spark.row_group_cache`), and the key predicates and the visibility rule
    ``validFrom <= S AND (validUntil IS NULL OR validUntil > S)`` applied with SQL's
@@ -26,10 +29,12 @@ cannot read is left to Spark to judge.
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -38,8 +43,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from broker.spark.byte_lru import ByteBoundedLru
 from broker.spark.failures import UnreadableFiles
-from broker.spark.key_sets import KeySets, holds_any, lookup_values
+from broker.spark.key_sets import CombinedKeys, KeySets, holds_any, lookup_values
 from broker.spark.reading import is_local, local_path
 from broker.spark.row_group_cache import RowGroupCache
 from broker.spark.row_groups import ColumnStats, column_stats, concatenated, contains, visible
@@ -52,6 +58,13 @@ FILE_SETS_KEPT = 64
 """Indexes of file sets kept (a set is one table generation's visible files)."""
 KEY_SETS_FROM_FILES = 2
 """When statistics leave this many files or more, their key sets choose the ones to open."""
+COMBINED_KEYS_FROM_FILES = 16
+"""When statistics leave this many files or more, a set's combined keys choose them (built in
+the background once the set is looked up a second time; one check per file until then)."""
+COMBINED_KEYS_MAX_BYTES = 128 * 1024 * 1024
+"""Memory for the combined keys of file sets; a set whose keys would not fit keeps per-file
+checks."""
+_COMBINED_BYTES_PER_KEY = 12  # an int64 key and an int32 file number
 
 _INTEGER_RANGES = {
     pa.int8(): (-(2**7), 2**7 - 1),
@@ -141,9 +154,15 @@ class _FileSet:
     """The footers of one set of files with their row groups numbered end to end: entry ``i``
     of every array is row group ``group[i]`` of file ``file[i]``."""
 
+    _serials = itertools.count()
+
     def __init__(self, files: Sequence[str], footers: Sequence[_Footer]) -> None:
+        self.serial = next(_FileSet._serials)
+        """Names this set in caches (hashing its file names per lookup costs more)."""
         self.files = tuple(files)
         self.footers = tuple(footers)
+        self.lookups = 0
+        """Lookups that wanted this set's combined keys (the first does not build them)."""
         counts = [footer.metadata.num_row_groups for footer in footers]
         self.file = np.repeat(np.arange(len(footers)), counts)
         self.group = np.concatenate([np.arange(n) for n in counts]) if counts else np.zeros(0)
@@ -155,6 +174,7 @@ class _FileSet:
             ],
             dtype=np.int64,
         )
+        self.total_rows = int(self.rows.sum())
         kinds: dict[tuple[tuple[str, str], ...], int] = {}
         self.kind = [kinds.setdefault(footer.signature, len(kinds)) for footer in footers]
         """Each file's signature as a small number (files alike share it)."""
@@ -183,13 +203,19 @@ class DirectReader:
         max_rows: int = DEFAULT_MAX_ROWS,
         key_sets: KeySets | None = None,
         row_groups: RowGroupCache | None = None,
+        combined_max_bytes: int = COMBINED_KEYS_MAX_BYTES,
     ):
         self.footers = footers or FooterCache()
         self.max_rows = max_rows
         self.key_sets = key_sets or KeySets()
         self.row_groups = row_groups or RowGroupCache()
+        self.combined: ByteBoundedLru[CombinedKeys] = ByteBoundedLru(
+            combined_max_bytes, lambda combined: combined.nbytes
+        )
         self._file_sets: OrderedDict[tuple[str, ...], _FileSet] = OrderedDict()
         self._lock = threading.Lock()
+        self._builder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="combined-keys")
+        self._building: dict[tuple[Any, ...], Future[None]] = {}
 
     def _file_set(self, files: Sequence[str]) -> _FileSet | None:
         """The index of ``files`` (built on first use); None when one of them is not a local
@@ -251,6 +277,13 @@ class DirectReader:
         starts = np.searchsorted(files_of, candidates, side="left")
         ends = np.searchsorted(files_of, candidates, side="right")
         use_key_sets = len(candidates) >= KEY_SETS_FROM_FILES and bool(keys)
+        holding = None
+        if use_key_sets and len(candidates) >= COMBINED_KEYS_FROM_FILES:
+            holding = self._files_holding(file_set, shapes, keys)
+        if holding is not None:
+            kept = np.isin(candidates, holding)
+            candidates, starts, ends = candidates[kept], starts[kept], ends[kept]
+        check_each = use_key_sets and holding is None
         pieces = []
         for number, start, end in zip(
             candidates.tolist(), starts.tolist(), ends.tolist(), strict=True
@@ -258,7 +291,7 @@ class DirectReader:
             footer = file_set.footers[number]
             shape = shapes[file_set.kind[number]]
             assert shape is not None
-            if use_key_sets and not self._may_hold(file_set.files[number], footer, shape, keys):
+            if check_each and not self._may_hold(file_set.files[number], footer, shape, keys):
                 continue
             groups = tuple(file_set.group[chosen[start:end]].tolist())
             plan = _FilePlan(footer, groups, shape.outputs, shape.filters)
@@ -276,6 +309,64 @@ class DirectReader:
         if lookup.limit is not None and result.num_rows > lookup.limit:
             result = result.slice(0, lookup.limit)
         return result
+
+    def _files_holding(
+        self,
+        file_set: _FileSet,
+        shapes: Sequence[_FileShape | None],
+        keys: Sequence[tuple[str, np.ndarray]],
+    ) -> np.ndarray | None:
+        """The numbers of the set's files that may hold the looked-up keys (every key column's
+        combined keys agree); None while they are not built (see :meth:`_build_later`)."""
+        if file_set.total_rows * _COMBINED_BYTES_PER_KEY > self.combined.max_bytes:
+            return None
+        file_set.lookups += 1
+        holding: np.ndarray | None = None
+        for column, values in keys:
+            names = tuple(
+                shape.filters[column] if shape and column in shape.int_key_columns else None
+                for shape in shapes
+            )
+            found = self.combined.get((file_set.serial, names))
+            if found is None:
+                if file_set.lookups > 1:
+                    self._build_later(file_set, names)
+                return None
+            files = found.files_holding(values)
+            holding = files if holding is None else np.intersect1d(holding, files)
+        return holding
+
+    def _build_later(self, file_set: _FileSet, names: tuple[str | None, ...]) -> None:
+        """Build a set's combined keys of one column (``names``: its name in each kind of file)
+        on the builder thread, at most once at a time: a lookup never waits for it."""
+        key = (file_set.serial, names)
+        with self._lock:
+            if key in self._building:
+                return
+            self._building[key] = self._builder.submit(self._build, file_set, names)
+
+    def _build(self, file_set: _FileSet, names: tuple[str | None, ...]) -> None:
+        key = (file_set.serial, names)
+        try:
+            arrays = {}
+            for number, path in enumerate(file_set.files):
+                name = names[file_set.kind[number]]
+                if name is not None:
+                    arrays[number] = self.key_sets.keys(
+                        path, name, _opener(path, file_set.footers[number])
+                    )
+            self.combined.put(key, CombinedKeys.of(arrays, len(file_set.files)))
+        except (OSError, pa.ArrowException):
+            pass  # not built: lookups check file by file, and report a file they cannot read
+        finally:
+            with self._lock:
+                self._building.pop(key, None)
+
+    def settle(self) -> None:
+        """Wait for the combined keys being built (tests and benchmarks measure after it)."""
+        with self._lock:
+            pending = list(self._building.values())
+        wait(pending)
 
     def _may_hold(
         self,
@@ -299,6 +390,10 @@ class DirectReader:
             if not holds_any(held, values):
                 return False
         return True
+
+
+def _opener(path: str, footer: _Footer) -> Callable[[], pq.ParquetFile]:
+    return lambda: pq.ParquetFile(local_path(path), metadata=footer.metadata)
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,7 @@ arrays are dropped past ``max_bytes``); a file whose keys are not cached is simp
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import pyarrow.compute as pc
@@ -71,3 +71,46 @@ class KeySets:
 def lookup_values(values: Sequence[int]) -> np.ndarray:
     """A lookup's literal keys as the array :func:`holds_any` takes."""
     return np.asarray(sorted(set(values)), dtype=np.int64)
+
+
+class CombinedKeys:
+    """Every key of a set of files in one sorted array, with the number of the file holding it.
+
+    Per-file key sets still cost one check per file a lookup's statistics cannot rule out: with
+    keys hashed over a thousand segments, that loop was most of a lookup. Over the combined array,
+    "which files hold one of these keys" is two bisections per key, whatever the number of files.
+    Files without a key set (another column type) are ``unindexed``: they may hold any key.
+
+    >>> combined = CombinedKeys.of({0: np.array([1, 5]), 2: np.array([5, 7])}, files=3)
+    >>> combined.files_holding(np.array([5])).tolist(), combined.files_holding(np.array([6])).tolist()
+    ([0, 1, 2], [1])
+    """
+
+    def __init__(self, keys: np.ndarray, files: np.ndarray, unindexed: np.ndarray) -> None:
+        self.keys = keys
+        self.files = files
+        self.unindexed = unindexed
+
+    @staticmethod
+    def of(arrays: Mapping[int, np.ndarray], files: int) -> CombinedKeys:
+        """From each indexed file number's sorted keys; ``files`` numbers the whole set."""
+        numbers = sorted(arrays)
+        parts = [arrays[number] for number in numbers]
+        keys = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+        owners = np.repeat(np.asarray(numbers, dtype=np.int32), [len(part) for part in parts])
+        # Stable on runs that are each sorted already: a merge of the files' arrays.
+        order = np.argsort(keys, kind="stable")
+        unindexed = np.setdiff1d(np.arange(files, dtype=np.int32), np.asarray(numbers, np.int32))
+        return CombinedKeys(keys[order], owners[order], unindexed)
+
+    def files_holding(self, values: np.ndarray) -> np.ndarray:
+        """The sorted numbers of the files that may hold one of ``values``: those whose key set
+        holds one, and every unindexed file."""
+        low = np.searchsorted(self.keys, values, side="left")
+        high = np.searchsorted(self.keys, values, side="right")
+        runs = [self.files[a:b] for a, b in zip(low.tolist(), high.tolist(), strict=True) if b > a]
+        return np.unique(np.concatenate([*runs, self.unindexed]))
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.keys.nbytes + self.files.nbytes + self.unindexed.nbytes)

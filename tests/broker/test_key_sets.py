@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from broker.spark.direct_read import DirectReader
-from broker.spark.key_sets import KeySets, holds_any, lookup_values
+from broker.spark.key_sets import CombinedKeys, KeySets, holds_any, lookup_values
 from broker.sql.model import KeyLookup, Predicate
 
 SCHEMA = pa.schema([("id", pa.int64()), ("validFrom", pa.int64()), ("validUntil", pa.int64())])
@@ -66,3 +66,51 @@ def test_a_lookup_over_spread_files_answers_from_the_files_that_hold_the_key(
     assert reader.key_sets.loads == 10  # every file's key range spans the keys: sets decide
     again = reader.read(lookup, files, 10, schema)
     assert again is not None and again.num_rows == 2 and reader.key_sets.loads == 10
+
+
+@given(
+    files=st.lists(
+        st.one_of(st.none(), st.lists(st.integers(-50, 50), max_size=8)), min_size=1, max_size=8
+    ),
+    values=st.lists(st.integers(-60, 60), min_size=1, max_size=4),
+)
+def test_combined_keys_find_exactly_the_files_a_check_per_file_keeps(
+    files: list[list[int] | None], values: list[int]
+) -> None:
+    arrays = {
+        number: np.sort(np.asarray(keys, dtype=np.int64))
+        for number, keys in enumerate(files)
+        if keys is not None
+    }
+    combined = CombinedKeys.of(arrays, len(files))
+    wanted = lookup_values(values)
+    expected = [
+        number
+        for number in range(len(files))
+        if number not in arrays or holds_any(arrays[number], wanted)
+    ]
+    assert combined.files_holding(wanted).tolist() == expected
+
+
+def test_a_set_looked_up_again_answers_from_its_combined_keys_with_the_same_rows(
+    tmp_path: Path,
+) -> None:
+    """Keys spread over 41 files: the first lookups check file by file, the second builds the
+    set's combined keys in the background, and later ones choose files from them; the answers
+    never change, present keys or absent."""
+    files = [_write(tmp_path / f"{n}.parquet", list(range(n, 400, 40))) for n in range(40)]
+    files.append(_write(tmp_path / "again.parquet", [42, 43]))
+    reader = DirectReader()
+    schema = pa.schema([("id", pa.int64())])
+
+    def ids(*keys: int) -> list[int]:
+        lookup = KeyLookup("t", ("id",), (Predicate("id", keys),))
+        answer = reader.read(lookup, files, 10, schema)
+        assert answer is not None
+        return sorted(answer.column("id").to_pylist())
+
+    before = [ids(42), ids(200, 1000)]  # every file's range holds them: 41 and 40 candidates
+    reader.settle()
+    assert reader.combined.bytes > 0  # built after the second lookup
+    assert [ids(42), ids(200, 1000)] == before == [[42, 42], [200]]
+    assert ids(1000) == [] and ids(43) == [43, 43] and ids(42, 200) == [42, 42, 200]
