@@ -40,7 +40,6 @@ from compaction.plan import (
 )
 from core.errors import FailedPrecondition, Internal, InvalidArgument
 from ingest.compaction_records import compaction_record_dir
-from ingest.local_frames import local_frame
 from ingest.resolve import segment_schema, stored_columns
 from ingest.retention import kept_rows
 from ingest.segments import describe_segment, footer_summaries, write_segments
@@ -62,6 +61,9 @@ KILL_POINTS = ("after_lock", "after_files")
 
 class CompactionKilled(Internal):
     """Raised at an injected kill point (tests only)."""
+
+
+UNION_PARTITIONING = "spark.sql.unionOutputPartitioning"
 
 
 @dataclass(frozen=True, slots=True)
@@ -359,30 +361,39 @@ class Compactor:
     ) -> dict[tuple[int, int], Any]:
         from pyspark.sql import functions as F
 
+        if not targets:
+            return {}
         table = self.table
-        mapping_rows = sorted(
-            (self.storage.uri(path), target.interval.start_ms, number)
-            for target, number in zip(targets, partitions, strict=True)
-            for segment in target.inputs
-            for path in segment.location
-        )
-        mapping = local_frame(
-            self.spark, mapping_rows, [("_file", "string"), ("_chunk", "long"), ("_seg", "int")]
-        )
         columns = stored_columns(table)
-        files = [row[0] for row in mapping_rows]
-        rows = (
-            self.spark.read.schema(segment_schema(table))
-            .parquet(*files)
-            .select(*columns, F.col("_metadata.file_path").alias("_file"))
-            .join(F.broadcast(mapping), on="_file")
-        )
-        # An empty version [t, t) is visible at no snapshot and never in a change feed.
-        rows = rows.filter(F.col(VALID_UNTIL).isNull() | (F.col(VALID_UNTIL) > F.col(VALID_FROM)))
         horizon = self.client.retention_horizon(table.name)
-        if horizon:
-            rows = rows.filter(kept_rows(horizon))
+        # Each target is read by one Spark task (its files coalesced, not shuffled) and written
+        # by that same task: the union's partitions are the targets, one each, so the write
+        # needs no shuffle and no core waits on a partition that two targets hashed into.
+        frames = []
+        for target, number in zip(targets, partitions, strict=True):
+            files = sorted({path for segment in target.inputs for path in segment.location})
+            rows = (
+                self.spark.read.schema(segment_schema(table))
+                .parquet(*files)
+                .select(*columns)
+                # An empty version [t, t) is visible at no snapshot and never in a change feed.
+                .filter(F.col(VALID_UNTIL).isNull() | (F.col(VALID_UNTIL) > F.col(VALID_FROM)))
+            )
+            if horizon:
+                rows = rows.filter(kept_rows(horizon))
+            frames.append(
+                rows.withColumn("_chunk", F.lit(target.interval.start_ms).cast("long"))
+                .withColumn("_seg", F.lit(number).cast("int"))
+                .coalesce(1)
+            )
+        rows = frames[0]
+        for frame in frames[1:]:
+            rows = rows.union(frame)
         self.spark.sparkContext.setJobDescription(f"compact {table.name}")
+        # Spark gives a union of single-partition children their partitioning, one partition
+        # for all targets (one task, one core); read once when the write is planned.
+        previous = self.spark.conf.get(UNION_PARTITIONING, None)
+        self.spark.conf.set(UNION_PARTITIONING, "false")
         try:
             return write_segments(
                 rows,
@@ -391,8 +402,13 @@ class Compactor:
                 len(targets),
                 self.storage,
                 primary_key=table.primary_key,
+                shuffle=False,
             )
         finally:
+            if previous is None:
+                self.spark.conf.unset(UNION_PARTITIONING)
+            else:
+                self.spark.conf.set(UNION_PARTITIONING, previous)
             self.spark.sparkContext.setJobDescription(None)
 
     def _describe(

@@ -46,6 +46,8 @@ def test_minor_compaction_merges_segments_and_every_snapshot_answers_as_before(
     compacted = [s for s in after if s.root_end - s.root_start > 1]
     assert compacted and all(s.minor_version >= 1 for s in compacted)
     assert all(s.open_files for s in compacted)  # open and closed versions stay apart
+    # Each output is written whole by one task: one open file, at most one closed one.
+    assert all(len(s.open_files) == 1 and len(s.location) <= 2 for s in compacted)
     checked = assert_every_snapshot_answers_the_replay(spark, follower, client, log)
     assert checked >= 5
 
