@@ -42,6 +42,8 @@ JOIN_HINTS = frozenset(
 PARTITION_HINTS = frozenset({"COALESCE", "REPARTITION", "REPARTITION_BY_RANGE", "REBALANCE"})
 ALLOWED_HINTS = JOIN_HINTS | PARTITION_HINTS
 _EXPLODES = (exp.Explode, exp.Posexplode, exp.ExplodeOuter, exp.Inline)
+_MULTIPLYING = (exp.Join, exp.Lateral, exp.Stack, *_EXPLODES)
+"""Nodes that make the row estimate of their query level more than its one source's."""
 _MULTIPLYING_JOIN_KINDS = frozenset({"", "INNER", "CROSS", "OUTER", "FULL"})
 
 
@@ -61,11 +63,18 @@ def check_budget(tree: exp.Expression, budget: WorkBudget) -> exp.Expression:
     broker.sql.errors.OverBudget: range() would generate 1000000000000 rows, over the limit ...
     """
     references = 0
+    selects = 0
+    multiplies = False
     for node in _walk(tree):  # one walk: hints, generators and table references
         if isinstance(node, exp.Hint):
             _check_hint(node, budget)
         elif isinstance(node, exp.Table):
             references += 1
+            multiplies = multiplies or isinstance(node.this, exp.Func)
+        elif isinstance(node, exp.Select):
+            selects += 1
+        elif isinstance(node, _MULTIPLYING):
+            multiplies = True
         else:
             _check_generator(node, budget)
     if references > budget.max_table_references:
@@ -73,6 +82,10 @@ def check_budget(tree: exp.Expression, budget: WorkBudget) -> exp.Expression:
             f"the query reads {references} tables or table functions, over the limit "
             f"[limits].max_table_references = {budget.max_table_references}"
         )
+    if selects <= 1 and not multiplies:
+        # One query level reading at most one plain source: nothing multiplies rows, so the
+        # estimate below could not exceed a limit (a generator's own size is checked above).
+        return tree
     rows = {id(ref.node): ref.table.rows for ref in state_of(tree).references}
     columns = {
         id(ref.node): {c.lower() for c in ref.table.column_names}
