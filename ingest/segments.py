@@ -153,14 +153,14 @@ def write_segments(
         )
         .write.mode("overwrite")
         .option("parquet.block.size", ROW_GROUP_BYTES)
-        .options(**plain_encoded(_plain_segment_columns(columns, primary_key)))
+        .options(**plain_encoded(plain_segment_columns(columns, primary_key)))
         .partitionBy(CHUNK_DIR_COLUMN, SEGMENT_DIR_COLUMN, ROWS_DIR_COLUMN)
         .parquet(directory)
     )
     return collect_written(directory, storage)
 
 
-def _plain_segment_columns(columns: Sequence[str], primary_key: Sequence[str]) -> list[str]:
+def plain_segment_columns(columns: Sequence[str], primary_key: Sequence[str]) -> list[str]:
     """Segment columns of distinct values: the validity columns, the source position and a
     one-column key (see :func:`plain_encoded`)."""
     distinct = {VALID_FROM, VALID_UNTIL, SOURCE_POSITION, *unique_key(primary_key)}

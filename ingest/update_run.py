@@ -22,7 +22,7 @@ from ingest.locking import locked_update_plan
 from ingest.manifest import UPDATE
 from ingest.resolve import pending_updates
 from ingest.segments import footer_summaries
-from ingest.small import rewrite as small_rewrite
+from ingest.small import rewrite as driver_rewrite
 
 
 def run_updater(protocol: CommitProtocol) -> int:
@@ -53,17 +53,17 @@ def run_updater(protocol: CommitProtocol) -> int:
         allow_partial_cluster_keys(server.spark)
         horizon = retention_horizon(protocol)
         directory = server.update_directory(seq)
-        small = None
-        if small_rewrite.may_take(server.spark, server.storage, table, server.root, plan):
+        on_driver = None
+        if driver_rewrite.may_take(server.spark, server.storage, table, server.root, plan):
             with steps.action("updater reads on the driver"):
-                small = small_rewrite.prepare(
+                on_driver = driver_rewrite.prepare(
                     server.spark, server.storage, table, paths, plan, horizon
                 )
         protocol.prepare(seq, UPDATE, [directory])
         steps.step("update_after_prepare")
         with steps.action("updater rewrite"):
-            if small is not None:
-                written = small.write(plan, directory, server.storage)
+            if on_driver is not None:
+                written = on_driver.write(plan, directory, server.storage)
             else:
                 written = updater.rewrite_segments(
                     server.spark,

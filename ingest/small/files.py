@@ -27,6 +27,7 @@ from ingest.segments import (
     OPEN_ROWS,
     ROWS_DIR_COLUMN,
     SEGMENT_DIR_COLUMN,
+    plain_segment_columns,
 )
 from ingest.small.resolution import IndexEntry, Key, entries_of, order_key
 from ingest.storage import Storage
@@ -55,14 +56,32 @@ class Writer:
         else:
             self._options["coerce_timestamps"] = "us"
 
-    def write(self, directory: str, table: Any) -> str:
-        """Write ``table`` as a new file in ``directory`` (created); returns its path."""
+    def write(
+        self,
+        directory: str,
+        table: Any,
+        row_group_bytes: int | None = None,
+        plain: Sequence[str] = (),
+    ) -> str:
+        """Write ``table`` as a new file in ``directory`` (created); returns its path.
+
+        ``row_group_bytes`` sizes row groups about as Spark's ``parquet.block.size`` does (by
+        the rows' size in memory): key lookups prune by row group, so a large file should not
+        be one group. ``plain`` columns get no dictionary, as Spark writes them
+        (:func:`ingest.segments.plain_encoded`: distinct values fill a dictionary for nothing;
+        it cost about 40% of a segment rewrite's write)."""
         import pyarrow.parquet as pq
 
         os.makedirs(directory, exist_ok=True)
         name = f"part-00000-{uuid.uuid4()}.c000.snappy.parquet"
         hidden = os.path.join(directory, f".{name}.tmp")
-        pq.write_table(table, hidden, **self._options)
+        options = dict(self._options)
+        if plain:
+            options["use_dictionary"] = [n for n in table.schema.names if n not in set(plain)]
+        if row_group_bytes is not None and table.num_rows:
+            row_bytes = max(1, table.nbytes // table.num_rows)
+            options["row_group_size"] = max(1_024, row_group_bytes // row_bytes)
+        pq.write_table(table, hidden, **options)
         final = os.path.join(directory, name)
         os.replace(hidden, final)
         return final
@@ -189,7 +208,9 @@ def write_segment_files(
             f"{SEGMENT_DIR_COLUMN}={seg}",
             f"{ROWS_DIR_COLUMN}={OPEN_ROWS if is_open else CLOSED_ROWS}",
         )
-        writer.write(path, _arrow_rows(items, schema))
+        writer.write(
+            path, _arrow_rows(items, schema), plain=plain_segment_columns(schema.names, pk)
+        )
 
 
 def local_parquet_files(storage: Storage, path: str) -> list[str] | None:
