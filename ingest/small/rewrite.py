@@ -5,12 +5,11 @@ is two or three jobs whatever the size, about 0.5 to 1 s for one updated row, on
 every batch that updates a key, and for large rewrites Spark's row-by-row join, sort and write
 cost about three times what pyarrow's columnar ones do on the same machine. When the table lets
 batches run on the driver (``driver_batch_rows``, local storage), no segment to rewrite is over
-:data:`DRIVER_SEGMENT_ROWS` rows and the resolutions holding the updates are at most
-:data:`DRIVER_UPDATE_ROWS` rows, pyarrow reads the updates once, and then, a few segments at a
-time, reads each segment, joins its rows with the updates on (key, ``validFrom``), applies them
-as the Spark join does (``coalesce(validUntil, new validUntil)``), drops the history retention
-lets go, and writes the rewrite with :mod:`ingest.small.files`: open versions by key, closed
-ones by ``validFrom``.
+:data:`DRIVER_SEGMENT_ROWS` rows and there are at most :data:`DRIVER_UPDATE_ROWS` updates,
+pyarrow reads the updates once, and then, a few segments at a time, reads each segment, joins
+its rows with its updates on (key, ``validFrom``), applies them as the Spark join does
+(``coalesce(validUntil, new validUntil)``), drops the history retention lets go, and writes the
+rewrite with :mod:`ingest.small.files`: open versions by key, closed ones by ``validFrom``.
 """
 
 from __future__ import annotations
@@ -39,8 +38,8 @@ DRIVER_SEGMENT_ROWS = 2_000_000
 """Rows of the largest segment to rewrite up to which the driver rewrites them (one segment is
 in memory per worker at a time)."""
 DRIVER_UPDATE_ROWS = 5_000_000
-"""Rows of the resolutions holding the pending updates up to which the driver reads them (they
-are in memory for the whole run)."""
+"""Pending updates up to which the driver applies them (they are in memory for the whole run;
+the resolutions holding them are read one file at a time)."""
 _NEW_UNTIL = "_newUntil"
 
 
@@ -147,21 +146,26 @@ def prepare(
     ):
         return None
     flat_updates = [path for paths in update_files for path in paths or ()]
-    if sum(pq.read_metadata(path).num_rows for path in flat_updates) > DRIVER_UPDATE_ROWS:
-        return None
     pk = list(table.primary_key)
     wanted = [*pk, "_first", "_i_chunk", "_i_seg", "_i_deleted", "_i_validFrom", "_ts"]
-    pieces = [pq.ParquetFile(path).read(columns=wanted) for path in flat_updates]
+    pieces, kept = [], 0
+    for path in flat_updates:  # one resolution file in memory at a time, then its updates only
+        piece = pq.ParquetFile(path).read(columns=wanted)
+        # :func:`ingest.resolve.supersedes_stored`: the rows that end a version an earlier
+        # batch stored.
+        supersedes = pc.and_(
+            pc.and_(pc.fill_null(piece["_first"], False), pc.is_valid(piece["_i_seg"])),
+            pc.invert(pc.fill_null(piece["_i_deleted"], True)),
+        )
+        piece = piece.filter(supersedes)
+        kept += piece.num_rows
+        if kept > DRIVER_UPDATE_ROWS:
+            return None
+        pieces.append(piece)
     try:
         found = pa.concat_tables(pieces, promote_options="permissive")
     except (pa.ArrowInvalid, pa.ArrowTypeError):
         return None
-    # :func:`ingest.resolve.supersedes_stored`: the rows that end a version an earlier batch stored.
-    supersedes = pc.and_(
-        pc.and_(pc.fill_null(found["_first"], False), pc.is_valid(found["_i_seg"])),
-        pc.invert(pc.fill_null(found["_i_deleted"], True)),
-    )
-    found = found.filter(supersedes)
     # Each update to the rewrite of the segment it is for (a compacted segment covers several
     # root partitions): a segment joins its own updates only.
     rewrite_of = {target: index for index, target in enumerate(sorted(plan.current))}
