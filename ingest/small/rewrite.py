@@ -3,13 +3,14 @@
 The updater rewrites every segment an update is for (:mod:`ingest.updater`); through Spark that
 is two or three jobs whatever the size, about 0.5 to 1 s for one updated row, on the path of
 every batch that updates a key, and for large rewrites Spark's row-by-row join, sort and write
-cost about three times what pyarrow's columnar ones do on the same machine. When the table lets
+cost four to five times what pyarrow's columnar ones do on the same machine. When the table lets
 batches run on the driver (``driver_batch_rows``, local storage), no segment to rewrite is over
-:data:`DRIVER_SEGMENT_ROWS` rows and there are at most :data:`DRIVER_UPDATE_ROWS` updates,
-pyarrow reads the updates once, and then, a few segments at a time, reads each segment, joins
-its rows with its updates on (key, ``validFrom``), applies them as the Spark join does
-(``coalesce(validUntil, new validUntil)``), drops the history retention lets go, and writes the
-rewrite with :mod:`ingest.small.files`: open versions by key, closed ones by ``validFrom``.
+:data:`DRIVER_SEGMENT_ROWS` rows or :data:`DRIVER_SEGMENT_BYTES`, and there are at most
+:data:`DRIVER_UPDATE_ROWS` updates, pyarrow reads the updates once, and then, a few segments at
+a time, reads each segment, joins its rows with its updates on (key, ``validFrom``), applies
+them as the Spark join does (``coalesce(validUntil, new validUntil)``), drops the history
+retention lets go, and writes the rewrite with :mod:`ingest.small.files`: open versions by key,
+closed ones by ``validFrom``.
 """
 
 from __future__ import annotations
@@ -37,6 +38,9 @@ from watermark.catalog import VALID_FROM, VALID_UNTIL
 DRIVER_SEGMENT_ROWS = 2_000_000
 """Rows of the largest segment to rewrite up to which the driver rewrites them (one segment is
 in memory per worker at a time)."""
+DRIVER_SEGMENT_BYTES = 128 * 1024 * 1024
+"""Bytes (Parquet, on disk) of the largest segment the driver rewrites: a wide table's rows
+take several times that in memory, and a join and a sort copy them."""
 DRIVER_UPDATE_ROWS = 5_000_000
 """Pending updates up to which the driver applies them (they are in memory for the whole run;
 the resolutions holding them are read one file at a time)."""
@@ -118,7 +122,10 @@ def may_take(
     local = storage.local_path(root) is not None
     if not driver_can_take(table, {"spark.sql.session.timeZone": timezone}, local):
         return False
-    return max(segment.row_count for segment in plan.current.values()) <= DRIVER_SEGMENT_ROWS
+    return all(
+        0 < segment.row_count <= DRIVER_SEGMENT_ROWS and segment.size_bytes <= DRIVER_SEGMENT_BYTES
+        for segment in plan.current.values()
+    )
 
 
 def prepare(
