@@ -16,7 +16,7 @@ closed ones by ``validFrom``.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +33,7 @@ from ingest.small.batch import driver_can_take
 from ingest.storage import Storage
 from ingest.table import TableDefinition
 from ingest.updater import Target, UpdatePlan
+from timeline.segment import Segment
 from watermark.catalog import VALID_FROM, VALID_UNTIL
 
 DRIVER_SEGMENT_ROWS = 2_000_000
@@ -122,9 +123,16 @@ def may_take(
     local = storage.local_path(root) is not None
     if not driver_can_take(table, {"spark.sql.session.timeZone": timezone}, local):
         return False
+    return driver_can_hold(plan.current.values())
+
+
+def driver_can_hold(segments: Iterable[Segment]) -> bool:
+    """Whether every segment is small enough to rewrite in the driver's memory (one of unknown
+    size is not)."""
     return all(
-        0 < segment.row_count <= DRIVER_SEGMENT_ROWS and segment.size_bytes <= DRIVER_SEGMENT_BYTES
-        for segment in plan.current.values()
+        0 < segment.row_count <= DRIVER_SEGMENT_ROWS
+        and 0 < segment.size_bytes <= DRIVER_SEGMENT_BYTES
+        for segment in segments
     )
 
 

@@ -13,7 +13,10 @@ from ingest.commit_times import SourceSpan
 from ingest.manifest import KeyIndexVersion
 from ingest.small.batch import SMALL_LEVEL_ROWS, count_rows, driver_can_take, plan_levels
 from ingest.small.resolution import stamp_rows
+from ingest.small.rewrite import DRIVER_SEGMENT_BYTES, DRIVER_SEGMENT_ROWS, driver_can_hold
 from ingest.table import TableDefinition
+from timeline.interval import Interval
+from timeline.segment import Segment
 
 UTC = {"spark.sql.session.timeZone": "UTC"}
 
@@ -86,3 +89,27 @@ def test_collected_rows_are_counted_and_stamped_as_spark_counts_and_stamps_them(
     stamped = stamp_rows(rows, t, count.spans, base=100)
     # f1 holds positions 100..105, f2 starts at 106; the transaction takes its first change's.
     assert [(row["_ord"], row["_ts"]) for row in stamped] == [(103, 103), (105, 105), (106, 105)]
+
+
+def _segment(rows: int, size: int) -> Segment:
+    day = Interval(0, 86_400_000)
+    return Segment(table="t", interval=day, version="v", partition=0, row_count=rows,
+                   size_bytes=size)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("rows", "size", "held"),
+    [
+        (1_000, 50_000, True),
+        (DRIVER_SEGMENT_ROWS, DRIVER_SEGMENT_BYTES, True),
+        (DRIVER_SEGMENT_ROWS + 1, 50_000, False),
+        (1_000, DRIVER_SEGMENT_BYTES + 1, False),
+        (0, 50_000, False),  # size unknown: Spark
+        (1_000, 0, False),
+    ],
+)
+def test_the_updater_rewrites_on_the_driver_only_segments_it_can_hold(
+    rows: int, size: int, held: bool
+) -> None:
+    assert driver_can_hold([_segment(10, 1_000), _segment(rows, size)]) is held
+    assert driver_can_hold([]) is True
