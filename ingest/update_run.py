@@ -62,9 +62,10 @@ def run_updater(protocol: CommitProtocol) -> int:
         protocol.prepare(seq, UPDATE, [directory])
         steps.step("update_after_prepare")
         with steps.action("updater rewrite"):
+            written = None
             if on_driver is not None:
                 written = on_driver.write(plan, directory, server.storage)
-            else:
+            if written is None:
                 written = updater.rewrite_segments(
                     server.spark,
                     updates(),

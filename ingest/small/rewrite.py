@@ -64,10 +64,14 @@ class DriverRewrite:
 
     def write(
         self, plan: UpdatePlan, directory: str, storage: Storage
-    ) -> dict[tuple[int, int], WrittenSegment]:
+    ) -> dict[tuple[int, int], WrittenSegment] | None:
         """Rewrite every planned segment, ``workers`` at a time (pyarrow's reading, joining,
         sorting and writing run outside the GIL): an open and a closed file each, omitted when
-        empty. Returns what was written."""
+        empty. Returns what was written; None when pyarrow could not join or sort a segment's
+        rows after all (:func:`prepare` checks their schemas), for Spark to rewrite them into
+        the same directory (its write replaces what this one left)."""
+        import pyarrow as pa
+
         writer = files.Writer(self.timestamp_type)
         local = storage.local_path(directory)
         if local is None:
@@ -86,9 +90,12 @@ class DriverRewrite:
                 if part.num_rows:
                     writer.write(os.path.join(base, f"_rows={name}"), part, ROW_GROUP_BYTES, plain)
 
-        with ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="rewrite") as pool:
-            for _ in pool.map(rewrite, sorted(self.segment_files)):
-                pass
+        try:
+            with ThreadPoolExecutor(self.workers, thread_name_prefix="rewrite") as pool:
+                for _ in pool.map(rewrite, sorted(self.segment_files)):
+                    pass
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+            return None
         return collect_written(directory, storage)
 
 
