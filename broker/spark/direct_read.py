@@ -4,13 +4,14 @@ A key lookup touches a few rows, yet a Spark job for it costs ~100 ms of fixed w
 scheduling, every file's footer, row-by-row decoding). This reader answers the narrow lookups
 :func:`broker.sql.passes.find_key_lookup.find_key_lookup` recognises over the same files Spark would read:
 
-1. footers come from a cache (segment files are immutable, so a footer read once stays true);
+1. footers come from a cache (segment files are immutable, so a footer read once stays true;
+   :mod:`broker.spark.file_sets`);
 2. row groups are pruned with their min/max statistics on the integer key columns and on the
    validity columns (the same pruning Spark's Parquet filter push-down does), over arrays of
    every row group of the file set built once per set of files (:mod:`broker.spark.row_groups`),
    so the cost of a lookup hardly grows with the files that cannot hold its keys; where keys are
    hashed over the files (every file's range spans the table), each file's sorted key column
-   (:mod:`broker.spark.key_sets`) rules it out, and a set looked up again gets all its keys in
+   (:mod:`broker.spark.key_sets`) rules it out, and a set looked up often gets all its keys in
    one sorted array, so finding the files that hold a key is a bisection, not a loop over files;
 3. the remaining row groups are read (a large one, as compaction writes, is decoded once and
    kept: :mod:`broker.spark.row_group_cache`), and the key predicates and the visibility rule
@@ -29,13 +30,11 @@ cannot read is left to Spark to judge.
 
 from __future__ import annotations
 
-import itertools
-import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -44,11 +43,11 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from broker.spark.byte_lru import ByteBoundedLru
-from broker.spark.failures import UnreadableFiles
+from broker.spark.file_sets import Decline, FileSet, Footer, FooterCache, unreadable
 from broker.spark.key_sets import CombinedKeys, KeySets, holds_any, lookup_values
 from broker.spark.reading import is_local, local_path
 from broker.spark.row_group_cache import RowGroupCache
-from broker.spark.row_groups import ColumnStats, column_stats, concatenated, contains, visible
+from broker.spark.row_groups import contains, visible
 from broker.sql.model import KeyLookup, Predicate
 from watermark.catalog import VALID_FROM, VALID_UNTIL
 
@@ -60,7 +59,12 @@ KEY_SETS_FROM_FILES = 2
 """When statistics leave this many files or more, their key sets choose the ones to open."""
 COMBINED_KEYS_FROM_FILES = 16
 """When statistics leave this many files or more, a set's combined keys choose them (built in
-the background once the set is looked up a second time; one check per file until then)."""
+the background, see :data:`BUILD_AFTER_CHECKS_PER_KEY`; one check per file until then)."""
+BUILD_AFTER_CHECKS_PER_KEY = 0.1
+"""A set's combined keys are built once its lookups have checked files one by one as many times
+as a tenth of its keys: building costs about that much (measured: about 170 ns a key, against
+about 2 microseconds a file check), so a set whose lookups are few (a generation of a table
+that ingestion replaces every second) never pays more than twice what the cheaper way costs."""
 COMBINED_KEYS_MAX_BYTES = 128 * 1024 * 1024
 """Memory for the combined keys of file sets; a set whose keys would not fit keeps per-file
 checks."""
@@ -73,125 +77,6 @@ _INTEGER_RANGES = {
     pa.int64(): (-(2**63), 2**63 - 1),
 }
 _STRING_TYPES = (pa.string(), pa.large_string())
-
-
-class _Decline(Exception):
-    """This reader cannot answer; Spark will (and will judge a file it could not read)."""
-
-
-def _unreadable(path: str, detail: str) -> Exception:
-    """A missing file is reported at once (the timeline falls back); any other failure is left to
-    Spark, whose reader may accept what pyarrow does not, and whose verdict the broker trusts."""
-    if os.path.exists(local_path(path)):
-        return _Decline(detail)
-    return UnreadableFiles([path], detail)
-
-
-class FooterCache:
-    """Parquet footers of segment files by path, least recently used dropped past ``capacity``."""
-
-    def __init__(self, capacity: int = 50_000) -> None:
-        self._capacity = capacity
-        self._lock = threading.Lock()
-        self._footers: OrderedDict[str, _Footer] = OrderedDict()
-        self.reads = 0
-        """How many footers were read from disk (a test probe: a cache hit leaves it flat)."""
-
-    def get(self, path: str) -> _Footer:
-        with self._lock:
-            footer = self._footers.get(path)
-            if footer is not None:
-                self._footers.move_to_end(path)
-                return footer
-        try:
-            metadata = pq.read_metadata(local_path(path))
-        except (OSError, pa.ArrowException) as error:
-            raise _unreadable(path, f"cannot read the Parquet footer: {error}") from None
-        footer = _Footer.of(metadata)
-        with self._lock:
-            self.reads += 1
-            self._footers[path] = footer
-            while len(self._footers) > self._capacity:
-                self._footers.popitem(last=False)
-        return footer
-
-
-@dataclass(frozen=True, slots=True)
-class _Footer:
-    metadata: pq.FileMetaData
-    fields: dict[str, pa.Field]
-    """Top-level Arrow fields by lower-case name (a name present twice maps to None)."""
-    leaves: dict[str, int]
-    """Parquet leaf column index of each top-level primitive column, by lower-case name."""
-    signature: tuple[tuple[str, str], ...]
-    """The file's columns and types: files alike are checked against a query once."""
-    stats: dict[str, ColumnStats] = field(default_factory=dict)
-    """Row-group statistics by lower-case column name, gathered when first needed."""
-
-    @staticmethod
-    def of(metadata: pq.FileMetaData) -> _Footer:
-        schema = metadata.schema.to_arrow_schema()
-        fields: dict[str, Any] = {}
-        for item in schema:
-            key = item.name.lower()
-            fields[key] = None if key in fields else item
-        leaves: dict[str, int] = {}
-        for index in range(metadata.num_columns):
-            path = metadata.schema.column(index).path
-            if "." not in path:
-                leaves[path.lower()] = index
-        signature = tuple((item.name, str(item.type)) for item in schema)
-        return _Footer(metadata, fields, leaves, signature)
-
-    def column_stats(self, name: str) -> ColumnStats:
-        found = self.stats.get(name)
-        if found is None:
-            found = self.stats[name] = column_stats(self.metadata, self.leaves.get(name))
-        return found
-
-
-class _FileSet:
-    """The footers of one set of files with their row groups numbered end to end: entry ``i``
-    of every array is row group ``group[i]`` of file ``file[i]``."""
-
-    _serials = itertools.count()
-
-    def __init__(self, files: Sequence[str], footers: Sequence[_Footer]) -> None:
-        self.serial = next(_FileSet._serials)
-        """Names this set in caches (hashing its file names per lookup costs more)."""
-        self.files = tuple(files)
-        self.footers = tuple(footers)
-        self.lookups = 0
-        """Lookups that wanted this set's combined keys (the first does not build them)."""
-        counts = [footer.metadata.num_row_groups for footer in footers]
-        self.file = np.repeat(np.arange(len(footers)), counts)
-        self.group = np.concatenate([np.arange(n) for n in counts]) if counts else np.zeros(0)
-        self.rows = np.asarray(
-            [
-                footer.metadata.row_group(index).num_rows
-                for footer in footers
-                for index in range(footer.metadata.num_row_groups)
-            ],
-            dtype=np.int64,
-        )
-        self.total_rows = int(self.rows.sum())
-        kinds: dict[tuple[tuple[str, str], ...], int] = {}
-        self.kind = [kinds.setdefault(footer.signature, len(kinds)) for footer in footers]
-        """Each file's signature as a small number (files alike share it)."""
-        self.kinds: list[_Footer] = [footers[self.kind.index(n)] for n in range(len(kinds))]
-        """One footer of each signature."""
-        self._columns: dict[str, ColumnStats] = {}
-        self._lock = threading.Lock()
-
-    def column(self, name: str) -> ColumnStats:
-        """Column ``name``'s statistics over every row group of the set (built once)."""
-        with self._lock:
-            found = self._columns.get(name)
-        if found is None:
-            found = concatenated([footer.column_stats(name) for footer in self.footers])
-            with self._lock:
-                self._columns[name] = found
-        return found
 
 
 class DirectReader:
@@ -212,12 +97,12 @@ class DirectReader:
         self.combined: ByteBoundedLru[CombinedKeys] = ByteBoundedLru(
             combined_max_bytes, lambda combined: combined.nbytes
         )
-        self._file_sets: OrderedDict[tuple[str, ...], _FileSet] = OrderedDict()
+        self._file_sets: OrderedDict[tuple[str, ...], FileSet] = OrderedDict()
         self._lock = threading.Lock()
         self._builder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="combined-keys")
         self._building: dict[tuple[Any, ...], Future[None]] = {}
 
-    def _file_set(self, files: Sequence[str]) -> _FileSet | None:
+    def _file_set(self, files: Sequence[str]) -> FileSet | None:
         """The index of ``files`` (built on first use); None when one of them is not a local
         file (only local sets are ever built, so a kept set needs no check)."""
         key = tuple(files)
@@ -228,7 +113,7 @@ class DirectReader:
                 return found
         if not all(is_local(path) for path in key):
             return None
-        found = _FileSet(key, [self.footers.get(path) for path in key])
+        found = FileSet(key, [self.footers.get(path) for path in key])
         with self._lock:
             self._file_sets[key] = found
             while len(self._file_sets) > FILE_SETS_KEPT:
@@ -244,11 +129,11 @@ class DirectReader:
             if file_set is None:
                 return None
             return self._read(lookup, file_set, snapshot, schema)
-        except _Decline:
+        except Decline:
             return None
 
     def _read(
-        self, lookup: KeyLookup, file_set: _FileSet, snapshot: int, schema: pa.Schema
+        self, lookup: KeyLookup, file_set: FileSet, snapshot: int, schema: pa.Schema
     ) -> pa.Table | None:
         sources = list(schema.names) if lookup.projection is None else list(lookup.projection)
         if len(sources) != len(schema):
@@ -284,6 +169,8 @@ class DirectReader:
             kept = np.isin(candidates, holding)
             candidates, starts, ends = candidates[kept], starts[kept], ends[kept]
         check_each = use_key_sets and holding is None
+        if check_each:
+            file_set.checks += len(candidates)
         pieces = []
         for number, start, end in zip(
             candidates.tolist(), starts.tolist(), ends.tolist(), strict=True
@@ -312,7 +199,7 @@ class DirectReader:
 
     def _files_holding(
         self,
-        file_set: _FileSet,
+        file_set: FileSet,
         shapes: Sequence[_FileShape | None],
         keys: Sequence[tuple[str, np.ndarray]],
     ) -> np.ndarray | None:
@@ -320,7 +207,6 @@ class DirectReader:
         combined keys agree); None while they are not built (see :meth:`_build_later`)."""
         if file_set.total_rows * _COMBINED_BYTES_PER_KEY > self.combined.max_bytes:
             return None
-        file_set.lookups += 1
         holding: np.ndarray | None = None
         for column, values in keys:
             names = tuple(
@@ -329,14 +215,14 @@ class DirectReader:
             )
             found = self.combined.get((file_set.serial, names))
             if found is None:
-                if file_set.lookups > 1:
+                if file_set.checks >= file_set.total_rows * BUILD_AFTER_CHECKS_PER_KEY:
                     self._build_later(file_set, names)
                 return None
             files = found.files_holding(values)
             holding = files if holding is None else np.intersect1d(holding, files)
         return holding
 
-    def _build_later(self, file_set: _FileSet, names: tuple[str | None, ...]) -> None:
+    def _build_later(self, file_set: FileSet, names: tuple[str | None, ...]) -> None:
         """Build a set's combined keys of one column (``names``: its name in each kind of file)
         on the builder thread, at most once at a time: a lookup never waits for it."""
         key = (file_set.serial, names)
@@ -345,7 +231,7 @@ class DirectReader:
                 return
             self._building[key] = self._builder.submit(self._build, file_set, names)
 
-    def _build(self, file_set: _FileSet, names: tuple[str | None, ...]) -> None:
+    def _build(self, file_set: FileSet, names: tuple[str | None, ...]) -> None:
         key = (file_set.serial, names)
         try:
             arrays = {}
@@ -371,7 +257,7 @@ class DirectReader:
     def _may_hold(
         self,
         path: str,
-        footer: _Footer,
+        footer: Footer,
         shape: _FileShape,
         keys: Sequence[tuple[str, np.ndarray]],
     ) -> bool:
@@ -386,13 +272,13 @@ class DirectReader:
             try:
                 held = self.key_sets.keys(path, shape.filters[column], open_file)
             except (OSError, pa.ArrowException) as error:
-                raise _unreadable(path, f"cannot read the Parquet file: {error}") from None
+                raise unreadable(path, f"cannot read the Parquet file: {error}") from None
             if not holds_any(held, values):
                 return False
         return True
 
 
-def _opener(path: str, footer: _Footer) -> Callable[[], pq.ParquetFile]:
+def _opener(path: str, footer: Footer) -> Callable[[], pq.ParquetFile]:
     return lambda: pq.ParquetFile(local_path(path), metadata=footer.metadata)
 
 
@@ -411,14 +297,14 @@ class _FileShape:
 
 @dataclass(frozen=True, slots=True)
 class _FilePlan:
-    footer: _Footer
+    footer: Footer
     row_groups: tuple[int, ...]
     outputs: tuple[str, ...]
     filters: dict[str, str]
 
 
 def _file_shape(
-    footer: _Footer, lookup: KeyLookup, sources: Sequence[str], schema: pa.Schema
+    footer: Footer, lookup: KeyLookup, sources: Sequence[str], schema: pa.Schema
 ) -> _FileShape | None:
     """None when a file of this signature cannot answer exactly (a column missing or of
     another type, a literal of another type than its column): Spark must."""
@@ -491,7 +377,7 @@ def _read_kept_group(
     try:
         table = cache.group(path, group, decode)
     except (OSError, pa.ArrowException) as error:
-        raise _unreadable(path, f"cannot read the Parquet file: {error}") from None
+        raise unreadable(path, f"cannot read the Parquet file: {error}") from None
     selected = table.filter(pc.fill_null(_condition(table, plan, predicates, snapshot), False))
     return _as_schema(selected.column, plan.outputs, schema)
 
@@ -519,7 +405,7 @@ def _read_groups(
             list(plan.row_groups), columns=filter_columns, use_threads=False
         )
     except (OSError, pa.ArrowException) as error:
-        raise _unreadable(path, f"cannot read the Parquet file: {error}") from None
+        raise unreadable(path, f"cannot read the Parquet file: {error}") from None
     # A NULL condition drops the row, as in SQL's WHERE.
     keep = pc.fill_null(_condition(filters, plan, predicates, snapshot), False)
     hit_groups, hit_masks = [], []
@@ -538,7 +424,7 @@ def _read_groups(
         try:
             values = parquet.read_row_groups(hit_groups, columns=needed, use_threads=False)
         except (OSError, pa.ArrowException) as error:
-            raise _unreadable(path, f"cannot read the Parquet file: {error}") from None
+            raise unreadable(path, f"cannot read the Parquet file: {error}") from None
         selected_values = values.filter(pa.chunked_array(hit_masks, pa.bool_()))
     selected_filters = filters.filter(keep)
     return _as_schema(
