@@ -80,6 +80,13 @@ def _rewrite(r: dict[str, Any]) -> list[Row]:
                 "<= 1.5x; simple <= 0.5 ms",
             )
         )  # fmt: skip
+        rows.append(
+            (
+                f"{name}: bare parse+generate of the rewritten output p50 (rewrite / it)",
+                f"{_num(_get(r, name, 'bare_of_output', 'p50'), ' ms', 3)} ({_num(_get(r, name, 'ratio_p50_to_bare_of_output'), 'x', 2)})",
+                "-",
+            )
+        )  # fmt: skip
     return rows
 
 

@@ -10,7 +10,7 @@ import grpc
 import pytest
 
 from core.errors import DeadlineExceeded
-from horizon.client import connect
+from horizon.client import HorizonClient
 from tests.broker.conftest import ADMIN, LWM, broker_config
 from tests.broker.spark_jobs import ExtraBroker
 from watermark import tokens
@@ -53,9 +53,15 @@ def test_fifty_callers_waiting_for_a_far_snapshot_leave_health_and_other_callers
 
 def test_a_reader_too_slow_for_the_deadline_is_cut_off_and_its_slot_freed(broker_env, spark):
     config = broker_config(broker_env.redis.url, limits={"query_timeout_s": 4.0})
+    # Without BDP probing the client's flow-control window stays small, so the broker's writes
+    # block long before the result (about 20 MB) is sent; with it the window can grow until the
+    # whole result fits in the transport's buffers and the stream ends before its deadline.
+    unprobed = [("grpc.http2.bdp_probe", 0), ("grpc.max_receive_message_length", -1)]
     with (
         ExtraBroker(config, spark, broker_env) as server,
-        connect(server.target, token=ADMIN) as horizon,
+        HorizonClient(
+            grpc.insecure_channel(server.target, options=unprobed), token=ADMIN
+        ) as horizon,
     ):
         call = horizon.start_query(
             "SELECT id, owner, balance FROM big WHERE id < 900000", cache=False
