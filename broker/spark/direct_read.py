@@ -262,10 +262,7 @@ class DirectReader:
         keys: Sequence[tuple[str, np.ndarray]],
     ) -> bool:
         """False when the file's key sets prove it holds none of the looked-up keys."""
-
-        def open_file() -> pq.ParquetFile:
-            return pq.ParquetFile(local_path(path), metadata=footer.metadata)
-
+        open_file = _opener(path, footer)
         for column, values in keys:
             if column not in shape.int_key_columns:
                 continue
@@ -279,6 +276,7 @@ class DirectReader:
 
 
 def _opener(path: str, footer: Footer) -> Callable[[], pq.ParquetFile]:
+    """Opens the file with its cached footer (no second read of it)."""
     return lambda: pq.ParquetFile(local_path(path), metadata=footer.metadata)
 
 

@@ -9,6 +9,6 @@ of the index levels, only the batch's keys), the resolution, and the files (pyar
 same layout, schema and encoding of timestamps Spark writes). The rules are the Spark path's,
 restated for rows: :mod:`ingest.small.resolution` (pure, checked against
 :func:`ingest.resolve.resolve` by a property test); :mod:`ingest.small.files` reads and writes;
-:mod:`ingest.small.batch` decides when it applies and runs it; :mod:`ingest.small.rewrite` does the
-same for the updater's rewrite of small segments.
+:mod:`ingest.small.batch` decides when it applies and runs it; :mod:`ingest.small.rewrite` applies
+the updater's pending updates to segments with pyarrow, for batches of any size.
 """

@@ -77,7 +77,7 @@ class Writer:
         hidden = os.path.join(directory, f".{name}.tmp")
         options = dict(self._options)
         if plain:
-            options["use_dictionary"] = [n for n in table.schema.names if n not in set(plain)]
+            options["use_dictionary"] = [n for n in table.schema.names if n not in plain]
         if row_group_bytes is not None and table.num_rows:
             row_bytes = max(1, table.nbytes // table.num_rows)
             options["row_group_size"] = max(1_024, row_group_bytes // row_bytes)

@@ -154,6 +154,7 @@ def prepare(
     """The pending updates read and the segments' files checked (nothing is written yet), once
     :func:`may_take` said yes; None: too many updates, or files not readable as one table or
     not joinable with the updates, and Spark rewrites them."""
+    import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
@@ -202,19 +203,20 @@ def prepare(
         found = found.join(targets, keys=["_i_chunk", "_i_seg"], join_type="inner")
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
         return None
+    # Sorted by rewrite once, so each segment's updates are one slice (no scan per segment).
+    found = found.sort_by("_rewrite")
     updates = pa.table(
         {
             **{name: found[name] for name in pk},
             VALID_FROM: found["_i_validFrom"],
             _NEW_UNTIL: found["_ts"],
-            "_rewrite": found["_rewrite"],
         }
     )
+    bounds = np.searchsorted(found["_rewrite"].to_numpy(), np.arange(len(rewrite_of) + 1))
     per_rewrite: dict[Target, Any] = {}
     for key, paths in segment_files.items():
-        mine = updates.filter(pc.equal(updates["_rewrite"], rewrite_of[key])).drop_columns(
-            ["_rewrite"]
-        )
+        index = rewrite_of[key]
+        mine = updates.slice(bounds[index], bounds[index + 1] - bounds[index])
         try:
             schema = pa.unify_schemas(
                 [pq.read_schema(path) for path in paths if path is not None],
