@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import functools
 
-from broker.spark.byte_lru import ByteBoundedLru
 from broker.sql import ParsedQuery, bind, parse_query
 from broker.sql.catalog import Catalog, CatalogTable
 from broker.sql.functions import FunctionPolicy
 from broker.sql.model import RewriteLimits, RewriteResult, WorkBudget
+from core.byte_lru import ByteBoundedLru
 from core.errors import InvalidArgument
 
 KEPT_BYTES = 32 * 1024 * 1024

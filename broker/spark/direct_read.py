@@ -42,13 +42,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from broker.spark.byte_lru import ByteBoundedLru
 from broker.spark.file_sets import Decline, FileSet, Footer, FooterCache, unreadable
 from broker.spark.key_sets import CombinedKeys, KeySets, holds_any, lookup_values
 from broker.spark.reading import is_local, local_path
 from broker.spark.row_group_cache import RowGroupCache
 from broker.spark.row_groups import contains, visible
 from broker.sql.model import KeyLookup, Predicate
+from core.byte_lru import ByteBoundedLru
 from watermark.catalog import VALID_FROM, VALID_UNTIL
 
 DEFAULT_MAX_ROWS = 1_000_000

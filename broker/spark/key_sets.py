@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from broker.spark.byte_lru import ByteBoundedLru
+from core.byte_lru import ByteBoundedLru
 
 DEFAULT_MAX_BYTES = 256 * 1024 * 1024
 

@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import pyarrow as pa
 
-from broker.spark.byte_lru import ByteBoundedLru
+from core.byte_lru import ByteBoundedLru
 
 DEFAULT_MAX_BYTES = 256 * 1024 * 1024
 LARGE_ROW_GROUP_ROWS = 50_000

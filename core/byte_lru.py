@@ -1,7 +1,8 @@
 """A thread-safe least-recently-used map bounded by the bytes of its values.
 
-The reader's caches of immutable segment files (key sets, decoded row groups) keep what lookups
-use most within a memory budget; a value dropped or never kept is simply read again.
+The caches of immutable files (the reader's key sets and decoded row groups, ingestion's decoded
+key index entries) keep what lookups use most within a memory budget; a value dropped or never
+kept is simply read again.
 """
 
 from __future__ import annotations
