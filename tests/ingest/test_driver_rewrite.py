@@ -1,0 +1,96 @@
+"""The driver's segment rewrite applies updates as the Spark updater's join does.
+
+:func:`ingest.small.rewrite.applied` joins the updates with the open rows only and keeps the rest
+of them in their order; a reference model here applies ``coalesce(validUntil, new validUntil)``
+to every row, drops history before the retention horizon and splits and sorts the rows, as
+:func:`ingest.updater.rewrite_segments` does, on random segments.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from core.errors import Internal
+from ingest.small.rewrite import applied
+from ingest.table import TableDefinition
+
+TABLE = TableDefinition.from_dict(
+    {"name": "t", "columns": {"k": "string", "v": "bigint"}, "primary_key": ["k"],
+     "comparison": ["v"]}
+)  # fmt: skip
+SCHEMA = pa.schema([("k", pa.string()), ("v", pa.int64()), ("validFrom", pa.int64()),
+                    ("validUntil", pa.int64())])  # fmt: skip
+UPDATES = pa.schema([("k", pa.string()), ("validFrom", pa.int64()), ("_newUntil", pa.int64())])
+
+
+def _reference(rows: list[dict[str, Any]], updates: list[dict[str, Any]], horizon: int | None):
+    new = {(u["k"], u["validFrom"]): u["_newUntil"] for u in updates}
+    result = []
+    for row in rows:
+        until = row["validUntil"]
+        if until is None:
+            until = new.get((row["k"], row["validFrom"]))
+        if horizon and until is not None and until <= horizon:
+            continue
+        result.append({**row, "validUntil": until})
+    still_open = sorted((r for r in result if r["validUntil"] is None),
+                        key=lambda r: (r["k"], r["validFrom"]))  # fmt: skip
+    closed = [r for r in result if r["validUntil"] is not None]
+    return still_open, sorted(closed, key=lambda r: (r["validFrom"], r["k"], r["validUntil"]))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    keys=st.lists(st.text("abcdef", min_size=1, max_size=3), unique=True, max_size=12),
+    history=st.lists(
+        st.tuples(st.text("abc", min_size=1, max_size=2), st.integers(0, 50), st.integers(1, 60)),
+        max_size=8,
+    ),
+    chosen=st.data(),
+    horizon=st.one_of(st.none(), st.integers(0, 80)),
+    sorted_open=st.booleans(),
+)
+def test_updates_close_exactly_the_open_versions_they_name(
+    keys: list[str], history: list[tuple[str, int, int]], chosen: Any,
+    horizon: int | None, sorted_open: bool,
+) -> None:  # fmt: skip
+    open_rows = [
+        {"k": k, "v": i, "validFrom": 10 + i, "validUntil": None} for i, k in enumerate(keys)
+    ]
+    if sorted_open:
+        open_rows.sort(key=lambda r: (r["k"], r["validFrom"]))
+    closed_rows = sorted(
+        ({"k": k, "v": -1, "validFrom": start, "validUntil": start + length}
+         for k, start, length in history),
+        key=lambda r: r["validFrom"],
+    )  # fmt: skip
+    targets = (
+        chosen.draw(st.lists(st.sampled_from(open_rows), unique_by=lambda r: r["k"]))
+        if open_rows
+        else []
+    )
+    updates = [{"k": r["k"], "validFrom": r["validFrom"], "_newUntil": r["validFrom"] + 5}
+               for r in targets]  # fmt: skip
+    updates.append({"k": "zz", "validFrom": 1, "_newUntil": 3})  # a version the segment lacks
+    still_open, closed = applied(
+        pa.Table.from_pylist(open_rows, SCHEMA), pa.Table.from_pylist(closed_rows, SCHEMA),
+        pa.Table.from_pylist(updates, UPDATES), TABLE, horizon, open_sorted=sorted_open,
+    )  # fmt: skip
+    expected_open, expected_closed = _reference(open_rows + closed_rows, updates, horizon)
+    assert still_open.to_pylist() == expected_open
+    got_closed = closed.to_pylist()
+    assert [r["validFrom"] for r in got_closed] == sorted(r["validFrom"] for r in got_closed)
+    key = lambda r: (r["validFrom"], r["k"], r["validUntil"])  # noqa: E731
+    assert sorted(got_closed, key=key) == expected_closed
+
+
+def test_two_updates_of_one_version_are_refused_not_applied_twice() -> None:
+    rows = pa.Table.from_pylist([{"k": "a", "v": 1, "validFrom": 5, "validUntil": None}], SCHEMA)
+    twice = pa.Table.from_pylist([{"k": "a", "validFrom": 5, "_newUntil": 9}] * 2, UPDATES)
+    with pytest.raises(Internal, match="same version"):
+        applied(rows, rows.slice(0, 0), twice, TABLE, None, open_sorted=True)
