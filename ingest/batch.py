@@ -12,10 +12,11 @@ takes it from there. A batch shuffles its rows once: every key partition goes to
 directory per key partition. That write is the partition's new key index level and holds the
 batch's pending ``validUntil`` updates; the segment rows are a filter of it.
 
-A batch of at most the table's ``driver_batch_rows`` rows takes another road from the first
-read on: its rows are collected in that one job and everything up to the commit runs on the
-driver (:mod:`ingest.small`), writing the same files; the stages around it (timestamps,
-prepare, allocation, describing the segments) are the same for both.
+A batch of at most the table's ``driver_batch_rows`` rows, or ``driver_columnar_rows`` rows,
+takes another road from the first read on: its rows are collected in that one job and everything
+up to the commit runs on the driver, row by row (:mod:`ingest.small`) or as Arrow columns
+(:mod:`ingest.columnar`), writing the same files (:mod:`ingest.driver_batches` chooses); the stages
+around it (timestamps, prepare, allocation, describing the segments) are the same for all.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from ingest.bucketing import (
 from ingest.changelog import enrich
 from ingest.commit import CommitProtocol, IngestCommit, ResolvedBatch
 from ingest.commit_times import ChangeCount, count_changes, reserve_timestamps, stamp
+from ingest.driver_batches import collect_on_driver
 from ingest.granularity import chunk_interval
 from ingest.key_index import (
     INDEX_PARTITION_DIR,
@@ -63,7 +65,6 @@ from ingest.segments import (
     unique_key,
     write_segments,
 )
-from ingest.small.batch import collect as collect_small
 
 
 def write_batch(
@@ -85,9 +86,9 @@ def write_batch(
     # and foreachBatch frames do); the resolution counts them again and fails the batch loudly
     # otherwise.
     rows = enrich(frame, table, partitions)
-    small = collect_small(server, rows, protocol.state.key_index)
-    if small is not None:
-        count = small.count
+    on_driver = collect_on_driver(server, rows, protocol.state.key_index)
+    if on_driver is not None:
+        count = on_driver.count
     else:
         with steps.action("read and count"):
             count = count_changes(rows, table)
@@ -102,8 +103,10 @@ def write_batch(
     steps.step("after_prepare")
     slots = segment_slots(count.groups, table.granularity, base, high)
     allocation = allocate_partitions(server.client, table, protocol.transaction_locks(), slots)
-    if small is not None:
-        resolved, written = small.write(server, base, allocation.numbers, seq, segments_directory)
+    if on_driver is not None:
+        resolved, written = on_driver.write(
+            server, base, allocation.numbers, seq, segments_directory
+        )
     else:
         resolved, written = resolve_and_write(
             protocol, rows, count, base, allocation.numbers, resolution_dir, segments_directory

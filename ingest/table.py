@@ -20,6 +20,8 @@ Example::
     checkpoint_interval = 100       # checkpoint the commit log every N finished transactions
     gc_grace = "10m"                # or gc_grace_ms: keep replaced segments' files this long
     transaction_column = "txn"      # optional: changes sharing a value commit together
+    driver_batch_rows = 10000       # batches up to this size run on the driver, row by row
+    driver_columnar_rows = 1000000  # and up to this size as Arrow columns (0: on Spark)
     version = "2024-01-01T00:00:00.000Z"
 
     [columns]
@@ -107,6 +109,10 @@ class TableDefinition:
     driver_batch_rows: int = 10_000
     """Batches of at most this many rows (and updater runs as small, see :mod:`ingest.small`)
     run on the Spark driver without Spark jobs after the first; 0: every batch runs on Spark."""
+    driver_columnar_rows: int = 1_000_000
+    """Larger batches of at most this many rows run on the driver too, as Arrow columns (see
+    :mod:`ingest.columnar`), where ``driver_batch_rows`` lets the driver take batches at all;
+    0: batches over ``driver_batch_rows`` rows run on Spark."""
     version: str = DEFAULT_VERSION
     properties: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
 
@@ -145,6 +151,10 @@ class TableDefinition:
         if not 0 <= self.driver_batch_rows <= 1_000_000:
             raise InvalidArgument(
                 f"table {self.name!r}: driver_batch_rows must be between 0 and 1000000"
+            )
+        if not 0 <= self.driver_columnar_rows <= 10_000_000:
+            raise InvalidArgument(
+                f"table {self.name!r}: driver_columnar_rows must be between 0 and 10000000"
             )
         if self.checkpoint_interval < 1:
             raise InvalidArgument(f"table {self.name!r}: checkpoint_interval must be >= 1")
@@ -219,7 +229,7 @@ class TableDefinition:
             "delete_column", "time_column", "granularity", "key_partitions", "retention",
             "retention_ms", "storage_root", "out_of_order", "update_cadence", "version",
             "properties", "transaction_column", "checkpoint_interval", "gc_grace", "gc_grace_ms",
-            "driver_batch_rows",
+            "driver_batch_rows", "driver_columnar_rows",
         }  # fmt: skip
         unknown = sorted(set(data) - known)
         if unknown:
@@ -254,6 +264,9 @@ class TableDefinition:
             update_cadence=_int(data.get("update_cadence", 1), "update_cadence"),
             checkpoint_interval=_int(data.get("checkpoint_interval", 100), "checkpoint_interval"),
             driver_batch_rows=_int(data.get("driver_batch_rows", 10_000), "driver_batch_rows"),
+            driver_columnar_rows=_int(
+                data.get("driver_columnar_rows", 1_000_000), "driver_columnar_rows"
+            ),
             gc_grace_ms=_or_default(_duration(data, "gc_grace"), 600_000),
             transaction_column=_optional_name(data.get("transaction_column"), "transaction_column"),
             version=format_instant(parse_instant(version)) if "T" in version else version,

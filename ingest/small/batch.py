@@ -1,11 +1,11 @@
 """Running a small batch on the driver: when it applies, and its resolution and files.
 
-:func:`collect` runs the batch's one Spark job (its enriched rows, at most the table's
-``driver_batch_rows`` + 1 of them; 10,000 by default, about where the Spark path's fixed cost of
-about a second stops dominating the Python work per row) and says whether the driver takes the
-batch: the table's files are local, its session writes in UTC, every column has a type the driver
-writes as Spark does, the key, comparison and transaction columns compare exactly (no floating
-point or timestamps), no key is null, and the key index levels allow it. :meth:`SmallBatch.write`
+:func:`driver_can_take` says whether the driver may take a table's batches at all: its files are
+local, its session writes in UTC, every column has a type the driver writes as Spark does, the key,
+comparison and transaction columns compare exactly (no floating point or timestamps).
+:func:`small_batch` takes a collected batch of at most the table's ``driver_batch_rows`` rows
+(10,000 by default, about where the Spark path's fixed cost of about a second stops dominating the
+Python work per row) when no key is null and the key index levels allow it. :meth:`SmallBatch.write`
 then does what :func:`ingest.batch.resolve_upserts` and :func:`ingest.segments.write_segments` do,
 on rows.
 
@@ -64,7 +64,8 @@ _TIME = re.compile(r"^(?:tinyint|byte|smallint|short|int|integer|bigint|long|dat
 
 
 def driver_can_take(table: TableDefinition, session_conf: Mapping[str, str], local: bool) -> bool:
-    """Whether a table's batches may run on the driver at all (pure)."""
+    """Whether a table's batches may run on the driver at all (pure): row by row
+    (:mod:`ingest.small`) or as columns (:mod:`ingest.columnar`)."""
     if (
         table.driver_batch_rows < 1
         or not local
@@ -246,20 +247,12 @@ class SmallBatch:
         return index, carried
 
 
-def collect(server: Any, rows: Any, key_index: Mapping[int, KeyIndexVersion]) -> SmallBatch | None:
-    """Collect a batch's enriched rows when the driver may take it (one Spark job); None: the
-    Spark path runs it (and reads the source again)."""
+def small_batch(
+    server: Any, arrow: Any, key_index: Mapping[int, KeyIndexVersion]
+) -> SmallBatch | None:
+    """The batch when the driver takes it row by row (collected as Arrow by
+    :func:`ingest.driver_batches.collect_on_driver`); None: another path runs it."""
     table, storage, spark = server.table, server.storage, server.spark
-    local = storage.local_path(server.root)
-    conf = {
-        "spark.sql.session.timeZone": spark.conf.get("spark.sql.session.timeZone"),
-    }
-    if not driver_can_take(table, conf, local is not None):
-        return None
-    with server.steps.action("collect small batch"):
-        arrow = rows.limit(table.driver_batch_rows + 1).toArrow()
-    if arrow.num_rows > table.driver_batch_rows:
-        return None
     collected = arrow.to_pylist()
     if any(value is None for row in collected for value in key_of(row, table)):
         return None  # a null key never joins its index entry: the Spark path's rules decide

@@ -197,7 +197,7 @@ def test_segment_files_hold_current_versions_by_key_then_history_by_valid_from(
     ("driver_batch_rows", "actions"),
     [
         (0, {"read and count", "resolve", "write segments", "updater rewrite"}),
-        (10_000, {"collect small batch", "resolve on the driver", "write segments",
+        (10_000, {"collect on the driver", "resolve on the driver", "write segments",
                   "updater rewrite"}),
     ],
     ids=["on-spark", "on-the-driver"],

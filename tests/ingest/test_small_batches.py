@@ -86,7 +86,7 @@ def test_small_batches_on_the_driver_store_what_spark_stores(
             bases[job.table.name].append((result.base, result.high))
             actions = set(job.action_seconds)
             if job is on_driver:
-                assert "collect small batch" in actions and "read and count" not in actions
+                assert "collect on the driver" in actions and "read and count" not in actions
                 log.extend(stamp(changes, result.base))
             else:
                 assert "read and count" in actions, actions
@@ -163,7 +163,7 @@ def test_time_chunks_transactions_and_many_source_files_agree_on_both_paths(
             result = job.run_directory(str(tmp_path / "changelog"), "json")
             assert not result.skipped
             bases[rows].append((result.base, result.high))
-            assert ("collect small batch" in job.action_seconds) == (rows > 0)
+            assert ("collect on the driver" in job.action_seconds) == (rows > 0)
         seen = {}
         for rows, job in jobs.items():
             view = broker_view(follower, job.client, job.table.name)

@@ -1,0 +1,231 @@
+"""Running a large batch on the driver as Arrow columns: when it applies, its index and files.
+
+:func:`columnar_batch` takes a batch already collected as Arrow (:mod:`ingest.driver_batches`)
+when the table's rules allow it (those of :func:`ingest.small.batch.driver_can_take`, at most one
+comparison column, keys pyarrow joins exactly, no null key, the collected rows within
+:data:`DRIVER_COLUMNAR_BYTES`) and, for an upsert table, the batch resolves against its
+partitions' key index levels alone (a batch that rewrites a partition's full index, one in
+:data:`ingest.key_index.MAX_INDEX_LEVELS`, runs on Spark). :meth:`ColumnarBatch.write` then does
+what :func:`ingest.batch.resolve_upserts` and :func:`ingest.segments.write_segments` do: the
+batch's keys are looked up in each level (pyarrow reads, only the entry columns, kept when the
+key is the batch's), the batch is resolved (:mod:`ingest.columnar.resolution`), and its level
+(one file per key partition, sorted by key) and segments (open versions by key, closed ones by
+``validFrom``) are written one file per core at a time, with Spark's row-group size and
+dictionary choices.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from core.errors import Internal
+from ingest.columnar import level_cache, resolution, stamps
+from ingest.columnar.index_lookup import batch_entries
+from ingest.commit import ResolvedBatch
+from ingest.commit_times import ChangeCount
+from ingest.key_index import (
+    INDEX_PARTITION_DIR,
+    is_resolution,
+    levels_after_batch,
+    resolution_directory,
+    resolves_against_levels,
+)
+from ingest.manifest import KeyIndexVersion
+from ingest.resolve import PLAIN_RESOLUTION_COLUMNS, SOURCE_FILE, SOURCE_POSITION
+from ingest.segments import (
+    CHUNK_DIR_COLUMN,
+    CLOSED_ROWS,
+    OPEN_ROWS,
+    ROW_GROUP_BYTES,
+    ROWS_DIR_COLUMN,
+    SEGMENT_DIR_COLUMN,
+    WrittenSegment,
+    collect_written,
+    plain_segment_columns,
+    unique_key,
+)
+from ingest.small import files
+from ingest.storage import Storage
+from ingest.table import TableDefinition
+from watermark.catalog import VALID_FROM, VALID_UNTIL
+
+DRIVER_COLUMNAR_BYTES = 512 * 1024 * 1024
+"""The most a collected batch may hold in memory for the driver to take it (its resolution and
+files take about as much again)."""
+RESOLVE_ACTION = "resolve columns on the driver"
+_JOINED = ("string", "large_string", "int8", "int16", "int32", "int64", "date32", "bool")
+"""Key types pyarrow's join compares exactly (Arrow type names)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ColumnarBatch:
+    """A batch collected to the driver that the driver resolves as columns."""
+
+    rows: Any
+    """The enriched rows (:func:`ingest.changelog.enrich`) as an Arrow table."""
+    count: ChangeCount
+    key_index: Mapping[int, KeyIndexVersion]
+    timestamp_type: str
+    workers: int
+
+    def write(
+        self,
+        server: Any,
+        base: int,
+        numbers: Mapping[tuple[int, int], int],
+        seq: int,
+        segments_directory: str,
+    ) -> tuple[ResolvedBatch, dict[tuple[int, int], WrittenSegment]]:
+        """Resolve, write the level and the segments; returns the ``ResolvedBatch`` (without
+        lazy versions: they are written) and what was written."""
+        table, storage, steps = server.table, server.storage, server.steps
+        writer = files.Writer(self.timestamp_type)
+        directory = resolution_directory(server.root, server.server_id, seq)
+        for path in (segments_directory, directory):
+            storage.delete(path)  # what an earlier attempt left: Spark's writes overwrite too
+        local = _local(storage)
+        stamped = stamps.stamp_columns(self.rows, table, self.count.spans, base)
+        if not table.upsert:
+            versions = _append_versions(stamped, table, numbers)
+            with steps.action("write segments"):
+                self._write_segments(writer, local(segments_directory), versions, table)
+            resolved = ResolvedBatch(None, stamped.num_rows)
+            return resolved, collect_written(segments_directory, storage)
+        key_index = self.key_index
+        with steps.action(RESOLVE_ACTION):
+            index = batch_entries(
+                table, storage, key_index, stamped, self.count.touched, self.workers
+            )
+            resolved = resolution.resolve_columns(stamped, index, table, numbers)
+            summary = resolution.update_summary(resolved)
+            self._write_level(writer, local(directory), resolved, table)
+        with steps.action("write segments"):
+            versions = resolution.stored_versions(resolved, table)
+            self._write_segments(writer, local(segments_directory), versions, table)
+        levels = levels_after_batch(storage, key_index, directory, self.count.touched, True)
+        updates, pending_min = None, {}
+        if summary.targets:
+            updates = directory
+            pending_min = {kp: summary.oldest for kp in self.count.touched}
+        batch = ResolvedBatch(
+            None, summary.rows, key_index=levels, updates=updates,
+            pending_min=pending_min, targets=summary.targets,
+        )  # fmt: skip
+        return batch, collect_written(segments_directory, storage)
+
+    def _write_level(self, writer: files.Writer, directory: str, resolved: Any, table: Any) -> None:
+        """The batch's level: one file per key partition under ``_kpDir=<kp>``, in key order."""
+        import pyarrow.compute as pc
+
+        schema = files.resolution_arrow_schema(table, self.rows.schema)
+        level = resolved.select(schema.names).cast(schema)
+        plain = [*PLAIN_RESOLUTION_COLUMNS, *unique_key(table.primary_key)]
+        parts = [
+            (os.path.join(directory, f"{INDEX_PARTITION_DIR}={kp}"),
+             level.filter(pc.equal(level["_kp"], kp)))
+            for kp in self.count.touched
+        ]  # fmt: skip
+        written = self._write_all(writer, parts, plain)
+        for path, (_, part) in zip(written, parts, strict=True):
+            level_cache.remember(path, table, resolution.level_entries(part, table))
+
+    def _write_segments(
+        self, writer: files.Writer, directory: str, versions: Any, table: TableDefinition
+    ) -> None:
+        """An open and a closed file per segment, each omitted when empty: open versions by key,
+        closed ones by ``validFrom``."""
+        import pyarrow.compute as pc
+
+        schema = files.segment_arrow_schema(table, self.rows.schema)
+        is_open = pc.is_null(versions[VALID_UNTIL])
+        parts = []
+        segments = versions.select(["_chunk", "_seg"]).group_by(["_chunk", "_seg"]).aggregate([])
+        pk = list(table.primary_key)
+        for chunk, seg in zip(
+            segments["_chunk"].to_pylist(), segments["_seg"].to_pylist(), strict=True
+        ):
+            mine = pc.and_(pc.equal(versions["_chunk"], chunk), pc.equal(versions["_seg"], seg))
+            for rows_dir, kind in ((OPEN_ROWS, is_open), (CLOSED_ROWS, pc.invert(is_open))):
+                chosen = versions.filter(pc.and_(mine, kind))
+                if not chosen.num_rows:
+                    continue
+                order = [*pk, VALID_FROM] if rows_dir == OPEN_ROWS else [VALID_FROM]
+                chosen = chosen.sort_by([(name, "ascending") for name in order])
+                path = os.path.join(
+                    directory,
+                    f"{CHUNK_DIR_COLUMN}={chunk}",
+                    f"{SEGMENT_DIR_COLUMN}={seg}",
+                    f"{ROWS_DIR_COLUMN}={rows_dir}",
+                )
+                parts.append((path, chosen.select(schema.names).cast(schema)))
+        self._write_all(writer, parts, plain_segment_columns(schema.names, pk))
+
+    def _write_all(
+        self, writer: files.Writer, parts: Sequence[tuple[str, Any]], plain: Sequence[str]
+    ) -> list[str]:
+        """Write each ``(directory, table)`` as one file, one per core at a time (pyarrow
+        writes outside the GIL); returns the files' paths."""
+
+        def write(part: tuple[str, Any]) -> str:
+            return writer.write(part[0], part[1], ROW_GROUP_BYTES, plain)
+
+        with ThreadPoolExecutor(max_workers=self.workers) as pool:
+            return list(pool.map(write, parts))
+
+
+def _append_versions(stamped: Any, table: TableDefinition, numbers: Mapping[Any, int]) -> Any:
+    """An append table's versions: every record current from its commit on."""
+    import pyarrow as pa
+
+    segments = resolution.segment_numbers(stamped, numbers)
+    if segments.null_count:
+        raise Internal("no segment was reserved for a time chunk of the batch")
+    columns = {name: stamped[name] for name in table.column_names}
+    columns[VALID_FROM] = stamped["_ts"]
+    columns[VALID_UNTIL] = pa.nulls(stamped.num_rows, pa.int64())
+    for name in (SOURCE_FILE, SOURCE_POSITION, "_chunk"):
+        columns[name] = stamped[name]
+    return pa.table({**columns, "_seg": segments})
+
+
+def _local(storage: Storage) -> Callable[[str], str]:
+    def local(path: str) -> str:
+        found = storage.local_path(path)
+        if found is None:
+            raise Internal(f"{path!r} is not on the local file system")
+        return found
+
+    return local
+
+
+def columnar_batch(
+    server: Any, arrow: Any, key_index: Mapping[int, KeyIndexVersion]
+) -> ColumnarBatch | None:
+    """The batch when the driver resolves it as columns; None: the Spark path runs it."""
+    table, spark = server.table, server.spark
+    if not resolution.supported(table) or arrow.nbytes > DRIVER_COLUMNAR_BYTES:
+        return None
+    pk = list(table.primary_key) if table.upsert else []
+    for name in pk:
+        if str(arrow.schema.field(name).type) not in _JOINED:
+            return None
+        if arrow[name].null_count:
+            return None  # a null key never joins its index entry: the Spark path's rules decide
+    count = stamps.count_columns(arrow, table)
+    if table.upsert:
+        if not resolves_against_levels(key_index, count.touched):
+            return None
+        for kp in count.touched:
+            version = key_index.get(kp)
+            levels = version.levels if version is not None else ()
+            if any(not is_resolution(level) for level in levels):
+                return None  # an older layout: the Spark path reads or refuses it
+            if any(files.local_parquet_files(server.storage, level) is None for level in levels):
+                return None
+    timestamps = spark.conf.get("spark.sql.parquet.outputTimestampType", "INT96")
+    cores = min(int(spark.sparkContext.defaultParallelism), os.cpu_count() or 1)
+    return ColumnarBatch(arrow, count, key_index, str(timestamps), max(1, cores))

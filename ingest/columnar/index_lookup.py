@@ -1,0 +1,103 @@
+"""The key index entries of a batch's keys, from its partitions' levels (pyarrow, no Spark).
+
+Each level file holds one key partition's entries; a batch looks up, in each file, only its own
+keys of that partition, and of several levels keeps each key's newest entry
+(:func:`ingest.columnar.resolution.newest_entries`). Files are read once and kept decoded
+(:mod:`ingest.columnar.level_cache`); a one-column key is found in a cached level by binary search
+of its code (:mod:`ingest.columnar.key_lookup`), a composite key by a semi-join. Files are looked
+up one per core at a time (pyarrow works outside the GIL).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from ingest.columnar import key_lookup, level_cache, resolution
+from ingest.manifest import KeyIndexVersion
+from ingest.small import files
+from ingest.storage import Storage
+from ingest.table import TableDefinition
+
+
+def level_columns(table: TableDefinition) -> list[str]:
+    """The columns of a level file its entries are made of."""
+    delete = [table.delete_column] if table.delete_column else []
+    names = [*table.primary_key, *table.comparison_columns, *delete, *files.LEVEL_COLUMNS]
+    return list(dict.fromkeys(names))
+
+
+class _Wanted:
+    """One key partition's distinct keys of the batch, ready to look up."""
+
+    def __init__(self, keys: Any, key: Sequence[str]) -> None:
+        import pyarrow.compute as pc
+
+        self.codes = None
+        if len(key) == 1:
+            self.keys: Any = pc.unique(keys[key[0]].combine_chunks())
+            if key_lookup.supports(self.keys.type):
+                self.keys, self.codes = key_lookup.sorted_by_code(self.keys)
+        else:
+            self.keys = keys.group_by(list(key), use_threads=False).aggregate([])
+
+    def found_in(self, cached: level_cache.CachedLevel, key: Sequence[str]) -> Any:
+        """The entries of a cached level whose key is one of these."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        level = cached.entries
+        if len(key) > 1:
+            asked = self.keys.cast(level.select(list(key)).schema)
+            return level.join(asked, keys=list(key), join_type="left semi", use_threads=False)
+        name = key[0]
+        asked = self.keys.cast(level.schema.field(name).type)
+        sorted_keys = cached.sorted_keys(name) if self.codes is not None else None
+        if sorted_keys is None:
+            return level.filter(pc.is_in(level[name], value_set=asked))
+        return level.take(pa.array(sorted_keys.rows_holding(level[name], asked, self.codes)))
+
+
+def batch_entries(
+    table: TableDefinition,
+    storage: Storage,
+    key_index: Mapping[int, KeyIndexVersion],
+    stamped: Any,
+    partitions: Sequence[int],
+    workers: int,
+) -> Any | None:
+    """The current entry of each of the batch's keys that has one (None: no key has)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    key = list(table.primary_key)
+    columns = level_columns(table)
+    lookups: list[tuple[int, str, _Wanted]] = []  # (depth, file, keys of its partition)
+    for kp in partitions:
+        version = key_index.get(kp)
+        if version is None or not version.levels:
+            continue
+        wanted = _Wanted(stamped.filter(pc.equal(stamped["_kp"], kp)).select(key), key)
+        for depth, level in enumerate(version.levels):
+            lookups.extend(
+                (depth, path, wanted) for path in files.local_parquet_files(storage, level) or []
+            )
+
+    def look_up(item: tuple[int, str, _Wanted]) -> Any:
+        _, path, wanted = item
+
+        def read() -> Any:
+            return resolution.level_entries(pq.read_table(path, columns=columns), table)
+
+        return wanted.found_in(level_cache.cached_level(path, table, read), key)
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        found = list(pool.map(look_up, lookups))
+    depths = max((depth for depth, _, _ in lookups), default=-1) + 1
+    stacked: list[list[Any]] = [[] for _ in range(depths)]
+    for (depth, _, _), entries in zip(lookups, found, strict=True):
+        stacked[depth].append(entries)
+    levels = [pa.concat_tables(parts, promote_options="permissive") for parts in stacked if parts]
+    return resolution.newest_entries(levels, table)

@@ -1,0 +1,73 @@
+"""Finding keys in a level by sorted codes finds exactly the rows ``is_in`` finds.
+
+:class:`ingest.columnar.key_lookup.SortedKeys` replaces a filter of every level key by a binary
+search of the batch's keys among the level's sorted 64-bit codes (hashes of strings), so a test
+against the plain membership test guards the hashing (empty strings, multi-byte characters,
+arrays that are slices of larger ones) and the collision check.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ingest.columnar import key_lookup
+from ingest.columnar.key_lookup import SortedKeys
+
+texts = st.text(alphabet=st.sampled_from(["a", "b", "é", "\x00", "z", "1"]), max_size=5)
+
+
+def _expected(level: list, wanted: list) -> list[int]:
+    asked = set(wanted)
+    return [row for row, key in enumerate(level) if key in asked]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    level=st.lists(texts, max_size=40),
+    wanted=st.lists(texts, max_size=20, unique=True),
+    skip=st.integers(0, 3),
+    kind=st.sampled_from([pa.string(), pa.large_string(), pa.binary()]),
+)
+def test_string_keys_are_found_exactly_where_they_are(
+    level: list[str], wanted: list[str], skip: int, kind: pa.DataType
+) -> None:
+    def array(values: list[str]) -> pa.Array:
+        items = [v.encode() for v in values] if kind == pa.binary() else values
+        padding = [b"pad" if kind == pa.binary() else "pad"] * skip
+        return pa.array(padding + items, kind).slice(skip)  # a slice: buffers start elsewhere
+
+    level_keys, wanted_keys = array(level), array(wanted)
+    found = SortedKeys.of(level_keys).rows_holding(level_keys, wanted_keys)
+    assert found.tolist() == _expected(level, wanted)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    level=st.lists(st.integers(-(2**63), 2**63 - 1), max_size=40),
+    wanted=st.lists(st.integers(-(2**63), 2**63 - 1), max_size=20, unique=True),
+)
+def test_integer_keys_are_found_exactly_where_they_are(level: list[int], wanted: list[int]) -> None:
+    keys = pa.chunked_array([pa.array(level, pa.int64())])
+    found = SortedKeys.of(keys).rows_holding(keys, pa.array(wanted, pa.int64()))
+    assert found.tolist() == _expected(level, wanted)
+
+
+def test_a_hash_collision_never_matches_the_wrong_key() -> None:
+    level = pa.array(["a", "b", "c"])
+    index = SortedKeys.of(level)
+    # Every key given the same code: only the key comparison tells them apart.
+    colliding = SortedKeys(np.zeros(3, np.uint64), index.rows)
+    original = key_lookup.key_codes
+    key_lookup.key_codes = lambda column: np.zeros(len(column), np.uint64)
+    try:
+        assert colliding.rows_holding(level, pa.array(["c", "x"])).tolist() == [2]
+    finally:
+        key_lookup.key_codes = original
+
+
+def test_string_codes_spread_distinct_keys() -> None:
+    keys = pa.array([f"u{i}" for i in range(200_000)])
+    assert len(np.unique(key_lookup.key_codes(keys))) == 200_000
