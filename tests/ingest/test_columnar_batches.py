@@ -166,3 +166,22 @@ def test_time_chunks_transactions_and_composite_keys_as_columns_agree_with_spark
                         stored.append((segment.interval.start_ms, sorted(row.items(), key=repr)))
             seen[rows] = sorted(stored, key=repr)
         assert seen[1] == seen[0], f"after batch {number}"
+
+
+def test_a_batch_over_driver_columnar_rows_runs_on_spark_and_the_next_small_one_as_columns(
+    spark: Any, server: Any, follower: Any, tmp_path: Path
+) -> None:
+    table = accounts_table(tmp_path, driver_batch_rows=1, driver_columnar_rows=5)
+    job = IngestJob(spark, table, server("columnar-bound")).start()
+    log: list[tuple[int, Change]] = []
+    big = [Change(f"k{i}", i, 1) for i in range(8)]
+    result = job.run_batch(frame(spark, big))
+    log.extend(stamp(big, result.base))
+    assert "resolve" in job.action_seconds and RESOLVE_ACTION not in job.action_seconds
+    small = [Change("k1", 100, 2), Change("k9", 9, 1), Change("k2", 50, 0)]
+    result = job.run_batch(frame(spark, small))
+    log.extend(stamp(small, result.base))
+    assert RESOLVE_ACTION in job.action_seconds
+    view = broker_view(follower, job.client, table.name)
+    rows = visible_at(segment_rows(spark, view.visible_segments), view.lwm)
+    assert {row["user_id"]: Change(**row) for row in rows} == replay(log, view.lwm)
