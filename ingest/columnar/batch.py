@@ -24,6 +24,7 @@ from typing import Any
 
 from core.errors import Internal
 from ingest.columnar import level_cache, resolution, stamps
+from ingest.columnar.arrays import numpy_of
 from ingest.columnar.index_lookup import batch_entries
 from ingest.commit import ResolvedBatch
 from ingest.commit_times import ChangeCount
@@ -138,30 +139,39 @@ class ColumnarBatch:
     ) -> None:
         """An open and a closed file per segment, each omitted when empty: open versions by key,
         closed ones by ``validFrom``."""
+        import numpy as np
+        import pyarrow as pa
         import pyarrow.compute as pc
 
         schema = files.segment_arrow_schema(table, self.rows.schema)
+        pk = list(table.primary_key)
+        pairs, segment = resolution.distinct_pairs(
+            numpy_of(versions["_chunk"]), numpy_of(versions["_seg"])
+        )
+        versions = versions.append_column("_segment", pa.array(segment, pa.int64()))
         is_open = pc.is_null(versions[VALID_UNTIL])
         parts = []
-        segments = versions.select(["_chunk", "_seg"]).group_by(["_chunk", "_seg"]).aggregate([])
-        pk = list(table.primary_key)
-        for chunk, seg in zip(
-            segments["_chunk"].to_pylist(), segments["_seg"].to_pylist(), strict=True
+        # One sort per kind, each segment's rows then a slice (a filter per segment would scan
+        # the batch once per segment: a backfill over many time chunks has thousands).
+        for rows_dir, kind, order in (
+            (OPEN_ROWS, is_open, [*pk, VALID_FROM]),
+            (CLOSED_ROWS, pc.invert(is_open), [VALID_FROM]),
         ):
-            mine = pc.and_(pc.equal(versions["_chunk"], chunk), pc.equal(versions["_seg"], seg))
-            for rows_dir, kind in ((OPEN_ROWS, is_open), (CLOSED_ROWS, pc.invert(is_open))):
-                chosen = versions.filter(pc.and_(mine, kind))
-                if not chosen.num_rows:
+            chosen = versions.filter(kind)
+            chosen = chosen.sort_by([(name, "ascending") for name in ["_segment", *order]])
+            bounds = np.searchsorted(numpy_of(chosen["_segment"]), np.arange(len(pairs) + 1))
+            for number, (chunk, seg) in enumerate(pairs):
+                start, stop = int(bounds[number]), int(bounds[number + 1])
+                if start == stop:
                     continue
-                order = [*pk, VALID_FROM] if rows_dir == OPEN_ROWS else [VALID_FROM]
-                chosen = chosen.sort_by([(name, "ascending") for name in order])
                 path = os.path.join(
                     directory,
                     f"{CHUNK_DIR_COLUMN}={chunk}",
                     f"{SEGMENT_DIR_COLUMN}={seg}",
                     f"{ROWS_DIR_COLUMN}={rows_dir}",
                 )
-                parts.append((path, chosen.select(schema.names).cast(schema)))
+                part = chosen.slice(start, stop - start).select(schema.names).cast(schema)
+                parts.append((path, part))
         self._write_all(writer, parts, plain_segment_columns(schema.names, pk))
 
     def _write_all(

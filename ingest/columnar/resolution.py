@@ -205,13 +205,13 @@ def segmentnumbers(rows: Any, segments: Mapping[tuple[int, int], int]) -> Any:
     """``_newSeg`` of each row: the new segment of its ``(_chunk, _kp)``, null where none."""
     import pyarrow as pa
 
-    pairs, at = _distinct_pairs(numbers(rows["_chunk"]), numbers(rows["_kp"]))
+    pairs, at = distinct_pairs(numbers(rows["_chunk"]), numbers(rows["_kp"]))
     found = [segments.get(pair) for pair in pairs]
     values = np.array([-1 if v is None else v for v in found], dtype=np.int64)[at]
     return pa.array(values.astype(np.int32), pa.int32(), mask=values < 0)
 
 
-def _distinct_pairs(
+def distinct_pairs(
     first: np.ndarray, second: np.ndarray
 ) -> tuple[list[tuple[int, int]], np.ndarray]:
     """The distinct ``(first, second)`` integer pairs, and the number of each row's pair."""
@@ -324,7 +324,7 @@ def update_summary(resolved: Any) -> UpdateSummary:
     update = first & has_seg & alive
     if not update.any():
         return UpdateSummary(resolved.num_rows, [], None)
-    pairs, at = _distinct_pairs(
+    pairs, at = distinct_pairs(
         numbers(resolved["_i_chunk"])[update], numbers(resolved["_i_seg"])[update]
     )
     counts = np.bincount(at, minlength=len(pairs))
