@@ -3,15 +3,16 @@
 :func:`columnar_batch` takes a batch already collected as Arrow (:mod:`ingest.driver_batches`)
 when the table's rules allow it (those of :func:`ingest.small.batch.driver_can_take`, at most one
 comparison column, keys pyarrow joins exactly, no null key, the collected rows within
-:data:`DRIVER_COLUMNAR_BYTES`) and, for an upsert table, the batch resolves against its
-partitions' key index levels alone (a batch that rewrites a partition's full index, one in
-:data:`ingest.key_index.MAX_INDEX_LEVELS`, runs on Spark). :meth:`ColumnarBatch.write` then does
-what :func:`ingest.batch.resolve_upserts` and :func:`ingest.segments.write_segments` do: the
-batch's keys are looked up in each level (pyarrow reads, only the entry columns, kept when the
-key is the batch's), the batch is resolved (:mod:`ingest.columnar.resolution`), and its level
-(one file per key partition, sorted by key) and segments (open versions by key, closed ones by
-``validFrom``) are written one file per core at a time, with Spark's row-group size and
-dictionary choices.
+:data:`DRIVER_COLUMNAR_BYTES`). :meth:`ColumnarBatch.write` then does what
+:func:`ingest.batch.resolve_upserts` and :func:`ingest.segments.write_segments` do: the batch's
+keys are looked up in each level (:mod:`ingest.columnar.index_lookup`), the batch is resolved
+(:mod:`ingest.columnar.resolution`), and its level (one file per key partition, sorted by key)
+and segments (open versions by key, closed ones by ``validFrom``) are written one file per core
+at a time, with Spark's row-group size and dictionary choices. The batch that finds a partition
+with :data:`ingest.key_index.MAX_INDEX_LEVELS` levels (one in eight) reads the partitions' whole
+index instead and carries the entry of every key it has no record of into its level, which then
+replaces the stack, as the Spark path's full join does (on Spark that batch took 8 to 9 s more
+than the others on the benchmark's table).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import Any
 from core.errors import Internal
 from ingest.columnar import level_cache, resolution, stamps
 from ingest.columnar.arrays import numpy_of
-from ingest.columnar.index_lookup import batch_entries
+from ingest.columnar.index_lookup import batch_entries, partition_entries
 from ingest.commit import ResolvedBatch
 from ingest.commit_times import ChangeCount
 from ingest.key_index import (
@@ -72,6 +73,10 @@ class ColumnarBatch:
     key_index: Mapping[int, KeyIndexVersion]
     timestamp_type: str
     workers: int
+    full: bool = False
+    """Whether the batch resolves against its partitions' whole index (one has
+    :data:`ingest.key_index.MAX_INDEX_LEVELS` levels): its level then holds every key and
+    replaces the stack."""
 
     def write(
         self,
@@ -98,16 +103,25 @@ class ColumnarBatch:
             return resolved, collect_written(segments_directory, storage)
         key_index = self.key_index
         with steps.action(RESOLVE_ACTION):
-            index = batch_entries(
-                table, storage, key_index, stamped, self.count.touched, self.workers
-            )
+            carried = None
+            if self.full:
+                every = partition_entries(
+                    table, storage, key_index, self.count.touched, self.workers
+                )
+                index, carried = _split_by_keys(every, stamped, table)
+            else:
+                index = batch_entries(
+                    table, storage, key_index, stamped, self.count.touched, self.workers
+                )
             resolved = resolution.resolve_columns(stamped, index, table, numbers)
             summary = resolution.update_summary(resolved)
-            self._write_level(writer, local(directory), resolved, table)
+            self._write_level(writer, local(directory), resolved, table, carried)
         with steps.action("write segments"):
             versions = resolution.stored_versions(resolved, table)
             self._write_segments(writer, local(segments_directory), versions, table)
-        levels = levels_after_batch(storage, key_index, directory, self.count.touched, True)
+        levels = levels_after_batch(
+            storage, key_index, directory, self.count.touched, not self.full
+        )
         updates, pending_min = None, {}
         if summary.targets:
             updates = directory
@@ -118,18 +132,32 @@ class ColumnarBatch:
         )  # fmt: skip
         return batch, collect_written(segments_directory, storage)
 
-    def _write_level(self, writer: files.Writer, directory: str, resolved: Any, table: Any) -> None:
-        """The batch's level: one file per key partition under ``_kpDir=<kp>``, in key order."""
+    def _write_level(
+        self,
+        writer: files.Writer,
+        directory: str,
+        resolved: Any,
+        table: Any,
+        carried: Any | None,
+    ) -> None:
+        """The batch's level: one file per key partition under ``_kpDir=<kp>``, in key order,
+        with the ``carried`` entries of keys the batch has no record of (a full index)."""
+        import pyarrow as pa
         import pyarrow.compute as pc
 
         schema = files.resolution_arrow_schema(table, self.rows.schema)
         level = resolved.select(schema.names).cast(schema)
+        if carried is not None and carried.num_rows:
+            kept = resolution.carried_columns(carried, resolved.schema, table)
+            level = pa.concat_tables([level, kept.select(schema.names).cast(schema)])
         plain = [*PLAIN_RESOLUTION_COLUMNS, *unique_key(table.primary_key)]
-        parts = [
-            (os.path.join(directory, f"{INDEX_PARTITION_DIR}={kp}"),
-             level.filter(pc.equal(level["_kp"], kp)))
-            for kp in self.count.touched
-        ]  # fmt: skip
+        order = [(name, "ascending") for name in table.primary_key]
+        parts = []
+        for kp in self.count.touched:
+            part = level.filter(pc.equal(level["_kp"], kp))
+            if carried is not None:
+                part = part.sort_by(order)  # two runs in key order: the batch's, the carried
+            parts.append((os.path.join(directory, f"{INDEX_PARTITION_DIR}={kp}"), part))
         written = self._write_all(writer, parts, plain)
         for path, (_, part) in zip(written, parts, strict=True):
             level_cache.remember(path, table, resolution.level_entries(part, table))
@@ -187,6 +215,31 @@ class ColumnarBatch:
             return list(pool.map(write, parts))
 
 
+def _split_by_keys(entries: Any | None, stamped: Any, table: TableDefinition) -> tuple[Any, Any]:
+    """The entries of the batch's keys, and the others (None, None: no entries)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if entries is None:
+        return None, None
+    pk = list(table.primary_key)
+    if len(pk) == 1:
+        asked = pc.unique(stamped[pk[0]].combine_chunks()).cast(entries.schema.field(pk[0]).type)
+        mine = numpy_of(pc.is_in(entries[pk[0]], value_set=asked))
+    else:
+        numbered = entries.select(pk).append_column(
+            "_row", pa.array(np.arange(entries.num_rows, dtype=np.int64))
+        )
+        asked = stamped.select(pk).group_by(pk, use_threads=False).aggregate([])
+        found = numbered.join(
+            asked.cast(numbered.select(pk).schema), keys=pk, join_type="left semi"
+        )
+        mine = np.zeros(entries.num_rows, dtype=bool)
+        mine[numpy_of(found["_row"])] = True
+    return entries.filter(pa.array(mine)), entries.filter(pa.array(~mine))
+
+
 def _append_versions(stamped: Any, table: TableDefinition, numbers: Mapping[Any, int]) -> Any:
     """An append table's versions: every record current from its commit on."""
     import pyarrow as pa
@@ -229,8 +282,6 @@ def columnar_batch(
             return None  # a null key never joins its index entry: the Spark path's rules decide
     count = stamps.count_columns(arrow, table)
     if table.upsert:
-        if not resolves_against_levels(key_index, count.touched):
-            return None
         for kp in count.touched:
             version = key_index.get(kp)
             levels = version.levels if version is not None else ()
@@ -244,4 +295,5 @@ def columnar_batch(
     # sort, take and filter a copy of an index instead of some 60 MB of text (500,000 rows).
     files_read = pc.dictionary_encode(arrow[SOURCE_FILE].combine_chunks())
     arrow = arrow.set_column(arrow.schema.get_field_index(SOURCE_FILE), SOURCE_FILE, files_read)
-    return ColumnarBatch(arrow, count, key_index, str(timestamps), max(1, cores))
+    full = table.upsert and not resolves_against_levels(key_index, count.touched)
+    return ColumnarBatch(arrow, count, key_index, str(timestamps), max(1, cores), full)

@@ -10,7 +10,7 @@ up one per core at a time (pyarrow works outside the GIL).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -68,30 +68,60 @@ def batch_entries(
     workers: int,
 ) -> Any | None:
     """The current entry of each of the batch's keys that has one (None: no key has)."""
-    import pyarrow as pa
     import pyarrow.compute as pc
-    import pyarrow.parquet as pq
 
     key = list(table.primary_key)
+    wanted = {
+        kp: _Wanted(stamped.filter(pc.equal(stamped["_kp"], kp)).select(key), key)
+        for kp in partitions
+    }
+    return _newest_of(
+        table, storage, key_index, partitions, workers,
+        lambda kp, cached: wanted[kp].found_in(cached, key),
+    )  # fmt: skip
+
+
+def partition_entries(
+    table: TableDefinition,
+    storage: Storage,
+    key_index: Mapping[int, KeyIndexVersion],
+    partitions: Sequence[int],
+    workers: int,
+) -> Any | None:
+    """Every key's current entry in the partitions (their whole index: a batch whose level
+    replaces the stack carries the keys it has no record of); None: no entries."""
+    return _newest_of(
+        table, storage, key_index, partitions, workers, lambda kp, cached: cached.entries
+    )
+
+
+def _newest_of(
+    table: TableDefinition,
+    storage: Storage,
+    key_index: Mapping[int, KeyIndexVersion],
+    partitions: Sequence[int],
+    workers: int,
+    pick: Callable[[int, level_cache.CachedLevel], Any],
+) -> Any | None:
+    """Of the entries ``pick`` takes from each level file of the partitions, each key's newest."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     columns = level_columns(table)
-    lookups: list[tuple[int, str, _Wanted]] = []  # (depth, file, keys of its partition)
+    lookups: list[tuple[int, int, str]] = []  # (depth, partition, file)
     for kp in partitions:
         version = key_index.get(kp)
-        if version is None or not version.levels:
-            continue
-        wanted = _Wanted(stamped.filter(pc.equal(stamped["_kp"], kp)).select(key), key)
-        for depth, level in enumerate(version.levels):
-            lookups.extend(
-                (depth, path, wanted) for path in files.local_parquet_files(storage, level) or []
-            )
+        for depth, level in enumerate(version.levels if version is not None else ()):
+            paths = files.local_parquet_files(storage, level) or []
+            lookups.extend((depth, kp, path) for path in paths)
 
-    def look_up(item: tuple[int, str, _Wanted]) -> Any:
-        _, path, wanted = item
+    def look_up(item: tuple[int, int, str]) -> Any:
+        _, kp, path = item
 
         def read() -> Any:
             return resolution.level_entries(pq.read_table(path, columns=columns), table)
 
-        return wanted.found_in(level_cache.cached_level(path, table, read), key)
+        return pick(kp, level_cache.cached_level(path, table, read))
 
     with ThreadPoolExecutor(max_workers=workers) as pool:
         found = list(pool.map(look_up, lookups))

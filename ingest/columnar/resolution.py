@@ -194,14 +194,38 @@ def resolve_columns(
         _carry=pa.array(carry),
         _i_cmp=entry_cmp.take(gathered),
         **{"_i" + name: joined["_i" + name].take(gathered) for name in ENTRY_COLUMNS[1:-1]},
-        _newSeg=segmentnumbers(rows, segments),
+        _newSeg=segment_numbers(rows, segments),
     )
     columns[SOURCE_FILE] = rows[SOURCE_FILE]
     columns[SOURCE_POSITION] = rows[SOURCE_POSITION]
     return pa.table(columns)
 
 
-def segmentnumbers(rows: Any, segments: Mapping[tuple[int, int], int]) -> Any:
+def carried_columns(entries: Any, schema: Any, table: TableDefinition) -> Any:
+    """Rows that keep index entries in a new level without a record of their key (what the
+    Spark path's full join gives an untouched key, :func:`ingest.small.resolution.carried_rows`):
+    the key and the ``_i_`` columns, in ``schema`` (a resolved frame's), in the entries' order."""
+    import pyarrow as pa
+
+    n = entries.num_rows
+    given = {name: entries[name] for name in table.primary_key}
+    given.update(
+        _del=pa.array(np.zeros(n, dtype=bool)),
+        _kp=entries["_kp"],
+        _inBatch=pa.array(np.zeros(n, dtype=bool)),
+        _acc=pa.array(np.zeros(n, dtype=bool)),
+        _first=pa.array(np.zeros(n, dtype=bool)),
+        _carry=pa.array(np.ones(n, dtype=bool)),
+        **{"_i" + name: entries[name] for name in ENTRY_COLUMNS[:-1]},
+    )
+    columns = [
+        given[field.name].cast(field.type) if field.name in given else pa.nulls(n, field.type)
+        for field in schema
+    ]
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
+def segment_numbers(rows: Any, segments: Mapping[tuple[int, int], int]) -> Any:
     """``_newSeg`` of each row: the new segment of its ``(_chunk, _kp)``, null where none."""
     import pyarrow as pa
 

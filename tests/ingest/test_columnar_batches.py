@@ -5,13 +5,15 @@ columns on the driver (``driver_batch_rows = 1``, the default ``driver_columnar_
 other runs every batch on Spark (``driver_batch_rows = 0``). After every batch both hold the same
 versions with the same validity, up to where each table's clock put its commit timestamps
 (compared as batch number and position in the batch). The changelog runs past
-:data:`ingest.key_index.MAX_INDEX_LEVELS` batches, so the batch that rewrites a partition's
-full index (on Spark on both tables) and the levels stacked after it are covered, and the
-updater runs every second batch.
+:data:`ingest.key_index.MAX_INDEX_LEVELS` batches, so the batch that resolves against a
+partition's whole index and writes its full level (as columns too) and the levels stacked after
+it are covered, and the updater runs every second batch. An append table is compared the same
+way.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 from pathlib import Path
@@ -66,9 +68,9 @@ def test_batches_resolved_as_columns_store_what_spark_stores(
     bases: dict[str, list[tuple[int, int]]] = {"as_columns": [], "on_spark": []}
     log: list[tuple[int, Change]] = []
     on_columns = 0
-    for number, changes in enumerate(
-        _changelog(seed=5, batches=2 * key_index.MAX_INDEX_LEVELS + 2)
-    ):
+    depths: list[int] = []
+    batches = _changelog(seed=5, batches=2 * key_index.MAX_INDEX_LEVELS + 2)
+    for number, changes in enumerate(batches):
         for job in (columns, on_spark):
             result = job.run_batch(frame(spark, changes))
             bases[job.table.name].append((result.base, result.high))
@@ -76,6 +78,7 @@ def test_batches_resolved_as_columns_store_what_spark_stores(
             if job is columns:
                 assert COLLECT_ACTION in actions
                 on_columns += RESOLVE_ACTION in actions
+                depths.append(max(len(v.levels) for v in job.state.key_index.values()))
                 log.extend(stamp(changes, result.base))
             else:
                 assert COLLECT_ACTION not in actions and "resolve" in actions
@@ -88,12 +91,37 @@ def test_batches_resolved_as_columns_store_what_spark_stores(
                 rows = visible_at(stored, view.lwm)
                 assert {row["user_id"]: Change(**row) for row in rows} == replay(log, view.lwm)
         assert seen["as_columns"] == seen["on_spark"], f"after batch {number}"
-    # Every batch but those that rewrote a partition's full index ran as columns.
-    assert on_columns >= 2 * key_index.MAX_INDEX_LEVELS - 2
-    assert columns.state.key_index == {} or all(
-        len(version.levels) < key_index.MAX_INDEX_LEVELS
-        for version in columns.state.key_index.values()
-    )
+    # Every batch ran as columns, those that wrote a partition's full index too: the stack
+    # grew to the most levels it may have, then started again from one level.
+    assert on_columns == len(batches)
+    assert max(depths) == key_index.MAX_INDEX_LEVELS
+    assert any(after < before for before, after in itertools.pairwise(depths))
+
+
+def test_an_append_table_as_columns_stores_what_spark_stores(
+    spark: Any, server: Any, follower: Any, tmp_path: Path
+) -> None:
+    jobs = {
+        rows: IngestJob(
+            spark,
+            accounts_table(tmp_path / f"a{rows}", name=f"events{rows}", mode="append",
+                           delete_column=None, driver_batch_rows=rows),
+            server(f"columnar-append-{rows}"),
+        ).start()
+        for rows in (1, 0)
+    }  # fmt: skip
+    bases: dict[int, list[tuple[int, int]]] = {rows: [] for rows in jobs}
+    for changes in _changelog(seed=3, batches=3):
+        changes = [Change(c.user_id, c.balance, c.seq, False) for c in changes]
+        for rows, job in jobs.items():
+            result = job.run_batch(frame(spark, changes))
+            bases[rows].append((result.base, result.high))
+            assert (COLLECT_ACTION in job.action_seconds) == (rows > 0)
+    seen = {}
+    for rows, job in jobs.items():
+        view = broker_view(follower, job.client, job.table.name)
+        seen[rows] = _normalized(segment_rows(spark, view.visible_segments), bases[rows])
+    assert seen[1] == seen[0] and len(seen[1]) > 0
 
 
 def _events_table(root: Any, name: str, driver_batch_rows: int) -> TableDefinition:

@@ -204,6 +204,14 @@ def test_the_columnar_resolution_agrees_with_the_row_wise_one(
             expected_stored
         )
 
+    untouched = {
+        key: e for key, e in index.items() if key not in {_key(r, table) for r in batch_rows}
+    }
+    carried = columnar.carried_columns(
+        _index_table(untouched, table), resolved.schema, table
+    ).to_pylist()
+    assert _sorted(carried) == _sorted(rows.carried_rows(untouched, table))
+
     level = resolved.drop_columns(["_cmp", "_del", "_inBatch"])
     assert _entries(columnar.level_entries(level, table).to_pylist(), table) == (
         rows.entries_of(expected, table)
