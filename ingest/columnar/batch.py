@@ -103,12 +103,9 @@ class ColumnarBatch:
             return resolved, collect_written(segments_directory, storage)
         key_index = self.key_index
         with steps.action(RESOLVE_ACTION):
-            carried = None
+            carried: dict[int, Any] = {}
             if self.full:
-                every = partition_entries(
-                    table, storage, key_index, self.count.touched, self.workers
-                )
-                index, carried = _split_by_keys(every, stamped, table)
+                index, carried = self._whole_index(table, storage, stamped)
             else:
                 index = batch_entries(
                     table, storage, key_index, stamped, self.count.touched, self.workers
@@ -132,35 +129,59 @@ class ColumnarBatch:
         )  # fmt: skip
         return batch, collect_written(segments_directory, storage)
 
+    def _whole_index(
+        self, table: TableDefinition, storage: Storage, stamped: Any
+    ) -> tuple[Any | None, dict[int, Any]]:
+        """The entries of the batch's keys, and per partition those of every other key (the
+        partitions' whole index, each key's newest entry), one partition per core at a time."""
+        import pyarrow as pa
+
+        def split(kp: int) -> tuple[Any | None, Any | None]:
+            every = partition_entries(table, storage, self.key_index, [kp], workers=1)
+            return _split_by_keys(every, stamped, table)
+
+        with ThreadPoolExecutor(max_workers=self.workers) as pool:
+            found = dict(zip(self.count.touched, pool.map(split, self.count.touched), strict=True))
+        mine = [batch for batch, _ in found.values() if batch is not None and batch.num_rows]
+        index = pa.concat_tables(mine, promote_options="permissive") if mine else None
+        others = {kp: rest for kp, (_, rest) in found.items() if rest is not None}
+        return index, others
+
     def _write_level(
         self,
         writer: files.Writer,
         directory: str,
         resolved: Any,
         table: Any,
-        carried: Any | None,
+        carried: Mapping[int, Any],
     ) -> None:
         """The batch's level: one file per key partition under ``_kpDir=<kp>``, in key order,
-        with the ``carried`` entries of keys the batch has no record of (a full index)."""
+        with the ``carried`` entries of keys the batch has no record of (per partition: a full
+        index), each partition's file built and written by one core at a time."""
         import pyarrow as pa
         import pyarrow.compute as pc
 
         schema = files.resolution_arrow_schema(table, self.rows.schema)
         level = resolved.select(schema.names).cast(schema)
-        if carried is not None and carried.num_rows:
-            kept = resolution.carried_columns(carried, resolved.schema, table)
-            level = pa.concat_tables([level, kept.select(schema.names).cast(schema)])
         plain = [*PLAIN_RESOLUTION_COLUMNS, *unique_key(table.primary_key)]
         order = [(name, "ascending") for name in table.primary_key]
-        parts = []
-        for kp in self.count.touched:
+
+        def write(kp: int) -> None:
             part = level.filter(pc.equal(level["_kp"], kp))
-            if carried is not None:
+            entries = resolution.level_entries(part, table)
+            kept = carried.get(kp)
+            if kept is not None and kept.num_rows:
+                rows = resolution.carried_columns(kept, resolved.schema, table)
+                part = pa.concat_tables([part, rows.select(schema.names).cast(schema)])
                 part = part.sort_by(order)  # two runs in key order: the batch's, the carried
-            parts.append((os.path.join(directory, f"{INDEX_PARTITION_DIR}={kp}"), part))
-        written = self._write_all(writer, parts, plain)
-        for path, (_, part) in zip(written, parts, strict=True):
-            level_cache.remember(path, table, resolution.level_entries(part, table))
+                entries = pa.concat_tables([entries, kept], promote_options="permissive")
+            path = writer.write(
+                os.path.join(directory, f"{INDEX_PARTITION_DIR}={kp}"), part, ROW_GROUP_BYTES, plain
+            )
+            level_cache.remember(path, table, entries)
+
+        with ThreadPoolExecutor(max_workers=self.workers) as pool:
+            list(pool.map(write, self.count.touched))
 
     def _write_segments(
         self, writer: files.Writer, directory: str, versions: Any, table: TableDefinition
