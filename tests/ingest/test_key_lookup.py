@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -55,17 +56,13 @@ def test_integer_keys_are_found_exactly_where_they_are(level: list[int], wanted:
     assert found.tolist() == _expected(level, wanted)
 
 
-def test_a_hash_collision_never_matches_the_wrong_key() -> None:
+def test_a_hash_collision_never_matches_the_wrong_key(monkeypatch: pytest.MonkeyPatch) -> None:
     level = pa.array(["a", "b", "c"])
     index = SortedKeys.of(level)
     # Every key given the same code: only the key comparison tells them apart.
     colliding = SortedKeys(np.zeros(3, np.uint64), index.rows)
-    original = key_lookup.key_codes
-    key_lookup.key_codes = lambda column: np.zeros(len(column), np.uint64)
-    try:
-        assert colliding.rows_holding(level, pa.array(["c", "x"])).tolist() == [2]
-    finally:
-        key_lookup.key_codes = original
+    monkeypatch.setattr(key_lookup, "key_codes", lambda column: np.zeros(len(column), np.uint64))
+    assert colliding.rows_holding(level, pa.array(["c", "x"])).tolist() == [2]
 
 
 def test_string_codes_spread_distinct_keys() -> None:
