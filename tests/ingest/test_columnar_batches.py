@@ -174,7 +174,7 @@ def test_time_chunks_transactions_and_composite_keys_as_columns_agree_with_spark
         for driver_rows in (1, 0)
     }  # fmt: skip
     bases: dict[int, list[tuple[int, int]]] = {rows: [] for rows in jobs}
-    for number in range(5):
+    for number in range(key_index.MAX_INDEX_LEVELS + 2):  # past a full-level batch
         _event_files(tmp_path / "changelog", number, rng)
         for rows, job in jobs.items():
             result = job.run_directory(str(tmp_path / "changelog"), "json")
