@@ -1,8 +1,7 @@
 """Which road a batch takes: row by row on the driver, as Arrow columns on the driver, or Spark.
 
 A table whose batches the driver may take (:func:`ingest.small.batch.driver_can_take`) has each
-batch's enriched rows collected as Arrow in one Spark job, at most one more than the larger of its
-``driver_batch_rows`` and ``driver_columnar_rows``. Up to ``driver_batch_rows`` rows the batch
+batch's enriched rows collected as Arrow in one Spark job (how many at most: below). Up to ``driver_batch_rows`` rows the batch
 runs row by row (:mod:`ingest.small`: no fixed cost, a few microseconds a row), up to
 ``driver_columnar_rows`` as columns (:mod:`ingest.columnar`: about 0.1 s of fixed cost, well under
 a microsecond a row), and a larger batch, or one either declines, on Spark, which reads the source

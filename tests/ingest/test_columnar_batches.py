@@ -14,18 +14,14 @@ way.
 from __future__ import annotations
 
 import itertools
-import json
 import random
 from pathlib import Path
 from typing import Any
-
-import pyarrow.parquet as pq
 
 from ingest import key_index
 from ingest.columnar.batch import RESOLVE_ACTION
 from ingest.driver_batches import COLLECT_ACTION
 from ingest.job import IngestJob
-from ingest.table import TableDefinition
 from tests.ingest.conftest import (
     Change,
     accounts_table,
@@ -36,20 +32,13 @@ from tests.ingest.conftest import (
     visible_at,
 )
 from tests.ingest.test_pipeline import frame
-from tests.ingest.test_small_batches import _normalized, _position
-
-
-def _changelog(seed: int, batches: int) -> list[list[Change]]:
-    rng = random.Random(seed)
-    keys = [f"k{i}" for i in range(40)]
-    return [
-        [
-            Change(rng.choice(keys), rng.randrange(1000), rng.choice([None, *range(1, 9)]),
-                   rng.random() < 0.1)
-            for _ in range(rng.randrange(2, 60))
-        ]
-        for _ in range(batches)
-    ]  # fmt: skip
+from tests.ingest.test_small_batches import (
+    _changelog,
+    _event_files,
+    _events_table,
+    _normalized,
+    _stored,
+)
 
 
 def test_batches_resolved_as_columns_store_what_spark_stores(
@@ -69,7 +58,10 @@ def test_batches_resolved_as_columns_store_what_spark_stores(
     log: list[tuple[int, Change]] = []
     on_columns = 0
     depths: list[int] = []
-    batches = _changelog(seed=5, batches=2 * key_index.MAX_INDEX_LEVELS + 2)
+    batches = _changelog(
+        seed=5, batches=2 * key_index.MAX_INDEX_LEVELS + 2, keys=40, rows=(2, 60), seqs=9,
+        deletes=0.1,
+    )  # fmt: skip
     for number, changes in enumerate(batches):
         for job in (columns, on_spark):
             result = job.run_batch(frame(spark, changes))
@@ -111,7 +103,7 @@ def test_an_append_table_as_columns_stores_what_spark_stores(
         for rows in (1, 0)
     }  # fmt: skip
     bases: dict[int, list[tuple[int, int]]] = {rows: [] for rows in jobs}
-    for changes in _changelog(seed=3, batches=3):
+    for changes in _changelog(seed=3, batches=3, keys=40, rows=(2, 60)):
         changes = [Change(c.user_id, c.balance, c.seq, False) for c in changes]
         for rows, job in jobs.items():
             result = job.run_batch(frame(spark, changes))
@@ -122,44 +114,6 @@ def test_an_append_table_as_columns_stores_what_spark_stores(
         view = broker_view(follower, job.client, job.table.name)
         seen[rows] = _normalized(segment_rows(spark, view.visible_segments), bases[rows])
     assert seen[1] == seen[0] and len(seen[1]) > 0
-
-
-def _events_table(root: Any, name: str, driver_batch_rows: int) -> TableDefinition:
-    """Composite key, an event-time column choosing hourly chunks, transactions, and columns the
-    driver only carries through (decimal, date, timestamp, double)."""
-    return TableDefinition.from_dict(
-        {
-            "name": name,
-            "columns": {"tenant": "string", "id": "bigint", "amount": "decimal(12,2)",
-                        "day": "date", "at": "timestamp", "seq": "int", "tx": "bigint",
-                        "score": "double"},
-            "primary_key": ["tenant", "id"],
-            "comparison": ["seq"],
-            "time_column": "at",
-            "granularity": "HOUR",
-            "transaction_column": "tx",
-            "key_partitions": 3,
-            "storage_root": str(root),
-            "driver_batch_rows": driver_batch_rows,
-        }
-    )  # fmt: skip
-
-
-def _event_files(directory: Path, number: int, rng: random.Random) -> None:
-    """Three changelog files of one batch (three spans of commit timestamps)."""
-    directory.mkdir(parents=True, exist_ok=True)
-    for part in range(3):
-        lines = []
-        for _ in range(rng.randrange(2, 25)):
-            hour = rng.randrange(3)
-            lines.append(json.dumps({
-                "tenant": rng.choice(["t1", "t2"]), "id": rng.randrange(12),
-                "amount": round(rng.uniform(0, 100), 2), "day": f"2026-11-{20 + hour:02d}",
-                "at": None if rng.random() < 0.1 else f"2026-11-26T{10 + hour:02d}:15:00Z",
-                "seq": rng.choice([None, 1, 2, 3, 4]), "tx": rng.choice([None, None, number * 10]),
-                "score": rng.random(),
-            }))  # fmt: skip
-        (directory / f"{number:03d}-{part}.json").write_text("\n".join(lines) + "\n")
 
 
 def test_time_chunks_transactions_and_composite_keys_as_columns_agree_with_spark(
@@ -175,24 +129,16 @@ def test_time_chunks_transactions_and_composite_keys_as_columns_agree_with_spark
     }  # fmt: skip
     bases: dict[int, list[tuple[int, int]]] = {rows: [] for rows in jobs}
     for number in range(key_index.MAX_INDEX_LEVELS + 2):  # past a full-level batch
-        _event_files(tmp_path / "changelog", number, rng)
+        _event_files(
+            tmp_path / "changelog", number, rng, files=3, rows=(2, 25), ids=12,
+            seqs=(None, 1, 2, 3, 4),
+        )  # fmt: skip
         for rows, job in jobs.items():
             result = job.run_directory(str(tmp_path / "changelog"), "json")
             assert not result.skipped
             bases[rows].append((result.base, result.high))
             assert (RESOLVE_ACTION in job.action_seconds) == (rows > 0)
-        seen = {}
-        for rows, job in jobs.items():
-            view = broker_view(follower, job.client, job.table.name)
-            stored = []
-            for segment in view.visible_segments:
-                for location in segment.location:
-                    for row in pq.read_table(location.removeprefix("file:")).to_pylist():
-                        row["validFrom"] = _position(row["validFrom"], bases[rows])
-                        row["validUntil"] = _position(row["validUntil"], bases[rows])
-                        row.pop("_sourceFile")
-                        stored.append((segment.interval.start_ms, sorted(row.items(), key=repr)))
-            seen[rows] = sorted(stored, key=repr)
+        seen = {rows: _stored(follower, job, bases[rows]) for rows, job in jobs.items()}
         assert seen[1] == seen[0], f"after batch {number}"
 
 

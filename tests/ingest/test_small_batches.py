@@ -29,14 +29,24 @@ from tests.ingest.conftest import (
 from tests.ingest.test_pipeline import frame
 
 
-def _changelog(seed: int, batches: int) -> list[list[Change]]:
+def _changelog(
+    seed: int,
+    batches: int,
+    *,
+    keys: int = 12,
+    rows: tuple[int, int] = (1, 9),
+    seqs: int = 7,
+    deletes: float = 0.15,
+) -> list[list[Change]]:
+    """Random batches of changes to ``keys`` keys: a random number of rows in ``rows``, sequence
+    numbers below ``seqs`` or none, a share ``deletes`` of them deletes."""
     rng = random.Random(seed)
-    keys = [f"k{i}" for i in range(12)]
+    names = [f"k{i}" for i in range(keys)]
     return [
         [
-            Change(rng.choice(keys), rng.randrange(1000), rng.choice([None, *range(1, 7)]),
-                   rng.random() < 0.15)
-            for _ in range(rng.randrange(1, 9))
+            Change(rng.choice(names), rng.randrange(1000), rng.choice([None, *range(1, seqs)]),
+                   rng.random() < deletes)
+            for _ in range(rng.randrange(*rows))
         ]
         for _ in range(batches)
     ]  # fmt: skip
@@ -105,6 +115,23 @@ def test_small_batches_on_the_driver_store_what_spark_stores(
     assert not on_driver.state.pending and not on_spark.state.pending
 
 
+def _stored(follower: Any, job: IngestJob, bases: list[tuple[int, int]]) -> list[Any]:
+    """Every stored row of the table's visible segments with its time chunk, its commit
+    timestamps as (batch number, position in the batch) and without its source file."""
+    import pyarrow.parquet as pq
+
+    view = broker_view(follower, job.client, job.table.name)
+    stored = []
+    for segment in view.visible_segments:
+        for location in segment.location:
+            for row in pq.read_table(location.removeprefix("file:")).to_pylist():
+                row["validFrom"] = _position(row["validFrom"], bases)
+                row["validUntil"] = _position(row["validUntil"], bases)
+                row.pop("_sourceFile")
+                stored.append((segment.interval.start_ms, sorted(row.items(), key=repr)))
+    return sorted(stored, key=repr)
+
+
 def _events_table(root: Any, name: str, driver_batch_rows: int) -> TableDefinition:
     """Composite key, an event-time column choosing hourly chunks, transactions, and columns the
     driver only carries through (decimal, date, timestamp, double)."""
@@ -126,18 +153,28 @@ def _events_table(root: Any, name: str, driver_batch_rows: int) -> TableDefiniti
     )  # fmt: skip
 
 
-def _event_files(directory: Path, number: int, rng: random.Random) -> None:
-    """Two changelog files of one batch (two spans of commit timestamps)."""
+def _event_files(
+    directory: Path,
+    number: int,
+    rng: random.Random,
+    *,
+    files: int = 2,
+    rows: tuple[int, int] = (1, 7),
+    ids: int = 5,
+    seqs: tuple[int | None, ...] = (None, 1, 2, 3),
+) -> None:
+    """``files`` changelog files of one batch (as many spans of commit timestamps), each of a
+    random number of rows in ``rows``, of ``ids`` ids per tenant."""
     directory.mkdir(parents=True, exist_ok=True)
-    for part in range(2):
+    for part in range(files):
         lines = []
-        for _ in range(rng.randrange(1, 7)):
+        for _ in range(rng.randrange(*rows)):
             hour = rng.randrange(3)
             lines.append(json.dumps({
-                "tenant": rng.choice(["t1", "t2"]), "id": rng.randrange(5),
+                "tenant": rng.choice(["t1", "t2"]), "id": rng.randrange(ids),
                 "amount": round(rng.uniform(0, 100), 2), "day": f"2026-11-{20 + hour:02d}",
                 "at": None if rng.random() < 0.1 else f"2026-11-26T{10 + hour:02d}:15:00Z",
-                "seq": rng.choice([None, 1, 2, 3]), "tx": rng.choice([None, None, number * 10]),
+                "seq": rng.choice(seqs), "tx": rng.choice([None, None, number * 10]),
                 "score": rng.random(),
             }))  # fmt: skip
         (directory / f"{number:03d}-{part}.json").write_text("\n".join(lines) + "\n")
@@ -146,8 +183,6 @@ def _event_files(directory: Path, number: int, rng: random.Random) -> None:
 def test_time_chunks_transactions_and_many_source_files_agree_on_both_paths(
     spark: Any, server: Any, follower: Any, tmp_path: Path
 ) -> None:
-    import pyarrow.parquet as pq
-
     rng = random.Random(11)
     jobs = {
         driver_rows: IngestJob(
@@ -164,18 +199,7 @@ def test_time_chunks_transactions_and_many_source_files_agree_on_both_paths(
             assert not result.skipped
             bases[rows].append((result.base, result.high))
             assert ("collect on the driver" in job.action_seconds) == (rows > 0)
-        seen = {}
-        for rows, job in jobs.items():
-            view = broker_view(follower, job.client, job.table.name)
-            stored = []
-            for segment in view.visible_segments:
-                for location in segment.location:
-                    for row in pq.read_table(location.removeprefix("file:")).to_pylist():
-                        row["validFrom"] = _position(row["validFrom"], bases[rows])
-                        row["validUntil"] = _position(row["validUntil"], bases[rows])
-                        row.pop("_sourceFile")
-                        stored.append((segment.interval.start_ms, sorted(row.items(), key=repr)))
-            seen[rows] = sorted(stored, key=repr)
+        seen = {rows: _stored(follower, job, bases[rows]) for rows, job in jobs.items()}
         assert seen[10_000] == seen[0], f"after batch {number}"
 
 
