@@ -99,16 +99,27 @@ def reserve_timestamps(clock: HybridLogicalClock, count: ChangeCount) -> tuple[i
     return base, high
 
 
+def span_bases(spans: Sequence[SourceSpan], base: int) -> dict[tuple[str, int], int]:
+    """Each (source file, Spark partition)'s first commit timestamp: the batch's ``base`` plus
+    the positions of the spans before it, in span order (pure; every path stamps with these).
+
+    >>> span_bases([SourceSpan("b", 0, 0, 4, 5), SourceSpan("a", 1, 2, 9, 3)], 100)
+    {('a', 1): 100, ('b', 0): 110}
+    """
+    bases, running = {}, 0
+    for span in sorted(spans):
+        bases[(span.source_file, span.spark_partition)] = base + running
+        running += span.highest + 1
+    return bases
+
+
 def stamp(
     spark: Any, rows: Any, table: TableDefinition, spans: Sequence[SourceSpan], base: int
 ) -> Any:
     """The rows with their source order ``_ord``, commit timestamp ``_ts`` and chunk ``_chunk``."""
     from pyspark.sql import functions as F
 
-    offsets, running = [], 0
-    for span in spans:
-        offsets.append((span.source_file, span.spark_partition, base + running))
-        running += span.highest + 1
+    offsets = [(file, pid, first) for (file, pid), first in span_bases(spans, base).items()]
     offset_frame = local_frame(
         spark, offsets, [(SOURCE_FILE, "string"), ("_pid", "int"), ("_off", "long")]
     )

@@ -56,6 +56,14 @@ _FIXED_MS: dict[Granularity, int] = {
 }
 
 
+def fixed_width(granularity: Granularity) -> tuple[int, int] | None:
+    """``(size, offset)`` in ms of a granularity whose chunks all have one width (a chunk starts
+    at ``(t - offset) // size * size + offset``); None for ALL, MONTH and YEAR."""
+    if granularity not in _FIXED_MS:
+        return None
+    return _FIXED_MS[granularity], _WEEK_OFFSET if granularity is Granularity.WEEK else 0
+
+
 def chunk_start_ms(granularity: Granularity, epoch_ms: int) -> int:
     """The start of the chunk holding ``epoch_ms`` (pure; the Spark expression must agree)."""
     if granularity is Granularity.ALL:

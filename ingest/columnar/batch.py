@@ -308,7 +308,7 @@ def columnar_batch(
             levels = version.levels if version is not None else ()
             if any(not is_resolution(level) for level in levels):
                 return None  # an older layout: the Spark path reads or refuses it
-            if any(files.local_parquet_files(server.storage, level) is None for level in levels):
+            if any(server.storage.local_path(level) is None for level in levels):
                 return None
     timestamps = spark.conf.get("spark.sql.parquet.outputTimestampType", "INT96")
     cores = min(int(spark.sparkContext.defaultParallelism), os.cpu_count() or 1)

@@ -21,13 +21,6 @@ from ingest.storage import Storage
 from ingest.table import TableDefinition
 
 
-def level_columns(table: TableDefinition) -> list[str]:
-    """The columns of a level file its entries are made of."""
-    delete = [table.delete_column] if table.delete_column else []
-    names = [*table.primary_key, *table.comparison_columns, *delete, *files.LEVEL_COLUMNS]
-    return list(dict.fromkeys(names))
-
-
 class _Wanted:
     """One key partition's distinct keys of the batch, ready to look up."""
 
@@ -107,7 +100,7 @@ def _newest_of(
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    columns = level_columns(table)
+    columns = files.level_columns(table)
     lookups: list[tuple[int, int, str]] = []  # (depth, partition, file)
     for kp in partitions:
         version = key_index.get(kp)

@@ -84,7 +84,3 @@ def cached_level(path: str, table: TableDefinition, read: Callable[[], Any]) -> 
 def remember(path: str, table: TableDefinition, entries: Any) -> None:
     """Keep the entries of a level file just written."""
     _levels.put(_key(path, table), CachedLevel(entries))
-
-
-def cached_bytes() -> int:
-    return _levels.bytes

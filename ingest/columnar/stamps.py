@@ -17,21 +17,10 @@ import numpy as np
 
 from core.errors import Internal
 from ingest.columnar.arrays import numbers, numpy_of, valid
-from ingest.commit_times import ChangeCount, SourceSpan
-from ingest.granularity import Granularity, chunk_start_ms
+from ingest.commit_times import ChangeCount, SourceSpan, span_bases
+from ingest.granularity import Granularity, chunk_start_ms, fixed_width
 from ingest.resolve import SOURCE_FILE
 from ingest.table import TableDefinition
-
-_FIXED = {
-    "MINUTE": 60_000,
-    "FIVE_MINUTE": 300_000,
-    "FIFTEEN_MINUTE": 900_000,
-    "HOUR": 3_600_000,
-    "SIX_HOUR": 21_600_000,
-    "DAY": 86_400_000,
-    "WEEK": 604_800_000,
-}
-_WEEK_OFFSET = 4 * 86_400_000
 
 
 def event_ms(column: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -55,9 +44,9 @@ def chunk_starts(granularity: Granularity, ms: np.ndarray) -> np.ndarray:
     """:func:`ingest.granularity.chunk_start_ms` of every value."""
     if granularity is Granularity.ALL:
         return np.zeros(len(ms), dtype=np.int64)
-    size = _FIXED.get(granularity.name)
-    if size is not None:
-        offset = _WEEK_OFFSET if granularity is Granularity.WEEK else 0
+    fixed = fixed_width(granularity)
+    if fixed is not None:
+        size, offset = fixed
         return (ms - offset) // size * size + offset
     distinct, at = np.unique(ms, return_inverse=True)
     starts = np.array([chunk_start_ms(granularity, int(v)) for v in distinct], dtype=np.int64)
@@ -130,11 +119,7 @@ def stamp_columns(
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    offsets: dict[tuple[str, int], int] = {}
-    running = 0
-    for span in sorted(spans):
-        offsets[(span.source_file, span.spark_partition)] = base + running
-        running += span.highest + 1
+    offsets = span_bases(spans, base)
     files = pc.dictionary_encode(batch[SOURCE_FILE]).combine_chunks()
     names = files.dictionary.to_pylist()
     pids = numbers(batch["_pid"]).astype(np.int64)

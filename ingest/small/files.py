@@ -213,6 +213,14 @@ def write_segment_files(
         )
 
 
+def level_columns(table: TableDefinition) -> list[str]:
+    """The columns of a level file its index entries are made of: the key, the comparison and
+    delete columns and :data:`LEVEL_COLUMNS`."""
+    delete = [table.delete_column] if table.delete_column else []
+    names = [*table.primary_key, *table.comparison_columns, *delete, *LEVEL_COLUMNS]
+    return list(dict.fromkeys(names))
+
+
 def local_parquet_files(storage: Storage, path: str) -> list[str] | None:
     """The operating system paths of the Parquet files under ``path`` (a level's ``_kpDir=``
     directory, a batch's resolution), as :meth:`Storage.list_files` finds them; None when
@@ -233,13 +241,7 @@ def read_level_entries(
 
     wanted = None if keys is None else set(keys)
     first_values = None if keys is None else sorted({key[0] for key in keys})
-    columns = list(
-        dict.fromkeys(
-            [*table.primary_key, *table.comparison_columns]
-            + ([table.delete_column] if table.delete_column else [])
-            + list(LEVEL_COLUMNS)
-        )
-    )
+    columns = level_columns(table)
     entries: dict[Key, IndexEntry] = {}
     for path in paths:
         parquet = pq.ParquetFile(path)

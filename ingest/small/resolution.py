@@ -27,7 +27,7 @@ from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 from core.errors import Internal
-from ingest.commit_times import SourceSpan
+from ingest.commit_times import SourceSpan, span_bases
 from ingest.granularity import chunk_start_ms
 from ingest.resolve import SOURCE_FILE, SOURCE_POSITION
 from ingest.table import OutOfOrder, TableDefinition
@@ -103,11 +103,7 @@ def stamp_rows(
 ) -> list[dict[str, Any]]:
     """Each row with its source order ``_ord``, commit timestamp ``_ts`` and time chunk
     ``_chunk`` (:func:`ingest.commit_times.stamp`)."""
-    offsets: dict[tuple[str, int], int] = {}
-    running = 0
-    for span in sorted(spans):
-        offsets[(span.source_file, span.spark_partition)] = base + running
-        running += span.highest + 1
+    offsets = span_bases(spans, base)
     stamped = []
     for row in rows:
         item = dict(row)

@@ -277,3 +277,17 @@ def test_the_docstring_examples_hold() -> None:
     for module in (columnar, key_lookup):
         outcome = doctest.testmod(module)
         assert outcome.attempted > 0 and outcome.failed == 0, module.__name__
+
+
+@settings(max_examples=100, deadline=None)
+@given(moments=st.lists(st.integers(-(10**12), 4 * 10**12), min_size=1, max_size=20))
+def test_chunk_starts_are_the_row_wise_chunk_starts_at_every_granularity(
+    moments: list[int],
+) -> None:
+    import numpy as np
+
+    from ingest.granularity import Granularity, chunk_start_ms
+
+    for granularity in Granularity:
+        got = stamps.chunk_starts(granularity, np.array(moments, dtype=np.int64)).tolist()
+        assert got == [chunk_start_ms(granularity, m) for m in moments], granularity
