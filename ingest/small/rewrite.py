@@ -10,7 +10,8 @@ batches run on the driver (``driver_batch_rows``, local storage), no segment to 
 a time, reads each segment, joins its rows with its updates on (key, ``validFrom``), applies
 them as the Spark join does (``coalesce(validUntil, new validUntil)``), drops the history
 retention lets go, and writes the rewrite with :mod:`ingest.small.files`: open versions by key,
-closed ones by ``validFrom``.
+closed ones by ``validFrom``. A segment's closed files are kept as they are (linked into the
+rewrite, next to one file of the versions it closes) up to :data:`MAX_CLOSED_FILES`.
 """
 
 from __future__ import annotations
@@ -23,7 +24,10 @@ from typing import Any
 
 from core.errors import Internal
 from ingest.segments import (
+    CLOSED_ROWS,
+    OPEN_ROWS,
     ROW_GROUP_BYTES,
+    ROWS_DIR_COLUMN,
     WrittenSegment,
     collect_written,
     is_open_file,
@@ -46,6 +50,10 @@ take several times that in memory, and a join and a sort copy them."""
 DRIVER_UPDATE_ROWS = 5_000_000
 """Pending updates up to which the driver applies them (they are in memory for the whole run;
 the resolutions holding them are read one file at a time)."""
+MAX_CLOSED_FILES = 4
+"""Closed-version files a segment's rewrite may leave before it merges them into one (see
+:func:`closed_files_stay`): readers at a recent snapshot skip closed files whole, time travel
+and compaction read a few more files."""
 _NEW_UNTIL = "_newUntil"
 
 
@@ -67,8 +75,9 @@ class DriverRewrite:
         self, plan: UpdatePlan, directory: str, storage: Storage
     ) -> dict[tuple[int, int], WrittenSegment] | None:
         """Rewrite every planned segment, ``workers`` at a time (pyarrow's reading, joining,
-        sorting and writing run outside the GIL): an open and a closed file each, omitted when
-        empty. Returns what was written; None when pyarrow could not join or sort a segment's
+        sorting and writing run outside the GIL): an open file and a closed one each, omitted
+        when empty, and the segment's closed files linked in as they are while
+        :func:`closed_files_stay`. Returns what was written; None when pyarrow could not join or sort a segment's
         rows after all (:func:`prepare` checks their schemas), for Spark to rewrite them into
         the same directory (its write replaces what this one left)."""
         import pyarrow as pa
@@ -83,8 +92,11 @@ class DriverRewrite:
             import pyarrow.parquet as pq
 
             paths = self.segment_files[key]
-            opened = [pq.ParquetFile(path).read() for path in paths if is_open_file(path)]
-            closed = [pq.ParquetFile(path).read() for path in paths if not is_open_file(path)]
+            open_paths = [path for path in paths if is_open_file(path)]
+            closed_paths = [path for path in paths if not is_open_file(path)]
+            kept = bool(open_paths) and closed_files_stay(closed_paths, self.horizon)
+            opened = [pq.ParquetFile(path).read() for path in open_paths]
+            closed = [] if kept else [pq.ParquetFile(path).read() for path in closed_paths]
             schema = (opened or closed)[0].schema
             open_rows, closed_rows = applied(
                 _concatenated(opened) if opened else schema.empty_table(),
@@ -93,9 +105,13 @@ class DriverRewrite:
             )  # fmt: skip
             base = os.path.join(local, f"_chunk={key[0]}", f"_seg={plan.new_partition[key]}")
             plain = plain_segment_columns(open_rows.schema.names, self.table.primary_key)
-            for name, part in (("open", open_rows), ("closed", closed_rows)):
+            for name, part in ((OPEN_ROWS, open_rows), (CLOSED_ROWS, closed_rows)):
                 if part.num_rows:
-                    writer.write(os.path.join(base, f"_rows={name}"), part, ROW_GROUP_BYTES, plain)
+                    rows_dir = os.path.join(base, f"{ROWS_DIR_COLUMN}={name}")
+                    writer.write(rows_dir, part, ROW_GROUP_BYTES, plain)
+            if kept:
+                for path in closed_paths:
+                    files.link_into(path, os.path.join(base, f"{ROWS_DIR_COLUMN}={CLOSED_ROWS}"))
 
         try:
             with ThreadPoolExecutor(self.workers, thread_name_prefix="rewrite") as pool:
@@ -151,6 +167,42 @@ def applied(
         kept = pc.or_(pc.is_null(closed[VALID_UNTIL]), pc.greater(closed[VALID_UNTIL], horizon))
         closed = closed.filter(pc.fill_null(kept, True))
     return still_open, closed.sort_by([(VALID_FROM, "ascending")])
+
+
+def closed_files_stay(paths: Sequence[str], horizon: int | None) -> bool:
+    """Whether a rewrite keeps a segment's closed files as they are (linked into the rewrite)
+    and writes the rows it closes as one more: a closed row never changes, so decoding and
+    encoding them again (a third of a rewrite once a table has history) buys nothing until
+    they are :data:`MAX_CLOSED_FILES` or retention drops some of them (their footers say a
+    ``validUntil`` at or before ``horizon``); then they are merged into one file again."""
+    if not paths or len(paths) + 1 > MAX_CLOSED_FILES:
+        return False
+    if not horizon:
+        return True
+    return all(
+        oldest is not None and oldest > horizon
+        for oldest in (_least_valid_until(path) for path in paths)
+    )
+
+
+def _least_valid_until(path: str) -> int | None:
+    """The least ``validUntil`` a closed file's footer records (None: it keeps no statistics)."""
+    import pyarrow.parquet as pq
+
+    metadata = pq.read_metadata(path)
+    columns = [
+        i for i in range(metadata.num_columns) if metadata.schema.column(i).path == VALID_UNTIL
+    ]
+    if not columns:
+        return None
+    column = columns[0]
+    least = None
+    for group in range(metadata.num_row_groups):
+        statistics = metadata.row_group(group).column(column).statistics
+        if statistics is None or not statistics.has_min_max:
+            return None
+        least = statistics.min if least is None else min(least, statistics.min)
+    return least
 
 
 def may_take(

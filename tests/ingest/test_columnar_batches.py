@@ -7,8 +7,8 @@ versions with the same validity, up to where each table's clock put its commit t
 (compared as batch number and position in the batch). The changelog runs past
 :data:`ingest.key_index.MAX_INDEX_LEVELS` batches, so the batch that resolves against a
 partition's whole index and writes its full level (as columns too) and the levels stacked after
-it are covered, and the updater runs every second batch. An append table is compared the same
-way.
+it are covered, and the updater runs every second batch (keeping segments' closed files as they
+are, up to a bound). An append table is compared the same way.
 """
 
 from __future__ import annotations
@@ -18,10 +18,14 @@ import random
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
+
 from ingest import key_index
 from ingest.columnar.batch import RESOLVE_ACTION
 from ingest.driver_batches import COLLECT_ACTION
 from ingest.job import IngestJob
+from ingest.segments import is_open_file
+from ingest.small.rewrite import MAX_CLOSED_FILES
 from tests.ingest.conftest import (
     Change,
     accounts_table,
@@ -88,6 +92,20 @@ def test_batches_resolved_as_columns_store_what_spark_stores(
     assert on_columns == len(batches)
     assert max(depths) == key_index.MAX_INDEX_LEVELS
     assert any(after < before for before, after in itertools.pairwise(depths))
+    # The driver's updater kept segments' closed files as they were (linked, next to one file
+    # of the rows it closed) up to its bound, and merged them past it.
+    view = broker_view(follower, columns.client, columns.table.name)
+    closed = [sum(not is_open_file(p) for p in s.location) for s in view.visible_segments]
+    assert 1 < max(closed) <= MAX_CLOSED_FILES
+    # Every row group of a level is in key order: the full level writes the batch's entries
+    # and the carried ones as two sorted runs, never one row group across both.
+    level_files = sorted((tmp_path / "c").rglob(f"{key_index.INDEX_PARTITION_DIR}=*/*.parquet"))
+    assert level_files
+    for path in level_files:
+        parquet = pq.ParquetFile(path)
+        for group in range(parquet.metadata.num_row_groups):
+            keys = parquet.read_row_group(group, columns=["user_id"])["user_id"].to_pylist()
+            assert keys == sorted(keys), f"{path} row group {group}"
 
 
 def test_an_append_table_as_columns_stores_what_spark_stores(

@@ -3,20 +3,26 @@
 :func:`ingest.small.rewrite.applied` joins the updates with the open rows only and keeps the rest
 of them in their order; a reference model here applies ``coalesce(validUntil, new validUntil)``
 to every row, drops history before the retention horizon and splits and sorts the rows, as
-:func:`ingest.updater.rewrite_segments` does, on random segments.
+:func:`ingest.updater.rewrite_segments` does, on random segments. A segment's closed files stay
+as they are (linked into the rewrite) until there would be too many or retention drops a row of
+them.
 """
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from core.errors import Internal
-from ingest.small.rewrite import applied
+from ingest.small.files import link_into
+from ingest.small.rewrite import MAX_CLOSED_FILES, applied, closed_files_stay
 from ingest.table import TableDefinition
 
 TABLE = TableDefinition.from_dict(
@@ -94,3 +100,58 @@ def test_two_updates_of_one_version_are_refused_not_applied_twice() -> None:
     twice = pa.Table.from_pylist([{"k": "a", "validFrom": 5, "_newUntil": 9}] * 2, UPDATES)
     with pytest.raises(Internal, match="same version"):
         applied(rows, rows.slice(0, 0), twice, TABLE, None, open_sorted=True)
+
+
+def _closed_file(directory: Path, until: list[int], statistics: bool = True) -> str:
+    rows = pa.Table.from_pylist(
+        [{"k": f"k{i}", "v": i, "validFrom": u - 1, "validUntil": u} for i, u in enumerate(until)],
+        SCHEMA,
+    )
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"part-{len(list(directory.iterdir()))}.parquet"
+    pq.write_table(rows, path, write_statistics=statistics, row_group_size=2)
+    return str(path)
+
+
+def test_closed_files_stay_as_they_are_until_a_rewrite_would_leave_too_many(
+    tmp_path: Path,
+) -> None:
+    paths = [_closed_file(tmp_path, [10 + i, 20]) for i in range(MAX_CLOSED_FILES)]
+    assert not closed_files_stay([], None)  # nothing to keep: the rewrite writes what it has
+    for count in range(1, MAX_CLOSED_FILES):
+        assert closed_files_stay(paths[:count], None)
+    assert not closed_files_stay(paths, None)  # one more file would pass the bound: merged
+
+
+def test_closed_files_are_merged_once_retention_drops_any_of_their_rows(tmp_path: Path) -> None:
+    # validUntil 30, 12 and 50 across row groups: the least, 12, decides.
+    path = _closed_file(tmp_path, [30, 50, 12, 40])
+    assert closed_files_stay([path], 11)
+    assert not closed_files_stay([path], 12)  # validUntil <= horizon: retention drops the row
+    assert not closed_files_stay([path], 45)
+    unknown = _closed_file(tmp_path / "bare", [30, 50], statistics=False)
+    assert closed_files_stay([unknown], None)
+    assert not closed_files_stay([unknown], 1)  # no statistics: cannot tell, so merged
+
+
+def test_a_linked_closed_file_outlives_the_segment_it_came_from(tmp_path: Path) -> None:
+    original = _closed_file(tmp_path / "old", [7, 8, 9])
+    linked = link_into(original, str(tmp_path / "new" / "_rows=closed"))
+    assert Path(linked).name == Path(original).name
+    expected = pq.read_table(original).to_pylist()
+    Path(original).unlink()  # the collector deletes the replaced segment's files
+    assert pq.ParquetFile(linked).read().to_pylist() == expected
+
+
+def test_a_closed_file_is_copied_where_it_cannot_be_linked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    original = _closed_file(tmp_path / "old", [7, 8])
+
+    def cross_device(source: str, target: str) -> None:
+        raise OSError(18, "Invalid cross-device link")
+
+    monkeypatch.setattr(os, "link", cross_device)
+    linked = link_into(original, str(tmp_path / "other-device"))
+    assert pq.read_table(linked).to_pylist() == pq.read_table(original).to_pylist()
+    assert [p.name for p in Path(linked).parent.iterdir()] == [Path(original).name]

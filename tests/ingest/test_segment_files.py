@@ -1,14 +1,17 @@
 """Segment files as ``write_segments`` lays them out: one directory per segment, open and closed
-versions apart, and no Parquet dictionary for the columns whose values are all distinct."""
+versions apart, and no Parquet dictionary for the columns whose values are all distinct (the
+driver's writer also leaves it out for the columns a sample finds mostly distinct)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ingest.resolve import stored_columns
 from ingest.segments import is_open_file, segment_directory_of, tag_of_file, write_segments
+from ingest.small.files import Writer, mostly_distinct
 from ingest.storage import Storage
 from tests.ingest.conftest import accounts_table
 
@@ -60,3 +63,23 @@ def test_segments_are_written_apart_and_distinct_valued_columns_without_a_dictio
             for name in ("validFrom", "validUntil", "_sourcePosition", "user_id"):
                 assert not encoded[name], (path, name)
             assert encoded["balance"] and encoded["seq"], path
+
+
+def test_the_driver_writes_mostly_distinct_columns_without_a_dictionary(tmp_path: Path):
+    rows = pa.table(
+        {
+            "amount": pa.array(range(50_000), pa.int64()),  # every value distinct
+            "note": pa.array([f"n{i * 7919 % 50_000}" for i in range(50_000)]),
+            "region": pa.array([f"r{i % 12}" for i in range(50_000)]),  # a dozen values
+            "tier": pa.array([i % 3 for i in range(50_000)], pa.int32()),
+            "flag": pa.array([i % 2 == 0 for i in range(50_000)]),
+            "seen": pa.array([None] * 50_000, pa.int64()),  # nothing to tell: keeps its default
+        }
+    )
+    assert mostly_distinct(rows) == ["amount", "note"]
+    assert mostly_distinct(rows, skip=["note"]) == ["amount"]
+    path = Writer("TIMESTAMP_MICROS").write(str(tmp_path / "out"), rows)
+    encoded = dictionary_encoded(path)
+    assert not encoded["amount"] and not encoded["note"]
+    assert encoded["region"] and encoded["tier"]
+    assert pq.ParquetFile(path).read().equals(rows)
