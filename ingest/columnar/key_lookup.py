@@ -6,7 +6,7 @@ per 4M string keys on 2 cores). A level never changes, so its keys' 64-bit codes
 with the row of each (:class:`SortedKeys`, kept with the level's decoded entries), and a batch
 finds its keys by binary search: the cost follows the batch, not the level. A code is the key
 itself for integer and date keys and a hash of the bytes for string keys, computed from the
-Arrow buffers with NumPy; rows whose code matches are compared key to key, so hash collisions
+Arrow buffers (padded by Arrow for short keys) with NumPy; rows whose code matches are compared key to key, so hash collisions
 never match the wrong key.
 
 Example::
@@ -25,10 +25,14 @@ from typing import Any
 
 import numpy as np
 
+from core.errors import Internal
+
 _MULTIPLIER = np.uint64(0x100000001B3)
 _SEED = np.uint64(0xCBF29CE484222325)
 _CHUNK_ROWS = 1 << 20
-"""Strings hashed at a time (their bytes widen to 8 bytes each while hashed)."""
+"""Long strings hashed at a time (their bytes widen to 8 bytes each while hashed)."""
+_SHORT_BYTES = 16
+"""Values up to this many bytes are hashed as two padded 64-bit words."""
 
 
 def supports(kind: Any) -> bool:
@@ -45,43 +49,99 @@ def supports(kind: Any) -> bool:
     )
 
 
-def _mix(values: np.ndarray) -> np.ndarray:
-    """A 64-bit finalizer, so that nearby codes spread (wrapping arithmetic)."""
-    with np.errstate(over="ignore"):
-        values = values ^ (values >> np.uint64(33))
-        values = values * np.uint64(0xFF51AFD7ED558CCD)
-        values = values ^ (values >> np.uint64(33))
-        values = values * np.uint64(0xC4CEB93FE1A85EC5)
-        return values ^ (values >> np.uint64(33))
-
-
 def _string_codes(array: Any) -> np.ndarray:
-    """Hashes of a string or binary array's values from its offsets and bytes (no nulls)."""
+    """Hashes of a string or binary array's values (no nulls), each a function of the value's
+    bytes alone (a level's codes and a batch's must agree whatever else their arrays hold): of
+    the bytes padded to 16 for values up to :data:`_SHORT_BYTES` long (:func:`_short_codes`),
+    of every byte for longer ones (:func:`_long_codes`)."""
+    import pyarrow as pa
+
+    lengths = np.diff(_offsets(array))
+    short = lengths <= _SHORT_BYTES
+    if short.all():
+        return _short_codes(array, lengths)
+    codes = np.empty(len(array), dtype=np.uint64)
+    for rows, hashed in ((short, _short_codes), (~short, _long_codes)):
+        at = np.flatnonzero(rows)
+        if len(at):
+            codes[at] = hashed(array.take(pa.array(at)), lengths[at])
+    return codes
+
+
+def _offsets(array: Any) -> np.ndarray:
     import pyarrow as pa
 
     wide = pa.types.is_large_string(array.type) or pa.types.is_large_binary(array.type)
     offsets = np.frombuffer(array.buffers()[1], dtype=np.int64 if wide else np.int32)
-    offsets = offsets[array.offset : array.offset + len(array) + 1].astype(np.int64)
+    return offsets[array.offset : array.offset + len(array) + 1].astype(np.int64)
+
+
+def _short_codes(array: Any, lengths: np.ndarray) -> np.ndarray:
+    """Codes of values of at most :data:`_SHORT_BYTES` bytes: Arrow pads each with zero bytes to
+    16 (one pass in C++), and the two 64-bit words of each are mixed with its length, so that
+    ``"a"`` and ``"a\\0"`` differ. A fifth of the time of hashing every byte with NumPy (0.67 s
+    for a 7M-key level), :data:`_CHUNK_ROWS` values at a time."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    wide = pa.types.is_large_string(array.type) or pa.types.is_large_binary(array.type)
+    # A binary array viewed as text: the ASCII padding counts bytes and checks no encoding.
+    text = array.view(pa.large_string() if wide else pa.string())
+    codes = np.empty(len(array), dtype=np.uint64)
+    for first in range(0, len(array), _CHUNK_ROWS):
+        chunk = text.slice(first, _CHUNK_ROWS)
+        padded = pc.ascii_rpad(chunk, width=_SHORT_BYTES, padding="\x00")
+        begin, size = int(_offsets(padded)[0]), _SHORT_BYTES * len(chunk)
+        raw = np.frombuffer(padded.buffers()[2], dtype=np.uint8)[begin : begin + size]
+        if len(raw) != size:
+            raise Internal("padded keys are not all 16 bytes long")
+        words = raw.view(np.uint64).reshape(-1, 2)
+        with np.errstate(over="ignore"):
+            code = lengths[first : first + len(chunk)].astype(np.uint64) * _SEED
+            code ^= words[:, 1]
+            _mix_in_place(code)
+            code ^= words[:, 0]
+            codes[first : first + len(chunk)] = _mix_in_place(code)
+    return codes
+
+
+def _mix_in_place(values: np.ndarray) -> np.ndarray:
+    """A 64-bit finalizer (wrapping arithmetic), so that nearby codes spread; in place, without a
+    new array per step (half the time on a million codes)."""
+    shifted = np.empty_like(values)
+    with np.errstate(over="ignore"):
+        for multiplier in (np.uint64(0xFF51AFD7ED558CCD), np.uint64(0xC4CEB93FE1A85EC5), None):
+            np.right_shift(values, np.uint64(33), out=shifted)
+            values ^= shifted
+            if multiplier is not None:
+                values *= multiplier
+    return values
+
+
+def _long_codes(array: Any, lengths: np.ndarray) -> np.ndarray:
+    """Codes of longer values: a polynomial hash of their bytes from the Arrow offsets and data
+    buffers, mixed."""
+    offsets = _offsets(array)
     data = array.buffers()[2]
     raw = np.frombuffer(data, dtype=np.uint8) if data is not None else np.zeros(0, np.uint8)
     codes = np.empty(len(array), dtype=np.uint64)
-    longest = int(np.diff(offsets).max(initial=0))
+    longest = int(lengths.max(initial=0))
     with np.errstate(over="ignore"):
         powers = np.cumprod(np.full(max(longest, 1), _MULTIPLIER, dtype=np.uint64))
         for first in range(0, len(array), _CHUNK_ROWS):
             last = min(first + _CHUNK_ROWS, len(array))
             begin, end = int(offsets[first]), int(offsets[last])
             starts = offsets[first:last] - begin
-            lengths = np.diff(offsets[first : last + 1])
-            position = np.arange(end - begin) - np.repeat(starts, lengths)
+            counts = np.diff(offsets[first : last + 1])
+            position = np.arange(end - begin) - np.repeat(starts, counts)
             # A zero after the bytes: every start is a valid index, and ends the last range.
             weighted = np.concatenate(
                 [raw[begin:end].astype(np.uint64) * powers[position], np.zeros(1, np.uint64)]
             )
             sums = np.add.reduceat(weighted, starts)
-            sums[lengths == 0] = 0  # reduceat gives the next value for an empty range
-            codes[first:last] = sums ^ (lengths.astype(np.uint64) * _SEED)
-    return _mix(codes)
+            sums[counts == 0] = 0  # reduceat gives the next value for an empty range
+            codes[first:last] = sums ^ (counts.astype(np.uint64) * _SEED)
+    return _mix_in_place(codes)
 
 
 def key_codes(column: Any) -> np.ndarray:
@@ -111,7 +171,10 @@ class SortedKeys:
     @classmethod
     def of(cls, keys: Any) -> SortedKeys:
         codes = key_codes(keys)
-        order = np.argsort(codes, kind="stable")
+        # Not a stable sort: rows of one code are all compared and returned in row order (see
+        # rows_holding), and NumPy's default sort took a third of the stable one's 0.84 s for
+        # a 7M-key level.
+        order = np.argsort(codes)
         return cls(codes[order], order.astype(np.int64))
 
     @property

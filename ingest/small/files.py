@@ -44,7 +44,10 @@ comparison and the delete columns)."""
 
 
 class Writer:
-    """Writes Parquet files on the local file system as the session's Spark would."""
+    """Writes Parquet files on the local file system as the session's Spark would.
+
+    One writer writes the files of one batch or one updater run (one table's data): which
+    columns go without a dictionary is sampled once per column (:func:`mostly_distinct`)."""
 
     def __init__(self, timestamp_type: str) -> None:
         kind = timestamp_type.upper()
@@ -56,6 +59,7 @@ class Writer:
             self._options["allow_truncated_timestamps"] = True
         else:
             self._options["coerce_timestamps"] = "us"
+        self._distinct: dict[str, bool] = {}
 
     def write(
         self,
@@ -70,8 +74,9 @@ class Writer:
         the rows' size in memory): key lookups prune by row group, so a large file should not
         be one group. ``plain`` columns get no dictionary, as Spark writes them
         (:func:`ingest.segments.plain_encoded`: distinct values fill a dictionary for nothing;
-        it cost about 40% of a segment rewrite's write), and neither do the other columns whose
-        values are :func:`mostly_distinct`."""
+        it cost about 40% of a segment rewrite's write), their integers are
+        :func:`delta_encoded`, and the other columns whose values are :func:`mostly_distinct` get
+        no dictionary either."""
         return self.write_runs(directory, [table], row_group_bytes, plain)
 
     def write_runs(
@@ -92,7 +97,10 @@ class Writer:
         hidden = os.path.join(directory, f".{name}.tmp")
         options = dict(self._options)
         largest = max(runs, key=lambda run: run.num_rows)
-        plain = [*plain, *mostly_distinct(largest, skip=plain)]
+        delta = delta_encoded(largest.schema, plain)
+        if delta:
+            options["column_encoding"] = dict.fromkeys(delta, "DELTA_BINARY_PACKED")
+        plain = [*plain, *mostly_distinct(largest, plain, self._distinct)]
         if plain:
             options["use_dictionary"] = [n for n in largest.schema.names if n not in plain]
         rows = sum(run.num_rows for run in runs)
@@ -109,13 +117,36 @@ class Writer:
         return final
 
 
+def delta_encoded(schema: Any, plain: Sequence[str]) -> list[str]:
+    """The 32- and 64-bit integer columns among ``plain`` (commit timestamps, source positions,
+    an integer key), which are stored as deltas instead of plain values.
+
+    Their values lie close together (a batch's timestamps, a file's positions, keys in order):
+    a file's deltas take a few bits a value where plain values take 8 bytes that Snappy hardly
+    shrinks. On the benchmark's segments that is a quarter of the file gone, about as fast to
+    write and 15% faster to read (Spark reads the encoding too). Values the writer only
+    samples as distinct (amounts, say) may lie far apart, so they stay plain."""
+    import pyarrow as pa
+
+    wanted = set(plain)
+    return [
+        field.name
+        for field in schema
+        if field.name in wanted and (pa.types.is_int64(field.type) or pa.types.is_int32(field.type))
+    ]
+
+
 DISTINCT_SAMPLE_ROWS = 16_384
 """Rows :func:`mostly_distinct` looks at in each column."""
 DISTINCT_SHARE = 0.75
 """Share of distinct values in the sample above which a column is written without a dictionary."""
+DECIDING_ROWS = 1_024
+"""Values (not null) a sample needs for its answer to stand for the column's other files."""
 
 
-def mostly_distinct(table: Any, skip: Sequence[str] = ()) -> list[str]:
+def mostly_distinct(
+    table: Any, skip: Sequence[str] = (), decided: dict[str, bool] | None = None
+) -> list[str]:
     """The top-level number, string and binary columns of ``table`` (but ``skip``) whose first
     :data:`DISTINCT_SAMPLE_ROWS` values are more than :data:`DISTINCT_SHARE` distinct.
 
@@ -123,6 +154,10 @@ def mostly_distinct(table: Any, skip: Sequence[str] = ()) -> list[str]:
     holds about every value and each row adds an index to it, so the file is larger than plain
     values and the write slower (an amount column took a fifth of a segment rewrite's write).
     Spark's writer cannot know either; a sample can, for a hash of a few thousand values.
+    ``decided`` keeps the answers of samples of at least :data:`DECIDING_ROWS` values by column
+    name and reuses them: a writer of one batch's or one update's files (one table's data) asks
+    once per column, not once per file (a rewrite writes a hundred files; sampling each spent
+    0.15 s a batch).
 
     >>> import pyarrow as pa
     >>> t = pa.table({"id": list(range(100)), "kind": [i % 3 for i in range(100)]})
@@ -146,9 +181,14 @@ def mostly_distinct(table: Any, skip: Sequence[str] = ()) -> list[str]:
             or pa.types.is_temporal(kind)
         ):
             continue
-        values = sample[field.name]
-        present = len(values) - values.null_count
-        if present and pc.count_distinct(values).as_py() > DISTINCT_SHARE * present:
+        known = None if decided is None else decided.get(field.name)
+        if known is None:
+            values = sample[field.name]
+            present = len(values) - values.null_count
+            known = bool(present) and pc.count_distinct(values).as_py() > DISTINCT_SHARE * present
+            if decided is not None and present >= DECIDING_ROWS:
+                decided[field.name] = known
+        if known:
             found.append(field.name)
     return found
 

@@ -18,6 +18,9 @@ from ingest.columnar import key_lookup
 from ingest.columnar.key_lookup import SortedKeys
 
 texts = st.text(alphabet=st.sampled_from(["a", "b", "é", "\x00", "z", "1"]), max_size=5)
+# Around the 16 bytes up to which a key is hashed as two padded words, and past them.
+long_texts = st.text(alphabet=st.sampled_from(["a", "é", "\x00", "€"]), min_size=6, max_size=20)
+keys = st.one_of(texts, long_texts)
 
 
 def _expected(level: list, wanted: list) -> list[int]:
@@ -27,8 +30,8 @@ def _expected(level: list, wanted: list) -> list[int]:
 
 @settings(max_examples=300, deadline=None)
 @given(
-    level=st.lists(texts, max_size=40),
-    wanted=st.lists(texts, max_size=20, unique=True),
+    level=st.lists(keys, max_size=40),
+    wanted=st.lists(keys, max_size=20, unique=True),
     skip=st.integers(0, 3),
     kind=st.sampled_from([pa.string(), pa.large_string(), pa.binary()]),
 )
@@ -65,6 +68,25 @@ def test_a_hash_collision_never_matches_the_wrong_key(monkeypatch: pytest.Monkey
     assert colliding.rows_holding(level, pa.array(["c", "x"])).tolist() == [2]
 
 
+@settings(max_examples=200, deadline=None)
+@given(values=st.lists(keys, min_size=1, max_size=30), skip=st.integers(0, 3))
+def test_a_string_key_s_code_depends_on_its_bytes_alone(values: list[str], skip: int) -> None:
+    # A level's codes and a batch's are computed over different arrays (other keys, other
+    # lengths, slices, string or binary): each key's code must be the same in all of them.
+    together = pa.array(["pad"] * skip + values).slice(skip)
+    codes = key_lookup.key_codes(together).tolist()
+    for value, code in zip(values, codes, strict=True):
+        assert key_lookup.key_codes(pa.array([value])).tolist() == [code]
+        assert key_lookup.key_codes(pa.array([value], pa.large_string())).tolist() == [code]
+        assert key_lookup.key_codes(pa.array([value.encode()], pa.binary())).tolist() == [code]
+
+
+def test_short_keys_that_differ_only_by_trailing_zero_bytes_get_different_codes() -> None:
+    codes = key_lookup.key_codes(pa.array(["a", "a\x00", "a\x00\x00", "", "\x00"]))
+    assert len(set(codes.tolist())) == 5
+
+
 def test_string_codes_spread_distinct_keys() -> None:
-    keys = pa.array([f"u{i}" for i in range(200_000)])
-    assert len(np.unique(key_lookup.key_codes(keys))) == 200_000
+    for width in (1, 12, 30):  # short keys, keys of two words, keys hashed byte by byte
+        keys = pa.array([f"u{i:0{width}d}" for i in range(200_000)])
+        assert len(np.unique(key_lookup.key_codes(keys))) == 200_000

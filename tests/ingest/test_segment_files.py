@@ -83,3 +83,45 @@ def test_the_driver_writes_mostly_distinct_columns_without_a_dictionary(tmp_path
     assert not encoded["amount"] and not encoded["note"]
     assert encoded["region"] and encoded["tier"]
     assert pq.ParquetFile(path).read().equals(rows)
+
+
+def test_a_writer_samples_a_column_once_a_sample_is_large_enough(tmp_path: Path):
+    writer = Writer("TIMESTAMP_MICROS")
+    few = pa.table({"amount": pa.array([1, 1, 2, 3], pa.int64())})  # too few values to decide
+    many_distinct = pa.table({"amount": pa.array(range(5_000), pa.int64())})
+    repeating = pa.table({"amount": pa.array([i % 5 for i in range(5_000)], pa.int64())})
+    assert dictionary_encoded(writer.write(str(tmp_path / "a"), few))["amount"]
+    assert not dictionary_encoded(writer.write(str(tmp_path / "b"), many_distinct))["amount"]
+    # Decided by the large sample: the same table's later files are not sampled again.
+    assert not dictionary_encoded(writer.write(str(tmp_path / "c"), repeating))["amount"]
+    assert dictionary_encoded(Writer("TIMESTAMP_MICROS").write(str(tmp_path / "d"), repeating))[
+        "amount"
+    ]
+
+
+def test_spark_reads_the_driver_s_delta_encoded_columns_exactly(spark, tmp_path: Path):
+    count = 3_000
+    rows = pa.table(
+        {
+            "id": pa.array(range(count), pa.int32()),
+            "validFrom": pa.array([(1 << 62) + i * 65_537 for i in range(count)], pa.int64()),
+            "validUntil": pa.array(
+                [None if i % 3 else (1 << 62) - i * 977 for i in range(count)], pa.int64()
+            ),
+            "_sourcePosition": pa.array([-(i * i) for i in range(count)], pa.int64()),
+            "name": pa.array([f"n{i}" for i in range(count)]),
+        }
+    )
+    plain = ["id", "validFrom", "validUntil", "_sourcePosition", "name"]
+    path = Writer("TIMESTAMP_MICROS").write(str(tmp_path / "out"), rows, 64 * 1024, plain)
+    metadata = pq.ParquetFile(path).metadata
+    assert metadata.num_row_groups > 1
+    encodings = {
+        metadata.row_group(0).column(i).path_in_schema: metadata.row_group(0).column(i).encodings
+        for i in range(metadata.num_columns)
+    }
+    for name in ("id", "validFrom", "validUntil", "_sourcePosition"):
+        assert "DELTA_BINARY_PACKED" in encodings[name], name
+    assert "DELTA_BINARY_PACKED" not in encodings["name"]
+    read = spark.read.parquet(path).orderBy("id").collect()
+    assert [row.asDict() for row in read] == rows.to_pylist()
