@@ -110,9 +110,10 @@ class DirectLookups:
                 route.append(f"direct key lookup bypassed: {self.bypassed}")
             return None
         snapshot = table.snapshot
+        files = table.files_visible_at(snapshot)
 
         def read(schema: pa.Schema) -> pa.Table | None:
-            answer = self.reader.read(lookup, table.files, snapshot, schema)
+            answer = self.reader.read(lookup, files, snapshot, schema)
             if answer is not None:
                 self.answers += 1
                 route[:] = [DIRECT_ROUTE]

@@ -48,6 +48,21 @@ class TableReadInfo:
     def parts(self) -> tuple[ScanPart, ...]:
         return self.layout.parts if self.layout is not None else ()
 
+    def files_visible_at(self, snapshot: int) -> tuple[str, ...]:
+        """The files that can hold a row visible at ``snapshot``: all but the closed part's
+        once ``snapshot`` is at or above their greatest ``validUntil`` (the rule that leaves
+        the closed view unread, ``broker.spark.scan_layout``). A key lookup at the LWM then
+        never reads a closed file's footer: the updater leaves a segment up to four closed
+        files, and each rewrite of it names them anew."""
+        layout = self.layout
+        if layout is None or layout.closed is None or layout.closed_through is None:
+            return self.files
+        if snapshot < layout.closed_through:
+            return self.files
+        return tuple(
+            path for part in layout.parts if part is not layout.closed for path in part.files
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class Prepared:

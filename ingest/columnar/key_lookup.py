@@ -6,8 +6,8 @@ per 4M string keys on 2 cores). A level never changes, so its keys' 64-bit codes
 with the row of each (:class:`SortedKeys`, kept with the level's decoded entries), and a batch
 finds its keys by binary search: the cost follows the batch, not the level. A code is the key
 itself for integer and date keys and a hash of the bytes for string keys, computed from the
-Arrow buffers (padded by Arrow for short keys) with NumPy; rows whose code matches are compared key to key, so hash collisions
-never match the wrong key.
+Arrow buffers (padded by Arrow for short keys) with NumPy; rows whose code matches are compared
+key to key, so hash collisions never match the wrong key.
 
 Example::
 

@@ -466,3 +466,55 @@ def test_a_missing_file_is_reported_but_a_file_pyarrow_cannot_read_is_left_to_sp
     with pytest.raises(UnreadableFiles) as raised:
         reader.read(lookup, [f"file:{missing}"], 1000, SCHEMA)
     assert raised.value.paths == (f"file:{missing}",)
+
+
+def test_a_lookup_at_the_lwm_reads_no_footer_of_a_closed_file_it_cannot_need(
+    broker_env: BrokerEnv, client, spark
+):
+    """Closed files whose greatest ``validUntil`` is at or below the snapshot hold nothing
+    visible (the closed view is not read there either): a lookup at the LWM leaves them
+    unopened, time travel below it reads them."""
+    rows = [
+        {"id": key, "owner": f"s{key}", "balance": balance, "validFrom": start, "validUntil": end}
+        for key in range(40)
+        for balance, (start, end) in enumerate(((400, 700), (700, 1100), (1100, None)))
+    ]
+    tagged = [{**row, "_chunk": 0, "_seg": row["id"] % 2} for row in rows]
+    frame = spark.createDataFrame(
+        tagged,
+        "id bigint, owner string, balance bigint, validFrom bigint, validUntil bigint, "
+        "_chunk bigint, _seg int",
+    )
+    columns = ["id", "owner", "balance", "validFrom", "validUntil"]
+    written = write_segments(
+        frame, columns, str(broker_env.root / "closed_split"), 2, Storage(spark)
+    )
+    segments = [
+        Segment(
+            table="closed_split",
+            interval=Interval(chunk, chunk + DAY_MS),
+            version=VERSION,
+            partition=partition,
+            core_partitions=2,
+            location=segment.locations,
+            row_count=40,
+            open_files=segment.open_locations,
+            max_valid_until=1100,  # at or below the LWM (1200)
+        )
+        for (chunk, partition), segment in written.items()
+    ]
+    closed = {path for s in segments for path in s.location if path not in s.open_files}
+    assert len(closed) == 2
+    publish_table(broker_env, descriptor("closed_split", storage_root=broker_env.root), segments)
+    footers = broker_env.broker.engine.direct.reader.footers  # type: ignore[union-attr]
+
+    before = _direct_answers(broker_env)
+    current = client.query("SELECT * FROM closed_split WHERE id = 7")
+    assert _direct_answers(broker_env) == before + 1
+    assert as_rows(current) == oracle([r for r in rows if r["id"] == 7 and r["balance"] == 2])
+    assert not closed & set(footers._footers), "a closed file's footer was read at the LWM"
+
+    old = client.query("SELECT * FROM closed_split VERSION AS OF 800 WHERE id = 7")
+    assert _direct_answers(broker_env) == before + 2
+    assert as_rows(old) == oracle([r for r in rows if r["id"] == 7 and r["balance"] == 1])
+    assert closed <= set(footers._footers)
