@@ -49,19 +49,24 @@ class TableReadInfo:
         return self.layout.parts if self.layout is not None else ()
 
     def files_visible_at(self, snapshot: int) -> tuple[str, ...]:
-        """The files that can hold a row visible at ``snapshot``: all but the closed part's
-        once ``snapshot`` is at or above their greatest ``validUntil`` (the rule that leaves
-        the closed view unread, ``broker.spark.scan_layout``). A key lookup at the LWM then
-        never reads a closed file's footer: the updater leaves a segment up to four closed
-        files, and each rewrite of it names them anew."""
-        layout = self.layout
-        if layout is None or layout.closed is None or layout.closed_through is None:
-            return self.files
-        if snapshot < layout.closed_through:
-            return self.files
-        return tuple(
-            path for part in layout.parts if part is not layout.closed for path in part.files
-        )
+        """:func:`files_visible_at` of this read's files."""
+        return files_visible_at(self.files, self.layout, snapshot)
+
+
+def files_visible_at(
+    files: tuple[str, ...], layout: ScanLayout | None, snapshot: int
+) -> tuple[str, ...]:
+    """The ``files`` (a table view's, in segment order) that can hold a row visible at
+    ``snapshot``: all but the closed part's once ``snapshot`` is at or above their greatest
+    ``validUntil`` (the rule that leaves the closed view unread, ``broker.spark.scan_layout``).
+    A key lookup at the LWM then never reads a closed file's footer: the updater leaves a
+    segment up to four closed files, and each rewrite of it names them anew."""
+    if layout is None or layout.closed is None or layout.closed_through is None:
+        return files
+    if snapshot < layout.closed_through:
+        return files
+    closed = layout.closed
+    return tuple(path for part in layout.parts if part is not closed for path in part.files)
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,7 +169,11 @@ def snapshot_reason(plan: QueryPlan, tables: Sequence[TableReadInfo]) -> str:
     return "the query reads no upsert table at a snapshot"
 
 
-def read_info(read: Any, view: Any, layout: ScanLayout) -> TableReadInfo:
+def read_info(
+    read: Any, view: Any, layout: ScanLayout, files: tuple[str, ...] | None = None
+) -> TableReadInfo:
+    """What ``read`` of ``view`` reads; ``files``: the view's segment files when the caller has
+    them (the catalog entry keeps them per timeline generation), else listed here."""
     segments = tuple(view.visible_segments)
     if read.views and tuple(read.views) != layout.names:
         raise Internal(
@@ -179,7 +188,7 @@ def read_info(read: Any, view: Any, layout: ScanLayout) -> TableReadInfo:
         retention_horizon=int(view.retention_horizon or 0),
         view=read.source_view,
         segments=segments,
-        files=segment_files(segments),
+        files=files if files is not None else segment_files(segments),
         schema_ddl=schema_ddl(view.descriptor),
         staleness_s=float(view.staleness_s),
         laggard=view.laggard,

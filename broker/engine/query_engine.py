@@ -234,7 +234,9 @@ class QueryEngine:
             if read.snapshot is not None:
                 self.follower.lwm(view.table)  # regression policy, staleness, no LWM
             table_views.append(view)
-            info = read_info(read, view, self.views.layout(view))
+            entry = catalog.get(read.name)
+            files = entry.files if entry is not None and entry.segments else None
+            info = read_info(read, view, self.views.layout(view), files)
             check_fallbacks(info, view)
             reads.append(info)
         return Prepared(
