@@ -107,6 +107,39 @@ class Timeline:
         self._remove_stored(chunk, stored)
         return True
 
+    def remove_all(self, segments: Iterable[Segment]) -> int:
+        """Remove a batch of stored segments (by id) atomically; return how many were stored.
+
+        Each touched time chunk is settled once, as :meth:`add_all` settles it: an update that
+        replaces hundreds of segments of one chunk settled the chunk once per segment, each time
+        over all its groups. Raises :class:`SegmentConflict` (removing nothing) if a stored
+        segment with one of these ids has other shard fields.
+        """
+        found: dict[tuple[int, int], tuple[TimeChunk, Segment]] = {}
+        for segment in segments:
+            self._check_table(segment)
+            chunk = self._chunks.get(_chunk_key(segment))
+            stored = chunk.get(segment.partition) if chunk is not None else None
+            if stored is None:
+                continue
+            if not stored.same_shard(segment):
+                raise SegmentConflict(
+                    f"cannot remove {segment.id}: the stored segment with that id has other "
+                    "shard fields"
+                )
+            found[(id(chunk), segment.partition)] = (chunk, stored)
+        touched: dict[int, tuple[TimeChunk, bool]] = {}
+        for chunk, stored in found.values():
+            touched.setdefault(id(chunk), (chunk, chunk.complete))
+            chunk.unstore(stored)
+        for chunk, was_complete in touched.values():
+            chunk.refresh()
+            self._settle_views(chunk, True, was_complete)
+        if found:
+            self._count -= len(found)
+            self.generation += 1
+        return len(found)
+
     def remove_unreadable(self, segment_or_id: Segment | SegmentId) -> bool:
         """Say "this segment's file is unreadable": drop it so the timeline falls back (an
         overwrite segment falls back to the segments it overwrote, if they remain)."""

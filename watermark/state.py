@@ -231,12 +231,16 @@ class ServerState:
 
     def _on_segments(self, data: Mapping[str, Any], server: str, t_ms: int) -> set[str]:
         touched: set[str] = set()
+        removed: dict[str, list[Segment]] = {}
         for raw in data.get("remove", ()):
             segment = Segment.from_dict(raw)
             touched.add(segment.table)
             stored = self.segments.get(segment.table, {}).pop(segment_key(segment), None)
             if stored is not None:
-                self.timelines[segment.table].remove(stored)
+                removed.setdefault(segment.table, []).append(stored)
+        for table, segments in removed.items():
+            # One settling per time chunk: an update replaces hundreds of segments of one.
+            self.timelines[table].remove_all(segments)
         by_table: dict[str, list[Segment]] = {}
         for raw in data.get("add", ()):
             segment = Segment.from_dict(raw)
@@ -336,17 +340,28 @@ class ServerState:
         self.served[table].observe(self.progress[table].minimum(self.clocks()), t_ms / 1000)
 
     def _add_segments(self, table: str, segments: Iterable[Segment], now_ms: int) -> None:
+        """Store announced segments and put the readable ones in the timeline: the segments
+        they replace removed in one batch, then all of them added in one (each time chunk
+        settled once, not once per segment), or one by one when the batch is refused, so a
+        conflicting announcement is rejected alone."""
         stored = self.segments[table]
         timeline = self.timelines[table]
         descriptor = self.descriptors[table]
-        for segment in segments:
-            key = segment_key(segment)
+        segments = list(segments)
+        keys = [segment_key(segment) for segment in segments]
+        if len(set(keys)) != len(keys):  # one segment announced twice: each replaces the last
+            for segment in segments:
+                self._add_segments(table, [segment], now_ms)
+            return
+        replaced: list[Segment] = []
+        added: list[tuple[str, Segment]] = []
+        for key, segment in zip(keys, segments, strict=True):
             previous = stored.get(key)
             if previous is not None:
                 if previous == segment:
                     continue
                 if (table, key) not in self.unreadable:
-                    timeline.remove(previous)
+                    replaced.append(previous)
             stored[key] = segment
             problem = outside_storage_root(descriptor, segment)
             if problem is not None:
@@ -359,14 +374,21 @@ class ServerState:
                 continue
             if (table, key) in self.unreadable:
                 continue
-            try:
-                timeline.add(segment)
-            except HorizonError as error:
-                # A conflicting announcement must not stop the broker following the others.
-                del stored[key]
-                self.rejected.append(f"{segment}: {error}")
-                del self.rejected[:-100]
-                log.error("rejected announced segment %s: %s", segment, error)
+            added.append((key, segment))
+        if replaced:
+            timeline.remove_all(replaced)
+        try:
+            timeline.add_all([segment for _, segment in added])
+        except HorizonError:
+            for key, segment in added:  # the batch left nothing: each on its own
+                try:
+                    timeline.add(segment)
+                except HorizonError as error:
+                    # A conflicting announcement must not stop the broker following the others.
+                    del stored[key]
+                    self.rejected.append(f"{segment}: {error}")
+                    del self.rejected[:-100]
+                    log.error("rejected announced segment %s: %s", segment, error)
 
     def mark_unreadable(self, ref: SegmentRef, mark: UnreadableMark) -> bool:
         """Keep the segment out of the timeline (it falls back) until :meth:`clear_unreadable`."""

@@ -491,6 +491,34 @@ def test_batch_counts_new_segments_and_bumps_generation_once() -> None:
     assert tl.generation == 1
 
 
+def test_a_batch_removal_leaves_every_chunk_as_removals_one_by_one_do() -> None:
+    segments = [
+        *[seg("01/02", "1", p, core=3) for p in range(3)],
+        *[seg("02/03", "1", p, core=2) for p in range(2)],
+        seg("01/03", "2"),
+        *[ow("01/02", "1", 32768 + p, (0, 3), 1, 2, core=3) for p in range(2)],
+    ]
+    gone = [segments[0], segments[4], segments[6], seg("05/06", "1")]  # the last is not stored
+    one_by_one, batched = timeline(*segments), timeline(*segments)
+    for segment in gone:
+        one_by_one.remove(segment)
+    generation = batched.generation
+    assert batched.remove_all(gone) == 3
+    assert batched.generation == generation + 1
+    assert batched.snapshot().chunks == one_by_one.snapshot().chunks
+    assert batched.lookup(iv("01/03")) == one_by_one.lookup(iv("01/03"))
+    assert len(batched) == len(one_by_one) == len(segments) - 3
+    assert batched.remove_all(gone) == 0 and batched.generation == generation + 1
+
+
+def test_a_batch_removal_naming_a_twin_with_other_shard_fields_removes_nothing() -> None:
+    tl = timeline(seg("01/02", "1", 0, core=2), seg("01/02", "1", 1, core=2))
+    before = tl.snapshot()
+    with pytest.raises(SegmentConflict):
+        tl.remove_all([seg("01/02", "1", 1, core=2), seg("01/02", "1", 0, core=3)])
+    assert tl.snapshot() == before
+
+
 def test_generation_bumps_on_every_change_and_not_on_no_ops() -> None:
     tl = Timeline(T)
     tl.add(seg("01/02", "1"))

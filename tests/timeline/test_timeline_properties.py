@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -95,6 +96,7 @@ operations = st.one_of(
     st.tuples(st.just("remove"), slots),
     st.tuples(st.just("unreadable"), slots),
     st.tuples(st.just("batch"), st.lists(slots, min_size=1, max_size=6)),
+    st.tuples(st.just("remove_batch"), st.lists(slots, min_size=1, max_size=6)),
 )
 
 
@@ -157,6 +159,19 @@ def test_incremental_timeline_matches_from_scratch_reference_after_every_step(st
                 changed = False
             else:
                 assert timeline.add_all(batch) == expected
+                changed = expected > 0
+        elif kind == "remove_batch":
+            batch = [UNIVERSE[i] for i in argument]
+            if any(
+                reference.stored.get(s.id) is not None and not reference.stored[s.id].same_shard(s)
+                for s in batch
+            ):
+                with pytest.raises(SegmentConflict):
+                    timeline.remove_all(batch)
+                changed = False
+            else:
+                expected = sum(reference.remove_id(i) for i in dict.fromkeys(s.id for s in batch))
+                assert timeline.remove_all(batch) == expected
                 changed = expected > 0
         else:
             segment = UNIVERSE[argument]
