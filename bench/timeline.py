@@ -38,6 +38,10 @@ YEAR_START_MS = 1_293_840_000_000  # 2011-01-01
 GRANULARITIES = {"DAY": 86_400_000, "HOUR": 3_600_000, "MINUTE": 60_000}
 
 
+REPLACES = ((20, 8), (200, 75), (400, 150))
+"""(root segments of the chunk, overwrites an update replaces) of :func:`replace_scenario`."""
+
+
 def first_generation(chunk: Interval, version: str, count: int) -> list[Segment]:
     return [
         Segment(
@@ -274,6 +278,50 @@ def change_scenario(sizes: tuple[int, ...], operations: int, rounds: int) -> lis
     return rows
 
 
+def replace_scenario(roots: int, replaced: int, rounds: int) -> dict[str, Any]:
+    """What applying one update's announcement costs the follower: a chunk of ``roots`` first-
+    generation segments, each overwritten once (one group per root, as the updater's rewrites
+    leave them), whose ``replaced`` overwrites are replaced by the next minor version, one
+    segment at a time (``Timeline.remove`` / ``add``) against one batch each
+    (``remove_all`` / ``add_all``); best of ``rounds``, CPU time."""
+    chunk = chunk_at(GRANULARITIES["DAY"], 0)
+    version = "2011-01-01T00:00:00.000Z"
+
+    def overwrite(partition: int, root: int, minor: int) -> Segment:
+        return Segment(
+            table=TABLE, interval=chunk, version=version, partition=partition,
+            core_partitions=roots, root_start=root, root_end=root + 1, minor_version=minor,
+        )  # fmt: skip
+
+    first = [overwrite(32_768 + root, root, 1) for root in range(roots)]
+    second = [overwrite(32_768 + roots + root, root, 2) for root in range(replaced)]
+    best: dict[str, float] = {}
+    for _ in range(rounds):
+        for way in ("one_by_one", "batched"):
+            timeline = Timeline(TABLE)
+            timeline.add_all([*first_generation(chunk, version, roots), *first])
+            if way == "one_by_one":
+
+                def apply(timeline: Timeline = timeline) -> None:
+                    for segment in first[:replaced]:
+                        timeline.remove(segment)
+                    for segment in second:
+                        timeline.add(segment)
+
+            else:
+
+                def apply(timeline: Timeline = timeline) -> None:
+                    timeline.remove_all(first[:replaced])
+                    timeline.add_all(second)
+
+            best[way] = min(best.get(way, float("inf")), timed(apply) * 1000)
+    return {
+        "roots": roots, "segments": 2 * roots, "replaced": replaced,
+        "one_by_one_ms": best["one_by_one"], "batched_ms": best["batched"],
+        "ratio": best["one_by_one"] / best["batched"] if best["batched"] else float("inf"),
+    }  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, well under 30 s")
@@ -318,9 +366,11 @@ def main() -> None:
     console.log(f"add/remove in timelines of {', '.join(f'{size:,}' for size in sizes)} segments")
     change_rows = change_scenario(sizes, 500 if quick else 2_000, 3 if quick else 5)
     gc.collect()
+    console.log("an update's announcement: replaced segments one by one vs as one batch")
+    replace_rows = [replace_scenario(roots, replaced, 3) for roots, replaced in REPLACES]
     peak_rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
-    report(console, lookup_rows, memory_rows, change_rows, quick, peak_rss_mib)
+    report(console, lookup_rows, memory_rows, change_rows, replace_rows, quick, peak_rss_mib)
 
 
 def report(
@@ -328,6 +378,7 @@ def report(
     lookup_rows: list[dict[str, Any]],
     memory_rows: list[dict[str, Any]],
     change_rows: list[dict[str, Any]],
+    replace_rows: list[dict[str, Any]],
     quick: bool,
     peak_rss_mib: float,
 ) -> None:
@@ -398,6 +449,16 @@ def report(
         changes.add_row(key[:-3], *(f"{v:.1f}" for v in values), f"{values[-1] / values[0]:.2f}x")
     console.print(changes)
 
+    replaces = Table(title="an update's announcement applied by the follower (CPU ms)")
+    for column in ("chunk segments", "replaced", "one by one", "one batch", "ratio"):
+        replaces.add_column(column, justify="right")
+    for row in replace_rows:
+        replaces.add_row(
+            f"{row['segments']:,}", f"{row['replaced']:,}", f"{row['one_by_one_ms']:.1f}",
+            f"{row['batched_ms']:.1f}", f"{row['ratio']:.0f}x",
+        )  # fmt: skip
+    console.print(replaces)
+
     day = next(r for r in lookup_rows if r["chunks"] == 365 and r["overwrite"] == "none")
     largest = max((r for r in lookup_rows if r["overwrite"] == "none"), key=lambda r: r["chunks"])
     lookup_ratio = largest["lookup_us"] / day["lookup_us"]
@@ -444,6 +505,7 @@ def report(
             "lookup": lookup_rows,
             "memory": memory_rows,
             "changes": change_rows,
+            "replace": replace_rows,
             "targets": targets,
         },
     )
