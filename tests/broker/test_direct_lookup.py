@@ -288,6 +288,42 @@ def spark_only(broker_env: BrokerEnv, spark) -> Iterator[tuple[HorizonClient, Br
     broker.follower.stop()
 
 
+def _written_segments(
+    spark,  # type: ignore[no-untyped-def]
+    env: BrokerEnv,
+    table: str,
+    tagged: list[dict],
+    partitions: int,
+    *,
+    row_count: int,
+    max_valid_until: int | None = None,
+) -> list[Segment]:
+    """``tagged`` rows (with ``_chunk`` and ``_seg``) written by ``ingest.segments.write_segments``
+    into ``partitions`` segments per chunk, and the segments that describe them (their open files
+    and closed files' greatest ``validUntil`` too when ``max_valid_until`` is given)."""
+    frame = spark.createDataFrame(
+        tagged,
+        "id bigint, owner string, balance bigint, validFrom bigint, validUntil bigint, "
+        "_chunk bigint, _seg int",
+    )
+    columns = ["id", "owner", "balance", "validFrom", "validUntil"]
+    written = write_segments(frame, columns, str(env.root / table), partitions, Storage(spark))
+    return [
+        Segment(
+            table=table,
+            interval=Interval(chunk, chunk + DAY_MS),
+            version=VERSION,
+            partition=partition,
+            core_partitions=partitions,
+            location=segment.locations,
+            row_count=row_count,
+            open_files=segment.open_locations if max_valid_until is not None else (),
+            max_valid_until=max_valid_until,
+        )
+        for (chunk, partition), segment in written.items()
+    ]
+
+
 @pytest.fixture(scope="module")
 def ingested(broker_env: BrokerEnv, spark, spark_only) -> list[dict]:  # type: ignore[no-untyped-def]
     """A table written by ``ingest.segments.write_segments``: two time chunks x three key
@@ -296,26 +332,7 @@ def ingested(broker_env: BrokerEnv, spark, spark_only) -> list[dict]:  # type: i
     tagged = [
         {**row, "_chunk": (row["id"] % 2) * DAY_MS, "_seg": row["id"] * 7919 % 3} for row in rows
     ]
-    frame = spark.createDataFrame(
-        tagged,
-        "id bigint, owner string, balance bigint, validFrom bigint, validUntil bigint, "
-        "_chunk bigint, _seg int",
-    )
-    directory = broker_env.root / "ingested"
-    columns = ["id", "owner", "balance", "validFrom", "validUntil"]
-    written = write_segments(frame, columns, str(directory), 3, Storage(spark))
-    segments = [
-        Segment(
-            table="ingested",
-            interval=Interval(chunk, chunk + DAY_MS),
-            version=VERSION,
-            partition=partition,
-            core_partitions=3,
-            location=segment.locations,
-            row_count=1,
-        )
-        for (chunk, partition), segment in written.items()
-    ]
+    segments = _written_segments(spark, broker_env, "ingested", tagged, 3, row_count=1)
     assert len(segments) == 6 and all(s.location[0].startswith("file:") for s in segments)
     publish_table(
         broker_env, descriptor("ingested", storage_root=broker_env.root), segments, spark_only[1]
@@ -480,29 +497,10 @@ def test_a_lookup_at_the_lwm_reads_no_footer_of_a_closed_file_it_cannot_need(
         for balance, (start, end) in enumerate(((400, 700), (700, 1100), (1100, None)))
     ]
     tagged = [{**row, "_chunk": 0, "_seg": row["id"] % 2} for row in rows]
-    frame = spark.createDataFrame(
-        tagged,
-        "id bigint, owner string, balance bigint, validFrom bigint, validUntil bigint, "
-        "_chunk bigint, _seg int",
+    # Every closed version ended by 1100, at or below the LWM (1200).
+    segments = _written_segments(
+        spark, broker_env, "closed_split", tagged, 2, row_count=40, max_valid_until=1100
     )
-    columns = ["id", "owner", "balance", "validFrom", "validUntil"]
-    written = write_segments(
-        frame, columns, str(broker_env.root / "closed_split"), 2, Storage(spark)
-    )
-    segments = [
-        Segment(
-            table="closed_split",
-            interval=Interval(chunk, chunk + DAY_MS),
-            version=VERSION,
-            partition=partition,
-            core_partitions=2,
-            location=segment.locations,
-            row_count=40,
-            open_files=segment.open_locations,
-            max_valid_until=1100,  # at or below the LWM (1200)
-        )
-        for (chunk, partition), segment in written.items()
-    ]
     closed = {path for s in segments for path in s.location if path not in s.open_files}
     assert len(closed) == 2
     publish_table(broker_env, descriptor("closed_split", storage_root=broker_env.root), segments)
