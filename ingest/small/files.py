@@ -193,20 +193,21 @@ def mostly_distinct(
     return found
 
 
-def link_into(path: str, directory: str) -> str:
-    """Put the immutable file ``path`` into ``directory`` too (created) under its own name;
-    returns the new path. A hard link costs no copy, and deleting either name leaves the other
-    whole; where the file system has none (another device), the file is copied under a hidden
-    name and renamed into place like a written one."""
+def copy_into(path: str, directory: str) -> str:
+    """Copy the file ``path`` into ``directory`` (created) under its own name, as a written file
+    lands: under a hidden name, then renamed into place; returns the new path.
+
+    A copy, not a hard link: a link would make two segment versions one file on disk, so a file
+    damaged in place (cut short, overwritten) would take the segment it was replaced by down
+    with it, and the timeline's fallback from one to the other would find the same damage (the
+    fault harness's truncated files stayed unreadable after they were restored). The kernel
+    copies without decoding anything (and clones where the file system can)."""
     os.makedirs(directory, exist_ok=True)
     name = os.path.basename(path)
+    hidden = os.path.join(directory, f".{name}.tmp")
+    shutil.copyfile(path, hidden)
     final = os.path.join(directory, name)
-    try:
-        os.link(path, final)
-    except OSError:
-        hidden = os.path.join(directory, f".{name}.tmp")
-        shutil.copyfile(path, hidden)
-        os.replace(hidden, final)
+    os.replace(hidden, final)
     return final
 
 

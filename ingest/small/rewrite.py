@@ -10,8 +10,9 @@ batches run on the driver (``driver_batch_rows``, local storage), no segment to 
 a time, reads each segment, joins its rows with its updates on (key, ``validFrom``), applies
 them as the Spark join does (``coalesce(validUntil, new validUntil)``), drops the history
 retention lets go, and writes the rewrite with :mod:`ingest.small.files`: open versions by key,
-closed ones by ``validFrom``. A segment's closed files are kept as they are (linked into the
-rewrite, next to one file of the versions it closes) up to :data:`MAX_CLOSED_FILES`.
+closed ones by ``validFrom``. A segment's closed files are kept as they are (copied into the
+rewrite byte for byte, next to one file of the versions it closes) up to
+:data:`MAX_CLOSED_FILES`.
 """
 
 from __future__ import annotations
@@ -76,7 +77,7 @@ class DriverRewrite:
     ) -> dict[tuple[int, int], WrittenSegment] | None:
         """Rewrite every planned segment, ``workers`` at a time (pyarrow's reading, joining,
         sorting and writing run outside the GIL): an open file and a closed one each, omitted
-        when empty, and the segment's closed files linked in as they are while
+        when empty, and the segment's closed files copied in as they are while
         :func:`closed_files_stay`. Returns what was written; None when pyarrow could not join or sort a segment's
         rows after all (:func:`prepare` checks their schemas), for Spark to rewrite them into
         the same directory (its write replaces what this one left)."""
@@ -111,7 +112,7 @@ class DriverRewrite:
                     writer.write(rows_dir, part, ROW_GROUP_BYTES, plain)
             if kept:
                 for path in closed_paths:
-                    files.link_into(path, os.path.join(base, f"{ROWS_DIR_COLUMN}={CLOSED_ROWS}"))
+                    files.copy_into(path, os.path.join(base, f"{ROWS_DIR_COLUMN}={CLOSED_ROWS}"))
 
         try:
             with ThreadPoolExecutor(self.workers, thread_name_prefix="rewrite") as pool:
@@ -170,7 +171,7 @@ def applied(
 
 
 def closed_files_stay(paths: Sequence[str], horizon: int | None) -> bool:
-    """Whether a rewrite keeps a segment's closed files as they are (linked into the rewrite)
+    """Whether a rewrite keeps a segment's closed files as they are (copied into the rewrite)
     and writes the rows it closes as one more: a closed row never changes, so decoding and
     encoding them again (a third of a rewrite once a table has history) buys nothing until
     they are :data:`MAX_CLOSED_FILES` or retention drops some of them (their footers say a

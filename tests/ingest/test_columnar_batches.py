@@ -92,7 +92,7 @@ def test_batches_resolved_as_columns_store_what_spark_stores(
     assert on_columns == len(batches)
     assert max(depths) == key_index.MAX_INDEX_LEVELS
     assert any(after < before for before, after in itertools.pairwise(depths))
-    # The driver's updater kept segments' closed files as they were (linked, next to one file
+    # The driver's updater kept segments' closed files as they were (copied, next to one file
     # of the rows it closed) up to its bound, and merged them past it.
     view = broker_view(follower, columns.client, columns.table.name)
     closed = [sum(not is_open_file(p) for p in s.location) for s in view.visible_segments]

@@ -4,7 +4,7 @@
 of them in their order; a reference model here applies ``coalesce(validUntil, new validUntil)``
 to every row, drops history before the retention horizon and splits and sorts the rows, as
 :func:`ingest.updater.rewrite_segments` does, on random segments. A segment's closed files stay
-as they are (linked into the rewrite) until there would be too many or retention drops a row of
+as they are (copied into the rewrite) until there would be too many or retention drops a row of
 them.
 """
 
@@ -21,7 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from core.errors import Internal
-from ingest.small.files import link_into
+from ingest.small.files import copy_into
 from ingest.small.rewrite import MAX_CLOSED_FILES, applied, closed_files_stay
 from ingest.table import TableDefinition
 
@@ -134,24 +134,17 @@ def test_closed_files_are_merged_once_retention_drops_any_of_their_rows(tmp_path
     assert not closed_files_stay([unknown], 1)  # no statistics: cannot tell, so merged
 
 
-def test_a_linked_closed_file_outlives_the_segment_it_came_from(tmp_path: Path) -> None:
+def test_a_kept_closed_file_is_a_copy_of_its_own(tmp_path: Path) -> None:
     original = _closed_file(tmp_path / "old", [7, 8, 9])
-    linked = link_into(original, str(tmp_path / "new" / "_rows=closed"))
-    assert Path(linked).name == Path(original).name
-    expected = pq.read_table(original).to_pylist()
-    Path(original).unlink()  # the collector deletes the replaced segment's files
-    assert pq.ParquetFile(linked).read().to_pylist() == expected
-
-
-def test_a_closed_file_is_copied_where_it_cannot_be_linked(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    original = _closed_file(tmp_path / "old", [7, 8])
-
-    def cross_device(source: str, target: str) -> None:
-        raise OSError(18, "Invalid cross-device link")
-
-    monkeypatch.setattr(os, "link", cross_device)
-    linked = link_into(original, str(tmp_path / "other-device"))
-    assert pq.read_table(linked).to_pylist() == pq.read_table(original).to_pylist()
-    assert [p.name for p in Path(linked).parent.iterdir()] == [Path(original).name]
+    copied = copy_into(original, str(tmp_path / "new" / "_rows=closed"))
+    assert Path(copied).name == Path(original).name
+    assert [p.name for p in Path(copied).parent.iterdir()] == [Path(original).name]
+    expected = pq.ParquetFile(original).read().to_pylist()
+    # Damage to the replaced segment's file in place (as the fault harness cuts files short)
+    # leaves the rewrite's copy whole, and deleting it (the collector) too.
+    with open(original, "r+b") as handle:
+        handle.truncate(10)
+    assert os.stat(copied).st_ino != os.stat(original).st_ino
+    assert pq.ParquetFile(copied).read().to_pylist() == expected
+    Path(original).unlink()
+    assert pq.ParquetFile(copied).read().to_pylist() == expected
