@@ -31,31 +31,15 @@ from rich.console import Console
 from rich.table import Table
 
 from bench.report import write_results
+from bench.timeline_replace import REPLACES, replace_scenario
+from bench.timeline_rigs import (
+    GRANULARITIES,
+    TABLE,
+    chunk_at,
+    first_generation,
+    timed,
+)
 from timeline import Interval, Segment, Timeline
-
-TABLE = "bench"
-YEAR_START_MS = 1_293_840_000_000  # 2011-01-01
-GRANULARITIES = {"DAY": 86_400_000, "HOUR": 3_600_000, "MINUTE": 60_000}
-
-
-REPLACES = ((20, 8), (200, 75), (400, 150))
-"""(root segments of the chunk, overwrites an update replaces) of :func:`replace_scenario`."""
-
-
-def first_generation(chunk: Interval, version: str, count: int) -> list[Segment]:
-    return [
-        Segment(
-            table=TABLE,
-            interval=chunk,
-            version=version,
-            partition=partition,
-            core_partitions=count,
-            size_bytes=1 << 20,
-            row_count=1000,
-            location=(f"s3://bucket/{TABLE}/{chunk.start_ms}/{version}/{partition}.parquet",),
-        )
-        for partition in range(count)
-    ]
 
 
 def minor_overwrite(chunk: Interval, version: str, roots: int, size: int = 2) -> list[Segment]:
@@ -73,11 +57,6 @@ def minor_overwrite(chunk: Interval, version: str, roots: int, size: int = 2) ->
         )
         for index in range(size)
     ]
-
-
-def chunk_at(step_ms: int, index: int) -> Interval:
-    start = YEAR_START_MS + index * step_ms
-    return Interval(start, start + step_ms)
 
 
 def build_segments(
@@ -101,13 +80,6 @@ def build_segments(
 
 def per_second(count: int, seconds: float) -> float:
     return count / seconds if seconds > 0 else float("inf")
-
-
-def timed(action: Callable[[], Any]) -> float:
-    """CPU seconds the action took."""
-    start = time.process_time()
-    action()
-    return time.process_time() - start
 
 
 def wall_timed(action: Callable[[], Any]) -> float:
@@ -276,50 +248,6 @@ def change_scenario(sizes: tuple[int, ...], operations: int, rounds: int) -> lis
                         row[key] = min(row.get(key, float("inf")), value)
     gc.unfreeze()
     return rows
-
-
-def replace_scenario(roots: int, replaced: int, rounds: int) -> dict[str, Any]:
-    """What applying one update's announcement costs the follower: a chunk of ``roots`` first-
-    generation segments, each overwritten once (one group per root, as the updater's rewrites
-    leave them), whose ``replaced`` overwrites are replaced by the next minor version, one
-    segment at a time (``Timeline.remove`` / ``add``) against one batch each
-    (``remove_all`` / ``add_all``); best of ``rounds``, CPU time."""
-    chunk = chunk_at(GRANULARITIES["DAY"], 0)
-    version = "2011-01-01T00:00:00.000Z"
-
-    def overwrite(partition: int, root: int, minor: int) -> Segment:
-        return Segment(
-            table=TABLE, interval=chunk, version=version, partition=partition,
-            core_partitions=roots, root_start=root, root_end=root + 1, minor_version=minor,
-        )  # fmt: skip
-
-    first = [overwrite(32_768 + root, root, 1) for root in range(roots)]
-    second = [overwrite(32_768 + roots + root, root, 2) for root in range(replaced)]
-    best: dict[str, float] = {}
-    for _ in range(rounds):
-        for way in ("one_by_one", "batched"):
-            timeline = Timeline(TABLE)
-            timeline.add_all([*first_generation(chunk, version, roots), *first])
-            if way == "one_by_one":
-
-                def apply(timeline: Timeline = timeline) -> None:
-                    for segment in first[:replaced]:
-                        timeline.remove(segment)
-                    for segment in second:
-                        timeline.add(segment)
-
-            else:
-
-                def apply(timeline: Timeline = timeline) -> None:
-                    timeline.remove_all(first[:replaced])
-                    timeline.add_all(second)
-
-            best[way] = min(best.get(way, float("inf")), timed(apply) * 1000)
-    return {
-        "roots": roots, "segments": 2 * roots, "replaced": replaced,
-        "one_by_one_ms": best["one_by_one"], "batched_ms": best["batched"],
-        "ratio": best["one_by_one"] / best["batched"] if best["batched"] else float("inf"),
-    }  # fmt: skip
 
 
 def main() -> None:
