@@ -201,11 +201,20 @@ def copy_into(path: str, directory: str) -> str:
     damaged in place (cut short, overwritten) would take the segment it was replaced by down
     with it, and the timeline's fallback from one to the other would find the same damage (the
     fault harness's truncated files stayed unreadable after they were restored). The kernel
-    copies without decoding anything (and clones where the file system can)."""
+    copies without decoding anything (and clones where the file system can); the copy's footer
+    is read before it is put in place, so a file cut short is refused (pyarrow's error, as a
+    decode of it would raise) instead of carried into the rewrite."""
+    import pyarrow.parquet as pq
+
     os.makedirs(directory, exist_ok=True)
     name = os.path.basename(path)
     hidden = os.path.join(directory, f".{name}.tmp")
     shutil.copyfile(path, hidden)
+    try:
+        pq.read_metadata(hidden)
+    except Exception:
+        os.remove(hidden)
+        raise
     final = os.path.join(directory, name)
     os.replace(hidden, final)
     return final

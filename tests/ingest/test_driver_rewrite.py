@@ -148,3 +148,13 @@ def test_a_kept_closed_file_is_a_copy_of_its_own(tmp_path: Path) -> None:
     assert pq.ParquetFile(copied).read().to_pylist() == expected
     Path(original).unlink()
     assert pq.ParquetFile(copied).read().to_pylist() == expected
+
+
+def test_a_closed_file_cut_short_is_refused_not_copied(tmp_path: Path) -> None:
+    original = _closed_file(tmp_path / "old", [7, 8, 9])
+    with open(original, "r+b") as handle:
+        handle.truncate(os.path.getsize(original) // 2)
+    target = tmp_path / "new" / "_rows=closed"
+    with pytest.raises(pa.ArrowInvalid):
+        copy_into(original, str(target))
+    assert list(target.iterdir()) == []
