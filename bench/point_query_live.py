@@ -164,6 +164,10 @@ def lookups(
     sample = sorted(expected)
     end_to_end: list[float] = []
     in_broker: list[float] = []
+    # In-broker time of each lookup that was the first to read its snapshot (its table
+    # generation's files new to the broker).
+    first_at_snapshot: list[float] = []
+    last_snapshot: int | None = None
     routes: dict[str, int] = {}
     lwms: set[int] = set()
     first_batch = signals.live_batches.value if signals is not None else 0
@@ -188,6 +192,9 @@ def lookups(
             continue
         end_to_end.append(elapsed)
         in_broker.append(result.trailer.timings.total_ms)
+        if last_snapshot is not None and result.snapshot != last_snapshot:
+            first_at_snapshot.append(result.trailer.timings.total_ms)
+        last_snapshot = result.snapshot
         lwms.add(result.snapshot)
         route = "files" if "direct key lookup" in result.metadata.execution else "spark"
         routes[route] = routes.get(route, 0) + 1
@@ -195,6 +202,8 @@ def lookups(
     return {
         "end_to_end_ms": summarize(end_to_end),
         "in_broker_ms": summarize(in_broker),
+        "first_at_new_snapshot_ms": sorted(round(ms, 2) for ms in first_at_snapshot),
+        "slowest_end_to_end_ms": sorted(round(ms, 2) for ms in end_to_end)[-10:],
         "routes": routes,
         "visible_segments": len(view.visible_segments),
         "lwm_at_end": view.lwm,

@@ -2,9 +2,15 @@
 
 The gRPC server runs on one asyncio loop, so health checks and cheap calls are answered however
 many queries wait. Everything that may block (a wait for a snapshot, the admission queue, Spark,
-Redis) runs on a thread started for that call, never on a shared pool that waiting calls could
-fill. The number of calls in flight is bounded (``[limits]`` ``max_concurrent + queue_size +
-max_waiting``): one more is refused at once with RESOURCE_EXHAUSTED.
+Redis) runs on a thread of its own for that call, never queued behind other calls on a shared pool
+that waiting calls could fill. The number of calls in flight is bounded (``[limits]``
+``max_concurrent + queue_size + max_waiting``): one more is refused at once with
+RESOURCE_EXHAUSTED.
+
+A thread that finished its call waits :data:`IDLE_THREAD_S` for the next one before it ends:
+starting a thread costs the loop a wait until the new thread runs (a sixth of a key lookup's time
+in the broker, and much more while other processes keep the cores busy), so a call takes an idle
+thread when there is one and a new thread only when there is none.
 
 :class:`ResultPipe` carries one query's messages from its thread to the loop with back pressure:
 the thread waits while the client is slow to read (holding nothing but its own slot), and stops
@@ -15,6 +21,8 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
+import queue
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -23,16 +31,26 @@ from typing import Any, TypeVar
 from core.errors import Cancelled, DeadlineExceeded, ResourceExhausted
 
 _T = TypeVar("_T")
+log = logging.getLogger("horizon.broker.api.offload")
 END = object()
 """The last item of a :class:`ResultPipe`: the query ended whole."""
 
 
-class Offload:
-    """Starts blocking calls on their own threads, at most ``limit`` at once."""
+IDLE_THREAD_S = 30.0
+"""How long a thread that finished its call waits for another before it ends."""
+_IDLE_NAME = "horizon-offload-idle"
 
-    def __init__(self, limit: int) -> None:
+
+class Offload:
+    """Runs blocking calls on threads of their own (idle ones reused), at most ``limit`` at once."""
+
+    def __init__(self, limit: int, idle_thread_s: float = IDLE_THREAD_S) -> None:
         self.limit = limit
+        self.idle_thread_s = idle_thread_s
         self._running = 0
+        self._idle = 0
+        """Threads waiting for a call, less the calls handed over and not yet taken."""
+        self._handed: queue.SimpleQueue[tuple[Callable[[], None], str]] = queue.SimpleQueue()
         self._lock = threading.Lock()
 
     @property
@@ -40,8 +58,15 @@ class Offload:
         with self._lock:
             return self._running
 
+    @property
+    def idle(self) -> int:
+        """Threads waiting for a call (a test probe)."""
+        with self._lock:
+            return self._idle
+
     def start(self, target: Callable[[], None], name: str) -> None:
-        """Run ``target`` on a new thread (RESOURCE_EXHAUSTED when ``limit`` calls run)."""
+        """Run ``target`` on a thread of its own, named ``name`` while it runs: an idle one, or a
+        new one when none is idle (RESOURCE_EXHAUSTED when ``limit`` calls run)."""
         with self._lock:
             if self._running >= self.limit:
                 raise ResourceExhausted(
@@ -49,15 +74,43 @@ class Offload:
                     f"or waiting for a snapshot; limit {self.limit}); retry later"
                 )
             self._running += 1
+            if self._idle > 0:
+                self._idle -= 1
+                self._handed.put((target, name))
+                return
+        threading.Thread(target=self._serve, args=(target, name), name=name, daemon=True).start()
 
-        def run() -> None:
+    def _serve(self, target: Callable[[], None], name: str) -> None:
+        """Run calls until none came for ``idle_thread_s``."""
+        thread = threading.current_thread()
+        while True:
+            thread.name = name
             try:
                 target()
+            except BaseException:  # the calls hand their own failures over; this is a bug
+                log.exception("an offloaded call %s raised", name)
             finally:
+                thread.name = _IDLE_NAME
                 with self._lock:
                     self._running -= 1
+                    self._idle += 1
+            handed = self._next_call()
+            if handed is None:
+                return
+            target, name = handed
 
-        threading.Thread(target=run, name=name, daemon=True).start()
+    def _next_call(self) -> tuple[Callable[[], None], str] | None:
+        """The next call handed to an idle thread; None: this thread is no longer needed."""
+        while True:
+            try:
+                return self._handed.get(timeout=self.idle_thread_s)
+            except queue.Empty:
+                with self._lock:
+                    # More idle threads than calls handed over: this one may end. Otherwise a
+                    # call was handed over (under the lock) just as the wait ran out: take it.
+                    if self._idle > 0:
+                        self._idle -= 1
+                        return None
 
     async def call(
         self, function: Callable[..., _T], *args: Any, deadline: float | None = None
@@ -118,16 +171,26 @@ class ResultPipe:
                 self._lock.wait(0.25)
             if self.closed:
                 raise Cancelled("the caller stopped reading the result")
-            self._items.append(item)
-        self._loop.call_soon_threadsafe(self._ready.set)
+            wake = self._hand_over(item)
+        if wake:
+            self._loop.call_soon_threadsafe(self._ready.set)
 
     def finish(self, outcome: Any) -> None:
         """The last item: :data:`END`, or the error that ended the query (never blocks)."""
         with self._lock:
             if self.closed:
                 return
-            self._items.append(outcome)
-        self._loop.call_soon_threadsafe(self._ready.set)
+            wake = self._hand_over(outcome)
+        if wake:
+            self._loop.call_soon_threadsafe(self._ready.set)
+
+    def _hand_over(self, item: Any) -> bool:
+        """Queue ``item`` (under the lock); whether the loop must be woken: only when nothing
+        was waiting, since the loop takes every queued item before it waits again (waking the
+        loop costs a write to its self-pipe, for each of a small result's messages)."""
+        wake = not self._items
+        self._items.append(item)
+        return wake
 
     # -- the loop ----------------------------------------------------------------------------
 

@@ -151,16 +151,12 @@ class DirectReader:
         if int(file_set.rows[keep].sum()) > self.max_rows:
             return None
         chosen = np.nonzero(keep)[0]
-        candidates = np.unique(file_set.file[chosen])
         keys = [
             (p.column, lookup_values(p.values))  # type: ignore[arg-type]
             for p in lookup.predicates
             if p.column in integer_keys
         ]
-        # ``chosen`` runs file by file: each candidate's row groups are one slice of it.
-        files_of = file_set.file[chosen]
-        starts = np.searchsorted(files_of, candidates, side="left")
-        ends = np.searchsorted(files_of, candidates, side="right")
+        candidates, starts, ends = _runs(file_set.file[chosen])
         use_key_sets = len(candidates) >= KEY_SETS_FROM_FILES and bool(keys)
         holding = None
         if use_key_sets and len(candidates) >= COMBINED_KEYS_FROM_FILES:
@@ -273,6 +269,21 @@ class DirectReader:
             if not holds_any(held, values):
                 return False
         return True
+
+
+def _runs(files_of: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The distinct file numbers of the chosen row groups, with where each one's run starts and
+    ends: the row groups are numbered file by file, so each file's are one run (no sort).
+
+    >>> [run.tolist() for run in _runs(np.array([2, 2, 5, 7, 7, 7]))]
+    [[2, 5, 7], [0, 2, 3], [2, 3, 6]]
+    """
+    if len(files_of) == 0:
+        return files_of, files_of, files_of
+    starts = np.flatnonzero(files_of[1:] != files_of[:-1]) + 1
+    starts = np.concatenate(([0], starts))
+    ends = np.concatenate((starts[1:], [len(files_of)]))
+    return files_of[starts], starts, ends
 
 
 def _opener(path: str, footer: Footer) -> Callable[[], pq.ParquetFile]:
