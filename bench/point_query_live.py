@@ -10,7 +10,8 @@ updater rewrites segments), before and after compaction?
    in ``--batches`` batches (50): about 800 small segments, every key's versions in different
    batches.
 2. **lookups with ingestion running**: one broker (embedded Spark, direct lookups on, result
-   cache off) answers ``SELECT ... WHERE id = k`` for random even keys through gRPC, one client,
+   cache off, its start-up heap frozen as ``horizon serve`` does: :mod:`core.heap`) answers
+   ``SELECT ... WHERE id = k`` for random even keys through gRPC, one client (a process of its own),
    first with ingestion idle, then while the ingestion process keeps committing small batches that update odd keys (so the LWM and
    the timeline move and the updater rewrites segments the looked-up keys live in, without
    changing their answers). Every answer is checked against the key's newest version.
@@ -151,7 +152,6 @@ def expected_answers(spark: Any, keys: int, sample: list[int]) -> dict[int, dict
 
 def lookups(
     client: Any,
-    follower: Any,
     expected: dict[int, dict[str, Any]],
     iterations: int,
     seed: int,
@@ -167,6 +167,7 @@ def lookups(
     # In-broker time of each lookup that was the first to read its snapshot (its table
     # generation's files new to the broker).
     first_at_snapshot: list[float] = []
+    timings: list[tuple[float, Any]] = []
     last_snapshot: int | None = None
     routes: dict[str, int] = {}
     lwms: set[int] = set()
@@ -192,32 +193,56 @@ def lookups(
             continue
         end_to_end.append(elapsed)
         in_broker.append(result.trailer.timings.total_ms)
+        timings.append((elapsed, result.trailer.timings))
         if last_snapshot is not None and result.snapshot != last_snapshot:
             first_at_snapshot.append(result.trailer.timings.total_ms)
         last_snapshot = result.snapshot
         lwms.add(result.snapshot)
         route = "files" if "direct key lookup" in result.metadata.execution else "spark"
         routes[route] = routes.get(route, 0) + 1
-    view = follower.view(TABLE)
     return {
         "end_to_end_ms": summarize(end_to_end),
         "in_broker_ms": summarize(in_broker),
         "first_at_new_snapshot_ms": sorted(round(ms, 2) for ms in first_at_snapshot),
-        "slowest_end_to_end_ms": sorted(round(ms, 2) for ms in end_to_end)[-10:],
+        "slowest": [
+            {
+                "end_to_end_ms": round(ms, 2),
+                **{
+                    f"{name}_ms": round(getattr(parts, f"{name}_ms"), 2)
+                    for name in ("total", "queued", "rewrite", "spark", "serialize")
+                },
+            }
+            for ms, parts in sorted(timings, key=lambda item: item[0])[-10:]
+        ],
         "routes": routes,
-        "visible_segments": len(view.visible_segments),
-        "lwm_at_end": view.lwm,
-        "laggard_at_end": repr(view.laggard),
         "snapshots_read": len(lwms),
         "live_batches_committed": committed(),
     }
 
 
+def client_process(
+    target: str, expected: dict[int, dict[str, Any]], signals: Signals, commands: Any, answers: Any
+) -> None:
+    """The benchmark's client, a process of its own as every real client is: in the broker's
+    process it would wait for the broker's interpreter lock, which no client does. It runs
+    :func:`lookups` for each ``(iterations, seed, live)`` command until it gets None."""
+    from horizon.client import connect
+
+    with connect(target) as client:
+        while (command := commands.get()) is not None:
+            iterations, seed, live = command
+            try:
+                answers.put(lookups(client, expected, iterations, seed, signals if live else None))
+            except BaseException as error:
+                answers.put({"error": repr(error)})
+                raise
+
+
 def run(rows: int, batches: int, iterations: int) -> dict[str, Any]:
     from broker.api.server import BrokerServer
     from broker.config import config_from_mapping
+    from core.heap import settle_startup_heap
     from core.spark_session import create_spark_session
-    from horizon.client import connect
     from tests.processes import RedisProcess
     from watermark.server import ServerClient
 
@@ -240,6 +265,8 @@ def run(rows: int, batches: int, iterations: int) -> dict[str, Any]:
     )
     compactor_client = ServerClient(redis.url, "bench-compactor")
     broker = None
+    client = None
+    commands, answers = context.Queue(), context.Queue()
     results: dict[str, Any] = {"rows": rows, "keys": keys, "batches": batches}
 
     def live(running: bool) -> None:
@@ -269,27 +296,40 @@ def run(rows: int, batches: int, iterations: int) -> dict[str, Any]:
             }
         )
         broker = BrokerServer(config, spark=spark).start()
+        settle_startup_heap()  # as ``horizon serve`` does once its broker is up
         follower = broker.follower
+        client = context.Process(
+            target=client_process,
+            args=(broker.target, expected, signals, commands, answers),
+            name="bench-point-live-client",
+        )
+        client.start()
+
+        def phase(seed: int, running: bool) -> dict[str, Any]:
+            live(running)
+            commands.put((iterations, seed, running))
+            answer = answers.get(timeout=1200)
+            live(False)
+            if "error" in answer:
+                raise SystemExit(f"the client failed: {answer['error']}")
+            view = follower.view(TABLE)
+            return {
+                **answer,
+                "visible_segments": len(view.visible_segments),
+                "lwm_at_end": view.lwm,
+                "laggard_at_end": repr(view.laggard),
+            }
+
         time.sleep(SETTLE_S)  # the ingestion process's upkeep after its last batch, the JIT
-        with connect(broker.target) as client:
-            results["before_quiet"] = lookups(client, follower, expected, iterations, seed=1)
-            live(True)
-            results["before_live"] = lookups(
-                client, follower, expected, iterations, seed=2, signals=signals
-            )
-            live(False)
-
-            _, _, report = compact_whole_table(
-                spark, live_definition(root), compactor_client, rows, follower
-            )
-            results["compaction"] = {"inputs": len(report.inputs), "outputs": len(report.outputs)}
-
-            results["after_quiet"] = lookups(client, follower, expected, iterations, seed=3)
-            live(True)
-            results["after_live"] = lookups(
-                client, follower, expected, iterations, seed=4, signals=signals
-            )
-            live(False)
+        results["before_quiet"] = phase(seed=1, running=False)
+        results["before_live"] = phase(seed=2, running=True)
+        _, _, report = compact_whole_table(
+            spark, live_definition(root), compactor_client, rows, follower
+        )
+        results["compaction"] = {"inputs": len(report.inputs), "outputs": len(report.outputs)}
+        results["after_quiet"] = phase(seed=3, running=False)
+        results["after_live"] = phase(seed=4, running=True)
+        commands.put(None)
         signals.stop.set()
         facts = report_queue.get(timeout=600)
         if "error" in facts:
@@ -301,6 +341,11 @@ def run(rows: int, batches: int, iterations: int) -> dict[str, Any]:
     finally:
         signals.stop.set()
         signals.live.set()
+        if client is not None:
+            commands.put(None)
+            client.join(timeout=60)
+            if client.is_alive():
+                client.kill()
         if broker is not None:
             broker.stop(0)
             broker.follower.stop()

@@ -187,6 +187,7 @@ def _serve(args: argparse.Namespace) -> int:
     from broker.api.server import BrokerServer
     from broker.config import load_config
     from broker.observe.wiring import configure_broker_logging
+    from core.heap import settle_startup_heap
 
     embedded = None
     try:
@@ -214,6 +215,7 @@ def _serve(args: argparse.Namespace) -> int:
         if embedded is not None:
             embedded.close()
         return EXIT_ERROR
+    settle_startup_heap()
     print(f"horizon broker listening on {server.target}", flush=True)
     if server.flight_target:
         scheme = "grpc+tls" if config.server.tls else "grpc"

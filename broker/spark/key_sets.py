@@ -114,3 +114,57 @@ class CombinedKeys:
     @property
     def nbytes(self) -> int:
         return int(self.keys.nbytes + self.files.nbytes + self.unindexed.nbytes)
+
+
+class ConcatenatedKeys:
+    """Several files' sorted key arrays laid end to end, searched for all the files at once.
+
+    Until a set's :class:`CombinedKeys` are built (in the background, once the set proved it is
+    looked up often), a lookup checked each candidate file's key set in a loop, about 2
+    microseconds a file: 1.6 ms of a lookup over the 800 segments of a day that ingestion rewrites
+    every batch. Laying the arrays end to end costs a copy (no sort), and one bisection in every
+    file's slice at once is a dozen vector steps whatever the number of files.
+
+    >>> laid = ConcatenatedKeys.of([3, 8], [np.array([1, 5, 9]), np.array([2, 5])])
+    >>> laid.holding(np.array([5])).tolist(), laid.holding(np.array([9, 4])).tolist()
+    ([3, 8], [3])
+    """
+
+    def __init__(self, numbers: np.ndarray, keys: np.ndarray, starts: np.ndarray) -> None:
+        self.numbers = numbers
+        """The file numbers covered, ascending."""
+        self.keys = keys
+        self.starts = starts
+        """Where each covered file's keys start in ``keys`` (one more entry: the end)."""
+        lengths = np.diff(starts)
+        self._steps = int(lengths.max()).bit_length() if len(lengths) else 0
+
+    @staticmethod
+    def of(numbers: Sequence[int], arrays: Sequence[np.ndarray]) -> ConcatenatedKeys:
+        """From ascending file ``numbers`` and each one's sorted keys."""
+        lengths = np.fromiter((len(array) for array in arrays), np.int64, len(arrays))
+        starts = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
+        keys = np.concatenate(arrays) if len(arrays) else np.zeros(0, np.int64)
+        return ConcatenatedKeys(np.asarray(numbers, dtype=np.int64), keys, starts)
+
+    def holding(self, values: np.ndarray) -> np.ndarray:
+        """The covered file numbers (ascending) whose keys hold one of ``values``."""
+        if len(self.keys) == 0 or len(values) == 0:
+            return np.zeros(0, np.int64)
+        ends = self.starts[1:]
+        last = len(self.keys) - 1
+        held = np.zeros(len(self.numbers), dtype=bool)
+        for value in values.tolist():
+            low, high = self.starts[:-1].copy(), ends.copy()
+            for _ in range(self._steps):  # the first position in each slice not below value
+                active = low < high
+                middle = (low + high) >> 1
+                below = active & (self.keys[np.minimum(middle, last)] < value)
+                low = np.where(below, middle + 1, low)
+                high = np.where(active & ~below, middle, high)
+            held |= (low < ends) & (self.keys[np.minimum(low, last)] == value)
+        return self.numbers[held]
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.keys.nbytes + self.starts.nbytes + self.numbers.nbytes)

@@ -144,8 +144,9 @@ def test_statistics_prune_only_what_they_prove_empty():
     assert may_be_visible(unknown, unknown, 0)
 
 
-def _versions(rng: random.Random, keys: int) -> list[dict]:
-    """Chains of versions per key (some deleted, some never visible), in a random order."""
+def _versions(rng: random.Random, keys: int, null_keys: bool = False) -> list[dict]:
+    """Chains of versions per key (some deleted, some never visible), in a random order; with
+    ``null_keys``, a few rows whose key is NULL too."""
     rows = []
     for key in range(keys):
         start = rng.choice([400, 500, 600, 1000])
@@ -158,6 +159,10 @@ def _versions(rng: random.Random, keys: int) -> list[dict]:
             if end is None:
                 break
             start = end
+    for _ in range(rng.randint(0, 3) if null_keys else 0):  # a NULL key matches no key
+        rows.append(
+            {"id": None, "owner": "null", "balance": 0, "validFrom": 400, "validUntil": None}
+        )
     rng.shuffle(rows)
     return rows
 
@@ -178,9 +183,9 @@ def test_reader_returns_exactly_the_visible_versions_of_the_keys(
     tmp_path, seed, row_group, sort_by_key, snapshot, keys, projection, kept_from_rows
 ):
     rng = random.Random(seed)
-    rows = _versions(rng, 60)
+    rows = _versions(rng, 60, null_keys=True)
     if sort_by_key:
-        rows.sort(key=lambda row: row["id"])
+        rows.sort(key=lambda row: (row["id"] is not None, row["id"] or 0))
     files = []
     for index in range(3):  # the rows split over three files, row groups of ``row_group`` rows
         path = tmp_path / f"{seed}-{row_group}-{sort_by_key}-{index}.parquet"
@@ -255,6 +260,23 @@ def test_a_large_row_group_is_decoded_once_and_then_answers_every_key_in_it(tmp_
         KeyLookup("t", None, (Predicate("id", (5,)),)), [str(path)], 10, SCHEMA
     )
     assert small.decodes == 0 and small.bytes == 0
+
+
+def test_lookups_in_a_kept_row_group_bisect_its_key_positions_built_once(tmp_path):
+    path = tmp_path / "compacted.parquet"
+    rows = [
+        {"id": key % 50, "owner": f"o{key}", "balance": key, "validFrom": key, "validUntil": None}
+        for key in range(200)
+    ]
+    pq.write_table(pa.Table.from_pylist(rows, schema=SCHEMA), path)
+    cache = RowGroupCache(min_rows=100)
+    reader = DirectReader(row_groups=cache)
+    for key in (7, 49, 50, 7):
+        lookup = KeyLookup("t", ("owner",), (Predicate("id", (key,)),))
+        answer = reader.read(lookup, [str(path)], 120, pa.schema([SCHEMA.field("owner")]))
+        expected = [f"o{n}" for n in range(200) if n % 50 == key and n <= 120]
+        assert answer is not None and answer.column("owner").to_pylist() == expected
+    assert cache.decodes == 1 and cache.indexed == 1
 
 
 def test_kept_row_groups_stay_within_their_byte_budget(tmp_path):

@@ -4,6 +4,7 @@ and stays within its memory budget (pure, on files written here)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -12,7 +13,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from broker.spark.direct_read import DirectReader
-from broker.spark.key_sets import CombinedKeys, KeySets, holds_any, lookup_values
+from broker.spark.key_sets import (
+    CombinedKeys,
+    ConcatenatedKeys,
+    KeySets,
+    holds_any,
+    lookup_values,
+)
 from broker.sql.model import KeyLookup, Predicate
 
 SCHEMA = pa.schema([("id", pa.int64()), ("validFrom", pa.int64()), ("validUntil", pa.int64())])
@@ -92,12 +99,31 @@ def test_combined_keys_find_exactly_the_files_a_check_per_file_keeps(
     assert combined.files_holding(wanted).tolist() == expected
 
 
+@given(
+    files=st.lists(st.lists(st.integers(-50, 50), max_size=40), max_size=12),
+    values=st.lists(st.integers(-60, 60), min_size=1, max_size=4),
+    numbers=st.randoms(use_true_random=False),
+)
+def test_concatenated_keys_find_exactly_the_files_a_check_per_file_keeps(
+    files: list[list[int]], values: list[int], numbers: Any
+) -> None:
+    arrays = [np.sort(np.asarray(keys, dtype=np.int64)) for keys in files]
+    chosen = sorted(numbers.sample(range(100), len(files)))  # the files' numbers in their set
+    laid = ConcatenatedKeys.of(chosen, arrays)
+    wanted = lookup_values(values)
+    expected = [
+        number for number, keys in zip(chosen, arrays, strict=True) if holds_any(keys, wanted)
+    ]
+    assert laid.holding(wanted).tolist() == expected
+
+
 def test_a_set_looked_up_again_answers_from_its_combined_keys_with_the_same_rows(
     tmp_path: Path,
 ) -> None:
-    """Keys spread over 41 files: the first lookup checks file by file (41 checks, a tenth of the
-    set's 402 keys), so the second builds the set's combined keys in the background, and later
-    ones choose files from them; the answers never change, present keys or absent."""
+    """Keys spread over 41 files: the first lookups check the files' key sets laid end to end
+    (41 files at a twentieth of a one-by-one check each); once they add up to a tenth of the
+    set's 402 keys, a lookup builds the set's combined keys in the background, and later ones
+    choose files from them; the answers never change, present keys or absent."""
     files = [_write(tmp_path / f"{n}.parquet", list(range(n, 400, 40))) for n in range(40)]
     files.append(_write(tmp_path / "again.parquet", [42, 43]))
     reader = DirectReader()
@@ -110,8 +136,11 @@ def test_a_set_looked_up_again_answers_from_its_combined_keys_with_the_same_rows
         return sorted(answer.column("id").to_pylist())
 
     before = [ids(42), ids(200, 1000)]  # every file's range holds them: 41 and 40 candidates
+    assert reader.laid_out.bytes > 0 and reader.combined.bytes == 0
+    for _ in range(20):
+        assert ids(42) == before[0]
     reader.settle()
-    assert reader.combined.bytes > 0  # built after the second lookup
+    assert reader.combined.bytes > 0  # asked for by the twenty-first lookup
     assert [ids(42), ids(200, 1000)] == before == [[42, 42], [200]]
     assert ids(1000) == [] and ids(43) == [43, 43] and ids(42, 200) == [42, 42, 200]
 
