@@ -13,10 +13,10 @@ scheduling, every file's footer, row-by-row decoding). This reader answers the n
    hashed over the files (every file's range spans the table), each file's sorted key column
    (:mod:`broker.spark.key_sets`) rules it out, and a set looked up often gets all its keys in
    one sorted array, so finding the files that hold a key is a bisection, not a loop over files;
-3. the remaining row groups are read (a large one, as compaction writes, is decoded once and
-   kept: :mod:`broker.spark.row_group_cache`), and the key predicates and the visibility rule
-   ``validFrom <= S AND (validUntil IS NULL OR validUntil > S)`` applied with SQL's
-   three-valued logic;
+3. the remaining row groups are read (:mod:`broker.spark.file_rows`; a large one, as
+   compaction writes, is decoded once and kept: :mod:`broker.spark.row_group_cache`), and the
+   key predicates and the visibility rule ``validFrom <= S AND (validUntil IS NULL OR
+   validUntil > S)`` applied with SQL's three-valued logic;
 4. the columns are returned with the Arrow schema Spark's analysis gave the query, so the answer
    is the one Spark would return (in some order: the query has no ORDER BY).
 
@@ -34,14 +34,14 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from broker.spark.file_rows import FilePlan, read_file
 from broker.spark.file_sets import Decline, FileSet, Footer, FooterCache, unreadable
 from broker.spark.key_sets import (
     CombinedKeys,
@@ -194,9 +194,9 @@ class DirectReader:
             if check_each and not self._may_hold(file_set.files[number], footer, shape, keys):
                 continue
             groups = tuple(file_set.group[chosen[start:end]].tolist())
-            plan = _FilePlan(footer, groups, shape.outputs, shape.filters)
+            plan = FilePlan(footer, groups, shape.outputs, shape.filters)
             pieces.append(
-                _read_file(
+                read_file(
                     file_set.files[number],
                     plan,
                     lookup.predicates,
@@ -367,14 +367,6 @@ class _FileShape:
     int_key_columns: frozenset[str] = frozenset()
 
 
-@dataclass(frozen=True, slots=True)
-class _FilePlan:
-    footer: Footer
-    row_groups: tuple[int, ...]
-    outputs: tuple[str, ...]
-    filters: dict[str, str]
-
-
 def _file_shape(
     footer: Footer, lookup: KeyLookup, sources: Sequence[str], schema: pa.Schema
 ) -> _FileShape | None:
@@ -401,134 +393,6 @@ def _file_shape(
         p for p in lookup.predicates if pa.types.is_integer(footer.fields[p.column].type)
     )
     return _FileShape(tuple(outputs), filters, int_keys, frozenset(p.column for p in int_keys))
-
-
-def _read_file(
-    path: str,
-    plan: _FilePlan,
-    predicates: Sequence[Predicate],
-    snapshot: int,
-    schema: pa.Schema,
-    cache: RowGroupCache,
-) -> pa.Table:
-    """The lookup's rows in one file, in row-group order: large row groups from ``cache``
-    (decoded once), runs of the others in two passes (:func:`_read_groups`)."""
-    metadata = plan.footer.metadata
-    pieces: list[pa.Table] = []
-    run: list[int] = []
-    for group in plan.row_groups:
-        if not cache.keeps(metadata.row_group(group).num_rows):
-            run.append(group)
-            continue
-        if run:
-            pieces.append(_read_groups(path, replace(plan, row_groups=tuple(run)), predicates,
-                                       snapshot, schema))  # fmt: skip
-            run = []
-        pieces.append(_read_kept_group(path, plan, group, predicates, snapshot, schema, cache))
-    if run:
-        pieces.append(_read_groups(path, replace(plan, row_groups=tuple(run)), predicates,
-                                   snapshot, schema))  # fmt: skip
-    return pieces[0] if len(pieces) == 1 else pa.concat_tables(pieces)
-
-
-def _read_kept_group(
-    path: str,
-    plan: _FilePlan,
-    group: int,
-    predicates: Sequence[Predicate],
-    snapshot: int,
-    schema: pa.Schema,
-    cache: RowGroupCache,
-) -> pa.Table:
-    """The lookup's rows in one large row group, filtered from its kept decoded columns."""
-
-    def decode() -> pa.Table:
-        parquet = pq.ParquetFile(local_path(path), metadata=plan.footer.metadata)
-        return parquet.read_row_group(group, use_threads=False)
-
-    try:
-        table = cache.group(path, group, decode)
-    except (OSError, pa.ArrowException) as error:
-        raise unreadable(path, f"cannot read the Parquet file: {error}") from None
-    integer_keys = [p for p in predicates if pa.types.is_integer(plan.footer.fields[p.column].type)]
-    if integer_keys:  # only the rows holding a looked-up key can match: no scan of the group
-        key = integer_keys[0]
-        index = cache.positions(path, group, plan.filters[key.column], table)
-        table = table.take(pa.array(index.rows_holding(lookup_values(key.values))))  # type: ignore[arg-type]
-    selected = table.filter(pc.fill_null(_condition(table, plan, predicates, snapshot), False))
-    return _as_schema(selected.column, plan.outputs, schema)
-
-
-def _as_schema(
-    column_of: Callable[[str], pa.ChunkedArray], outputs: Sequence[str], schema: pa.Schema
-) -> pa.Table:
-    """The file's columns ``outputs`` (by ``column_of``) as a table of the query's ``schema``."""
-    arrays = []
-    for name, target in zip(outputs, schema, strict=True):
-        column = column_of(name)
-        arrays.append(column if column.type == target.type else column.cast(target.type))
-    return pa.Table.from_arrays(arrays, schema=schema)
-
-
-def _read_groups(
-    path: str, plan: _FilePlan, predicates: Sequence[Predicate], snapshot: int, schema: pa.Schema
-) -> pa.Table:
-    """Two passes: the filter columns of every candidate row group, then the result columns of
-    only the row groups that hold a match (in unsorted segments most hold none)."""
-    filter_columns = list(dict.fromkeys(plan.filters.values()))
-    try:
-        parquet = pq.ParquetFile(local_path(path), metadata=plan.footer.metadata)
-        filters = parquet.read_row_groups(
-            list(plan.row_groups), columns=filter_columns, use_threads=False
-        )
-    except (OSError, pa.ArrowException) as error:
-        raise unreadable(path, f"cannot read the Parquet file: {error}") from None
-    # A NULL condition drops the row, as in SQL's WHERE.
-    keep = pc.fill_null(_condition(filters, plan, predicates, snapshot), False)
-    hit_groups, hit_masks = [], []
-    offset = 0
-    for group in plan.row_groups:
-        rows = plan.footer.metadata.row_group(group).num_rows
-        mask = keep.slice(offset, rows)
-        offset += rows
-        if pc.any(mask).as_py():
-            hit_groups.append(group)
-            hit_masks.extend(mask.chunks)
-    if not hit_groups:
-        return schema.empty_table()
-    needed = [name for name in dict.fromkeys(plan.outputs) if name not in filter_columns]
-    if needed:
-        try:
-            values = parquet.read_row_groups(hit_groups, columns=needed, use_threads=False)
-        except (OSError, pa.ArrowException) as error:
-            raise unreadable(path, f"cannot read the Parquet file: {error}") from None
-        selected_values = values.filter(pa.chunked_array(hit_masks, pa.bool_()))
-    selected_filters = filters.filter(keep)
-    return _as_schema(
-        lambda name: (selected_filters if name in filter_columns else selected_values).column(name),
-        plan.outputs,
-        schema,
-    )
-
-
-def _condition(
-    table: pa.Table, plan: _FilePlan, predicates: Sequence[Predicate], snapshot: int
-) -> pa.ChunkedArray:
-    """The visibility rule and the key predicates, with SQL's three-valued AND/OR."""
-    valid_from = table.column(plan.filters[VALID_FROM.lower()])
-    valid_until = table.column(plan.filters[VALID_UNTIL.lower()])
-    condition = pc.and_kleene(
-        pc.less_equal(valid_from, snapshot),
-        pc.or_kleene(pc.is_null(valid_until), pc.greater(valid_until, snapshot)),
-    )
-    for predicate in predicates:
-        column = table.column(plan.filters[predicate.column])
-        if len(predicate.values) == 1:
-            match = pc.equal(column, pa.scalar(predicate.values[0], column.type))
-        else:
-            match = pc.is_in(column, value_set=pa.array(predicate.values, column.type))
-        condition = pc.and_kleene(condition, match)
-    return condition
 
 
 def _same_type(stored: pa.DataType, expected: pa.DataType) -> bool:
