@@ -119,6 +119,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from broker.api.server import BrokerServer
     from broker.config import config_from_mapping
+    from core.heap import settle_startup_heap
     from core.spark_session import create_spark_session
     from horizon.client import connect
     from tests.processes import RedisProcess
@@ -145,6 +146,7 @@ def main(argv: list[str] | None = None) -> int:
             }
         )
         server = BrokerServer(config, spark=spark).start()
+        settle_startup_heap()  # as ``horizon serve`` does once its broker is up
         results["limits"] = {
             "max_concurrent": config.limits.max_concurrent,
             "queue_size": config.limits.queue_size,

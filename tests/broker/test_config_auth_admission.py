@@ -15,6 +15,7 @@ from broker.config import BrokerConfig, config_from_mapping, load_config
 from broker.engine.admission import Admission
 from broker.grants import ANONYMOUS, check_inspect, check_read
 from core.errors import (
+    Cancelled,
     DeadlineExceeded,
     FailedPrecondition,
     InvalidArgument,
@@ -130,6 +131,60 @@ def test_admission_runs_at_most_n_queues_at_most_q_and_refuses_the_rest():
     for thread in holders:
         thread.join(5)
     assert len(entered) == 3 and gate.stats().running == 0
+
+
+def test_queued_queries_are_admitted_in_arrival_order_and_newcomers_queue_behind_them():
+    gate = Admission(max_concurrent=1, queue_size=8)
+    order: list[str] = []
+
+    def wait_for_slot(name: str) -> None:
+        with gate.slot(deadline=time.monotonic() + 10):
+            order.append(name)
+
+    waiters = []
+    with gate.slot():
+        for number in range(3):
+            waiter = threading.Thread(target=wait_for_slot, args=(f"queued {number}",))
+            waiter.start()
+            waiters.append(waiter)
+            deadline = time.monotonic() + 5
+            while gate.stats().queued < number + 1 and time.monotonic() < deadline:
+                time.sleep(0.005)
+    # The slot is free and three queries wait: one arriving now queues behind them, though the
+    # lock would let it pass before any of them wakes.
+    wait_for_slot("newcomer")
+    for waiter in waiters:
+        waiter.join(5)
+    assert order == ["queued 0", "queued 1", "queued 2", "newcomer"]
+    assert gate.stats() == type(gate.stats())(0, 0, 1, 8)
+
+
+def test_a_queued_query_that_gives_up_lets_the_next_one_go_at_once():
+    gate = Admission(max_concurrent=1, queue_size=4)
+    order: list[str] = []
+    gone = threading.Event()
+
+    def leaves() -> None:
+        with pytest.raises(Cancelled), gate.slot(is_active=lambda: not gone.is_set()):
+            pass
+
+    def stays() -> None:
+        with gate.slot(deadline=time.monotonic() + 10):
+            order.append("second")
+
+    with gate.slot():
+        first = threading.Thread(target=leaves)
+        first.start()
+        while gate.stats().queued < 1:
+            time.sleep(0.005)
+        second = threading.Thread(target=stays)
+        second.start()
+        while gate.stats().queued < 2:
+            time.sleep(0.005)
+        gone.set()
+        first.join(5)
+    second.join(5)
+    assert order == ["second"] and gate.stats().queued == 0
 
 
 def test_admission_gives_up_at_the_deadline_while_queued():
