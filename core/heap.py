@@ -6,7 +6,7 @@ tracked object, and it runs on whichever thread allocates at the wrong moment, h
 on the broker's heap (about 180,000 objects, a third of them Spark's and py4j's) one took 70 to
 170 ms, a stall of every query in flight, two or three times a minute while ingestion committed.
 Moving the start-up heap to the permanent generation (``gc.freeze``) leaves a full collection
-only what was made since, and the pauses measured 15 to 30 ms.
+only what was made since (19 and 31 ms for the two of one benchmark run).
 
 Only a process that *is* the server does this (``horizon serve``, and benchmarks that stand for
 it): frozen objects are never collected as cycles, which is right for what lives as long as the
