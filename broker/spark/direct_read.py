@@ -80,6 +80,7 @@ COMBINED_KEYS_MAX_BYTES = 128 * 1024 * 1024
 """Memory for the combined keys of file sets; a set whose keys would not fit keeps per-file
 checks."""
 _COMBINED_BYTES_PER_KEY = 12  # an int64 key and an int32 file number
+_LAID_OUT_BYTES_PER_KEY = 8  # an int64 key
 
 _INTEGER_RANGES = {
     pa.int8(): (-(2**7), 2**7 - 1),
@@ -111,6 +112,8 @@ class DirectReader:
         self.laid_out: ByteBoundedLru[ConcatenatedKeys] = ByteBoundedLru(
             combined_max_bytes, lambda laid: laid.nbytes
         )
+        self.layouts = 0
+        """Key sets laid end to end (a test probe: a set looked up again leaves it flat)."""
         self._file_sets: OrderedDict[tuple[str, ...], FileSet] = OrderedDict()
         self._lock = threading.Lock()
         self._builder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="combined-keys")
@@ -177,7 +180,8 @@ class DirectReader:
             holding = self._files_holding(file_set, shapes, keys)
         if holding is None and use_key_sets and len(candidates) >= COMBINED_KEYS_FROM_FILES:
             holding = self._laid_out_holding(file_set, shapes, keys, candidates)
-            file_set.checks += len(candidates) * LAID_OUT_CHECK_COST
+            if holding is not None:
+                file_set.checks += len(candidates) * LAID_OUT_CHECK_COST
         if holding is not None:
             kept = np.isin(candidates, holding)
             candidates, starts, ends = candidates[kept], starts[kept], ends[kept]
@@ -241,11 +245,13 @@ class DirectReader:
         shapes: Sequence[_FileShape | None],
         keys: Sequence[tuple[str, np.ndarray]],
         candidates: np.ndarray,
-    ) -> np.ndarray:
+    ) -> np.ndarray | None:
         """The ``candidates`` that may hold the looked-up keys, from their key sets laid end to
         end (:class:`ConcatenatedKeys`, built on the first lookup of a set that needs them and
         kept): every key column's keys agree; a file without an integer key column may hold
-        any key."""
+        any key. None when a set's keys would not fit in memory (files are checked one by one)."""
+        if file_set.total_rows * _LAID_OUT_BYTES_PER_KEY > self.laid_out.max_bytes:
+            return None
         holding = candidates
         for column, values in keys:
             names = tuple(
@@ -278,6 +284,7 @@ class DirectReader:
             except (OSError, pa.ArrowException) as error:
                 raise unreadable(path, f"cannot read the Parquet file: {error}") from None
         laid = ConcatenatedKeys.of(numbers.tolist(), arrays)
+        self.layouts += 1
         self.laid_out.put((file_set.serial, names), laid)
         return laid
 

@@ -157,3 +157,21 @@ def test_a_set_looked_up_rarely_keeps_checking_file_by_file(tmp_path: Path) -> N
         assert answer is not None and answer.column("id").to_pylist() == [key]
     reader.settle()
     assert reader.combined.bytes == 0
+
+
+def test_a_set_whose_keys_would_not_fit_is_checked_file_by_file_with_the_same_answers(
+    tmp_path: Path,
+) -> None:
+    files = [_write(tmp_path / f"{n}.parquet", list(range(n, 400, 20))) for n in range(20)]
+    small = DirectReader(combined_max_bytes=100)  # 400 keys take 3,200 bytes laid end to end
+    roomy = DirectReader()
+    schema = pa.schema([("id", pa.int64())])
+    for keys in ((42,), (7, 399), (1_000,)):
+        lookup = KeyLookup("t", ("id",), (Predicate("id", keys),))
+        answers = [reader.read(lookup, files, 10, schema) for reader in (small, roomy)]
+        assert all(answer is not None for answer in answers)
+        assert [sorted(a.column("id").to_pylist()) for a in answers] == [
+            sorted(k for k in keys if k < 400)
+        ] * 2
+    assert small.layouts == 0 and roomy.layouts == 1  # laid out once, kept for later lookups
+    assert small.key_sets.loads == 20  # each file's key set, read once and checked one by one
