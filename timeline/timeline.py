@@ -95,17 +95,7 @@ class Timeline:
 
         Raises :class:`SegmentConflict` if the stored segment has other shard fields.
         """
-        self._check_table(segment)
-        chunk = self._chunks.get(_chunk_key(segment))
-        stored = chunk.get(segment.partition) if chunk is not None else None
-        if stored is None:
-            return False
-        if not stored.same_shard(segment):
-            raise SegmentConflict(
-                f"cannot remove {segment.id}: the stored segment with that id has other shard fields"
-            )
-        self._remove_stored(chunk, stored)
-        return True
+        return self.remove_all((segment,)) == 1
 
     def remove_all(self, segments: Iterable[Segment]) -> int:
         """Remove a batch of stored segments (by id) atomically; return how many were stored.
