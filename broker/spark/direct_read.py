@@ -178,10 +178,10 @@ class DirectReader:
         holding = None
         if use_key_sets and len(candidates) >= COMBINED_KEYS_FROM_FILES:
             holding = self._files_holding(file_set, shapes, keys)
-        if holding is None and use_key_sets and len(candidates) >= COMBINED_KEYS_FROM_FILES:
-            holding = self._laid_out_holding(file_set, shapes, keys, candidates)
-            if holding is not None:
-                file_set.checks += len(candidates) * LAID_OUT_CHECK_COST
+            if holding is None:
+                holding = self._laid_out_holding(file_set, shapes, keys, candidates)
+                if holding is not None:
+                    file_set.checks += len(candidates) * LAID_OUT_CHECK_COST
         if holding is not None:
             kept = np.isin(candidates, holding)
             candidates, starts, ends = candidates[kept], starts[kept], ends[kept]
@@ -226,10 +226,7 @@ class DirectReader:
             return None
         holding: np.ndarray | None = None
         for column, values in keys:
-            names = tuple(
-                shape.filters[column] if shape and column in shape.int_key_columns else None
-                for shape in shapes
-            )
+            names = _key_names(shapes, column)
             found = self.combined.get((file_set.serial, names))
             if found is None:
                 if file_set.checks >= file_set.total_rows * BUILD_AFTER_CHECKS_PER_KEY:
@@ -254,14 +251,10 @@ class DirectReader:
             return None
         holding = candidates
         for column, values in keys:
-            names = tuple(
-                shape.filters[column] if shape and column in shape.int_key_columns else None
-                for shape in shapes
-            )
-            indexed = np.asarray(
-                [names[file_set.kind[number]] is not None for number in candidates.tolist()],
-                dtype=bool,
-            )
+            names = _key_names(shapes, column)
+            indexed = np.asarray([name is not None for name in names])[
+                file_set.kind_array[candidates]
+            ]
             laid = self.laid_out.get((file_set.serial, names))
             if laid is None or not np.isin(candidates[indexed], laid.numbers).all():
                 laid = self._lay_out(file_set, names, candidates[indexed])
@@ -274,15 +267,9 @@ class DirectReader:
     ) -> ConcatenatedKeys:
         arrays = []
         for number in numbers.tolist():
-            path = file_set.files[number]
             name = names[file_set.kind[number]]
             assert name is not None
-            try:
-                arrays.append(
-                    self.key_sets.keys(path, name, _opener(path, file_set.footers[number]))
-                )
-            except (OSError, pa.ArrowException) as error:
-                raise unreadable(path, f"cannot read the Parquet file: {error}") from None
+            arrays.append(self._keys_of(file_set.files[number], file_set.footers[number], name))
         laid = ConcatenatedKeys.of(numbers.tolist(), arrays)
         self.layouts += 1
         self.laid_out.put((file_set.serial, names), laid)
@@ -320,6 +307,13 @@ class DirectReader:
             pending = list(self._building.values())
         wait(pending)
 
+    def _keys_of(self, path: str, footer: Footer, column: str) -> np.ndarray:
+        """The file's sorted keys of ``column`` (a file that cannot be read: :func:`unreadable`)."""
+        try:
+            return self.key_sets.keys(path, column, _opener(path, footer))
+        except (OSError, pa.ArrowException) as error:
+            raise unreadable(path, f"cannot read the Parquet file: {error}") from None
+
     def _may_hold(
         self,
         path: str,
@@ -328,15 +322,10 @@ class DirectReader:
         keys: Sequence[tuple[str, np.ndarray]],
     ) -> bool:
         """False when the file's key sets prove it holds none of the looked-up keys."""
-        open_file = _opener(path, footer)
         for column, values in keys:
             if column not in shape.int_key_columns:
                 continue
-            try:
-                held = self.key_sets.keys(path, shape.filters[column], open_file)
-            except (OSError, pa.ArrowException) as error:
-                raise unreadable(path, f"cannot read the Parquet file: {error}") from None
-            if not holds_any(held, values):
+            if not holds_any(self._keys_of(path, footer, shape.filters[column]), values):
                 return False
         return True
 
@@ -354,6 +343,15 @@ def _runs(files_of: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     starts = np.concatenate(([0], starts))
     ends = np.concatenate((starts[1:], [len(files_of)]))
     return files_of[starts], starts, ends
+
+
+def _key_names(shapes: Sequence[_FileShape | None], column: str) -> tuple[str | None, ...]:
+    """The name of integer key ``column`` in each kind of file (None: not an integer key there):
+    with the set, it names the set's combined or laid-out keys of that column."""
+    return tuple(
+        shape.filters[column] if shape and column in shape.int_key_columns else None
+        for shape in shapes
+    )
 
 
 def _opener(path: str, footer: Footer) -> Callable[[], pq.ParquetFile]:

@@ -129,6 +129,8 @@ class FileSet:
         kinds: dict[tuple[tuple[str, str], ...], int] = {}
         self.kind = [kinds.setdefault(footer.signature, len(kinds)) for footer in footers]
         """Each file's signature as a small number (files alike share it)."""
+        self.kind_array = np.asarray(self.kind, dtype=np.int64)
+        """:attr:`kind` as an array, to pick the kinds of many files at once."""
         self.kinds: list[Footer] = [footers[self.kind.index(n)] for n in range(len(kinds))]
         """One footer of each signature."""
         self._columns: dict[str, ColumnStats] = {}

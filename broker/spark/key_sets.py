@@ -68,6 +68,19 @@ class KeySets:
         return self._arrays.bytes
 
 
+def entries_for(keys: np.ndarray, entries: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """The ``entries`` (one per key of sorted ``keys``) of the keys equal to one of ``values``,
+    in the order of ``values`` and then of ``keys``.
+
+    >>> entries_for(np.array([1, 5, 5, 9]), np.array([10, 20, 21, 30]), np.array([5, 7])).tolist()
+    [20, 21]
+    """
+    low = np.searchsorted(keys, values, side="left")
+    high = np.searchsorted(keys, values, side="right")
+    runs = [entries[a:b] for a, b in zip(low.tolist(), high.tolist(), strict=True) if b > a]
+    return np.concatenate(runs) if runs else entries[:0]
+
+
 def lookup_values(values: Sequence[int]) -> np.ndarray:
     """A lookup's literal keys as the array :func:`holds_any` takes."""
     return np.asarray(sorted(set(values)), dtype=np.int64)
@@ -106,10 +119,9 @@ class CombinedKeys:
     def files_holding(self, values: np.ndarray) -> np.ndarray:
         """The sorted numbers of the files that may hold one of ``values``: those whose key set
         holds one, and every unindexed file."""
-        low = np.searchsorted(self.keys, values, side="left")
-        high = np.searchsorted(self.keys, values, side="right")
-        runs = [self.files[a:b] for a, b in zip(low.tolist(), high.tolist(), strict=True) if b > a]
-        return np.unique(np.concatenate([*runs, self.unindexed]))
+        return np.unique(
+            np.concatenate([entries_for(self.keys, self.files, values), self.unindexed])
+        )
 
     @property
     def nbytes(self) -> int:

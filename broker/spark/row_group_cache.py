@@ -22,6 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from broker.spark.key_sets import entries_for
 from core.byte_lru import ByteBoundedLru
 
 DEFAULT_MAX_BYTES = 256 * 1024 * 1024
@@ -52,10 +53,7 @@ class KeyPositions:
 
     def rows_holding(self, values: np.ndarray) -> np.ndarray:
         """The rows (ascending) whose key is one of the sorted distinct ``values``."""
-        low = np.searchsorted(self.keys, values, side="left")
-        high = np.searchsorted(self.keys, values, side="right")
-        runs = [self.rows[a:b] for a, b in zip(low.tolist(), high.tolist(), strict=True) if b > a]
-        return np.sort(np.concatenate(runs)) if runs else np.zeros(0, np.int64)
+        return np.sort(entries_for(self.keys, self.rows, values))
 
     @property
     def nbytes(self) -> int:
