@@ -329,7 +329,6 @@ def run(rows: int, batches: int, iterations: int) -> dict[str, Any]:
         results["compaction"] = {"inputs": len(report.inputs), "outputs": len(report.outputs)}
         results["after_quiet"] = phase(seed=3, running=False)
         results["after_live"] = phase(seed=4, running=True)
-        commands.put(None)
         signals.stop.set()
         facts = report_queue.get(timeout=600)
         if "error" in facts:
