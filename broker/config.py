@@ -23,6 +23,7 @@ TOML layout (every key optional)::
     remote = ""                  # or sc://host:15002 (Spark Connect)
     direct_lookups = true        # plain key lookups on local files: pyarrow, no Spark job
     direct_lookup_max_rows = 1000000
+    direct_lookup_warm_s = 0.5   # reading new files of looked-up tables before they are visible
     [spark.conf]
     "spark.sql.shuffle.partitions" = "8"
 
@@ -128,6 +129,10 @@ class SparkConfig:
     """Answer plain key lookups over local segment files with pyarrow, without a Spark job."""
     direct_lookup_max_rows: int = 1_000_000
     """A direct lookup whose candidate row groups hold more rows than this runs on Spark."""
+    direct_lookup_warm_s: float = 0.5
+    """At most this long per change, the broker reads what direct lookups need of the files
+    ingestion adds to a table it answered a direct lookup of in the last ten minutes, before the
+    change becomes visible (its queries wait that long at most); 0: lookups read them."""
     driver_memory: str = "4g"
     """The embedded driver's JVM heap (local and cluster client mode)."""
     memory_fraction: float = 0.6
@@ -459,6 +464,8 @@ def _validate(config: BrokerConfig) -> None:
         raise InvalidArgument(
             "[spark] memory_fraction must be in (0, 1) and task_max_failures >= 1"
         )
+    if spark.direct_lookup_warm_s < 0:
+        raise InvalidArgument("[spark].direct_lookup_warm_s must be >= 0")
     if spark.probe_interval_s <= 0 or spark.probe_timeout_s <= 0:
         raise InvalidArgument("[spark] probe_interval_s and probe_timeout_s must be > 0")
     if limits.max_waiting < 0:

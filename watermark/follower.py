@@ -6,6 +6,11 @@ order (a watermark report is applied only after every earlier change, so never b
 changes its server made before it). Stream ids are ``<seq>-0``: a gap (trimmed log), an event of
 another epoch, or a changed epoch after a reconnect makes the follower rebuild from a fresh
 snapshot, built aside and swapped in atomically, so readers never see a half-built state.
+
+Before a read's events are applied, *preparers* are shown the segments those events add
+(:meth:`Follower.add_preparer`): a broker reads what its lookups will need of their files while
+queries still run on the state before, so the first query after a change does not pay for it. The events
+wait for them (in log order, so no later event overtakes them); a preparer bounds its own time.
 """
 
 from __future__ import annotations
@@ -14,13 +19,13 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import redis
 
-from core.errors import FailedPrecondition, NotFound, Unavailable
+from core.errors import FailedPrecondition, HorizonError, NotFound, Unavailable
 from core.keys import DEFAULT_PREFIX, Keys
 from core.redis_calls import connect
 from timeline.segment import Segment
@@ -28,6 +33,7 @@ from watermark import scripts
 from watermark.catalog import TableDescriptor
 from watermark.lwm import Laggard, PartitionWatermark, Regression, breakdown, no_lwm_error
 from watermark.state import Fallback, ServerState, UnreadableMark, segment_ref
+from watermark.storage_root import outside_storage_root
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +41,8 @@ BLOCK_MS = 500
 """How long one XREAD blocks; an idle follower re-checks the epoch this often."""
 BATCH = 1000
 REGRESSION_POLICIES = ("keep", "fail")
+Preparer = Callable[[Mapping[str, Sequence[Segment]]], None]
+"""Shown the segments about to be added, by table (:meth:`Follower.add_preparer`)."""
 _TRANSIENT = (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError, OSError)
 
 
@@ -109,6 +117,7 @@ class Follower:
         self._following = False
         self._last_contact = clock()
         self._listeners: list[Callable[[str], None]] = []
+        self._preparers: list[Preparer] = []
         self.events_applied = 0
         self.full_syncs = 0
 
@@ -140,6 +149,17 @@ class Follower:
         """``callback(table)`` runs on the following thread after each change to that table."""
         with self._lock:
             self._listeners.append(callback)
+
+    def add_preparer(self, callback: Preparer) -> None:
+        """``callback({table: [segment, ...]})`` runs on the following thread with the segments
+        the events just read add, before they are applied (see the module docstring)."""
+        with self._lock:
+            self._preparers.append(callback)
+
+    def remove_preparer(self, callback: Preparer) -> None:
+        with self._lock:
+            if callback in self._preparers:
+                self._preparers.remove(callback)
 
     # -- reads -------------------------------------------------------------------------------
 
@@ -375,6 +395,7 @@ class Follower:
         if not reply:
             return self._tick(seq, epoch)
         entries = reply[0][1]
+        self._prepare(entries)
         touched: set[str] = set()
         discontinuity = False
         with self._lock:
@@ -404,6 +425,36 @@ class Follower:
             self._changed.notify_all()
         self._notify(touched)
         return discontinuity
+
+    def _prepare(self, entries: list[tuple[bytes, dict[bytes, bytes]]]) -> None:
+        """Show the preparers the segments ``entries`` add (outside the lock: readers go on);
+        only those whose files lie inside their table's storage root, the only ones applying
+        them accepts."""
+        with self._lock:
+            preparers = list(self._preparers)
+            descriptors = dict(self._state.descriptors)
+        if not preparers:
+            return
+        added: dict[str, list[Segment]] = {}
+        for _, fields in entries:
+            if fields.get(b"k") != b"segments":
+                continue
+            try:
+                raws = json.loads(fields[b"d"]).get("add", ())
+                segments = [Segment.from_dict(raw) for raw in raws]
+            except (HorizonError, KeyError, TypeError, ValueError, AttributeError):
+                continue  # applying the event reports what is wrong with it
+            for segment in segments:
+                descriptor = descriptors.get(segment.table)
+                if descriptor is not None and outside_storage_root(descriptor, segment) is None:
+                    added.setdefault(segment.table, []).append(segment)
+        if not added:
+            return
+        for preparer in preparers:
+            try:
+                preparer(added)
+            except Exception:
+                log.exception("follower preparer failed")
 
     def _tick(self, seq: int, epoch: str) -> bool:
         """Nothing new in the log: read the store's clock with the log position (one round

@@ -145,6 +145,7 @@ class BrokerServer:
             on_restart=self.engine.use_spark,
         )
         self.engine.supervisor = self.supervisor
+        self._follower.add_preparer(self.engine.direct.prepare)
         self.inspection = Inspection(
             self.engine,
             self._follower,
@@ -398,6 +399,7 @@ class BrokerServer:
             ).result(timeout=grace_s + 30)
         self._stop_loop()
         if self.engine is not None:
+            self._follower.remove_preparer(self.engine.direct.prepare)
             self.engine.views.clear()
         if self._locks is not None:
             self._locks.close()

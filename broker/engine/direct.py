@@ -4,15 +4,17 @@ Only with embedded Spark: its files are this machine's files (on a cluster or be
 Connect a local path may name a file the broker cannot see). The rewrite found the lookup
 (:mod:`broker.sql.passes.find_key_lookup`); :mod:`broker.spark.direct_read` reads it. The result
 schema of each lookup shape is Spark's own, from the first lookup of that shape; later lookups of
-the shape are answered without any call into Spark.
+the shape are answered without any call into Spark. The files ingestion adds to a table looked up
+lately are read before they become visible (:mod:`broker.spark.file_warming`).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -21,11 +23,16 @@ from broker.config import SparkConfig
 from broker.engine.execution import limited_batches
 from broker.engine.prepared import Prepared
 from broker.spark.direct_read import DirectReader
+from broker.spark.file_warming import warm_files
 
 log = logging.getLogger("horizon.broker.engine")
 
 SCHEMAS_KEPT = 1_024
 """Result schemas of lookup shapes kept (a shape is a table's columns and a select list)."""
+
+WARM_TABLES_LOOKED_UP_WITHIN_S = 600.0
+"""New files are read ahead only for tables with a direct lookup this recent: a table nobody
+looks up by key costs nothing."""
 
 DIRECT_ROUTE = "answered from the segment files with pyarrow (direct key lookup), no Spark job"
 
@@ -33,8 +40,17 @@ DIRECT_ROUTE = "answered from the segment files with pyarrow (direct key lookup)
 class DirectLookups:
     """Decides, per query, whether the files answer it, and counts the answers."""
 
-    def __init__(self, config: SparkConfig, mode: Any) -> None:
+    def __init__(
+        self, config: SparkConfig, mode: Any, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.reader = DirectReader(max_rows=config.direct_lookup_max_rows)
+        self.warm_s = config.direct_lookup_warm_s
+        self.warmed = 0
+        """Files read ahead of their first lookup (a probe for tests and benchmarks)."""
+        self._clock = clock
+        self._looked_up: dict[str, tuple[float, tuple[str, ...]]] = {}
+        """Per table (lower-case): when a lookup was last answered from its files, and the
+        integer key columns lookups of it used."""
         self.enabled = config.direct_lookups and mode.direct_reads
         self.bypassed = (
             mode.bypass_reason if config.direct_lookups and not mode.direct_reads else ""
@@ -117,6 +133,40 @@ class DirectLookups:
             if answer is not None:
                 self.answers += 1
                 route[:] = [DIRECT_ROUTE]
+                self._remember_lookup(table.table, [p.column for p in lookup.predicates])
             return answer
 
         return read
+
+    def _remember_lookup(self, table: str, columns: Sequence[str]) -> None:
+        key = table.lower()
+        with self._lock:
+            _, known = self._looked_up.get(key, (0.0, ()))
+            self._looked_up[key] = (self._clock(), tuple(dict.fromkeys((*known, *columns))))
+
+    def prepare(self, added: Mapping[str, Sequence[Any]]) -> None:
+        """Read what lookups will need of the files of the segments ``added`` to each table (a
+        follower preparer: the change waits at most :attr:`warm_s`), for tables looked up
+        lately. Closed files too: until the LWM passes their ``validUntil`` (the commit that
+        closed their rows, often a moment after the change), lookups read them."""
+        if not self.enabled or self.warm_s <= 0:
+            return
+        now = self._clock()
+        with self._lock:
+            recent = {
+                table: columns
+                for table, (at, columns) in self._looked_up.items()
+                if now - at <= WARM_TABLES_LOOKED_UP_WITHIN_S
+            }
+        deadline = now + self.warm_s
+        for table, segments in added.items():
+            columns = recent.get(table.lower())
+            if columns is not None:
+                self.warmed += warm_files(
+                    [path for segment in segments for path in segment.location],
+                    columns,
+                    self.reader.footers,
+                    self.reader.key_sets,
+                    deadline=deadline,
+                    clock=self._clock,
+                )

@@ -49,22 +49,33 @@ class FooterCache:
         """How many footers were read from disk (a test probe: a cache hit leaves it flat)."""
 
     def get(self, path: str) -> Footer:
-        with self._lock:
-            footer = self._footers.get(path)
-            if footer is not None:
-                self._footers.move_to_end(path)
-                return footer
+        footer = self.cached(path)
+        if footer is not None:
+            return footer
         try:
             metadata = pq.read_metadata(local_path(path))
         except (OSError, pa.ArrowException) as error:
             raise unreadable(path, f"cannot read the Parquet footer: {error}") from None
-        footer = Footer.of(metadata)
+        return self.put(path, Footer.of(metadata))
+
+    def cached(self, path: str) -> Footer | None:
+        """The file's footer when it is cached (no read)."""
         with self._lock:
-            self.reads += 1
-            self._footers[path] = footer
-            while len(self._footers) > self._capacity:
-                self._footers.popitem(last=False)
-        return footer
+            footer = self._footers.get(path)
+            if footer is not None:
+                self._footers.move_to_end(path)
+            return footer
+
+    def put(self, path: str, footer: Footer) -> Footer:
+        """Keep ``footer``, read by the caller; returns the one kept (another thread's, when it
+        read the file first)."""
+        with self._lock:
+            kept = self._footers.setdefault(path, footer)
+            if kept is footer:
+                self.reads += 1
+                while len(self._footers) > self._capacity:
+                    self._footers.popitem(last=False)
+            return kept
 
 
 @dataclass(frozen=True, slots=True)

@@ -83,6 +83,7 @@ tables = ["Orders"]
         {"tokens": [{"name": "no-secret"}]},
         {"tokens": [{"token": "x"}, {"token": "x"}]},
         {"server": {"listen": "nohost"}},
+        {"spark": {"direct_lookup_warm_s": -1}},
     ],
 )
 def test_bad_configuration_is_refused_with_a_message(data):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import pytest
@@ -319,3 +320,47 @@ def test_a_follower_started_before_any_server_follows_without_a_warning(
     assert follower.lwm("accounts") == 400
     discontinuities = [r for r in caplog.records if "discontinuity" in r.getMessage()]
     assert all(record.levelname == "INFO" for record in discontinuities)
+
+
+def test_preparers_see_the_files_of_added_segments_before_the_segments_are_visible(
+    redis_url, make_server, make_follower
+):
+    """Only files inside the table's storage root are shown: applying refuses the others, and a
+    preparer reads what it is shown."""
+    server = make_server(redis_url, "s1")
+    server.register()
+    server.register_table(dataclasses.replace(table_descriptor(), storage_root="/data"))
+    server.report("accounts", {0: (500, 400)})
+    follower = make_follower(redis_url)
+    seen: list[tuple[dict, int]] = []
+
+    def prepare(added) -> None:  # type: ignore[no-untyped-def]
+        files = {
+            table: [p for s in segments for p in s.location] for table, segments in added.items()
+        }
+        seen.append((files, len(follower.view("accounts").visible_segments)))
+
+    def broken(added) -> None:  # type: ignore[no-untyped-def]
+        raise RuntimeError("a preparer that fails")
+
+    follower.add_preparer(broken)
+    follower.add_preparer(prepare)
+    server.announce(
+        [
+            segment(partition=0, core_partitions=2, location=("/data/a.parquet",)),
+            segment(
+                partition=1, core_partitions=2, location=("/data/b.parquet", "/data/c.parquet")
+            ),
+            segment(chunk=2, partition=0, core_partitions=1, location=("/etc/passwd",)),
+        ]
+    )
+    synced(follower, redis_url)
+    assert len(follower.view("accounts").visible_segments) == 2, "a failing preparer blocks nothing"
+    added = {"accounts": ["/data/a.parquet", "/data/b.parquet", "/data/c.parquet"]}
+    assert seen == [(added, 0)], "shown every accepted file, while no segment was yet visible"
+    follower.remove_preparer(prepare)
+    server.announce(
+        [segment(chunk=1, partition=0, core_partitions=1, location=("/data/d.parquet",))]
+    )
+    synced(follower, redis_url)
+    assert len(seen) == 1, "a removed preparer is not called"

@@ -1,0 +1,78 @@
+"""Reading what direct lookups need of new segment files before any lookup asks for it.
+
+Every ingestion batch replaces hundreds of a busy table's files (the updater rewrites each segment
+an update lands in), and the first lookup that reads the new files paid for all of them: each
+file's footer, its key column and its row-group statistics, about 100 microseconds a file, 40 ms
+over 800 files on a quiet machine and several times that while ingestion holds the cores. The
+broker's follower shows the new segments to the broker before it applies the events that add
+them (:meth:`watermark.follower.Follower.add_preparer`), so :func:`warm_files` reads their files
+while lookups still run on the files before, and the first lookup after the change finds them
+cached.
+
+A file is opened once for its footer and its key column. Missing or unreadable files are
+skipped: the lookup that needs one reports it as it would have. The interpreter lock is offered
+to waiting threads after each file, so lookups running meanwhile are not held up by the reads.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Sequence
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from broker.spark.file_sets import Footer, FooterCache
+from broker.spark.key_sets import KeySets
+from broker.spark.reading import is_local, local_path
+from watermark.catalog import VALID_FROM, VALID_UNTIL
+
+
+def warm_files(
+    paths: Iterable[str],
+    key_columns: Sequence[str],
+    footers: FooterCache,
+    key_sets: KeySets,
+    *,
+    deadline: float,
+    clock: Callable[[], float] = time.monotonic,
+) -> int:
+    """Cache the footer, the row-group statistics of the validity and ``key_columns`` (lower-case
+    names) and the key sets of the integer ``key_columns`` of each local file of ``paths``,
+    until ``deadline`` (on ``clock``). Returns the files done."""
+    warmed = 0
+    for path in paths:
+        if clock() >= deadline:
+            break
+        if not is_local(path):
+            continue
+        try:
+            _warm_file(path, key_columns, footers, key_sets)
+        except (OSError, pa.ArrowException):
+            continue
+        warmed += 1
+        time.sleep(0)  # a lookup waiting for the interpreter lock takes it now
+    return warmed
+
+
+def _warm_file(
+    path: str, key_columns: Sequence[str], footers: FooterCache, key_sets: KeySets
+) -> None:
+    opened: list[pq.ParquetFile] = []
+
+    def open_file() -> pq.ParquetFile:
+        if not opened:
+            opened.append(pq.ParquetFile(local_path(path), metadata=footer.metadata))
+        return opened[0]
+
+    footer = footers.cached(path)
+    if footer is None:
+        parquet = pq.ParquetFile(local_path(path))
+        opened.append(parquet)
+        footer = footers.put(path, Footer.of(parquet.metadata))
+    for name in (VALID_FROM.lower(), VALID_UNTIL.lower(), *key_columns):
+        footer.column_stats(name)
+    for column in key_columns:
+        field = footer.fields.get(column)
+        if field is not None and pa.types.is_integer(field.type):
+            key_sets.keys(path, field.name, open_file)
