@@ -4,6 +4,7 @@ the narrow shape runs on Spark; a missing file still makes the timeline fall bac
 
 from __future__ import annotations
 
+import gc
 import os
 import random
 from collections.abc import Iterator
@@ -19,6 +20,7 @@ from hypothesis import strategies as st
 from broker.api.server import BrokerServer
 from broker.spark.direct_read import DirectReader
 from broker.spark.failures import UnreadableFiles
+from broker.spark.file_sets import FooterCache
 from broker.spark.row_group_cache import RowGroupCache
 from broker.spark.row_groups import RowGroupStats, may_be_visible, may_contain
 from broker.sql.model import KeyLookup, Predicate
@@ -239,6 +241,27 @@ def test_footers_are_read_once_per_file(tmp_path):
     for _ in range(3):
         reader.read(lookup, [str(path)], 1000, SCHEMA)
     assert reader.footers.reads == 1
+
+
+def test_footers_of_files_with_the_same_columns_share_their_schema_parts(tmp_path):
+    """A broker keeps tens of thousands of footers: their schemas' fields are one object per
+    distinct schema, never one per file (a type that differs is a schema of its own)."""
+    rows = _versions(random.Random(1), 5)
+    paths = [tmp_path / f"f{number}.parquet" for number in range(3)]
+    for path in paths[:2]:
+        pq.write_table(pa.Table.from_pylist(rows, schema=SCHEMA), path)
+    narrow = SCHEMA.set(SCHEMA.get_field_index("balance"), pa.field("balance", pa.int32()))
+    pq.write_table(pa.Table.from_pylist(rows, schema=narrow), paths[2])
+    first, second, other = (FooterCache().get(str(path)) for path in paths)
+    assert first.schema is second.schema and first.fields["balance"].type == pa.int64()
+    assert other.schema is not first.schema and other.fields["balance"].type == pa.int32()
+    for name in ("id", "validfrom", "validuntil"):
+        assert first.column_stats(name).known.all()
+    gc.collect()
+    assert not gc.is_tracked(first.stats) and not gc.is_tracked(first.stats["id"]), (
+        "kept statistics are plain tuples of arrays: no full collection walks them"
+    )
+    assert first.column_stats("id").minimum.tolist() == [min(row["id"] for row in rows)]
 
 
 def test_a_large_row_group_is_decoded_once_and_then_answers_every_key_in_it(tmp_path):
