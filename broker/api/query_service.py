@@ -251,7 +251,9 @@ class QueryServicer(rpc.QueryServiceServicer):
                 if item.WhichOneof("kind") == "trailer":
                     trailer = item.trailer
                 try:
-                    await asyncio.wait_for(context.write(item), max(0.0, deadline - loop.time()))
+                    # A timeout context, not ``wait_for``: no task per message.
+                    async with asyncio.timeout_at(deadline):
+                        await context.write(item)
                 except TimeoutError:
                     raise DeadlineExceeded(
                         f"query {scope.query_id}: the client did not read the result before the "
