@@ -164,9 +164,12 @@ def lookups(
     sample = sorted(expected)
     end_to_end: list[float] = []
     in_broker: list[float] = []
-    # In-broker time of each lookup that was the first to read its snapshot (its table
-    # generation's files new to the broker).
+    # In-broker time of each lookup that was the first to read its snapshot, and of each that
+    # was the first to read its timeline generation (the updater's rewritten files are announced,
+    # a new generation, before the LWM moves: those files are new to the broker).
     first_at_snapshot: list[float] = []
+    first_at_generation: list[float] = []
+    last_generation: int | None = None
     timings: list[tuple[float, Any]] = []
     last_snapshot: int | None = None
     routes: dict[str, int] = {}
@@ -197,6 +200,10 @@ def lookups(
         if last_snapshot is not None and result.snapshot != last_snapshot:
             first_at_snapshot.append(result.trailer.timings.total_ms)
         last_snapshot = result.snapshot
+        generation = result.metadata.tables[0].timeline_generation
+        if last_generation is not None and generation != last_generation:
+            first_at_generation.append(result.trailer.timings.total_ms)
+        last_generation = generation
         lwms.add(result.snapshot)
         route = "files" if "direct key lookup" in result.metadata.execution else "spark"
         routes[route] = routes.get(route, 0) + 1
@@ -204,6 +211,7 @@ def lookups(
         "end_to_end_ms": summarize(end_to_end),
         "in_broker_ms": summarize(in_broker),
         "first_at_new_snapshot_ms": sorted(round(ms, 2) for ms in first_at_snapshot),
+        "first_at_new_generation_ms": sorted(round(ms, 2) for ms in first_at_generation),
         "slowest": [
             {
                 "end_to_end_ms": round(ms, 2),
