@@ -18,7 +18,8 @@ def test_the_start_up_heap_is_frozen_and_cycles_made_later_are_still_collected()
     lived = _Node()
     try:
         frozen = settle_startup_heap()
-        assert frozen > 0 and gc.get_freeze_count() == frozen
+        # Other threads of the test process may free frozen objects meanwhile; none are added.
+        assert 0 < gc.get_freeze_count() <= frozen
         assert not any(item is lived for item in gc.get_objects())  # out of every collection
         first, second = _Node(), _Node()
         first.other, second.other = second, first
