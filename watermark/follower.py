@@ -9,8 +9,9 @@ snapshot, built aside and swapped in atomically, so readers never see a half-bui
 
 Before a read's events are applied, *preparers* are shown the segments those events add
 (:meth:`Follower.add_preparer`): a broker reads what its lookups will need of their files while
-queries still run on the state before, so the first query after a change does not pay for it. The events
-wait for them (in log order, so no later event overtakes them); a preparer bounds its own time.
+queries still run on the state before, so the first query after a change does not pay for it.
+The events wait for them (in log order: no later event overtakes them); a preparer bounds its
+own time.
 """
 
 from __future__ import annotations

@@ -51,6 +51,8 @@ class FooterCache:
         footer = self.cached(path)
         if footer is not None:
             return footer
+        if not os.path.isfile(local_path(path)):  # a pipe or a device: its read may block
+            raise unreadable(path, "not a regular file")
         try:
             metadata = pq.read_metadata(local_path(path))
         except (OSError, pa.ArrowException) as error:

@@ -10,12 +10,13 @@ while lookups still run on the files before, and the first lookup after the chan
 cached.
 
 A file is opened once for its footer and its key column. Missing or unreadable files are
-skipped: the lookup that needs one reports it as it would have. The interpreter lock is offered
-to waiting threads after each file, so lookups running meanwhile are not held up by the reads.
+skipped: the lookup that needs one reports it as it would have. After each file the interpreter
+lock is let go for a moment, so a lookup waiting for it may take it between two files.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterable, Sequence
 
@@ -47,32 +48,34 @@ def warm_files(
         if not is_local(path):
             continue
         try:
-            _warm_file(path, key_columns, footers, key_sets)
+            warmed += _warm_file(path, key_columns, footers, key_sets)
         except (OSError, pa.ArrowException):
             continue
-        warmed += 1
-        time.sleep(0)  # a lookup waiting for the interpreter lock takes it now
+        time.sleep(0)  # lets the interpreter lock go: a waiting lookup may take it
     return warmed
 
 
 def _warm_file(
     path: str, key_columns: Sequence[str], footers: FooterCache, key_sets: KeySets
-) -> None:
-    opened: list[pq.ParquetFile] = []
-
-    def open_file() -> pq.ParquetFile:
-        if not opened:
-            opened.append(pq.ParquetFile(local_path(path), metadata=footer.metadata))
-        return opened[0]
-
+) -> bool:
+    """False when ``path`` is not a regular file (it is left to the lookup that needs it)."""
     footer = footers.cached(path)
+    parquet = None
     if footer is None:
+        if not os.path.isfile(local_path(path)):  # never open a pipe or a device: it may block
+            return False
         parquet = pq.ParquetFile(local_path(path))
-        opened.append(parquet)
         footer = footers.put(path, Footer.of(parquet.metadata))
     for name in (VALID_FROM.lower(), VALID_UNTIL.lower(), *key_columns):
         footer.column_stats(name)
+
+    def open_file() -> pq.ParquetFile:
+        if parquet is not None:  # opened for the footer: its key column is read from it
+            return parquet
+        return pq.ParquetFile(local_path(path), metadata=footer.metadata)
+
     for column in key_columns:
         field = footer.fields.get(column)
         if field is not None and pa.types.is_integer(field.type):
             key_sets.keys(path, field.name, open_file)
+    return True

@@ -4,7 +4,11 @@ ahead changes an answer."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import os
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
@@ -69,20 +73,60 @@ def test_warming_stops_at_its_deadline_and_skips_files_it_cannot_or_may_not_read
     paths = [_file(tmp_path, f"f{residue}", residue) for residue in range(3)]
     not_parquet = tmp_path / "t" / "notes.parquet"
     not_parquet.write_text("not a Parquet file")
+    pipe = tmp_path / "t" / "pipe.parquet"
+    os.mkfifo(pipe)  # opening it would wait for a writer forever
     mixed = [
         str(tmp_path / "t" / "gone.parquet"),
         "s3://bucket/t/remote.parquet",
         str(not_parquet),
+        str(pipe),
+        str(tmp_path / "t"),
         *paths,
     ]
     footers, key_sets = FooterCache(), KeySets()
-    assert warm_files(mixed, ["id"], footers, key_sets, deadline=float("inf")) == 3
+    with _watching(pipe) as opened:
+        assert warm_files(mixed, ["id"], footers, key_sets, deadline=float("inf")) == 3
+    assert not opened, "a pipe is never opened: a read of it would wait for a writer"
     assert footers.cached(paths[0]) is not None and footers.cached(mixed[0]) is None
 
     ticks = itertools.count()
     footers, key_sets = FooterCache(), KeySets()
     done = warm_files(paths, ["id"], footers, key_sets, deadline=2, clock=lambda: next(ticks))
     assert done == 2 and footers.cached(paths[2]) is None, "the third file was past the deadline"
+
+
+@contextlib.contextmanager
+def _watching(pipe: Path) -> Iterator[list[bool]]:
+    """Records whether anything opened ``pipe`` for reading meanwhile (and then lets that read
+    end, so a broken warming fails this test instead of hanging it)."""
+    opened: list[bool] = []
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.wait(0.01):
+            try:
+                writer = os.open(pipe, os.O_WRONLY | os.O_NONBLOCK)  # fails while no reader
+            except OSError:
+                continue
+            opened.append(True)
+            os.close(writer)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        yield opened
+    finally:
+        stop.set()
+        watcher.join()
+
+
+def test_a_lookup_over_a_pipe_leaves_it_to_spark_without_opening_it(tmp_path):
+    pipe = tmp_path / "pipe.parquet"
+    os.mkfifo(pipe)
+    lookup = KeyLookup("t", None, (Predicate("id", (1,)),))
+    with _watching(pipe) as opened:
+        assert DirectReader().read(lookup, [str(pipe)], 1000, SCHEMA) is None
+    assert not opened
 
 
 def test_only_integer_key_columns_get_key_sets(tmp_path):
