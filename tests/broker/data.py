@@ -31,6 +31,16 @@ ACCOUNT_COLUMNS = (
     ColumnSpec("balance", "bigint"),
 )
 _ARROW_TYPES = {"bigint": pa.int64(), "string": pa.string(), "double": pa.float64()}
+ACCOUNT_FILE_SCHEMA = pa.schema(
+    [
+        ("id", pa.int64()),
+        ("owner", pa.string()),
+        ("balance", pa.int64()),
+        ("validFrom", pa.int64()),
+        ("validUntil", pa.int64()),
+    ]
+)
+"""What :func:`write_rows` writes for an account table (``descriptor(name)``)."""
 
 
 def descriptor(

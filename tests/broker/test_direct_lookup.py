@@ -31,6 +31,7 @@ from ingest.segments import write_segments
 from ingest.storage import Storage
 from tests.broker.conftest import LWM, BrokerEnv, broker_config, publish_table
 from tests.broker.data import (
+    ACCOUNT_FILE_SCHEMA,
     DAY_MS,
     VERSION,
     UpsertTable,
@@ -43,15 +44,7 @@ from tests.broker.data import (
 from timeline.interval import Interval
 from timeline.segment import Segment
 
-SCHEMA = pa.schema(
-    [
-        ("id", pa.int64()),
-        ("owner", pa.string()),
-        ("balance", pa.int64()),
-        ("validFrom", pa.int64()),
-        ("validUntil", pa.int64()),
-    ]
-)
+SCHEMA = ACCOUNT_FILE_SCHEMA
 SNAPSHOTS = (499, 500, 777, 1000, 1001, LWM)
 
 

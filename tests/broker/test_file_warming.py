@@ -11,7 +11,6 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-import pyarrow as pa
 import pytest
 
 from broker.spark.direct_read import DirectReader
@@ -21,6 +20,7 @@ from broker.spark.key_sets import KeySets
 from broker.sql.model import KeyLookup, Predicate
 from tests.broker.conftest import BrokerEnv, publish_table
 from tests.broker.data import (
+    ACCOUNT_FILE_SCHEMA,
     CHUNK,
     DAY_MS,
     VERSION,
@@ -33,15 +33,7 @@ from tests.broker.data import (
 from timeline.interval import Interval
 from timeline.segment import Segment
 
-SCHEMA = pa.schema(
-    [
-        ("id", pa.int64()),
-        ("owner", pa.string()),
-        ("balance", pa.int64()),
-        ("validFrom", pa.int64()),
-        ("validUntil", pa.int64()),
-    ]
-)
+SCHEMA = ACCOUNT_FILE_SCHEMA
 
 
 def _rows(residue: int) -> list[dict]:
