@@ -45,8 +45,6 @@ class DirectLookups:
     ) -> None:
         self.reader = DirectReader(max_rows=config.direct_lookup_max_rows)
         self.warm_s = config.direct_lookup_warm_s
-        self.warmed = 0
-        """Files read ahead of their first lookup (a probe for tests and benchmarks)."""
         self._clock = clock
         self._looked_up: dict[str, tuple[float, tuple[str, ...]]] = {}
         """Per table (lower-case): when a lookup was last answered from its files, and the
@@ -162,7 +160,7 @@ class DirectLookups:
         for table, segments in added.items():
             columns = recent.get(table.lower())
             if columns is not None:
-                self.warmed += warm_files(
+                warm_files(
                     [path for segment in segments for path in segment.location],
                     columns,
                     self.reader.footers,

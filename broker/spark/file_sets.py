@@ -48,16 +48,23 @@ class FooterCache:
         """How many footers were read from disk (a test probe: a cache hit leaves it flat)."""
 
     def get(self, path: str) -> Footer:
+        return self.opened(path)[0]
+
+    def opened(self, path: str) -> tuple[Footer, pq.ParquetFile | None]:
+        """The file's footer, and the file itself when it was opened to read the footer (a
+        caller reading more of it reads it from there); :func:`unreadable` when it cannot be
+        read."""
         footer = self.cached(path)
         if footer is not None:
-            return footer
+            return footer, None
         if not os.path.isfile(local_path(path)):  # a pipe or a device: its read may block
             raise unreadable(path, "not a regular file")
         try:
-            metadata = pq.read_metadata(local_path(path))
+            parquet = pq.ParquetFile(local_path(path))
+            footer = Footer.of(parquet.metadata)
         except (OSError, pa.ArrowException) as error:
             raise unreadable(path, f"cannot read the Parquet footer: {error}") from None
-        return self.put(path, Footer.of(metadata))
+        return self.put(path, footer), parquet
 
     def cached(self, path: str) -> Footer | None:
         """The file's footer when it is cached (no read)."""

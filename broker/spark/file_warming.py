@@ -16,14 +16,14 @@ lock is let go for a moment, so a lookup waiting for it may take it between two 
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable, Iterable, Sequence
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from broker.spark.file_sets import Footer, FooterCache
+from broker.spark.failures import UnreadableFiles
+from broker.spark.file_sets import Decline, FooterCache
 from broker.spark.key_sets import KeySets
 from broker.spark.reading import is_local, local_path
 from watermark.catalog import VALID_FROM, VALID_UNTIL
@@ -48,24 +48,18 @@ def warm_files(
         if not is_local(path):
             continue
         try:
-            warmed += _warm_file(path, key_columns, footers, key_sets)
-        except (OSError, pa.ArrowException):
-            continue
+            _warm_file(path, key_columns, footers, key_sets)
+        except (OSError, pa.ArrowException, Decline, UnreadableFiles):
+            continue  # missing, not a regular file or unreadable: left to the lookup needing it
+        warmed += 1
         time.sleep(0)  # lets the interpreter lock go: a waiting lookup may take it
     return warmed
 
 
 def _warm_file(
     path: str, key_columns: Sequence[str], footers: FooterCache, key_sets: KeySets
-) -> bool:
-    """False when ``path`` is not a regular file (it is left to the lookup that needs it)."""
-    footer = footers.cached(path)
-    parquet = None
-    if footer is None:
-        if not os.path.isfile(local_path(path)):  # never open a pipe or a device: it may block
-            return False
-        parquet = pq.ParquetFile(local_path(path))
-        footer = footers.put(path, Footer.of(parquet.metadata))
+) -> None:
+    footer, parquet = footers.opened(path)
     for name in (VALID_FROM.lower(), VALID_UNTIL.lower(), *key_columns):
         footer.column_stats(name)
 
@@ -78,4 +72,3 @@ def _warm_file(
         field = footer.fields.get(column)
         if field is not None and pa.types.is_integer(field.type):
             key_sets.keys(path, field.name, open_file)
-    return True
