@@ -96,7 +96,9 @@ class ServerConfig:
     default: with no ``[[tokens]]`` every caller could read every table)."""
     grace_s: float = 5.0
     """How long a stopping server lets running calls finish."""
-    reflection: bool = True
+    reflection: bool = False
+    """Serve gRPC server reflection (``grpcurl list`` without the .proto files). Off by default:
+    reflection answers before any token is checked, so it would describe the API to anyone."""
 
     @property
     def tls(self) -> bool:

@@ -1,10 +1,10 @@
 """Building and running the broker: Spark, the Redis follower, the engine and the gRPC server.
 
 The gRPC server carries Horizon's two services, standard health checking (``grpc.health.v1``) and
-server reflection (so ``grpcurl`` works without the .proto files; ``[server] reflection = false``
-turns it off). It is an asyncio server on a thread of its own: health checks are answered on the
-loop whatever the queries do, and every call that may wait runs on its own thread
-(:mod:`broker.api.offload`). Plaintext is served only on a loopback address unless explicitly
+server reflection when ``[server] reflection = true`` (so ``grpcurl`` works without the .proto
+files; off by default, as reflection answers without a token). It is an asyncio server on a
+thread of its own: health checks are answered on the loop whatever the queries do, and every call
+that may wait runs on its own thread (:mod:`broker.api.offload`). Plaintext is served only on a loopback address unless explicitly
 allowed; with a certificate and key configured it serves TLS (and mutual TLS with a client CA).
 A broker reachable from other machines needs identities (``[[tokens]]``) unless
 ``allow_anonymous`` says it may serve anyone. Health says NOT_SERVING while the state store is

@@ -1,6 +1,6 @@
 """Safe defaults and no leaks: no anonymous service off loopback, grants checked before any
 table-specific answer, announced files confined to the table's storage root, client
-certificates as identities (mutual TLS), and reflection that can be turned off."""
+certificates as identities (mutual TLS), and reflection only when configured."""
 
 from __future__ import annotations
 
@@ -10,6 +10,9 @@ from pathlib import Path
 import grpc
 import pytest
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
+    ProtoReflectionDescriptorDatabase,
+)
 
 from broker.api.server import BrokerServer
 from broker.config import config_from_mapping
@@ -136,7 +139,9 @@ def test_a_client_certificate_is_an_identity_with_its_grants(broker_env, spark, 
             stranger.query("SELECT 1")
 
 
-def test_reflection_can_be_turned_off(broker_env, spark):
+def test_reflection_is_off_by_default_and_served_only_when_configured(broker_env, spark):
+    """Reflection answers before any token is checked: by default it describes nothing."""
+
     def services(target: str) -> list[str]:
         with grpc.insecure_channel(target) as channel:
             stub = reflection_pb2_grpc.ServerReflectionStub(channel)
@@ -144,9 +149,16 @@ def test_reflection_can_be_turned_off(broker_env, spark):
             reply = next(stub.ServerReflectionInfo(iter([request]), timeout=5))
             return [s.name for s in reply.list_services_response.service]
 
-    assert "horizon.v1.QueryService" in services(broker_env.target)
-    config = broker_config(broker_env.redis.url, server={"reflection": False})
+    with pytest.raises(grpc.RpcError) as refused:
+        services(broker_env.target)  # the defaults
+    assert refused.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    config = broker_config(broker_env.redis.url, server={"reflection": True})
     with ExtraBroker(config, spark, broker_env) as server:
-        with pytest.raises(grpc.RpcError) as refused:
-            services(server.target)
-        assert refused.value.code() == grpc.StatusCode.UNIMPLEMENTED
+        listed = set(services(server.target))
+        assert {"horizon.v1.QueryService", "horizon.v1.InspectionService"} <= listed
+        assert "grpc.health.v1.Health" in listed
+        with grpc.insecure_channel(server.target) as channel:
+            found = ProtoReflectionDescriptorDatabase(channel).FindFileContainingSymbol(
+                "horizon.v1.QueryService"
+            )
+        assert "ExecuteQuery" in {m.name for m in found.service[0].method}
