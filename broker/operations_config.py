@@ -17,6 +17,8 @@ Parts of the one typed configuration (:class:`broker.config.BrokerConfig`), load
     # enabled: unset = on for a loopback address, or wherever [[tokens]] are configured
     listen = "127.0.0.1:50053"   # default: [server]'s host, port 50053 (free port with port 0)
     max_rows = 1000              # a query box answer over this fails like max_rows does
+    allowed_hosts = ""           # more names for it, "console.example.org, 10.0.0.5:50053"
+    login_failures_per_minute = 5
 """
 
 from __future__ import annotations
@@ -69,6 +71,18 @@ class ConsoleConfig:
     """A signed-in browser's session lasts this long without use."""
     refresh_s: float = 2.0
     """How often pages of live state (timeline, locks, queries) refresh themselves."""
+    allowed_hosts: str = ""
+    """More names browsers may reach the console by, comma-separated ``name`` or ``name:port``
+    (a name without a port matches any port, as behind a proxy), besides its bound address,
+    ``localhost``, ``127.0.0.1`` and ``[::1]`` on its own port. Requests naming any other Host
+    are refused (421), so a page that rebinds its name to this machine reads nothing."""
+    login_failures_per_minute: int = 5
+    """Failed sign-ins (and unknown bearer tokens) one client address may have in a minute;
+    then 429 with ``Retry-After`` until the oldest is a minute old."""
+
+    @property
+    def allowed_host_names(self) -> tuple[str, ...]:
+        return tuple(name.strip() for name in self.allowed_hosts.split(",") if name.strip())
 
 
 def check_operations(console: ConsoleConfig, logging: LoggingConfig) -> None:
@@ -80,3 +94,10 @@ def check_operations(console: ConsoleConfig, logging: LoggingConfig) -> None:
         raise InvalidArgument("[console].max_rows must be >= 1")
     if console.session_ttl_s <= 0 or console.refresh_s <= 0:
         raise InvalidArgument("[console] session_ttl_s and refresh_s must be > 0")
+    if console.login_failures_per_minute < 1:
+        raise InvalidArgument("[console].login_failures_per_minute must be >= 1")
+    for name in console.allowed_host_names:
+        if "/" in name or any(c.isspace() for c in name):
+            raise InvalidArgument(
+                f"[console].allowed_hosts names hosts (name or name:port), not {name!r}"
+            )

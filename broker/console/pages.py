@@ -1,6 +1,10 @@
 """The console's pages: each asks the inspection service or the query box as the signed-in
 principal and renders a template; errors are rendered with the HTTP status of their type
-(:func:`broker.api.status.http_status_of`)."""
+(:func:`broker.api.status.http_status_of`).
+
+Every request passes :class:`broker.console.guard.ConsoleGuard` first (Host, Origin, CSRF
+token); every page carries its CSRF token for its forms. Sign-ins and bearer tokens that fail
+count against the client's address (:mod:`broker.console.throttle`)."""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Mount, Route
@@ -21,7 +26,9 @@ from broker.api.inspection import Inspection
 from broker.api.status import http_status_of
 from broker.api.timeline_picture import timeline_svg
 from broker.console import queries
+from broker.console.guard import CSRF_COOKIE, ConsoleGuard, CsrfTokens, HostPolicy
 from broker.console.sessions import COOKIE, Sessions
+from broker.console.throttle import SignInLimit
 from broker.grants import Principal
 from broker.operations_config import ConsoleConfig
 from core.errors import HorizonError, InvalidArgument, Unauthenticated
@@ -41,12 +48,15 @@ class Console:
         self.engine = engine
         self.sessions = sessions
         self.config = config
+        self.csrf = CsrfTokens()
+        self.sign_ins = SignInLimit(config.login_failures_per_minute)
         self.templates = Jinja2Templates(directory=str(HERE / "templates"))
         self.templates.env.globals.update(
             instant=format_instant, hlc_time=_hlc_time, refresh_s=config.refresh_s
         )
 
-    def app(self) -> Starlette:
+    def app(self, hosts: HostPolicy) -> Starlette:
+        """The pages behind the guard, answering to ``hosts``."""
         return Starlette(
             routes=[
                 Route("/", self.tables),
@@ -59,35 +69,44 @@ class Console:
                 Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
             ],
             exception_handlers={HorizonError: self._error},
+            middleware=[Middleware(ConsoleGuard, hosts=hosts, tokens=self.csrf)],
         )
 
     # -- signing in ----------------------------------------------------------------------------
 
     def _who(self, request: Request) -> Principal:
-        return self.sessions.principal(request.cookies, request.headers)
+        """The request's principal; a bearer token that names no one counts as a failed
+        sign-in of the client's address."""
+        if "authorization" not in request.headers:
+            return self.sessions.principal(request.cookies, request.headers)
+        address = _client_address(request)
+        self.sign_ins.check(address)
+        try:
+            return self.sessions.principal(request.cookies, request.headers)
+        except Unauthenticated:
+            self.sign_ins.failed(address)
+            raise
 
     async def login(self, request: Request) -> Response:
         if request.method == "GET":
             return self._page(request, "login.html", None, error="")
+        address = _client_address(request)
+        self.sign_ins.check(address)  # before the token is compared: no guess is answered
         form = await request.form()
         try:
             session, _ = self.sessions.sign_in(str(form.get("token", "")))
         except Unauthenticated as error:
+            self.sign_ins.failed(address)
             return self._page(request, "login.html", None, error=str(error), status_code=401)
+        self.sign_ins.succeeded(address)
         response = RedirectResponse("/", status_code=303)
-        response.set_cookie(
-            COOKIE,
-            session,
-            httponly=True,
-            samesite="strict",
-            max_age=int(self.config.session_ttl_s),
-        )
+        _set_cookie(response, request, COOKIE, session, int(self.config.session_ttl_s))
         return response
 
     async def logout(self, request: Request) -> Response:
         self.sessions.sign_out(request.cookies.get(COOKIE, ""))
         response = RedirectResponse("/login", status_code=303)
-        response.delete_cookie(COOKIE)
+        _set_cookie(response, request, COOKIE, "", 0)
         return response
 
     # -- pages ---------------------------------------------------------------------------------
@@ -172,16 +191,48 @@ class Console:
         status_code: int = 200,
         **context: Any,
     ) -> Response:
-        context.update(principal=principal, signed_in=self.sessions.auth.enabled)
-        return self.templates.TemplateResponse(request, template, context, status_code=status_code)
+        binding = self.csrf.binding(request.cookies) or self.csrf.new_binding()
+        context.update(
+            principal=principal,
+            signed_in=self.sessions.auth.enabled,
+            csrf_token=self.csrf.token_for(binding),
+        )
+        response = self.templates.TemplateResponse(
+            request, template, context, status_code=status_code
+        )
+        if not self.csrf.binding(request.cookies):  # the double-submit cookie, until a session
+            _set_cookie(response, request, CSRF_COOKIE, binding, None)
+        return response
 
     async def _error(self, request: Request, error: Exception) -> Response:
         if isinstance(error, Unauthenticated) and "authorization" not in request.headers:
             return RedirectResponse("/login", status_code=303)
         status, code, message = http_status_of(error)
-        return self._page(
+        response = self._page(
             request, "error.html", None, status_code=status, code=code, message=message
         )
+        retry_after_s = getattr(error, "retry_after_s", None)
+        if retry_after_s is not None:
+            response.headers["Retry-After"] = str(retry_after_s)
+        return response
+
+
+def _set_cookie(
+    response: Response, request: Request, name: str, value: str, max_age: int | None
+) -> None:
+    """A console cookie: HttpOnly, SameSite=Strict, and Secure when served over TLS."""
+    response.set_cookie(
+        name,
+        value,
+        max_age=max_age,
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+    )
+
+
+def _client_address(request: Request) -> str:
+    return request.client.host if request.client else ""
 
 
 def _interval(start: str, end: str) -> pb.Interval:

@@ -4,6 +4,11 @@ Who may reach it follows the broker's listen policy (:func:`broker.api.listen.ch
 with one more rule: left unset, ``[console] enabled`` turns the console on only where it cannot
 show every table to anyone (a loopback address, or identities configured). With TLS configured
 for ``[server]`` the console serves HTTPS with the same certificate.
+
+It answers only to the Host names :class:`broker.console.guard.HostPolicy` allows, and takes
+client addresses from the connection, never from ``X-Forwarded-For`` (uvicorn would trust it
+from loopback by default, letting any local client pick the address its failed sign-ins count
+against).
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from broker.api.auth import Authenticator
 from broker.api.inspection import Inspection
 from broker.api.listen import check_listen_policy, is_loopback
 from broker.config import BrokerConfig, parse_listen
+from broker.console.guard import HostPolicy
 from broker.console.pages import Console
 from broker.console.sessions import Sessions
 from core.errors import Unavailable
@@ -42,7 +48,8 @@ class ConsoleServer:
         self.config = config
         self.host, port = parse_listen(config.console_address)
         sessions = Sessions(Authenticator(config.tokens), config.console.session_ttl_s)
-        app = Console(inspection, engine, sessions, config.console).app()
+        hosts = HostPolicy.of(self.host, config.console.allowed_host_names)
+        app = Console(inspection, engine, sessions, config.console).app(hosts)
         tls = config.server
         self._server = uvicorn.Server(
             uvicorn.Config(
@@ -52,6 +59,7 @@ class ConsoleServer:
                 log_level="warning",
                 access_log=False,
                 lifespan="off",
+                proxy_headers=False,
                 ssl_certfile=tls.tls_cert if tls.tls else None,
                 ssl_keyfile=tls.tls_key if tls.tls else None,
             )

@@ -14,11 +14,20 @@ function showGroup(event) {
   }
 }
 
+// Every request the script makes carries the page's CSRF token (POSTs without it are refused).
+function csrfToken() {
+  const meta = document.querySelector("meta[name=csrf-token]");
+  return meta ? meta.content : "";
+}
+
 async function refreshLive() {
   const live = document.getElementById("live");
   if (!live) return;
   try {
-    const answer = await fetch(window.location.href, { credentials: "same-origin" });
+    const answer = await fetch(window.location.href, {
+      credentials: "same-origin",
+      headers: { "X-CSRF-Token": csrfToken() },
+    });
     if (!answer.ok) return;
     const page = new DOMParser().parseFromString(await answer.text(), "text/html");
     const fresh = page.getElementById("live");
