@@ -33,6 +33,12 @@ Everything lives under one prefix (default ``horizon``):
                                time chunk (appends and rewrites below it are refused)
 ``{p}:t:{table}:locks``        hash lock id -> ``acquired|expires|revoked_by|revoked_at|request``
                                (see :mod:`locks.scripts`)
+``{p}:t:{table}:pins``         hash pin id -> ``snapshot|created|expires|owner`` (see :mod:`pins`)
+``{p}:t:{table}:pinexp``       zset pin id scored by its expiry (ms): the table's pins, soonest
+                               to expire first, so a new pin drops a few expired ones
+``{p}:pins``                   hash pin id -> ``{"t": tables, "o": owner}``
+``{p}:pinowner:{owner}``       zset pin id scored by its expiry (ms): one identity's pins, for
+                               its quotas
 =============================  =====================================================================
 
 HLCs exceed a double's 53-bit mantissa, so they are never numbers inside Redis: they are decimal
@@ -135,6 +141,13 @@ class Keys:
     def pins(self, table: str) -> str:
         return self._table(table, "pins")
 
+    def pin_expiries(self, table: str) -> str:
+        return self._table(table, "pinexp")
+
+    def owner_pins(self, owner: str) -> str:
+        """One identity's pins by expiry (the owner is the key's tail, so names cannot clash)."""
+        return f"{self.prefix}:pinowner:{owner}"
+
     @property
     def pin_index(self) -> str:
         """Every live pin's tables, by pin id (see :mod:`pins.store`)."""
@@ -162,6 +175,8 @@ local function k_alloc(t) return P .. ':t:' .. t .. ':alloc' end
 local function k_locks(t) return P .. ':t:' .. t .. ':locks' end
 local function k_majors(t) return P .. ':t:' .. t .. ':majors' end
 local function k_pins(t) return P .. ':t:' .. t .. ':pins' end
+local function k_pinexp(t) return P .. ':t:' .. t .. ':pinexp' end
+local function k_pinowner(o) return P .. ':pinowner:' .. o end
 local K_PINS = P .. ':pins'
 local function pad(hlc) return string.rep('0', 20 - #hlc) .. hlc end
 """

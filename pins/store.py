@@ -4,6 +4,13 @@ A pin is one entry per table in ``{p}:t:{table}:pins`` (``snapshot|created|expir
 form the retention script reads) plus its table list in ``{p}:pins``. Taking a pin checks, in the
 same step, that the snapshot is not below any table's retention horizon: from then on the
 retention script caps every horizon by it, so the two can never cross. Times are Redis's clock.
+
+Two expiry indexes keep a pin's cost to what its owner holds: ``{p}:t:{table}:pinexp`` (each new
+pin drops a few expired pins of its tables, so short pins never pile up) and
+``{p}:pinowner:{owner}`` (the quotas count and sum the owner's live pins there, never a scan of
+every pin). Pins taken before the indexes existed are still listed, honoured and dropped once
+expired; they are not counted in their owner's quotas (their lease is at most
+:data:`MAX_LEASE_S`), and a renewal indexes them.
 """
 
 from __future__ import annotations
@@ -43,7 +50,14 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 """
 
-_OWNED = """
+SWEPT_PER_TAKE = 8
+"""Expired pins a new pin drops from its tables' expiry indexes (and as many from its owner's):
+more than the one it adds, so a flood of short pins never grows the hashes, and a bounded
+amount of work per call however many pins expired."""
+
+_OWNED = (
+    f"local SWEEP = {SWEPT_PER_TAKE}\n"
+    + """
 -- A pin's index entry: {"t": tables, "o": owner} (a bare list of tables before owners).
 local function pin_info(id)
   local listed = redis.call('HGET', K_PINS, id)
@@ -57,38 +71,67 @@ local function pin_info(id)
   end
   return info
 end
-local function pin_expires(id, info)
-  local value = redis.call('HGET', k_pins(info.t[1]), id)
-  if not value then return nil end
-  return tonumber(string.match(value, '^[^|]*|[^|]*|([^|]*)|'))
+-- Forget pin ``id`` everywhere it is stored: its tables' entries and expiry indexes, its owner's
+-- index and the pin index. ``t`` / ``o``: an index it was found in (its entry may outlive the
+-- pin's record, which the retention script and older versions dropped alone).
+local function drop_pin(id, t, o)
+  local info = pin_info(id)
+  if info then
+    for _, u in ipairs(info.t) do
+      redis.call('HDEL', k_pins(u), id)
+      redis.call('ZREM', k_pinexp(u), id)
+    end
+    redis.call('ZREM', k_pinowner(info.o), id)
+    redis.call('HDEL', K_PINS, id)
+  end
+  if t then
+    redis.call('HDEL', k_pins(t), id)
+    redis.call('ZREM', k_pinexp(t), id)
+  end
+  if o then redis.call('ZREM', k_pinowner(o), id) end
 end
--- The live pins and the lease (ms from now) ``owner`` holds, leaving out pin ``except``.
-local function holdings(owner, except)
-  local count, lease = 0, 0
-  local entries = redis.call('HGETALL', K_PINS)
-  for j = 1, #entries, 2 do
-    local id = entries[j]
-    if id ~= except then
-      local info = pin_info(id)
-      if info.o == owner then
-        local expires = pin_expires(id, info)
-        if expires and expires > now then
-          count = count + 1
-          lease = lease + (expires - now)
-        end
-      end
+-- Drop at most ``budget`` pins whose lease ran out from expiry index ``key`` (soonest first);
+-- returns what is left of the budget.
+local function sweep(key, budget, t, o)
+  if budget <= 0 then return 0 end
+  local expired = redis.call('ZRANGEBYSCORE', key, '-inf', string.format('%.0f', now),
+                             'LIMIT', 0, budget)
+  for _, id in ipairs(expired) do drop_pin(id, t, o) end
+  return budget - #expired
+end
+local function index_pin(id, tables, owner, expires)
+  for _, t in ipairs(tables) do redis.call('ZADD', k_pinexp(t), expires, id) end
+  redis.call('ZADD', k_pinowner(owner), expires, id)
+end
+-- The live pins and the lease (ms from now) ``owner`` holds, leaving out pin ``except``, from
+-- the owner's own index: the cost is what the owner holds, never every pin. The lease is only
+-- summed (``with_lease``) once the count is within the quota, so at most ``max_pins`` entries.
+local function holdings(owner, except, with_lease)
+  local key = k_pinowner(owner)
+  local after = '(' .. string.format('%.0f', now)
+  local count = redis.call('ZCOUNT', key, after, '+inf')
+  local mine = redis.call('ZSCORE', key, except)
+  if mine and tonumber(mine) > now then count = count - 1 end
+  local lease = 0
+  if with_lease then
+    local live = redis.call('ZRANGEBYSCORE', key, after, '+inf', 'WITHSCORES')
+    for j = 1, #live, 2 do
+      if live[j] ~= except then lease = lease + (tonumber(live[j + 1]) - now) end
     end
   end
   return count, lease
 end
 local function over_quota(owner, except, lease, max_pins, max_lease)
-  local count, held = holdings(owner, except)
+  if max_pins <= 0 and max_lease <= 0 then return nil end
+  local count = holdings(owner, except, false)
   if max_pins > 0 and count + 1 > max_pins then
     return {'ERR', 'RESOURCE_EXHAUSTED', owner .. ' already holds ' .. count ..
             ' live pins, the limit of [reads].max_pins_per_identity (' .. max_pins ..
             '): release one first'}
   end
-  if max_lease > 0 and held + lease > max_lease then
+  if max_lease <= 0 then return nil end
+  local _, held = holdings(owner, except, true)
+  if held + lease > max_lease then
     return {'ERR', 'RESOURCE_EXHAUSTED', owner .. ' would hold ' ..
             string.format('%.0f', (held + lease) / 1000) .. ' s of pin leases, over ' ..
             '[reads].max_pin_lease_total_s (' .. string.format('%.0f', max_lease / 1000) ..
@@ -104,6 +147,7 @@ local function not_owner(id, info, owner)
   return nil
 end
 """
+)
 
 PIN = (
     LUA_KEYS
@@ -130,13 +174,19 @@ for i = 8, #ARGV do
     end
   end
 end
+-- Taking a pin cleans up after the ones that ran out, a bounded number of them.
+local budget = SWEEP
+for _, t in ipairs(tables) do budget = sweep(k_pinexp(t), budget, t, nil) end
+sweep(k_pinowner(owner), SWEEP, nil, owner)
 local refused = over_quota(owner, id, lease, max_pins, max_lease)
 if refused then return refused end
+if redis.call('HEXISTS', K_PINS, id) == 1 then drop_pin(id) end
 local created = string.format('%.0f', now)
 local expires = string.format('%.0f', now + lease)
 local value = snapshot .. '|' .. created .. '|' .. expires .. '|' .. owner
 for _, t in ipairs(tables) do redis.call('HSET', k_pins(t), id, value) end
 redis.call('HSET', K_PINS, id, cjson.encode({t = tables, o = owner}))
+index_pin(id, tables, owner, expires)
 return {'OK', created, expires}
 """
 )
@@ -159,13 +209,12 @@ local expires = string.format('%.0f', now + lease)
 for _, t in ipairs(tables) do
   local value = redis.call('HGET', k_pins(t), id)
   if not value then
-    redis.call('HDEL', K_PINS, id)
+    drop_pin(id)
     return {'ERR', 'NOT_FOUND', 'pin ' .. id .. ' expired: it no longer holds table ' .. t}
   end
   local _, _, old_expires = string.match(value, '^([^|]*)|([^|]*)|([^|]*)|(.*)$')
   if tonumber(old_expires) <= now then
-    for _, u in ipairs(tables) do redis.call('HDEL', k_pins(u), id) end
-    redis.call('HDEL', K_PINS, id)
+    drop_pin(id)
     return {'ERR', 'NOT_FOUND', 'pin ' .. id .. ' expired before it was renewed'}
   end
 end
@@ -176,6 +225,7 @@ for _, t in ipairs(tables) do
   local snapshot, created, _, owner = string.match(value, '^([^|]*)|([^|]*)|([^|]*)|(.*)$')
   redis.call('HSET', k_pins(t), id, snapshot .. '|' .. created .. '|' .. expires .. '|' .. owner)
 end
+index_pin(id, tables, info.o, expires)
 return {'OK', expires}
 """
 )
@@ -189,8 +239,7 @@ local info = pin_info(ARGV[2])
 if not info then return {'OK', '0'} end
 local refused = not_owner(ARGV[2], info, ARGV[3])
 if refused then return refused end
-for _, t in ipairs(info.t) do redis.call('HDEL', k_pins(t), ARGV[2]) end
-redis.call('HDEL', K_PINS, ARGV[2])
+drop_pin(ARGV[2])
 return {'OK', '1'}
 """
 )
@@ -198,6 +247,7 @@ return {'OK', '1'}
 LIST = (
     LUA_KEYS
     + _NOW
+    + _OWNED
     + """
 -- ARGV[2..] tables: every pin entry of them, expired ones dropped, and Redis's clock
 local out = {'OK', string.format('%.0f', now)}
@@ -207,8 +257,7 @@ for i = 2, #ARGV do
   for j = 1, #entries, 2 do
     local expires = string.match(entries[j + 1], '^[^|]*|[^|]*|([^|]*)|')
     if tonumber(expires) <= now then
-      redis.call('HDEL', k_pins(t), entries[j])
-      redis.call('HDEL', K_PINS, entries[j])
+      drop_pin(entries[j], t, nil)
     else
       out[#out + 1] = t
       out[#out + 1] = entries[j]
@@ -227,6 +276,8 @@ class PinQuota:
 
     max_pins: int = 16
     max_lease_total_s: float = 2 * 86_400.0
+    min_lease_s: float = 1.0
+    """A shorter lease is refused: a pin's cost in Redis must outlast the call that takes it."""
 
 
 def new_pin_id() -> str:
@@ -270,7 +321,7 @@ class PinStore:
             raise InvalidArgument("a pin needs at least one table")
         if len(tables) > MAX_TABLES:
             raise InvalidArgument(f"a pin holds at most {MAX_TABLES} tables, {len(tables)} asked")
-        lease_ms = _lease_ms(lease_s)
+        lease_ms = self._lease_ms(lease_s)
         padded_hlc(snapshot)
         pin_id = pin_id or new_pin_id()
         owner = _owner(owner)
@@ -282,9 +333,9 @@ class PinStore:
     def renew(self, pin_id: str, *, lease_s: float, owner: str = "") -> int:
         """Extend a live pin's lease to ``lease_s`` from now; returns its new expiry (epoch ms).
         Only the pin's ``owner`` may (PERMISSION_DENIED otherwise)."""
+        lease_ms = self._lease_ms(lease_s)
         reply = self._call(
-            "RENEW",
-            [check_pin_id(pin_id), str(_lease_ms(lease_s)), _owner(owner), *self._quota_args()],
+            "RENEW", [check_pin_id(pin_id), str(lease_ms), _owner(owner), *self._quota_args()]
         )
         return int(reply[0])
 
@@ -292,6 +343,16 @@ class PinStore:
         """Stop holding anything back for ``pin_id``; False when it was already gone. Only the
         pin's ``owner`` may (PERMISSION_DENIED otherwise)."""
         return self._call("RELEASE", [check_pin_id(pin_id), _owner(owner)])[0] == "1"
+
+    def _lease_ms(self, lease_s: float) -> int:
+        """``lease_s`` in ms, INVALID_ARGUMENT outside (0 or the quota's minimum, MAX_LEASE_S]."""
+        lease_ms = _lease_ms(lease_s)
+        if self.quota is not None and lease_s < self.quota.min_lease_s:
+            raise InvalidArgument(
+                f"a pin's lease must be at least {self.quota.min_lease_s:g} seconds "
+                f"([reads].min_pin_lease_s), {lease_s!r} asked"
+            )
+        return lease_ms
 
     def _quota_args(self) -> list[str]:
         if self.quota is None:
