@@ -214,6 +214,8 @@ class ReadsConfig:
     """Live snapshot pins one identity (token name) may hold."""
     max_pin_lease_total_s: float = 2 * 86_400.0
     """The leases of one identity's live pins, summed from now, may not exceed this."""
+    min_pin_lease_s: float = 1.0
+    """A shorter lease is refused: pins that expire at once would never count in the quotas."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -440,8 +442,8 @@ def _validate(config: BrokerConfig) -> None:
     if config.state.unreadable_recheck_s <= 0:
         raise InvalidArgument("[state].unreadable_recheck_s must be > 0")
     reads = config.reads
-    if reads.max_wait_s <= 0 or reads.max_pin_lease_s <= 0:
-        raise InvalidArgument("[reads] max_wait_s and max_pin_lease_s must be > 0")
+    if reads.max_wait_s <= 0 or not 0 < reads.min_pin_lease_s <= reads.max_pin_lease_s:
+        raise InvalidArgument("[reads] max_wait_s > 0, 0 < min_pin_lease_s <= max_pin_lease_s")
     if reads.cache_max_bytes < 0 or reads.cache_max_entry_bytes < 0:
         raise InvalidArgument("[reads] cache sizes must be >= 0")
     flight = config.flight

@@ -262,7 +262,9 @@ class BrokerServer:
             state.redis_url,
             prefix=state.key_prefix,
             retry_timeout_s=1.0,
-            quota=PinQuota(reads.max_pins_per_identity, reads.max_pin_lease_total_s),
+            quota=PinQuota(
+                reads.max_pins_per_identity, reads.max_pin_lease_total_s, reads.min_pin_lease_s
+            ),
         )
         return self._pins
 

@@ -84,6 +84,8 @@ tables = ["Orders"]
         {"tokens": [{"token": "x"}, {"token": "x"}]},
         {"server": {"listen": "nohost"}},
         {"spark": {"direct_lookup_warm_s": -1}},
+        {"reads": {"min_pin_lease_s": 0}},
+        {"reads": {"min_pin_lease_s": 60, "max_pin_lease_s": 30}},
     ],
 )
 def test_bad_configuration_is_refused_with_a_message(data):
