@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from core.errors import PermissionDenied, ResourceExhausted
+from core.errors import InvalidArgument, PermissionDenied, ResourceExhausted
 from horizon.client import connect
 from tests.broker.conftest import ADMIN, READER, broker_config
 from tests.broker.spark_jobs import ExtraBroker
@@ -67,3 +67,20 @@ def test_an_identity_over_its_pin_quotas_is_resource_exhausted(broker_env, spark
                 pin.release()
         with admin.pin("accounts", lease=30, renew=False):  # released pins free the quota
             pass
+
+
+def test_a_pin_lease_below_the_minimum_is_invalid_argument_naming_the_setting(broker_env):
+    """A flood of pins that expire at once would cost the state store without ever counting in
+    the quotas: below [reads].min_pin_lease_s (1 s) a lease is refused on every pinning call."""
+    with connect(broker_env.target, token=ADMIN) as admin:
+        with pytest.raises(InvalidArgument, match=r"\[reads\]\.min_pin_lease_s"):
+            admin.pin("accounts", lease=0.001, renew=False)
+        with pytest.raises(InvalidArgument, match=r"\[reads\]\.min_pin_lease_s"):
+            admin.rewrite("SELECT * FROM accounts", pin_lease=0.5)
+        pin = admin.pin("accounts", lease=1, renew=False)  # the minimum itself
+        try:
+            with pytest.raises(InvalidArgument, match=r"\[reads\]\.min_pin_lease_s"):
+                admin.renew_pin(pin.pin_id, lease=0.2)
+        finally:
+            assert pin.release()
+        assert admin.watermarks("accounts").pins == []
