@@ -16,7 +16,11 @@
    ``<table root>/_compaction/``.
 
 A revoked or expired lock makes the publish fail and announce nothing; the run then deletes what it
-wrote. A killed run leaves a directory nothing names; its locks run out.
+wrote. A publish whose outcome is unknown (its reply lost, or a retry refused after the first try
+ran) is read back from the state store: if it took effect the run goes on; otherwise only what no
+announcement names is deleted, and nothing if the store cannot be read
+(:func:`ingest.garbage.delete_unannounced`). A killed run leaves a directory nothing names; its
+locks run out.
 """
 
 from __future__ import annotations
@@ -38,8 +42,10 @@ from compaction.plan import (
     tiling,
     visible_by_chunk,
 )
+from compaction.publish import publish_checked
 from core.errors import FailedPrecondition, Internal, InvalidArgument
 from ingest.compaction_records import compaction_record_dir
+from ingest.garbage import delete_unannounced
 from ingest.resolve import segment_schema, stored_columns
 from ingest.retention import kept_rows
 from ingest.segments import describe_segment, footer_summaries, write_segments
@@ -136,7 +142,7 @@ class Compactor:
             return CompactionReport(run_id, "nothing to do")
         locks = self._job_locks(run_id)
         directory = f"{self.root}/segments/{run_id}"
-        killed = False
+        killed = attempted = False
         try:
             targets = self._lock_inputs(locks, targets)
             if not targets:
@@ -157,16 +163,24 @@ class Compactor:
             emptied = [s for t in targets if (t.interval, t.root_range[0]) not in published
                        for s in t.inputs]  # fmt: skip
             inputs = tuple(s for t in targets for s in t.inputs)
-            self.client.replace(add=outputs, remove=emptied, guard=locks.guard([*inputs, *outputs]))
+            attempted = True
+            publish_checked(
+                self.client,
+                lambda: self.client.replace(
+                    add=outputs, remove=emptied, guard=locks.guard([*inputs, *outputs])
+                ),
+                outputs,
+                emptied,
+            )
             self._record(run_id, inputs, outputs)
             return self._published(run_id, inputs, outputs, started, len(targets))
         except FailedPrecondition as error:  # a lock refused or lost, a chunk superseded
-            return self._gave_up(run_id, directory, error, started)
+            return self._gave_up(run_id, directory, error, started, attempted)
         except CompactionKilled:
             killed = True
             raise
         except BaseException:
-            self.storage.delete(directory)
+            self._clean_up(directory, attempted)
             raise
         finally:
             if killed:
@@ -193,6 +207,7 @@ class Compactor:
             return CompactionReport(run_id, "nothing to do")
         locks = self._job_locks(run_id)
         directory = f"{self.root}/segments/{run_id}"
+        attempted = False
         try:
             for target in majors:
                 locks.lock_time_chunk(target.interval)
@@ -224,13 +239,19 @@ class Compactor:
             for target in majors:
                 outputs.extend(self._describe_major(target, groups, partitions, written, run_id))
             inputs = tuple(s for t in majors for s in t.inputs)
-            self.client.announce(outputs, guard=locks.guard([*inputs, *outputs]))
+            attempted = True
+            publish_checked(
+                self.client,
+                lambda: self.client.announce(outputs, guard=locks.guard([*inputs, *outputs])),
+                outputs,
+                (),
+            )
             self._record(run_id, inputs, outputs)
             return self._published(run_id, inputs, outputs, started, len(majors))
         except FailedPrecondition as error:
-            return self._gave_up(run_id, directory, error, started)
+            return self._gave_up(run_id, directory, error, started, attempted)
         except BaseException:
-            self.storage.delete(directory)
+            self._clean_up(directory, attempted)
             raise
         finally:
             locks.release()
@@ -274,11 +295,22 @@ class Compactor:
         )
         return report
 
+    def _clean_up(self, directory: str, attempted: bool) -> bool:
+        """Delete what the run wrote; once a publish was attempted, only what no announcement
+        names (:func:`ingest.garbage.delete_unannounced`). Returns whether it all went."""
+        if not attempted:
+            self.storage.delete(directory)
+            return True
+        return delete_unannounced(self.storage, self.client, self.table.name, directory)
+
     def _gave_up(
-        self, run_id: str, directory: str, error: Exception, started: float
+        self, run_id: str, directory: str, error: Exception, started: float, attempted: bool
     ) -> CompactionReport:
-        self.storage.delete(directory)
-        self._progress(f"compaction {run_id} gave up, nothing announced: {error}")
+        cleaned = self._clean_up(directory, attempted)
+        self._progress(
+            f"compaction {run_id} gave up, "
+            f"{'nothing announced' if cleaned else 'what is announced kept'}: {error}"
+        )
         return CompactionReport(
             run_id, "revoked", seconds=time.perf_counter() - started, message=str(error)
         )

@@ -14,12 +14,17 @@ this, key index levels replaced by a full index would fill the disk at the rate 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
+from core.errors import Unavailable
 from ingest.manifest import Garbage
 from ingest.segments import CHUNK_DIR_COLUMN, SEGMENT_DIR_COLUMN, segment_directory_of
 from ingest.storage import Storage
+from watermark.server import ServerClient
+
+log = logging.getLogger(__name__)
 
 _CHUNK = f"{CHUNK_DIR_COLUMN}="
 _SEGMENT = f"{SEGMENT_DIR_COLUMN}="
@@ -82,6 +87,46 @@ def delete_files(storage: Storage, locations: Iterable[str]) -> None:
     }
     for attempt in sorted(attempts):
         _delete_if_without(storage, attempt, _CHUNK)
+
+
+def announced_paths(client: ServerClient, table: str) -> frozenset[str]:
+    """The segment directories (see :func:`segment_directory`) of every segment announced for
+    ``table`` by any server, read from the state store now."""
+    return frozenset(
+        segment_directory(location)
+        for segment in client.announced_segments(table)
+        for location in segment.location
+    )
+
+
+def delete_unannounced(storage: Storage, client: ServerClient, table: str, directory: str) -> bool:
+    """Clean up after a failed publish of what was written under ``directory``: delete only the
+    segment directories no announcement names. Returns whether the whole directory went.
+
+    A failed publish may have taken effect: Redis runs a script and the reply can be lost (the
+    client retries, then says UNAVAILABLE), and a retry of a script that had run can be refused
+    (a lock lost in between). Deleting everything then would leave announced, visible segments
+    without files, the segments they replaced withdrawn or overshadowed: neither the old data
+    nor the new readable. So the state store decides; when it cannot be read, nothing is deleted
+    (a file too many is only disk; an announced segment without files is a broken table).
+    """
+    base = directory.rstrip("/")
+    try:
+        announced = announced_paths(client, table)
+    except Unavailable as error:
+        log.warning("keeping %s: cannot tell whether its publish took effect (%s)", base, error)
+        return False
+    kept = {path for path in announced if path.startswith(base + "/")}
+    if not kept:
+        storage.delete(base)
+        return True
+    written = [
+        segment.path.rstrip("/")
+        for chunk in storage.list_dir(base)
+        for segment in storage.list_dir(chunk.path)
+    ]
+    delete_files(storage, [path for path in written if path not in kept])
+    return False
 
 
 def _delete_if_without(storage: Storage, directory: str, prefix: str) -> bool:

@@ -1,0 +1,154 @@
+"""A compaction whose publish ran in Redis but whose reply was lost never deletes what is announced.
+
+The real redis-server sits behind :class:`tests.compaction.lost_reply.LostReplyProxy`: the script
+really runs, the compactor sees a connection error. After each failure, every segment the
+timeline shows as visible has its files, and every snapshot still answers as the changelog says.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from compaction.run import Compactor
+from core.errors import Unavailable
+from ingest.storage import Storage
+from locks import scripts as lock_scripts
+from locks.client import JobLocks, LockClient
+from locks.rules import BATCH_INGESTION_PRIORITY
+from tests.compaction.history import assert_every_snapshot_answers_the_replay, churned
+from tests.compaction.lost_reply import LostReplyProxy, script_sha
+from tests.ingest.conftest import broker_view
+from watermark import scripts as store_scripts
+
+PUBLISH = script_sha(store_scripts.SEGMENTS)
+RELEASE = script_sha(lock_scripts.RELEASE)
+
+
+@pytest.fixture
+def proxy(redis_server: Any) -> Iterator[LostReplyProxy]:
+    instance = LostReplyProxy(redis_server.port)
+    yield instance
+    instance.close()
+
+
+def compactor_behind(proxy: LostReplyProxy, make_server: Any, spark: Any, table: Any) -> Compactor:
+    """A compactor whose every call to the state store goes through the proxy (its retries give
+    up after 0.3 s, so a reply lost on every try ends in UNAVAILABLE quickly)."""
+    client = make_server(proxy.url, "compactor", retry_timeout_s=0.3)
+    return Compactor(spark, table, client)
+
+
+def assert_readable(spark: Any, follower: Any, client: Any, log: list) -> list:
+    """Every visible segment has its files, and every snapshot answers the replay."""
+    storage = Storage(spark)
+    visible = broker_view(follower, client, "accounts").visible_segments
+    missing = [path for s in visible for path in s.location if not storage.exists(path)]
+    assert not missing, f"visible segments without files: {missing[:3]}"
+    assert_every_snapshot_answers_the_replay(spark, follower, client, log)
+    return visible
+
+
+def test_a_replace_whose_reply_is_lost_on_every_try_is_read_back_and_kept(
+    spark, server, follower, make_server, proxy, tmp_path
+):
+    table, client, _job, log = churned(spark, server, tmp_path, rounds=4)
+    compactor = compactor_behind(proxy, make_server, spark, table)
+    proxy.lose_replies(PUBLISH, times=1000)
+
+    report = compactor.compact()
+
+    assert proxy.dropped >= 2  # the first try and at least one retry ran, none answered
+    assert report.outcome == "published", report.message  # read back: it took effect
+    visible = assert_readable(spark, follower, client, log)
+    assert {s.id for s in report.outputs} <= {s.id for s in visible}
+
+
+def test_a_retry_refused_for_a_lost_lock_after_the_replace_ran_keeps_the_outputs(
+    spark, server, follower, make_server, proxy, redis_server, tmp_path
+):
+    table, client, _job, log = churned(spark, server, tmp_path, rounds=4)
+    compactor = compactor_behind(proxy, make_server, spark, table)
+    chunks = sorted({t.interval for t in compactor.plan()})
+    preemptor = JobLocks(
+        LockClient(redis_server.url), "accounts", "batch-x", BATCH_INGESTION_PRIORITY
+    )
+
+    def preempt() -> None:  # between the script and the retry: the retry is refused (LockLost)
+        for chunk in chunks:
+            preemptor.lock_time_chunk(chunk)
+
+    proxy.lose_replies(PUBLISH, on_drop=preempt)
+    try:
+        report = compactor.compact()
+    finally:
+        preemptor.release()
+
+    assert proxy.dropped == 1
+    assert report.outcome == "published", report.message
+    assert_readable(spark, follower, client, log)
+
+
+def test_a_major_announce_whose_reply_is_lost_keeps_the_new_version_readable(
+    spark, server, follower, make_server, proxy, tmp_path
+):
+    table, client, _job, log = churned(spark, server, tmp_path, rounds=4)
+    compactor = compactor_behind(proxy, make_server, spark, table)
+    proxy.lose_replies(PUBLISH, times=1000)
+
+    report = compactor.compact_major()
+
+    assert proxy.dropped >= 2
+    assert report.outcome == "published", report.message
+    visible = assert_readable(spark, follower, client, log)
+    assert {s.id for s in report.outputs} <= {s.id for s in visible}
+
+
+def test_when_the_store_is_unreachable_after_a_lost_reply_no_file_is_deleted(
+    spark, server, follower, make_server, proxy, tmp_path
+):
+    table, client, _job, log = churned(spark, server, tmp_path, rounds=4)
+    compactor = compactor_behind(proxy, make_server, spark, table)
+    proxy.lose_replies(PUBLISH, blackout=True)  # the script runs, then Redis is out of reach
+
+    with pytest.raises(Unavailable):
+        compactor.compact()
+
+    proxy.reachable()
+    outputs = [
+        s for s in client.announced_segments("accounts") if s.server.startswith("compactor-")
+    ]
+    assert outputs, "the replace should have run in Redis"
+    assert_readable(spark, follower, client, log)
+
+
+def test_a_failed_compaction_record_keeps_the_announced_outputs(
+    spark, server, follower, make_server, proxy, tmp_path
+):
+    table, client, _job, log = churned(spark, server, tmp_path, rounds=4)
+    compactor = compactor_behind(proxy, make_server, spark, table)
+    Path(table.table_root, "_compaction").write_text("not a directory")  # the record cannot go
+
+    with pytest.raises(OSError):
+        compactor.compact()
+
+    assert any(s.server.startswith("compactor-") for s in client.announced_segments("accounts"))
+    assert_readable(spark, follower, client, log)
+
+
+def test_a_lost_reply_to_the_lock_release_after_the_publish_keeps_the_outputs(
+    spark, server, follower, make_server, proxy, redis_server, tmp_path
+):
+    table, client, _job, log = churned(spark, server, tmp_path, rounds=4)
+    compactor = compactor_behind(proxy, make_server, spark, table)
+    proxy.lose_replies(RELEASE)  # the locks are released; the retry finds nothing to release
+
+    report = compactor.compact()
+
+    assert proxy.dropped == 1
+    assert report.outcome == "published", report.message
+    assert LockClient(redis_server.url).listing(["accounts"]).locks == ()
+    assert_readable(spark, follower, client, log)
