@@ -145,8 +145,8 @@ def test_a_pin_holds_the_retention_horizon_so_its_snapshot_keeps_answering(
 
 
 def test_an_expired_pin_stops_holding_anything_back(broker_env, client, table):
-    pin = client.pin(table.name, lease=0.3, renew=False)
-    time.sleep(0.5)
+    pin = client.pin(table.name, lease=1, renew=False)  # [reads].min_pin_lease_s
+    time.sleep(1.2)
     assert client.watermarks(table.name).pins == []
     with pytest.raises(NotFound, match="not held"):
         pin.execute(f"SELECT * FROM {table.name}")
@@ -156,8 +156,8 @@ def test_an_expired_pin_stops_holding_anything_back(broker_env, client, table):
 
 
 def test_a_context_pin_renews_its_lease_while_held(client, table):
-    with client.pin(table.name, lease=0.6) as cut:
-        time.sleep(1.2)
+    with client.pin(table.name, lease=1) as cut:  # renewed every third of a second
+        time.sleep(2)
         assert cut.renew_error is None
         assert cut.execute(f"SELECT count(*) AS n FROM {table.name}").snapshot == 1200
 
