@@ -30,6 +30,7 @@ from broker.sql.passes.expand_table_changes import expand_table_changes
 from broker.sql.passes.find_key_lookup import find_key_lookup
 from broker.sql.passes.resolve_references import resolve_references
 from broker.sql.passes.substitute_tables import substitute_tables
+from broker.sql.sealing import seal_literals
 from broker.sql.state import ReferenceKind, RewriteState, state_of
 
 _DIALECT = Spark()
@@ -206,11 +207,12 @@ def generate(tree: exp.Expression, *, pretty: bool = False) -> str:
     statement, which changes name resolution (an inner CTE shadowing an outer one becomes a
     duplicate name; an inner CTE becomes visible to outer scopes). It only hoists when the root
     has no parent, so the root is given a detached placeholder parent while it is generated; the
-    tree is not copied either (it is ours to consume).
+    tree is not copied either (it is ours to consume). The text never holds a Spark substitution
+    sequence (:mod:`broker.sql.sealing`).
     """
     tree.parent = _DETACHED_ROOT_PARENT
     try:
-        return _DIALECT.generate(tree, copy=False, pretty=pretty)
+        return seal_literals(_DIALECT.generate(tree, copy=False, pretty=pretty))
     except RecursionError:
         raise QueryTooLarge(_TOO_DEEP) from None
     finally:
