@@ -30,6 +30,9 @@ LOW_LATENCY_CONF: dict[str, str] = {
     # error messages: about three JVM round trips each. A one-row ingestion batch made 600,000
     # Python calls with it and 181,000 without. Errors of SQL text keep their context.
     "spark.python.sql.dataFrameDebugging.enabled": "false",
+    # A query's text is never rewritten before parsing (``${env:NAME}`` in a literal would read
+    # the process's environment); the broker also sets and checks it per session.
+    "spark.sql.variable.substitute": "false",
 }
 
 

@@ -20,6 +20,7 @@ from typing import Any
 import pyarrow as pa
 
 from broker.spark.failures import classify
+from broker.spark.literals import keep_literals
 from broker.spark.modes import spark_mode
 from core.errors import Cancelled, DeadlineExceeded, HorizonError, ResourceExhausted
 
@@ -122,6 +123,8 @@ class SparkExecutor:
         self.spark = spark
         self.mode = spark_mode(spark)
         self.lookup_spark = self.mode.lookup_session()
+        for session in (self.spark, *self.mirrors):
+            keep_literals(session)
 
     @property
     def mirrors(self) -> tuple[Any, ...]:
