@@ -50,14 +50,17 @@ class ClassicMode(SparkMode):
         port, secret, server = frame._jdf.collectAsArrowToPython()
         sockfile, sock = _create_local_socket((port, secret))
         completed = False
+        cut_short: Exception | None = None
         try:
             for batch in _read_collect_stream(sockfile, ordered, limits):
                 yield batch if batch.schema == schema else _cast(batch, schema)
             completed = True
-        except _StreamFailed:
+        except (_StreamFailed, pa.ArrowInvalid, EOFError) as error:
             # The JVM's serving thread failed: its exception (typed, with its cause chain) is
-            # what explains the failure, not the text it wrote into the stream.
+            # what explains the failure, not the text it wrote into the stream, nor the stream
+            # it cut short (a failure while planning, before the schema, leaves it empty).
             completed = True
+            cut_short = error
         finally:
             sockfile.close()
             sock.close()
@@ -67,6 +70,8 @@ class ClassicMode(SparkMode):
             else:
                 with suppress(Exception):  # the jobs were cancelled; only wait for the thread
                     server.getResult()
+        if cut_short is not None:  # the JVM reported no failure: the stream's own is the cause
+            raise cut_short
 
     def physical_plan(self, frame: Any) -> str:
         return str(frame._jdf.queryExecution().executedPlan().toString())
