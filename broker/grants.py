@@ -29,6 +29,10 @@ class TokenGrant:
     tables: frozenset[str] = frozenset({ALL_TABLES})
     inspect: bool = False
     client_cn: str = ""
+    max_concurrent: int | None = None
+    """This identity's queries running at once (None: only the broker's fair share)."""
+    queries_per_second: float | None = None
+    """This identity's admissions a second, a token bucket (None: no rate limit)."""
 
     def may_read(self, table: str) -> bool:
         return ALL_TABLES in self.tables or table.lower() in self.tables
@@ -103,7 +107,7 @@ def grants_from_entries(raw: Any) -> tuple[TokenGrant, ...]:
                 f"tokens[{index}] needs a non-empty 'token' or 'client_cn' (a client "
                 "certificate's common name)"
             )
-        extra = set(entry) - {"name", "token", "tables", "inspect", "client_cn"}
+        extra = set(entry) - {*_ENTRY_KEYS}
         if extra:
             raise InvalidArgument(f"tokens[{index}]: unknown key(s) {', '.join(sorted(extra))}")
         tables = entry.get("tables", [ALL_TABLES])
@@ -116,6 +120,31 @@ def grants_from_entries(raw: Any) -> tuple[TokenGrant, ...]:
                 tables=frozenset(t.lower() for t in tables),
                 inspect=bool(entry.get("inspect", False)),
                 client_cn=str(entry.get("client_cn", "")),
+                max_concurrent=_positive(entry, index, "max_concurrent", int),
+                queries_per_second=_positive(entry, index, "queries_per_second", float),
             )
         )
     return tuple(grants)
+
+
+_ENTRY_KEYS = (
+    "name",
+    "token",
+    "tables",
+    "inspect",
+    "client_cn",
+    "max_concurrent",
+    "queries_per_second",
+)
+
+
+def _positive(entry: Mapping[str, Any], index: int, key: str, kind: type) -> Any:
+    """An optional per-identity quota: absent, or a number above zero."""
+    value = entry.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise InvalidArgument(f"tokens[{index}].{key} must be a number > 0, got {value!r}")
+    if kind is int and value != int(value):
+        raise InvalidArgument(f"tokens[{index}].{key} must be a whole number, got {value!r}")
+    return kind(value)

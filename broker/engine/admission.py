@@ -1,28 +1,34 @@
-"""Bounded concurrency for queries: at most N run, at most Q wait, the rest are refused.
+"""Bounded, fair concurrency for queries: at most N run, at most Q wait, the rest are refused.
 
 Spark shares one driver between all queries; an unbounded number of concurrent queries would only
 make every one of them slow. A query that cannot even queue gets RESOURCE_EXHAUSTED at once; a
 queued query gives up when its deadline passes or its caller goes away.
 
-Queued queries are admitted in the order they came, and a query that arrives while others wait
-queues behind them: a freed slot used to go to whichever thread took the lock first, so a query
-just arrived could pass one that had waited, again and again (16 clients of point queries: p99
-88 to 107 ms while a query's thread took a while to start, 200 to 320 ms once calls started at
-once on idle threads).
+Who goes next is :class:`~broker.engine.fair_share.FairShares`' decision: each identity's queries
+are admitted in the order they came, a query that arrives while others of its identity wait
+queues behind them, and a freed slot goes to the waiting identity running the fewest queries, so
+one caller cannot keep every slot while another waits. (A freed slot once went to whichever
+thread took the lock first, so a query just arrived could pass one that had waited, again and
+again: 16 clients of point queries, p99 88 to 107 ms while a query's thread took a while to
+start, 200 to 320 ms once calls started at once on idle threads.)
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from core.errors import Cancelled, DeadlineExceeded, ResourceExhausted
+from broker.config import BrokerConfig
+from broker.engine.fair_share import FairShares, IdentityLimits
+from core.errors import Cancelled, DeadlineExceeded
 
 _POLL_S = 0.05
+
+SHARED_IDENTITY = ""
+"""The identity of work no caller is named for (it shares like any other identity)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,20 +40,33 @@ class AdmissionStats:
 
 
 class Admission:
-    """A counting gate with a bounded waiting room."""
+    """A counting gate with a bounded waiting room, shared fairly between identities."""
 
-    def __init__(self, max_concurrent: int, queue_size: int) -> None:
+    def __init__(
+        self,
+        max_concurrent: int,
+        queue_size: int,
+        *,
+        identities: Mapping[str, IdentityLimits] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.max_concurrent = max_concurrent
         self.queue_size = queue_size
+        self._clock = clock
         self._cond = threading.Condition()
-        self._running = 0
-        self._queued = 0
-        self._waiting: deque[object] = deque()
-        """A ticket per queued query, oldest first: only the oldest may take a freed slot."""
+        self._shares = FairShares(max_concurrent, queue_size, identities)
 
     def stats(self) -> AdmissionStats:
         with self._cond:
-            return AdmissionStats(self._running, self._queued, self.max_concurrent, self.queue_size)
+            shares = self._shares
+            return AdmissionStats(
+                shares.running, shares.queued, self.max_concurrent, self.queue_size
+            )
+
+    def running_of(self, identity: str) -> int:
+        """Queries of ``identity`` holding a slot now."""
+        with self._cond:
+            return self._shares.running_of(identity)
 
     @contextmanager
     def slot(
@@ -55,44 +74,58 @@ class Admission:
         *,
         deadline: float | None = None,
         is_active: Callable[[], bool] = lambda: True,
+        identity: str = SHARED_IDENTITY,
     ) -> Iterator[float]:
         """Hold one running slot for the ``with`` body; yields the seconds spent queued.
 
         ``deadline`` is a ``time.monotonic()`` instant; ``is_active`` tells whether the caller is
-        still there (checked while waiting).
+        still there (checked while waiting); ``identity`` is whose share the slot counts in.
         """
         started = time.monotonic()
+        ticket = object()
         with self._cond:
-            if self._running >= self.max_concurrent or self._waiting:
-                if self._queued >= self.queue_size:
-                    raise ResourceExhausted(
-                        f"the broker is busy: {self._running} queries running and "
-                        f"{self._queued} queued (limits {self.max_concurrent} and "
-                        f"{self.queue_size}); retry later"
-                    )
-                ticket = object()
-                self._waiting.append(ticket)
-                self._queued += 1
-                try:
-                    while self._waiting[0] is not ticket or self._running >= self.max_concurrent:
-                        if deadline is not None and time.monotonic() >= deadline:
-                            raise DeadlineExceeded(
-                                "the query's deadline passed while it waited for a free slot"
-                            )
-                        if not is_active():
-                            raise Cancelled("the client went away while the query was queued")
-                        timeout = _POLL_S
-                        if deadline is not None:
-                            timeout = max(0.0, min(timeout, deadline - time.monotonic()))
-                        self._cond.wait(timeout)
-                finally:
-                    self._queued -= 1
-                    self._waiting.remove(ticket)
-                    self._cond.notify_all()  # the next oldest may go (or take this one's turn)
-            self._running += 1
+            if not self._shares.arrive(identity, ticket, self._clock()):
+                self._wait(identity, ticket, deadline, is_active)
         try:
             yield time.monotonic() - started
         finally:
             with self._cond:
-                self._running -= 1
+                self._shares.release(identity)
                 self._cond.notify_all()
+
+    def _wait(
+        self,
+        identity: str,
+        ticket: object,
+        deadline: float | None,
+        is_active: Callable[[], bool],
+    ) -> None:
+        """Wait (holding the condition's lock between waits) until ``ticket`` is granted."""
+        try:
+            while not self._shares.granted(ticket):
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise DeadlineExceeded(
+                        "the query's deadline passed while it waited for a free slot"
+                    )
+                if not is_active():
+                    raise Cancelled("the client went away while the query was queued")
+                timeout = _POLL_S
+                if deadline is not None:
+                    timeout = max(0.0, min(timeout, deadline - time.monotonic()))
+                self._cond.wait(timeout)
+        except BaseException:
+            self._shares.leave(identity, ticket)  # frees the slot if it was granted meanwhile
+            self._cond.notify_all()
+            raise
+
+
+def admission_of(config: BrokerConfig) -> Admission:
+    """The broker's gate: ``[limits]``' slots and waiting room, each ``[[tokens]]`` entry's
+    ``max_concurrent`` and ``queries_per_second``."""
+    identities = {
+        grant.name: IdentityLimits(grant.max_concurrent, grant.queries_per_second)
+        for grant in config.tokens
+        if grant.max_concurrent is not None or grant.queries_per_second is not None
+    }
+    limits = config.limits
+    return Admission(limits.max_concurrent, limits.queue_size, identities=identities)

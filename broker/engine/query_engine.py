@@ -20,7 +20,7 @@ from typing import Any
 import pyarrow as pa
 
 from broker.config import BrokerConfig
-from broker.engine.admission import Admission
+from broker.engine.admission import admission_of
 from broker.engine.catalog import CatalogEntries, build_catalog
 from broker.engine.direct import DirectLookups
 from broker.engine.execution import FIRST_FLUSH_BYTES, Execution, first_batches, no_stream
@@ -91,7 +91,7 @@ class QueryEngine:
         """Running and recent queries (the service records their lifecycle)."""
         self.catalog_entries = CatalogEntries()
         self.direct = DirectLookups(config.spark, self.executor.mode)
-        self.admission = Admission(config.limits.max_concurrent, config.limits.queue_size)
+        self.admission = admission_of(config)
         self.pins = pins
         self.floor = floor if floor is not None else SnapshotFloor(None, prefix="")
         reads = config.reads
@@ -349,7 +349,9 @@ class QueryEngine:
         generation = self.spark_generation
         with ExitStack() as held:
             queued_s = held.enter_context(
-                self.admission.slot(deadline=scope.deadline, is_active=is_active)
+                self.admission.slot(
+                    deadline=scope.deadline, is_active=is_active, identity=principal.name
+                )
             )
             unreadable: list[str] = []
             for attempt in range(2):
