@@ -43,7 +43,7 @@ from compaction.plan import (
     visible_by_chunk,
 )
 from compaction.publish import publish_checked
-from core.errors import FailedPrecondition, Internal, InvalidArgument
+from core.errors import FailedPrecondition, Internal, InvalidArgument, Unavailable
 from ingest.compaction_records import compaction_record_dir
 from ingest.garbage import delete_unannounced
 from ingest.resolve import segment_schema, stored_columns
@@ -301,7 +301,11 @@ class Compactor:
         if not attempted:
             self.storage.delete(directory)
             return True
-        return delete_unannounced(self.storage, self.client, self.table.name, directory)
+        try:
+            return delete_unannounced(self.storage, self.client, self.table.name, directory)
+        except Unavailable as error:
+            log.warning("keeping %s: cannot tell whether it was published (%s)", directory, error)
+            return False
 
     def _gave_up(
         self, run_id: str, directory: str, error: Exception, started: float, attempted: bool

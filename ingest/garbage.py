@@ -14,17 +14,13 @@ this, key index levels replaced by a full index would fill the disk at the rate 
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from core.errors import Unavailable
 from ingest.manifest import Garbage
 from ingest.segments import CHUNK_DIR_COLUMN, SEGMENT_DIR_COLUMN, segment_directory_of
 from ingest.storage import Storage
 from watermark.server import ServerClient
-
-log = logging.getLogger(__name__)
 
 _CHUNK = f"{CHUNK_DIR_COLUMN}="
 _SEGMENT = f"{SEGMENT_DIR_COLUMN}="
@@ -108,14 +104,11 @@ def delete_unannounced(storage: Storage, client: ServerClient, table: str, direc
     (a lock lost in between). Deleting everything then would leave announced, visible segments
     without files, the segments they replaced withdrawn or overshadowed: neither the old data
     nor the new readable. So the state store decides; when it cannot be read, nothing is deleted
-    (a file too many is only disk; an announced segment without files is a broken table).
+    and :class:`Unavailable` is raised (a file too many is only disk; an announced segment
+    without files is a broken table).
     """
     base = directory.rstrip("/")
-    try:
-        announced = announced_paths(client, table)
-    except Unavailable as error:
-        log.warning("keeping %s: cannot tell whether its publish took effect (%s)", base, error)
-        return False
+    announced = announced_paths(client, table)
     kept = {path for path in announced if path.startswith(base + "/")}
     if not kept:
         storage.delete(base)

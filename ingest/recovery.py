@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
-from ingest import upkeep
+from ingest import garbage, upkeep
 from ingest.commit import CommitProtocol
 from ingest.locking import UpdateSuperseded
 from ingest.manifest import (
@@ -103,14 +103,19 @@ def observe_reported_progress(protocol: CommitProtocol, partitions: Iterable[int
 
 def abandon_update(protocol: CommitProtocol, record: Record, error: UpdateSuperseded) -> None:
     """Give up an unpublished update whose segments a compaction replaced while this server
-    was down: delete its files and make its updates pending again (the next updater run
-    applies them to the segments that replaced them)."""
+    was down: delete its files that no announcement names and make its updates pending again
+    (the next updater run applies them to the segments that replaced them)."""
     protocol.release_transaction_locks()
     pending = record.body.get("pending")
     if pending is None:  # written before updates were recorded in their commit
         raise error
     log.warning("abandoning update %s: %s", record.seq, error)
     server = protocol.server
-    server.storage.delete(server.update_directory(record.seq))
+    # Its replace may have taken effect before the crash (or its reply was lost) and a compaction
+    # then taken its rewrites in: those stay announced, overshadowed, until the compaction's
+    # collection deletes them. Only what no announcement names goes now.
+    garbage.delete_unannounced(
+        server.storage, server.client, server.table.name, server.update_directory(record.seq)
+    )
     body = {"kind": ABANDON, "update": record.seq, "pending": pending}
     server.manifest.write_transaction(protocol.state, body, at_ms=wall_ms())

@@ -1,4 +1,5 @@
-"""A compaction whose publish ran in Redis but whose reply was lost never deletes what is announced.
+"""A publish that ran in Redis although its caller saw it fail never loses the files of what is
+announced: a compaction whose reply was lost, an update abandoned after its replace ran.
 
 The real redis-server sits behind :class:`tests.compaction.lost_reply.LostReplyProxy`: the script
 really runs, the compactor sees a connection error. After each failure, every segment the
@@ -15,13 +16,19 @@ import pytest
 
 from compaction.run import Compactor
 from core.errors import Unavailable
+from ingest.job import IngestJob, SimulatedCrash
 from ingest.storage import Storage
 from locks import scripts as lock_scripts
 from locks.client import JobLocks, LockClient
 from locks.rules import BATCH_INGESTION_PRIORITY
-from tests.compaction.history import assert_every_snapshot_answers_the_replay, churned
+from tests.compaction.history import (
+    assert_every_snapshot_answers_the_replay,
+    batch,
+    churn,
+    churned,
+)
 from tests.compaction.lost_reply import LostReplyProxy, script_sha
-from tests.ingest.conftest import broker_view
+from tests.ingest.conftest import Change, accounts_table, assert_broker_sees, broker_view
 from watermark import scripts as store_scripts
 
 PUBLISH = script_sha(store_scripts.SEGMENTS)
@@ -152,3 +159,35 @@ def test_a_lost_reply_to_the_lock_release_after_the_publish_keeps_the_outputs(
     assert report.outcome == "published", report.message
     assert LockClient(redis_server.url).listing(["accounts"]).locks == ()
     assert_readable(spark, follower, client, log)
+
+
+def test_an_abandoned_update_whose_replace_ran_keeps_the_rewrites_a_compaction_took_in(
+    spark, server, follower, tmp_path
+):
+    """The updater's replace ran (its server died before finishing, as after a lost reply); a
+    compaction then took its rewrites in. The restart abandons the update, but its rewrites stay
+    announced (overshadowed, the compaction's fallback) and so keep their files."""
+    table = accounts_table(tmp_path)
+    client = server("s1")
+    log: list = []
+    churn(IngestJob(spark, table, client).start(), spark, log, rounds=4)
+    crashing = IngestJob(spark, table, client, fail_at="update_after_replace")
+    changes = [Change(f"k{i:02d}", 900 + i, 10) for i in range(0, 12, 2)]  # updates only
+    with pytest.raises(SimulatedCrash):
+        batch(crashing, spark, changes, [])
+    log.extend((max(ts for ts, _ in log) + 1 + i, c) for i, c in enumerate(changes))
+    rewrites = [s for s in client.announced_segments("accounts") if "/u0" in s.location[0]]
+    assert rewrites, "the update's replace should have run"
+    report = Compactor(spark, table, server("compactor")).compact()
+    assert report.outcome == "published"
+    assert {s.id for s in rewrites} & {s.id for s in report.inputs}
+
+    restarted = IngestJob(spark, table, server("s1")).start()
+    kinds = [r.body.get("kind") for r in restarted.manifest.records() if r.phase == "commit"]
+    assert "abandon" in kinds, "the update should have been abandoned"
+    storage = Storage(spark)
+    announced = client.announced_segments("accounts")
+    missing = [path for s in announced for path in s.location if not storage.exists(path)]
+    assert not missing, f"announced segments without files: {missing[:3]}"
+    restarted.flush_updates()
+    assert_broker_sees(spark, follower, client, "accounts", log, exact_ts=False)
