@@ -292,6 +292,25 @@ def hostile_run(target: str, root: Path) -> list[Outcome]:
                     pin.release()
 
         record("taking pins until refused", pins, ("RESOURCE_EXHAUSTED",))
+        record("a pin with a 1 ms lease", lambda: client.pin("accounts", lease=0.001, renew=False),
+               ("INVALID_ARGUMENT",))  # fmt: skip
+
+        def pin_flood() -> None:
+            """2,000 pins at the 1 s minimum lease: the quota refuses most, the rest expire and
+            are dropped by later takes, so what stays live is what the quota allows."""
+            from core.errors import ResourceExhausted
+
+            refused = 0
+            for _ in range(2_000):
+                try:
+                    client.pin("accounts", lease=1, renew=False)
+                except ResourceExhausted:
+                    refused += 1
+            live = len(client.watermarks("accounts").pins)
+            if live > 8 or not refused:  # [reads] max_pins_per_identity below
+                raise RuntimeError(f"{live} pins live after the flood, {refused} refused")
+
+        record("a flood of 2,000 pins at the minimum lease", pin_flood, ("OK",))
 
         def slow_reader() -> None:
             call = client.start_query(
