@@ -150,3 +150,27 @@ def test_the_commands_of_a_take_do_not_grow_with_other_owners_pins(server, redis
     assert crowded == alone, "a take runs the same commands whoever else holds pins"
     assert "hgetall" not in crowded and "hgetall" not in renewed, "no pin hash is read whole"
     assert sum(renewed.values()) < 3 * sum(alone.values())
+
+
+def test_a_pin_stored_before_the_expiry_indexes_is_still_honoured_renewed_and_released(
+    server, redis_url, raw
+):
+    """Nothing is migrated: a pin written by an older broker (entry and pin index only) still
+    caps the retention horizon and is listed; renewing it indexes it, so the quota counts it."""
+    now_ms = int(raw.time()[0]) * 1000
+    raw.hset(KEYS.pins("accounts"), "pin-old", f"400|{now_ms}|{now_ms + 60_000}|me")
+    raw.hset(KEYS.pin_index, "pin-old", '{"t": ["accounts"], "o": "me"}')
+    store = quota_store(redis_url, max_pins=1)
+    try:
+        assert server.report_retention_horizon("accounts", 900) == 400
+        assert [pin.pin_id for pin in store.listing(["accounts"])[1]] == ["pin-old"]
+        store.renew("pin-old", lease_s=30, owner="me")
+        assert raw.zscore(KEYS.owner_pins("me"), "pin-old") is not None
+        with pytest.raises(ResourceExhausted, match="max_pins_per_identity"):
+            store.pin(["accounts"], 500, lease_s=30, owner="me")
+        assert store.release("pin-old", owner="me")
+        left = {name: n for name, n in stored_pins(raw).items() if name != "keys"}
+        assert left == dict.fromkeys(left, 0), "released everywhere it was stored"
+        assert server.report_retention_horizon("accounts", 900) == 900
+    finally:
+        store.close()
