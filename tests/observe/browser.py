@@ -17,8 +17,8 @@ def chromium_paths() -> tuple[str, str]:
     return browser, driver
 
 
-def start_chromium() -> Any:
-    """A headless Chromium session (the caller quits it)."""
+def start_chromium(*extra_arguments: str) -> Any:
+    """A headless Chromium session (the caller quits it), with ``extra_arguments`` if any."""
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
@@ -33,6 +33,7 @@ def start_chromium() -> Any:
         "--window-size=1400,1000",
         "--no-first-run",
         "--disable-extensions",
+        *extra_arguments,
     ):
         options.add_argument(argument)
     driver = webdriver.Chrome(service=Service(driver_path), options=options)
