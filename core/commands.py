@@ -5,11 +5,11 @@ refused request printed as one line naming the command with exit code 2, Ctrl-C 
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from collections.abc import Callable, Sequence
 
 from core.errors import HorizonError, InvalidArgument
+from core.logs import configure_logging
 
 EXIT_REFUSED = 2
 EXIT_INTERRUPTED = 130
@@ -22,8 +22,7 @@ def run_command(
     argv: Sequence[str] | None = None,
 ) -> int:
     """Parse ``argv`` with ``parser`` and run ``run``; returns the process exit code."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    logging.getLogger("py4j").setLevel(logging.WARNING)  # one line per Py4J connection otherwise
+    configure_logging("text", "INFO")  # escaped fields, libraries' chatter at WARNING
     args = parser.parse_args(argv)
     try:
         return run(args)
