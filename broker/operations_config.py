@@ -11,6 +11,8 @@ Parts of the one typed configuration (:class:`broker.config.BrokerConfig`), load
     format = "json"              # or "text" (the default)
     level = "INFO"
     queries = true               # one line per query end
+    error_messages = false       # a failed query's line: status and Spark's condition only
+    library_level = "WARNING"    # py4j, urllib3, asyncio, gRPC, PySpark's own loggers
     state_check_s = 1.0          # how often state changes are looked for
 
     [console]
@@ -51,6 +53,11 @@ class LoggingConfig:
     level: LogLevel = "INFO"
     queries: bool = True
     """One line per query end (identity, tables, snapshot, status, rows, timings, cache)."""
+    error_messages: bool = False
+    """Write a failed query's error message in its line. Off: the status code and Spark's error
+    condition only, as the message may quote the caller's literals and logs promise no SQL."""
+    library_level: LogLevel = "WARNING"
+    """The level of third-party loggers (py4j writes an INFO line per Spark probe otherwise)."""
     state_check_s: float = 1.0
     """How often the broker looks for state changes to log (stale servers, revoked locks...)."""
 

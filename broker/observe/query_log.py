@@ -3,16 +3,21 @@
 The line is written by the query registry's listener (:mod:`broker.engine.registry`), so every
 door (gRPC, Flight SQL, the console) logs alike. The SQL text is left out: it may quote keys and
 literal values that belong in no log; the query id finds it in ``ListQueries`` while it is recent.
+So is a failed query's error message (it quotes the caller's literals), unless ``[logging]
+error_messages`` asks for it: the line keeps the status code and Spark's error condition.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any
 
 log = logging.getLogger("horizon.query")
 
 STAGES = ("queued", "rewrite", "views", "spark", "serialize", "total")
+_SPARK_CONDITION = re.compile(r"Spark re(?:jected|fused) the query: \[([A-Z][A-Z0-9_.]*)\]")
+"""How :mod:`broker.spark.failures` starts the message of an error Spark raised."""
 
 
 def query_fields(record: Any) -> dict[str, Any]:
@@ -37,11 +42,29 @@ def query_fields(record: Any) -> dict[str, Any]:
     }
 
 
-def log_query(record: Any) -> None:
-    """Registry listener: INFO for a query that answered, WARNING with its message otherwise."""
+def error_condition(message: str) -> str:
+    """Spark's error condition at the head of a query's error message ("" when Spark did not
+    raise it): what the error was, without the text that quotes the query.
+
+    >>> error_condition("Spark rejected the query: [DIVIDE_BY_ZERO] Division by zero. '1/0'")
+    'DIVIDE_BY_ZERO'
+    >>> error_condition("table secret: not granted")
+    ''
+    """
+    found = _SPARK_CONDITION.match(message)
+    return found.group(1) if found else ""
+
+
+def log_query(record: Any, *, error_messages: bool = False) -> None:
+    """Registry listener: INFO for a query that answered, WARNING otherwise, with Spark's error
+    condition and (``error_messages``) the message."""
     fields = query_fields(record)
     if record.status == "OK":
         log.info("query %s ended OK", record.query_id, extra=fields)
-    else:
+        return
+    condition = error_condition(record.message or "")
+    if condition:
+        fields["error_condition"] = condition
+    if error_messages:
         fields["error"] = record.message
-        log.warning("query %s ended %s", record.query_id, record.status, extra=fields)
+    log.warning("query %s ended %s", record.query_id, record.status, extra=fields)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from functools import partial
 from typing import Any, TextIO
 from urllib.parse import urlsplit
 
@@ -54,7 +55,8 @@ class BrokerObserver:
         queries = self._engine().queries
         queries.add_listener(metrics.count_query)
         if self.config.logging.queries:
-            queries.add_listener(log_query)
+            with_messages = self.config.logging.error_messages
+            queries.add_listener(partial(log_query, error_messages=with_messages))
         if self.config.metrics.enabled:
             address = self.config.metrics_address
             try:
@@ -87,22 +89,29 @@ def secrets_of(config: BrokerConfig) -> list[str]:
 def configure_broker_logging(
     config: BrokerConfig, *, verbose: bool = False, stream: TextIO | None = None
 ) -> logging.Handler:
-    """The process's log lines as ``[logging]`` says (``verbose``: DEBUG), secrets redacted."""
-    level = "DEBUG" if verbose else config.logging.level
+    """The process's log lines as ``[logging]`` says (``verbose``: DEBUG, libraries' loggers
+    still at ``library_level``), secrets redacted."""
+    settings = config.logging
     handler = configure_logging(
-        config.logging.format, level, secrets=secrets_of(config), stream=stream
+        settings.format,
+        "DEBUG" if verbose else settings.level,
+        secrets=secrets_of(config),
+        stream=stream,
+        library_level=settings.library_level,
     )
-    _through(handler, PYSPARK_LOGGERS)
+    _through(handler, PYSPARK_LOGGERS, enabled=settings.error_messages)
     return handler
 
 
 PYSPARK_LOGGERS = ("SQLQueryContextLogger", "DataFrameQueryContextLogger")
-"""PySpark's loggers of analysis errors: they write the query plan (literals included) to stderr
-with a handler of their own and do not propagate, so they would bypass the redaction."""
+"""PySpark's loggers of analysis errors: they write the error message and the query plan
+(literals included) to stderr with a handler of their own and do not propagate, so they would
+bypass the redaction; they are silent unless ``[logging] error_messages`` asks for messages."""
 
 
-def _through(handler: logging.Handler, names: tuple[str, ...]) -> None:
-    """Send these PySpark loggers' lines through ``handler`` only (redacted, in our format)."""
+def _through(handler: logging.Handler, names: tuple[str, ...], *, enabled: bool) -> None:
+    """Send these PySpark loggers' lines through ``handler`` only (redacted, in our format),
+    or nowhere when not ``enabled``."""
     try:
         from pyspark.logger import PySparkLogger
     except ImportError:  # no PySpark, none of its lines
@@ -114,3 +123,4 @@ def _through(handler: logging.Handler, names: tuple[str, ...]) -> None:
         # PySparkLogger.addHandler would put its own formatter on our handler.
         logging.Logger.addHandler(logger, handler)
         logger.propagate = False  # as PySpark sets it: one line, not two
+        logger.disabled = not enabled

@@ -9,14 +9,17 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
 
-from broker.observe.wiring import configure_broker_logging
+from broker.observe.wiring import PYSPARK_LOGGERS, configure_broker_logging
 from core.errors import HorizonError
+from horizon.client import connect
 from locks.client import JobLocks, LockClient
 from tests.broker.data import CHUNK
+from tests.broker.spark_jobs import ExtraBroker
 from tests.observe.conftest import (
     ADMIN,
     BLIND,
@@ -55,15 +58,23 @@ class Captured:
             time.sleep(0.05)
 
 
-@pytest.fixture
-def captured(watched: WatchedBroker) -> Iterator[Captured]:
+@contextmanager
+def logging_as(config: Any) -> Iterator[Captured]:
+    """The process logs as ``config`` says into a captured stream while the block runs."""
     stream = io.StringIO()
-    config = watched_config(watched.redis.url, logging={"format": "json"})
-    handler = configure_broker_logging(config, stream=stream)  # type: ignore[arg-type]
+    handler = configure_broker_logging(config, stream=stream)
     try:
         yield Captured(stream)
     finally:
         logging.getLogger().removeHandler(handler)
+        for name in PYSPARK_LOGGERS:  # back to the defaults' silence
+            logging.getLogger(name).disabled = True
+
+
+@pytest.fixture
+def captured(watched: WatchedBroker) -> Iterator[Captured]:
+    with logging_as(watched_config(watched.redis.url, logging={"format": "json"})) as lines:
+        yield lines
 
 
 def test_one_json_line_per_query_end_with_the_fields_a_log_system_indexes(
@@ -88,7 +99,63 @@ def test_one_json_line_per_query_end_with_the_fields_a_log_system_indexes(
         lambda line: line.get("event") == "query_end" and line.get("status") != "OK"
     )
     assert refused["level"] == "WARNING" and refused["identity"] == "reader"
-    assert refused["status"] in ("NOT_FOUND", "PERMISSION_DENIED") and refused["error"]
+    assert refused["status"] in ("NOT_FOUND", "PERMISSION_DENIED")
+    assert "error" not in refused  # messages only when configured
+
+
+LITERAL = "not-a-number-literal-7731"
+"""A caller's literal Spark's error message quotes (CAST_INVALID_INPUT)."""
+
+
+def test_a_failed_querys_line_keeps_its_status_and_condition_but_not_its_message(
+    watched: WatchedBroker, captured: Captured
+):
+    with watched.client(READER) as client, pytest.raises(HorizonError) as failed:
+        client.query(f"SELECT CAST('{LITERAL}' AS INT) AS n FROM accounts")
+    assert LITERAL in str(failed.value)  # the caller is told; the log is not
+    line = captured.wait_for(
+        lambda line: line.get("event") == "query_end" and line["status"] == "INVALID_ARGUMENT"
+    )
+    assert line["error_condition"] == "CAST_INVALID_INPUT" and "error" not in line
+    assert LITERAL not in captured.text()
+
+
+def test_error_messages_are_logged_when_configured_and_still_redacted(watched: WatchedBroker):
+    settings = {"format": "json", "error_messages": True}
+    config = watched_config(watched.redis.url, logging=settings)
+    with (
+        logging_as(config) as captured,
+        ExtraBroker(config, watched.broker.engine.spark, watched) as broker,  # type: ignore[arg-type]
+        connect(broker.target, token=READER) as client,
+        pytest.raises(HorizonError),
+    ):
+        client.query(f"SELECT CAST('{LITERAL} {ADMIN}' AS INT) AS n FROM accounts")
+    line = captured.wait_for(lambda line: LITERAL in line.get("error", ""))
+    assert line["error_condition"] == "CAST_INVALID_INPUT"
+    assert line["status"] == "INVALID_ARGUMENT"
+    # PySpark's own logger of analysis errors comes through the redacting handler.
+    assert any(line["logger"] == "SQLQueryContextLogger" for line in captured.lines())
+    assert ADMIN not in captured.text() and "[redacted]" in captured.text()
+
+
+def test_the_engine_probe_writes_no_py4j_line_at_info(watched: WatchedBroker):
+    """Each probe runs on a thread of its own, whose py4j connection closes with an INFO line
+    that buried the broker's own lines every 2 s."""
+    for name in ("py4j", "py4j.clientserver"):
+        logging.getLogger(name).setLevel(logging.NOTSET)  # as in a process just started
+    stream = io.StringIO()
+    handler = configure_broker_logging(watched_config(watched.redis.url), stream=stream)  # type: ignore[arg-type]
+    try:
+        supervisor = watched.broker.supervisor
+        assert supervisor is not None
+        for _ in range(3):  # three probe intervals' worth of probes, as the supervisor runs them
+            assert supervisor.check()
+        logging.getLogger("horizon.test").info("the broker's own line")
+    finally:
+        logging.getLogger().removeHandler(handler)
+    text = stream.getvalue()
+    assert "the broker's own line" in text
+    assert "py4j" not in text and "Closing down clientserver connection" not in text
 
 
 def test_text_format_writes_the_same_fields_as_key_value_pairs(watched: WatchedBroker):
@@ -160,9 +227,9 @@ def test_no_token_or_secret_appears_in_any_log_line(watched: WatchedBroker, capt
     captured.wait_for(lambda line: line.get("event") == "query_end" and line["status"] != "OK")
     text = captured.text()
     assert text.strip()
-    # PySpark's own logger of analysis errors (it prints the plan, literals included) is routed
-    # through the redacting handler too.
-    assert any(line["logger"] == "SQLQueryContextLogger" for line in captured.lines())
+    # PySpark's own logger of analysis errors (it prints the plan, literals included) is silent
+    # unless error messages are asked for (then redacted: see the test above).
+    assert not any(line["logger"] in PYSPARK_LOGGERS for line in captured.lines())
     for secret in [*secrets, "some-bearer-credential"]:
         assert secret not in text
     assert "[redacted]" in text
