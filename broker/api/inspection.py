@@ -135,7 +135,7 @@ class Inspection:
                     record,
                     show_sql=record.identity == principal.name
                     or (bool(record.tables) and all(map(principal.may_read, record.tables))),
-                    spark_jobs_running=self.engine.spark_jobs_running(record.query_id),
+                    spark_jobs_running=self.engine.spark_jobs_running(record.handle),
                 )
                 for record in records
             ]

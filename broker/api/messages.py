@@ -327,7 +327,9 @@ def watermarks_message(report: Any, *, queries_blocked: bool) -> pb.GetWatermark
 def query_info_message(
     record: Any, *, show_sql: bool, spark_jobs_running: int | None
 ) -> pb.QueryInfo:
-    """A running or recent query (:class:`broker.engine.registry.QueryRecord`)."""
+    """A running or recent query (:class:`broker.engine.registry.QueryRecord`). Without
+    ``show_sql`` (the inspector may not read every table it read) neither its text nor its
+    tables nor its error message, which can quote the text's literals, are shown."""
     timings = record.timings
     message = pb.QueryInfo(
         query_id=record.query_id,
@@ -337,8 +339,8 @@ def query_info_message(
         started_ms=record.started_ms,
         ended_ms=record.ended_ms,
         status=record.status,
-        message=record.message,
-        tables=list(record.tables),
+        message=record.message if show_sql else "",
+        tables=list(record.tables) if show_sql else [],
         row_count=record.rows,
         byte_count=record.bytes,
         cache=record.cache,

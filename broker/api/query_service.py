@@ -222,7 +222,7 @@ class QueryServicer(rpc.QueryServiceServicer):
                     is_active=lambda: not pipe.closed,
                     options=options,
                 )
-                registry.started(scope.query_id, execution)
+                registry.started(scope.handle, execution)
                 try:
                     for message in query_messages(execution, limits.batch_bytes, started):
                         pipe.put(message)
@@ -233,18 +233,20 @@ class QueryServicer(rpc.QueryServiceServicer):
             else:
                 pipe.finish(END)
 
-        registry.begin(scope.query_id, principal.name, request.sql, rpc="ExecuteQuery")
+        registry.begin(
+            scope.handle, scope.query_id, principal.name, request.sql, rpc="ExecuteQuery"
+        )
         trailer: pb.QueryTrailer | None = None
         try:
-            self.offload.start(produce, f"horizon-query-{scope.query_id}")
+            self.offload.start(produce, f"horizon-query-{scope.handle}")
         except BaseException as error:
-            registry.end(scope.query_id, *ended_as(error))
+            registry.end(scope.handle, *ended_as(error))
             raise
         try:
             while True:
                 item = await pipe.get(deadline)
                 if item is END:
-                    registry.end(scope.query_id, "done", "OK", **trailer_fields(trailer))
+                    registry.end(scope.handle, "done", "OK", **trailer_fields(trailer))
                     return
                 if isinstance(item, BaseException):
                     raise item
@@ -261,19 +263,19 @@ class QueryServicer(rpc.QueryServiceServicer):
                     ) from None
         except DeadlineExceeded as error:
             scope.cancel(DEADLINE)
-            registry.end(scope.query_id, "deadline", "DEADLINE_EXCEEDED", str(error))
+            registry.end(scope.handle, "deadline", "DEADLINE_EXCEEDED", str(error))
             raise
         except Exception as error:
             scope.cancel(CANCELLED)
-            registry.end(scope.query_id, *ended_as(error))
+            registry.end(scope.handle, *ended_as(error))
             raise
         except BaseException:  # gRPC ended the call: the client cancelled, or its deadline passed
             if loop.time() >= deadline - 0.05:
                 scope.cancel(DEADLINE)
-                registry.end(scope.query_id, "deadline", "DEADLINE_EXCEEDED", "the deadline passed")
+                registry.end(scope.handle, "deadline", "DEADLINE_EXCEEDED", "the deadline passed")
             else:
                 scope.cancel(CANCELLED)
-                registry.end(scope.query_id, "cancelled", "CANCELLED", "the client cancelled")
+                registry.end(scope.handle, "cancelled", "CANCELLED", "the client cancelled")
             raise
         finally:
             pipe.close()

@@ -45,13 +45,11 @@ def run_query(engine: Any, principal: Principal, sql: str, *, max_rows: int) -> 
     started = time.perf_counter()
     query_id = uuid.uuid4().hex[:16]
     registry = engine.queries
-    registry.begin(query_id, principal.name, sql, rpc=RPC)
+    scope = QueryScope(query_id, deadline=time.monotonic() + engine.config.limits.query_timeout_s)
+    registry.begin(scope.handle, query_id, principal.name, sql, rpc=RPC)
     try:
-        scope = QueryScope(
-            query_id, deadline=time.monotonic() + engine.config.limits.query_timeout_s
-        )
         execution = engine.execute(sql, principal, scope, max_rows=max_rows)
-        registry.started(query_id, execution)
+        registry.started(scope.handle, execution)
         try:
             header: pb.QueryHeader | None = None
             trailer = pb.QueryTrailer()
@@ -70,9 +68,9 @@ def run_query(engine: Any, principal: Principal, sql: str, *, max_rows: int) -> 
             execution.close()
     except BaseException as error:
         code = status_of(error)[0].name
-        registry.end(query_id, "failed", code, str(error))
+        registry.end(scope.handle, "failed", code, str(error))
         raise
-    registry.end(query_id, "done", "OK", **trailer_fields(trailer))
+    registry.end(scope.handle, "done", "OK", **trailer_fields(trailer))
     assert header is not None
     schema = arrow_ipc.decode_schema(header.arrow_schema)
     table = arrow_ipc.decode_batches(schema, batches)

@@ -444,10 +444,10 @@ class QueryEngine:
                 )
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def spark_jobs_running(self, query_id: str) -> int | None:
-        """How many Spark jobs of the query still run (None: unknown in this mode)."""
+    def spark_jobs_running(self, handle: str) -> int | None:
+        """How many Spark jobs of the query (its scope's handle) still run (None: unknown)."""
         try:
-            return self.executor.mode.jobs_running(job_group(query_id))
+            return self.executor.mode.jobs_running(job_group(handle))
         except Exception:  # the engine is restarting: nothing of that query runs there
             return None
 

@@ -16,6 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from core.errors import AlreadyExists
+
 log = logging.getLogger(__name__)
 
 PREPARING = "preparing"
@@ -48,13 +50,16 @@ class QueryRecord:
     """How its snapshot was chosen (``lwm``, ``version``, ``timestamp``, ``changes``, ``pin``,
     ``none``); empty when it ended before it was prepared."""
     snapshot: int | None = None
+    handle: str = ""
+    """The broker's own handle of the query (its Spark job group), never the caller's id."""
 
 
 QueryListener = Callable[[QueryRecord], None]
 
 
 class QueryRegistry:
-    """Every running query and the last ``keep`` finished ones."""
+    """Every running query and the last ``keep`` finished ones, keyed by the broker's handle of
+    each (a caller's id is a label: unique per identity among its running queries)."""
 
     def __init__(self, keep: int = 200, sql_chars: int = 2_000) -> None:
         self._running: OrderedDict[str, QueryRecord] = OrderedDict()
@@ -68,18 +73,32 @@ class QueryRegistry:
         with self._lock:
             self._listeners.append(listener)
 
-    def begin(self, query_id: str, identity: str, sql: str, *, rpc: str = "") -> None:
+    def begin(self, handle: str, query_id: str, identity: str, sql: str, *, rpc: str = "") -> None:
+        """Record a query as preparing; ALREADY_EXISTS if ``identity`` runs one labelled
+        ``query_id`` already (another identity's label is no concern of this one's)."""
         record = QueryRecord(
-            query_id, identity, sql[: self._sql_chars], PREPARING, int(time.time() * 1000), rpc=rpc
+            query_id,
+            identity,
+            sql[: self._sql_chars],
+            PREPARING,
+            int(time.time() * 1000),
+            rpc=rpc,
+            handle=handle,
         )
         with self._lock:
-            self._running[query_id] = record
+            for running in self._running.values():
+                if running.identity == identity and running.query_id == query_id:
+                    raise AlreadyExists(
+                        f"a query with id {query_id!r} is already running for this identity: "
+                        "give each running query its own id, or none (the broker then chooses)"
+                    )
+            self._running[handle] = record
 
-    def started(self, query_id: str, execution: Any) -> None:
+    def started(self, handle: str, execution: Any) -> None:
         """The query's result is coming (an :class:`~broker.engine.Execution`): what it reads."""
         prepared = execution.prepared
         self.update(
-            query_id,
+            handle,
             state=RUNNING,
             tables=tuple(read.table for read in prepared.tables),
             cache=execution.cache,
@@ -87,17 +106,17 @@ class QueryRegistry:
             snapshot=prepared.plan.snapshot,
         )
 
-    def update(self, query_id: str, **changes: object) -> None:
+    def update(self, handle: str, **changes: object) -> None:
         with self._lock:
-            record = self._running.get(query_id)
+            record = self._running.get(handle)
             if record is not None:
-                self._running[query_id] = replace(record, **changes)  # type: ignore[arg-type]
+                self._running[handle] = replace(record, **changes)  # type: ignore[arg-type]
 
     def end(
-        self, query_id: str, state: str, status: str, message: str = "", **changes: object
+        self, handle: str, state: str, status: str, message: str = "", **changes: object
     ) -> None:
         with self._lock:
-            record = self._running.pop(query_id, None)
+            record = self._running.pop(handle, None)
             if record is None:
                 return
             finished = replace(
@@ -114,7 +133,7 @@ class QueryRegistry:
             try:
                 listener(finished)
             except Exception:  # watching a query must never fail it
-                log.exception("a query listener failed on %s", query_id)
+                log.exception("a query listener failed on %s", finished.query_id)
 
     def running(self) -> list[QueryRecord]:
         with self._lock:

@@ -14,19 +14,20 @@ from typing import Any
 
 from broker.api.status import ended_as
 from broker.engine.registry import QueryRegistry
+from broker.spark.executor import QueryScope
 
 RPC = "FlightSQL"
 
 
 class FlightQueries:
-    """Records the life of Flight SQL queries in ``registry``; ending twice is harmless (the
-    registry keeps the first end)."""
+    """Records the life of Flight SQL queries in ``registry``, by their scopes' handles; ending
+    twice is harmless (the registry keeps the first end)."""
 
     def __init__(self, registry: QueryRegistry) -> None:
         self.registry = registry
 
-    def begin(self, query_id: str, identity: str, sql: str) -> None:
-        self.registry.begin(query_id, identity, sql, rpc=RPC)
+    def begin(self, scope: QueryScope, identity: str, sql: str) -> None:
+        self.registry.begin(scope.handle, scope.query_id, identity, sql, rpc=RPC)
 
     def started(self, query_id: str, execution: Any) -> None:
         self.registry.started(query_id, execution)

@@ -27,9 +27,10 @@ from broker.api.listen import check_listen_policy
 from broker.config import BrokerConfig, parse_listen
 from broker.engine import QueryEngine
 from broker.engine.read_options import ReadOptions
-from broker.flight import commands, metadata, parameters, session_actions
+from broker.flight import commands, metadata, parameters, quotas, session_actions
 from broker.flight.auth import MIDDLEWARE_KEY, CallHeadersFactory, HandshakeAuth, call_headers
 from broker.flight.auth import principal as authenticate
+from broker.flight.buffered import read_whole
 from broker.flight.catalog_answers import CatalogAnswers
 from broker.flight.errors import flight_error, install_quiet_tracebacks
 from broker.flight.recording import FlightQueries
@@ -97,12 +98,14 @@ class FlightSqlServer(fl.FlightServerBase):
         self.config = config
         self.auth = Authenticator(config.tokens)
         self.queries = FlightQueries(engine.queries)
+        statements, sessions, results = quotas.configured(flight)
         self.results = ResultStore(
             flight.result_ttl_s,
-            on_unread_end=lambda result, *end: self.queries.ended(result.scope.query_id, *end),
+            quota=results,
+            on_unread_end=lambda result, *end: self.queries.ended(result.scope.handle, *end),
         )
-        self.statements = StatementStore(flight.statement_ttl_s)
-        self.sessions = SessionStore(flight.statement_ttl_s)
+        self.statements = StatementStore(flight.statement_ttl_s, quota=statements)
+        self.sessions = SessionStore(flight.statement_ttl_s, quota=sessions)
         self.watcher = CancelWatcher()
         self.info = server_info(
             statement_ttl_s=flight.statement_ttl_s, max_sql_length=config.limits.max_sql_length
@@ -165,7 +168,8 @@ class FlightSqlServer(fl.FlightServerBase):
         call = call_headers(context)
         scope = QueryScope(query_id(call.first(QUERY_ID_HEADER)))
         started = time.perf_counter()
-        self.queries.begin(scope.query_id, principal.name, query)
+        self.results.check_room(principal.name)
+        self.queries.begin(scope, principal.name, query)
         try:
             with self.watcher.watching(context, scope, call):
                 execution = self.engine.execute(
@@ -175,27 +179,27 @@ class FlightSqlServer(fl.FlightServerBase):
                     is_active=lambda: not context.is_cancelled(),
                     options=options,
                 )
+                buffered = read_whole(execution)  # no query slot waits for the DoGet
         except BaseException as error:
-            self.queries.failed(scope.query_id, error)
+            self.queries.failed(scope.handle, error)
             raise
-        self.queries.started(scope.query_id, execution)
+        self.queries.started(scope.handle, execution)
         try:
             query_metadata = metadata.of_execution(execution)
             schema = metadata.with_metadata(execution.schema, query_metadata)
-            pending = self.results.add(execution, scope, principal.name, schema, started)
+            pending = self.results.add(execution, scope, principal.name, schema, started, buffered)
         except BaseException as error:
-            execution.close()
-            self.queries.failed(scope.query_id, error)
+            buffered.discard()
+            self.queries.failed(scope.handle, error)
             raise
         if context.is_cancelled():  # the client left while Spark started: nobody will read it
             self.results.cancel(pending.handle, principal.name)
         ticket = commands.pack(sql.TicketStatementQuery(statement_handle=pending.handle))
-        rows = -1 if execution.rest is not None else sum(b.num_rows for b in execution.head)
         return fl.FlightInfo(
             schema,
             descriptor,
             [fl.FlightEndpoint(ticket, [])],
-            rows,
+            buffered.rows,
             -1,
             app_metadata=query_metadata.SerializeToString(),
         )
@@ -218,11 +222,11 @@ class FlightSqlServer(fl.FlightServerBase):
         failed, or dropped by the client) closes the query and frees its slot."""
         target = self.config.limits.batch_bytes
         call = call_headers(context)
-        query_id = pending.scope.query_id
+        query_id = pending.scope.handle
         rows = nbytes = 0
         try:
             with self.watcher.watching(context, pending.scope, call):
-                for batch in pending.execution.batches():
+                for batch in pending.batches():
                     rows += batch.num_rows
                     nbytes += batch.nbytes
                     yield from batch_slices(batch, target)
@@ -234,7 +238,7 @@ class FlightSqlServer(fl.FlightServerBase):
             self.queries.failed(query_id, error)
             raise flight_error(error, context) from None
         finally:
-            pending.execution.close()
+            pending.close()
             self.results.finish(pending.handle)
 
     @answering
@@ -331,6 +335,7 @@ class FlightSqlServer(fl.FlightServerBase):
         request = commands.unpack_as(body, sql.ActionCreatePreparedStatementRequest, "action body")
         commands.refuse_transaction(request)
         principal = self._principal(context)
+        self.statements.check_room(principal.name)
         options = self._read_options(context, principal)
         count = len(parameters.placeholder_spans(request.query))
         probe = request.query

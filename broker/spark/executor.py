@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
@@ -31,18 +32,29 @@ DEADLINE = "deadline"
 _RECANCEL_S = 0.1
 
 
-def job_group(query_id: str) -> str:
+def job_group(handle: str) -> str:
     """The Spark job group (or tag) a query's jobs run under."""
-    return f"horizon-{query_id}"
+    return f"horizon-{handle}"
+
+
+def new_handle() -> str:
+    """An engine handle no caller chose or can guess."""
+    return uuid.uuid4().hex
 
 
 @dataclass(slots=True)
 class QueryScope:
-    """One query's cancellation state, shared by the running thread and the gRPC callbacks."""
+    """One query's cancellation state, shared by the running thread and the gRPC callbacks.
+
+    ``query_id`` is the caller's label (or one the broker chose); the engine knows the query only
+    by ``handle``, which the broker generates, so a caller who sends another caller's id names
+    nothing of theirs: not their Spark jobs, not their record.
+    """
 
     query_id: str
     deadline: float | None = None
     """A ``time.monotonic()`` instant after which the query is cancelled."""
+    handle: str = field(default_factory=new_handle)
     reason: str | None = None
     finished: bool = False
     _cancel: Any = None
@@ -50,7 +62,7 @@ class QueryScope:
 
     @property
     def group(self) -> str:
-        return job_group(self.query_id)
+        return job_group(self.handle)
 
     def cancel(self, reason: str = CANCELLED) -> None:
         """Ask Spark to stop this query's jobs, now and until the query returns."""

@@ -71,3 +71,19 @@ def assert_group_stopped(spark, group: str, timeout: float = 15.0) -> None:  # t
     states = settled_statuses(spark, group, timeout)
     assert "RUNNING" not in states, f"Spark jobs of {group} still running after the cancel"
     assert "FAILED" in states, f"jobs of {group} ended without being cancelled: {states}"
+
+
+def engine_group(server: BrokerServer, query_id: str, timeout: float = 30.0) -> str:
+    """The Spark job group of the query labelled ``query_id`` on ``server`` (the broker names
+    engine groups by handles of its own, never by the caller's id)."""
+    from broker.spark.executor import job_group
+
+    deadline = time.monotonic() + timeout
+    while True:
+        registry = server.engine.queries
+        for record in (*registry.running(), *registry.recent()):
+            if record.query_id == query_id:
+                return job_group(record.handle)
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"no query labelled {query_id} reached the broker")
+        time.sleep(0.02)

@@ -9,7 +9,7 @@ import pytest
 from core.errors import InvalidArgument, ResourceExhausted
 from horizon.client import connect
 from tests.broker.conftest import ADMIN, broker_config
-from tests.broker.spark_jobs import ExtraBroker, job_statuses, wait_for_jobs
+from tests.broker.spark_jobs import ExtraBroker, engine_group, job_statuses, wait_for_jobs
 from tests.broker.test_status_codes import SLOW_SQL
 
 BREADTH = "SELECT count(*) FROM " + ", ".join(f"accounts a{i}" for i in range(2_000))
@@ -51,7 +51,7 @@ def test_unbounded_work_is_refused_before_spark_and_others_are_still_answered(
     query_id = f"hostile-{abs(hash(sql)) % 10**8}"
     with pytest.raises(error, match=names):
         client.query(sql, query_id=query_id, cache=False)
-    assert job_statuses(spark, f"horizon-{query_id}") == [], "Spark ran the refused query"
+    assert job_statuses(spark, engine_group(broker_env.broker, query_id)) == [], "Spark ran the refused query"
     with broker_env.client() as other:
         assert other.query("SELECT count(*) AS n FROM accounts").to_pylist() == [{"n": 100}]
 
@@ -101,7 +101,7 @@ def test_a_spark_plan_takes_an_admission_slot_like_a_query(broker_env, spark):
     with ExtraBroker(config, spark, broker_env) as server, connect(server.target, token=ADMIN) as c:
         running = c.start_query(SLOW_SQL, query_id="plan-hog", cache=False)
         try:
-            wait_for_jobs(spark, "horizon-plan-hog")
+            wait_for_jobs(spark, engine_group(server, "plan-hog"))
             with pytest.raises(ResourceExhausted, match="busy"):
                 c.explain("SELECT count(*) FROM accounts", include_spark_plan=True)
             assert c.explain("SELECT count(*) FROM accounts").rewritten_sql  # no Spark: no slot

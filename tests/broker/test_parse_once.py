@@ -16,7 +16,7 @@ from sqlglot.parser import Parser
 from horizon.client import connect
 from tests.broker.conftest import ADMIN, broker_config
 from tests.broker.data import UpsertTable
-from tests.broker.spark_jobs import ExtraBroker, wait_for_jobs
+from tests.broker.spark_jobs import ExtraBroker, engine_group, wait_for_jobs
 from tests.broker.test_status_codes import SLOW_SQL
 
 
@@ -92,7 +92,7 @@ def test_a_query_prepared_again_after_queueing_is_not_parsed_again(broker_env, s
         connect(server.target, token=ADMIN) as horizon,
     ):
         hog = horizon.start_query(SLOW_SQL, query_id="parse-hog", cache=False)
-        wait_for_jobs(spark, "horizon-parse-hog")
+        wait_for_jobs(spark, engine_group(server, "parse-hog"))
         counts.clear()
         queued = horizon.start_query("SELECT count(*) AS n FROM accounts", cache=False)
         time.sleep(1.5)  # queued past the broker's re-prepare threshold (1 s)

@@ -28,6 +28,7 @@ from tests.broker.spark_jobs import (
     ExtraBroker,
     assert_group_finished,
     assert_group_stopped,
+    engine_group,
     wait_for_jobs,
 )
 from tests.processes import RedisProcess
@@ -129,7 +130,7 @@ def test_result_past_max_result_rows_is_refused_and_spark_stops_at_the_planned_l
                 "SELECT id, owner, sha2(repeat(owner, 100000), 256) AS digest FROM big",
                 query_id="rows-limit",
             )
-        assert_group_finished(spark, "horizon-rows-limit")
+        assert_group_finished(spark, engine_group(server, "rows-limit"))
         assert horizon.query("SELECT id FROM big WHERE id < 50000").num_rows == 50_000
 
 
@@ -153,7 +154,7 @@ def test_sql_past_the_length_limit_is_resource_exhausted(client):
 def test_client_deadline_is_deadline_exceeded_and_stops_the_spark_job(broker_env, client):
     with pytest.raises(DeadlineExceeded):
         client.query(SLOW_SQL, timeout=6.0, query_id="deadline-probe")
-    assert_group_stopped(broker_env.broker.spark, "horizon-deadline-probe")
+    assert_group_stopped(broker_env.broker.spark, engine_group(broker_env.broker, "deadline-probe"))
 
 
 def test_server_query_timeout_is_deadline_exceeded(broker_env, spark):
@@ -164,7 +165,7 @@ def test_server_query_timeout_is_deadline_exceeded(broker_env, spark):
             pytest.raises(DeadlineExceeded, match="deadline"),
         ):
             horizon.query(SLOW_SQL, query_id="server-timeout")
-        assert_group_stopped(spark, "horizon-server-timeout")
+        assert_group_stopped(spark, engine_group(server, "server-timeout"))
 
 
 def test_state_store_unreachable_past_the_staleness_limit_is_unavailable(broker_env, spark):
@@ -189,11 +190,12 @@ def test_state_store_unreachable_past_the_staleness_limit_is_unavailable(broker_
 def test_client_cancel_is_cancelled_and_stops_the_spark_job(broker_env, client):
     call = client.start_query(SLOW_SQL, query_id="cancel-probe")
     spark = broker_env.broker.spark
-    wait_for_jobs(spark, "horizon-cancel-probe")
+    group = engine_group(broker_env.broker, "cancel-probe")
+    wait_for_jobs(spark, group)
     call.cancel()
     with pytest.raises(Cancelled):
         call.result()
-    assert_group_stopped(spark, "horizon-cancel-probe")
+    assert_group_stopped(spark, group)
     assert client.query("SELECT count(*) AS n FROM accounts").to_pylist() == [{"n": 100}]
     assert client.health() == "SERVING"
 
@@ -205,11 +207,12 @@ def test_queue_full_is_resource_exhausted(broker_env, spark):
         connect(server.target, token=ADMIN) as horizon,
     ):
         running = horizon.start_query(SLOW_SQL, query_id="queue-hog")
-        wait_for_jobs(spark, "horizon-queue-hog")
+        group = engine_group(server, "queue-hog")
+        wait_for_jobs(spark, group)
         with pytest.raises(ResourceExhausted, match="busy"):
             horizon.query("SELECT 1 AS one")
         running.cancel()
-        assert_group_stopped(spark, "horizon-queue-hog")
+        assert_group_stopped(spark, group)
         deadline = time.monotonic() + 10
         while server.engine.admission.stats().running and time.monotonic() < deadline:
             time.sleep(0.05)

@@ -14,11 +14,11 @@ import pytest
 
 from broker.api.server import BrokerServer
 from tests.broker.conftest import ADMIN
-from tests.broker.spark_jobs import assert_group_stopped, wait_for_jobs
+from tests.broker.spark_jobs import assert_group_stopped, engine_group, wait_for_jobs
 from tests.broker.test_status_codes import SLOW_SQL
 from tests.flight.conftest import _field, adbc_connect, statement_descriptor
 
-BIG_SQL = "SELECT * FROM big LIMIT 900000"  # over 4 MiB: GetFlightInfo holds only its head
+BIG_SQL = "SELECT * FROM big LIMIT 900000"  # over 4 MiB: the waiting result spills to a file
 
 
 OPTIONS = fl.FlightCallOptions(headers=[(b"authorization", f"Bearer {ADMIN}".encode())])
@@ -68,13 +68,14 @@ def test_a_cancelled_long_query_stops_its_spark_jobs_and_frees_its_slot(one_slot
 
         worker = threading.Thread(target=run)
         worker.start()
-        wait_for_jobs(spark, "horizon-flight-cancel-probe")
+        group = engine_group(one_slot, "flight-cancel-probe")
+        wait_for_jobs(spark, group)
         cursor.adbc_cancel()
         worker.join(30)
         cursor.close()
     assert not worker.is_alive()
     assert failures and isinstance(failures[0], adbc_driver_manager.Error)
-    assert_group_stopped(spark, "horizon-flight-cancel-probe")
+    assert_group_stopped(spark, group)
     _eventually(lambda: _slot_is_free(one_slot), "the cancelled query's slot was freed")
     _a_query_runs(one_slot)
 
@@ -82,7 +83,7 @@ def test_a_cancelled_long_query_stops_its_spark_jobs_and_frees_its_slot(one_slot
 def test_cancel_flight_info_cancels_a_result_waiting_for_its_doget(one_slot):
     client = _client(one_slot)
     info = client.get_flight_info(statement_descriptor(BIG_SQL), OPTIONS)
-    assert not _slot_is_free(one_slot)  # the started query holds the slot until it is read
+    assert _slot_is_free(one_slot)  # the result waits read whole: it holds no query slot
     request = _field(1, info.serialize())  # CancelFlightInfoRequest.info
     (result,) = client.do_action(fl.Action("CancelFlightInfo", request), OPTIONS)
     assert result.body.to_pybytes() == b"\x08\x01"  # CancelFlightInfoResult{CANCELLED}
@@ -91,11 +92,13 @@ def test_cancel_flight_info_cancels_a_result_waiting_for_its_doget(one_slot):
     _a_query_runs(one_slot)
 
 
-def test_a_result_nobody_fetches_expires_and_frees_its_slot(one_slot):
+def test_a_result_nobody_fetches_expires_and_holds_no_slot_meanwhile(one_slot):
     client = _client(one_slot)
     info = client.get_flight_info(statement_descriptor(BIG_SQL), OPTIONS)
+    assert _slot_is_free(one_slot)
     _eventually(
-        lambda: _slot_is_free(one_slot), "the unread result expired ([flight].result_ttl_s)"
+        lambda: len(one_slot.flight.results) == 0,
+        "the unread result expired ([flight].result_ttl_s)",
     )
     _refused_not_found(client, info.endpoints[0].ticket, "result_ttl_s")
     _a_query_runs(one_slot)
@@ -134,7 +137,7 @@ def test_a_large_result_streams_in_batches_no_bigger_than_the_batch_target(broke
         rows += chunk.data.num_rows
         assert chunk.data.nbytes <= 2 * target
     assert rows == 900_000
-    assert info.total_records == -1  # still streaming from Spark when the FlightInfo left
+    assert info.total_records == 900_000  # read whole before the FlightInfo left
 
 
 def test_the_flight_info_app_metadata_is_executequerys_query_metadata(broker_env, native):
