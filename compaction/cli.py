@@ -152,10 +152,11 @@ def _run(args: argparse.Namespace) -> int:
             )  # fmt: skip
             if metrics is not None:
                 metrics.observe_collected(table.name, collected.bytes_freed)
-            if collected.withdrawn or collected.deleted_files:
+            if collected.withdrawn or collected.deleted_files or collected.unpublished_runs:
                 print(
                     f"collected: {collected.withdrawn} replaced segments withdrawn, "
-                    f"{collected.deleted_files} files ({collected.bytes_freed} bytes) deleted",
+                    f"{collected.deleted_files} files ({collected.bytes_freed} bytes) deleted, "
+                    f"{collected.unpublished_runs} unpublished runs' directories deleted",
                     flush=True,
                 )
             if not args.watch:

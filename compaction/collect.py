@@ -7,6 +7,9 @@ publish, the inputs that are overshadowed are withdrawn and their files deleted 
 announced segment still uses them). An input that is visible again (its output went missing) is
 kept, and so is its record, until it is overshadowed again. Every step is idempotent: the record
 goes last, so a collection cut short is simply redone.
+
+The directories of runs that never published (killed, or whose publish could not be read back,
+:func:`ingest.garbage.delete_unannounced`) are swept too (:func:`sweep_unpublished_runs`).
 """
 
 from __future__ import annotations
@@ -16,7 +19,9 @@ from dataclasses import dataclass
 
 from ingest import garbage
 from ingest.compaction_records import compaction_record_dir
+from ingest.segments import CHUNK_DIR_COLUMN
 from ingest.storage import Storage
+from locks.client import LockClient
 from pins.store import pinned_releases
 from timeline.segment import Segment
 from timeline.timeline import Timeline
@@ -29,6 +34,8 @@ class Collected:
     withdrawn: int
     deleted_files: int
     bytes_freed: int
+    unpublished_runs: int = 0
+    """Directories of runs that never published, deleted."""
 
 
 def collect_replaced(
@@ -81,4 +88,41 @@ def collect_replaced(
         if not still_needed:
             storage.delete(info.path)
             runs += 1
-    return Collected(runs, withdrawn, deleted, freed)
+    swept = sweep_unpublished_runs(storage, client, table, table_root)
+    return Collected(runs, withdrawn, deleted, freed, swept)
+
+
+def sweep_unpublished_runs(
+    storage: Storage, client: ServerClient, table: str, table_root: str
+) -> int:
+    """Delete the directories of compaction runs that are not published and never can be;
+    returns how many went. A run writes only under its locks and its publish is guarded by them,
+    so once its job holds no lock (read first: a publish racing the sweep then shows in the
+    announcements read after), a directory no announcement and no record names is garbage."""
+    chunk_prefix = f"{CHUNK_DIR_COLUMN}="
+    runs = [
+        info.path.rstrip("/")
+        for info in storage.list_dir(f"{table_root}/segments")
+        if any(  # a run's directory holds chunks; an ingestion server's holds its batches
+            child.path.rstrip("/").rsplit("/", 1)[-1].startswith(chunk_prefix)
+            for child in storage.list_dir(info.path)
+        )
+    ]
+    if not runs:
+        return 0
+    locks = LockClient(client.redis, prefix=client.prefix)
+    locking = {lock.request.job for lock in locks.listing([table]).locks}
+    named = set(garbage.announced_paths(client, table))
+    for info in storage.list_files(compaction_record_dir(table_root), suffix=".json"):
+        body = json.loads(storage.read_text(info.path))
+        for item in [*body["inputs"], *body["outputs"]]:
+            named.update(garbage.segment_directory(path) for path in item.get("location", ()))
+    swept = 0
+    for directory in runs:
+        if directory.rsplit("/", 1)[-1] in locking:
+            continue
+        if any(path.startswith(directory + "/") for path in named):
+            continue
+        storage.delete(directory)
+        swept += 1
+    return swept

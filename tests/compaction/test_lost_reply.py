@@ -8,13 +8,15 @@ timeline shows as visible has its files, and every snapshot still answers as the
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from compaction.run import Compactor
+from compaction.collect import collect_replaced, sweep_unpublished_runs
+from compaction.run import CompactionKilled, Compactor
 from core.errors import Unavailable
 from ingest.job import IngestJob, SimulatedCrash
 from ingest.storage import Storage
@@ -144,6 +146,10 @@ def test_a_failed_compaction_record_keeps_the_announced_outputs(
 
     assert any(s.server.startswith("compactor-") for s in client.announced_segments("accounts"))
     assert_readable(spark, follower, client, log)
+    # Its locks are released and no record names it, but it is announced: the sweep keeps it.
+    Path(table.table_root, "_compaction").unlink()
+    assert sweep_unpublished_runs(compactor.storage, client, "accounts", compactor.root) == 0
+    assert_readable(spark, follower, client, log)
 
 
 def test_a_lost_reply_to_the_lock_release_after_the_publish_keeps_the_outputs(
@@ -191,3 +197,29 @@ def test_an_abandoned_update_whose_replace_ran_keeps_the_rewrites_a_compaction_t
     assert not missing, f"announced segments without files: {missing[:3]}"
     restarted.flush_updates()
     assert_broker_sees(spark, follower, client, "accounts", log, exact_ts=False)
+
+
+def test_a_killed_runs_directory_is_swept_once_its_locks_ran_out(spark, server, follower, tmp_path):
+    table, client, _job, log = churned(spark, server, tmp_path, rounds=3)
+    killed = Compactor(spark, table, server("compactor"), lease_s=1.0, fail_at="after_files")
+    with pytest.raises(CompactionKilled):
+        killed.compact()
+    runs = [p for p in Path(table.table_root, "segments").iterdir() if p.name.startswith("comp")]
+    assert len(runs) == 1 and any(runs[0].rglob("*.parquet"))
+    announced = {s.id for s in client.announced_segments("accounts")}
+
+    # Its locks are alive: it could still publish, so its directory stays.
+    assert sweep_unpublished_runs(killed.storage, client, "accounts", killed.root) == 0
+    assert runs[0].exists()
+    locks = LockClient(client.redis, prefix=client.prefix)
+    deadline = time.monotonic() + 30
+    while locks.listing(["accounts"]).locks and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+    collected = collect_replaced(
+        killed.storage, client, "accounts", killed.root,
+        grace_ms=table.gc_grace_ms, now_ms=time.time_ns() // 1_000_000,
+    )  # fmt: skip
+    assert collected.unpublished_runs == 1 and not runs[0].exists()
+    assert {s.id for s in client.announced_segments("accounts")} == announced
+    assert_readable(spark, follower, client, log)
