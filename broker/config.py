@@ -226,10 +226,17 @@ class FlightConfig:
     """Empty: ``[server]``'s host with port 50052, or any free port when ``[server]`` asks for one
     (port 0), so brokers started for tests or embedded never compete for a fixed port."""
     result_ttl_s: float = 60.0
-    """A query's result not fetched (DoGet) this long after GetFlightInfo is dropped and its
-    admission slot freed."""
+    """A query's result not fetched (DoGet) this long after GetFlightInfo is dropped."""
     statement_ttl_s: float = 3600.0
     """Prepared statements and sessions unused this long are closed."""
+    max_statements: int = 10_000
+    max_statements_per_identity: int = 1_000
+    """Open prepared statements, on the broker and of one identity (token name)."""
+    max_sessions: int = 10_000
+    max_sessions_per_identity: int = 1_000
+    max_waiting_results: int = 64
+    max_waiting_results_per_identity: int = 16
+    """Results computed by GetFlightInfo and not yet read by DoGet (they hold no query slot)."""
 
     def address(self, server_listen: str) -> str:
         """Where the endpoint listens, given ``[server] listen``."""
@@ -381,6 +388,9 @@ def _validate(config: BrokerConfig) -> None:
     check_operations(config.console, config.logging)
     if flight.result_ttl_s <= 0 or flight.statement_ttl_s <= 0:
         raise InvalidArgument("[flight] result_ttl_s and statement_ttl_s must be > 0")
+    for kind in ("statements", "sessions", "waiting_results"):
+        if min(getattr(flight, f"max_{kind}"), getattr(flight, f"max_{kind}_per_identity")) < 1:
+            raise InvalidArgument(f"[flight] max_{kind} and max_{kind}_per_identity must be >= 1")
     secrets = [grant.token for grant in config.tokens if grant.token]
     if len(set(secrets)) != len(secrets):
         raise InvalidArgument("two configured tokens have the same secret")

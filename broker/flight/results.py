@@ -1,9 +1,11 @@
 """Started queries waiting for their DoGet: what a ticket names, until it is read or expires.
 
-GetFlightInfo starts the query (admission slot, snapshot, the first batches from Spark) so the
-FlightInfo can carry the query's metadata and exact schema; the result then waits here under a
-random handle. A ticket is single use and only its caller may redeem it. A result nobody fetches
-within the TTL is closed: its Spark jobs stop and its admission slot is freed.
+GetFlightInfo runs the query (admission slot, snapshot, Spark) and reads its whole result
+(:mod:`broker.flight.buffered`) before it frees the slot, so the FlightInfo carries the query's
+metadata, exact schema and row count; the result then waits here under a random handle, holding
+no query slot. A ticket is single use and only its caller may redeem it. A result nobody fetches
+within the TTL is dropped. Each identity may keep a few results here
+(``[flight] max_waiting_results_per_identity``), the broker a few more.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from broker.engine import Execution
+from broker.flight.buffered import BufferedResult
+from broker.flight.quotas import OwnerCounts, Quota, result_quota
 from broker.spark.executor import CANCELLED, QueryScope
 from core.errors import NotFound, PermissionDenied
 
@@ -36,6 +40,19 @@ class PendingResult:
     started: float = 0.0
     """When GetFlightInfo began, on :func:`time.perf_counter`'s clock."""
     streaming: bool = False
+    buffered: BufferedResult | None = None
+    """The whole result, read before the query's slot was freed (None: stream ``execution``)."""
+
+    def batches(self) -> Iterator[pa.RecordBatch]:
+        if self.buffered is not None:
+            return self.buffered.batches()
+        return self.execution.batches()
+
+    def close(self) -> None:
+        """Free what the result holds: its query (if still open) and its buffered batches."""
+        self.execution.close()
+        if self.buffered is not None:
+            self.buffered.discard()
 
 
 UnreadEnd = Callable[[PendingResult, str, str, str], None]
@@ -48,8 +65,10 @@ class ResultStore:
         ttl_s: float,
         clock: Callable[[], float] = time.monotonic,
         on_unread_end: UnreadEnd | None = None,
+        quota: Quota | None = None,
     ) -> None:
         self.ttl_s = ttl_s
+        self._owners = OwnerCounts(quota or result_quota())
         self._clock = clock
         self._on_unread_end = on_unread_end
         self._results: dict[bytes, PendingResult] = {}
@@ -62,6 +81,7 @@ class ResultStore:
         owner: str,
         schema: pa.Schema,
         started: float = 0.0,
+        buffered: BufferedResult | None = None,
     ) -> PendingResult:
         result = PendingResult(
             handle=secrets.token_bytes(16),
@@ -72,10 +92,17 @@ class ResultStore:
             expires_at=self._clock() + self.ttl_s,
             expires_wall=time.time() + self.ttl_s,
             started=started,
+            buffered=buffered,
         )
         with self._lock:
+            self._owners.add(owner)
             self._results[result.handle] = result
         return result
+
+    def check_room(self, owner: str) -> None:
+        """Refuse now what :meth:`add` would refuse (before the query runs)."""
+        with self._lock:
+            self._owners.check(owner)
 
     def take(self, handle: bytes, owner: str) -> PendingResult:
         """The result ``handle`` names, now being read (a ticket is good for one DoGet)."""
@@ -94,7 +121,9 @@ class ResultStore:
 
     def finish(self, handle: bytes) -> None:
         with self._lock:
-            self._results.pop(handle, None)
+            result = self._results.pop(handle, None)
+            if result is not None:
+                self._owners.remove(result.owner)
 
     def cancel(self, handle: bytes, owner: str) -> bool:
         """Cancel the query ``handle`` names (waiting or streaming); False if it is unknown."""
@@ -106,9 +135,10 @@ class ResultStore:
                 raise PermissionDenied("this ticket belongs to another caller's query")
             if not result.streaming:
                 del self._results[handle]
+                self._owners.remove(owner)
         result.scope.cancel(CANCELLED)
         if not result.streaming:
-            result.execution.close()
+            result.close()
             self._unread_end(result, "cancelled", "CANCELLED", "cancelled before it was read")
         return True
 
@@ -119,8 +149,9 @@ class ResultStore:
             stale = [r for r in self._results.values() if not r.streaming and r.expires_at < now]
             for result in stale:
                 del self._results[result.handle]
+                self._owners.remove(result.owner)
         for result in stale:
-            result.execution.close()
+            result.close()
             self._unread_end(
                 result,
                 "cancelled",
@@ -134,10 +165,11 @@ class ResultStore:
         with self._lock:
             results = list(self._results.values())
             self._results.clear()
+            self._owners.counts.clear()
         for result in results:
             result.scope.cancel(CANCELLED)
             if not result.streaming:
-                result.execution.close()
+                result.close()
                 self._unread_end(result, "cancelled", "CANCELLED", "the broker stopped")
 
     def _unread_end(self, result: PendingResult, state: str, status: str, message: str) -> None:

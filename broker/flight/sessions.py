@@ -18,13 +18,12 @@ from typing import Any
 
 from broker._proto.arrow.flight.protocol import flight_actions_pb2 as fa
 from broker.engine.read_options import ReadOptions
-from core.errors import HorizonError, InvalidArgument, NotFound, ResourceExhausted
+from broker.flight.quotas import OwnerCounts, Quota, session_quota
+from core.errors import HorizonError, InvalidArgument, NotFound
 from pins.store import check_pin_id
 from watermark import tokens
 
 SESSION_COOKIE = "arrow_flight_session_id"
-MAX_SESSIONS = 10_000
-"""Live sessions per broker (a client that never sends its cookie back makes one per call)."""
 
 MIN_SNAPSHOT = "min_snapshot"
 MAX_STALENESS = "max_staleness"
@@ -201,21 +200,24 @@ class Session:
 class SessionStore:
     """Sessions by id, each usable only by the principal that made it; idle ones expire."""
 
-    def __init__(self, ttl_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        ttl_s: float,
+        clock: Callable[[], float] = time.monotonic,
+        quota: Quota | None = None,
+    ) -> None:
+        """``quota``: live sessions on the broker and per identity (a client that never sends
+        its cookie back makes one per call)."""
         self.ttl_s = ttl_s
         self._clock = clock
         self._sessions: dict[str, Session] = {}
+        self._owners = OwnerCounts(quota or session_quota())
         self._lock = threading.Lock()
 
     def create(self, owner: str) -> Session:
         session = Session(secrets.token_urlsafe(18), owner, touched=self._clock())
         with self._lock:
-            if len(self._sessions) >= MAX_SESSIONS:
-                raise ResourceExhausted(
-                    f"{MAX_SESSIONS} Flight SQL sessions are open on this broker: send the "
-                    f"{SESSION_COOKIE} cookie back (ADBC: adbc.flight.sql.rpc."
-                    "with_cookie_middleware) or close sessions (CloseSession)"
-                )
+            self._owners.add(owner)
             self._sessions[session.id] = session
         return session
 
@@ -236,7 +238,10 @@ class SessionStore:
 
     def close(self, id_: str) -> bool:
         with self._lock:
-            return self._sessions.pop(id_, None) is not None
+            session = self._sessions.pop(id_, None)
+            if session is not None:
+                self._owners.remove(session.owner)
+            return session is not None
 
     def expire(self) -> int:
         """Drop sessions idle past the TTL; how many."""
@@ -244,7 +249,7 @@ class SessionStore:
         with self._lock:
             idle = [key for key, session in self._sessions.items() if session.touched < limit]
             for key in idle:
-                del self._sessions[key]
+                self._owners.remove(self._sessions.pop(key).owner)
         return len(idle)
 
     def __len__(self) -> int:

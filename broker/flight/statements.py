@@ -16,10 +16,8 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from broker.flight.parameters import bind
-from core.errors import InvalidArgument, NotFound, PermissionDenied, ResourceExhausted
-
-MAX_OPEN = 10_000
-"""Open prepared statements per broker (each is small; the bound keeps a leaking client in check)."""
+from broker.flight.quotas import OwnerCounts, Quota, statement_quota
+from core.errors import InvalidArgument, NotFound, PermissionDenied
 
 
 @dataclass
@@ -45,10 +43,18 @@ class PreparedStatement:
 
 
 class StatementStore:
-    def __init__(self, ttl_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        ttl_s: float,
+        clock: Callable[[], float] = time.monotonic,
+        quota: Quota | None = None,
+    ) -> None:
+        """``quota``: open statements on the broker and per identity (each is small; the bound
+        keeps a leaking client in check, and one client from locking the others out)."""
         self.ttl_s = ttl_s
         self._clock = clock
         self._statements: dict[bytes, PreparedStatement] = {}
+        self._owners = OwnerCounts(quota or statement_quota())
         self._lock = threading.Lock()
 
     def create(
@@ -63,11 +69,7 @@ class StatementStore:
             touched=self._clock(),
         )
         with self._lock:
-            if len(self._statements) >= MAX_OPEN:
-                raise ResourceExhausted(
-                    f"{MAX_OPEN} prepared statements are open on this broker: close some "
-                    "(ClosePreparedStatement) or wait for idle ones to expire"
-                )
+            self._owners.add(owner)
             self._statements[statement.handle] = statement
         return statement
 
@@ -98,14 +100,20 @@ class StatementStore:
     def close(self, handle: bytes, owner: str) -> None:
         self.get(handle, owner)
         with self._lock:
-            self._statements.pop(handle, None)
+            if self._statements.pop(handle, None) is not None:
+                self._owners.remove(owner)
+
+    def check_room(self, owner: str) -> None:
+        """Refuse now what :meth:`create` would refuse (before the statement is checked)."""
+        with self._lock:
+            self._owners.check(owner)
 
     def expire(self) -> int:
         limit = self._clock() - self.ttl_s
         with self._lock:
             idle = [h for h, s in self._statements.items() if s.touched < limit]
             for handle in idle:
-                del self._statements[handle]
+                self._owners.remove(self._statements.pop(handle).owner)
         return len(idle)
 
     def __len__(self) -> int:
