@@ -23,24 +23,11 @@ from dataclasses import dataclass, field
 from sqlglot import exp
 
 from broker.sql.constants import instant_seconds, integer_value, interval_seconds
-from broker.sql.errors import HintNotAllowed, OverBudget
+from broker.sql.errors import OverBudget
+from broker.sql.hints import check_hint, check_partitions
 from broker.sql.model import WorkBudget
 from broker.sql.state import state_of
 
-JOIN_HINTS = frozenset(
-    {
-        "BROADCAST",
-        "BROADCASTJOIN",
-        "MAPJOIN",
-        "MERGE",
-        "SHUFFLE_MERGE",
-        "MERGEJOIN",
-        "SHUFFLE_HASH",
-        "SHUFFLE_REPLICATE_NL",
-    }
-)
-PARTITION_HINTS = frozenset({"COALESCE", "REPARTITION", "REPARTITION_BY_RANGE", "REBALANCE"})
-ALLOWED_HINTS = JOIN_HINTS | PARTITION_HINTS
 _EXPLODES = (exp.Explode, exp.Posexplode, exp.ExplodeOuter, exp.Inline)
 _MULTIPLYING = (exp.Join, exp.Lateral, exp.Stack, *_EXPLODES)
 """Nodes that make the row estimate of their query level more than its one source's."""
@@ -67,7 +54,7 @@ def check_budget(tree: exp.Expression, budget: WorkBudget) -> exp.Expression:
     multiplies = False
     for node in _walk(tree):  # one walk: hints, generators and table references
         if isinstance(node, exp.Hint):
-            _check_hint(node, budget)
+            check_hint(node, budget)
         elif isinstance(node, exp.Table):
             references += 1
             multiplies = multiplies or isinstance(node.this, exp.Func)
@@ -99,57 +86,6 @@ def check_budget(tree: exp.Expression, budget: WorkBudget) -> exp.Expression:
 def _walk(tree: exp.Expression) -> Iterator[exp.Expression]:
     """Every node, without entering hints (whose arguments name aliases, not tables)."""
     return tree.walk(prune=lambda node: isinstance(node, exp.Hint))
-
-
-# -- hints --------------------------------------------------------------------------------------
-
-
-def _hint_name(node: exp.Expression) -> str:
-    if isinstance(node, exp.JoinHint):
-        return str(node.this).upper()
-    if isinstance(node, exp.Anonymous):
-        return node.name.upper()
-    if isinstance(node, exp.Var):
-        return node.name.upper()
-    if isinstance(node, exp.Func):
-        return type(node).sql_names()[0].upper()
-    return node.sql(dialect="spark")
-
-
-def _hint_arguments(node: exp.Expression) -> list[exp.Expression]:
-    if isinstance(node, exp.Var):
-        return []
-    return [arg for arg in node.iter_expressions()]
-
-
-def _check_hint(hint: exp.Hint, budget: WorkBudget) -> None:
-    for entry in hint.expressions:
-        name = _hint_name(entry)
-        if name not in ALLOWED_HINTS:
-            raise HintNotAllowed(
-                f"hint {name} is not allowed: use one of {', '.join(sorted(ALLOWED_HINTS))}"
-            )
-        arguments = _hint_arguments(entry)
-        for position, argument in enumerate(arguments):
-            if isinstance(argument, (exp.Table, exp.Column, exp.Identifier)):
-                continue
-            number = integer_value(argument)
-            if name in PARTITION_HINTS and position == 0 and number is not None:
-                _check_partitions(number, f"hint {name}", budget)
-                continue
-            raise HintNotAllowed(
-                f"hint {name} takes table or column names"
-                + (" and a partition count first" if name in PARTITION_HINTS else "")
-                + f", not {argument.sql(dialect='spark')}"
-            )
-
-
-def _check_partitions(count: int, what: str, budget: WorkBudget) -> None:
-    if not 1 <= count <= budget.max_partitions:
-        raise OverBudget(
-            f"{what} asks for {count} partitions: it must be between 1 and the limit "
-            f"[limits].max_partitions = {budget.max_partitions}"
-        )
 
 
 # -- generators ---------------------------------------------------------------------------------
@@ -247,7 +183,7 @@ def _range_rows(node: exp.Anonymous, budget: WorkBudget) -> int:
     start, end = (0, numbers[0]) if len(numbers) == 1 else (numbers[0], numbers[1])
     step = numbers[2] if len(numbers) >= 3 else 1
     if len(numbers) == 4:
-        _check_partitions(numbers[3], "range()", budget)
+        check_partitions(numbers[3], "range()", budget)
     if step == 0:
         return 0  # Spark refuses it with its own error
     rows = max(0, -((start - end) // step))
