@@ -1,9 +1,12 @@
 """Flight SQL's catalog commands answered from the follower's tables, as the caller's grants
 allow: SqlInfo, catalogs, schemas, tables (with their Arrow schemas), table types, primary keys
-(the upsert key), XDBC types; no foreign keys. A table the caller may not read is never listed."""
+(the upsert key), XDBC types; no foreign keys. A table the caller may not read is never listed.
+A table's Arrow schema comes from Spark's analysis, work on the shared driver: it waits for an
+admission slot like a query."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pyarrow as pa
@@ -14,6 +17,7 @@ from broker.engine import QueryEngine
 from broker.flight import catalog
 from broker.flight.sql_info import sql_info_table
 from broker.grants import Principal
+from broker.spark.supervisor import check_engine_up
 from watermark.catalog import VALID_FROM, VALID_UNTIL
 
 
@@ -60,7 +64,7 @@ class CatalogAnswers:
     ) -> list[catalog.TableEntry]:
         follower = self.engine.follower
         return [
-            self._entry(follower.descriptor(name), with_schema)
+            self._entry(follower.descriptor(name), with_schema, principal.name)
             for name in follower.tables()
             if principal.may_read(name)
         ]
@@ -70,10 +74,10 @@ class CatalogAnswers:
         not read it or it is not registered (a listing does not reveal ungranted tables)."""
         for name in self.engine.follower.tables():
             if name.lower() == table.lower() and principal.may_read(name):
-                return self._entry(self.engine.follower.descriptor(name), with_schema=False)
+                return self._entry(self.engine.follower.descriptor(name), False, principal.name)
         return None
 
-    def _entry(self, descriptor: Any, with_schema: bool) -> catalog.TableEntry:
+    def _entry(self, descriptor: Any, with_schema: bool, identity: str) -> catalog.TableEntry:
         types = (*tuple(c.type for c in descriptor.columns), "bigint", "bigint")
         if not with_schema:
             return catalog.TableEntry(
@@ -86,7 +90,7 @@ class CatalogAnswers:
             columns = ", ".join(
                 f"CAST(NULL AS {kind}) AS `{name}`" for name, kind in zip(names, types, strict=True)
             )
-            schema = self.engine.executor.schema(f"SELECT {columns}")
+            schema = self._analysed(f"SELECT {columns}", identity)
             entry = catalog.TableEntry(
                 descriptor.name,
                 catalog.annotated(descriptor.name, schema, types),
@@ -95,6 +99,16 @@ class CatalogAnswers:
             )
             self._table_schemas[key] = entry
         return entry
+
+    def _analysed(self, sql: str, identity: str) -> pa.Schema:
+        """The Arrow schema Spark's analysis gives ``sql``, under an admission slot in
+        ``identity``'s share (waiting at most the query timeout): a catalog listing is no way
+        around the broker's limits."""
+        engine = self.engine
+        check_engine_up(engine.supervisor)
+        deadline = time.monotonic() + engine.config.limits.query_timeout_s
+        with engine.admission.slot(deadline=deadline, identity=identity):
+            return engine.executor.schema(sql)
 
 
 def _optional(message: Message, field: str) -> str | None:

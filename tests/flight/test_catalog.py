@@ -3,10 +3,17 @@ catalog commands through pyarrow.flight's generic client; only granted tables ar
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+import adbc_driver_manager
 import pyarrow as pa
 import pyarrow.flight as fl
+import pytest
 
-from tests.broker.conftest import READER
+from tests.broker.conftest import ADMIN, READER, broker_config
+from tests.broker.spark_jobs import ExtraBroker
 from tests.flight.conftest import (
     adbc_connect,
     flight_client,
@@ -112,3 +119,38 @@ def test_get_schema_of_a_statement_is_its_result_schema_with_the_snapshot(broker
     assert result.schema.names == ["id", "owner"]
     assert result.schema.metadata[b"horizon.snapshot"] == b"1200"
     assert result.schema.equals(native.query("SELECT id, owner FROM accounts").schema)
+
+
+def test_a_tables_schema_waits_for_an_admission_slot_like_a_query(broker_env, spark):
+    """Listing a schema runs Spark's analysis on the shared driver: with every slot taken it
+    queues behind the running queries, and answers once a slot is free."""
+    config = broker_config(broker_env.redis.url, limits={"max_concurrent": 1, "queue_size": 1})
+    with ExtraBroker(config, spark, broker_env) as server:  # a fresh broker: no schema known yet
+        admission = server.engine.admission
+        with ThreadPoolExecutor(1) as pool, adbc_connect(server.flight_target, ADMIN) as conn:
+            with admission.slot():  # every slot taken (a running query's)
+                pending = pool.submit(conn.adbc_get_table_schema, "accounts")
+                wait_until(lambda: admission.stats().queued == 1 or pending.done())
+                assert not pending.done() and admission.stats().queued == 1
+            schema = pending.result(timeout=120)
+    assert schema.names == ["id", "owner", "balance", "validFrom", "validUntil"]
+    assert admission.stats().running == 0 and admission.stats().queued == 0
+
+
+def test_a_tables_schema_is_refused_when_no_slot_may_even_queue(one_slot):
+    with (
+        adbc_connect(one_slot.flight_target, ADMIN) as conn,
+        one_slot.engine.admission.slot(),  # the one slot taken, none may queue
+        pytest.raises(adbc_driver_manager.Error, match="busy") as refused,
+    ):
+        conn.adbc_get_table_schema("accounts")
+    assert "token 'admin'" in str(refused.value)  # counted in the caller's share
+    with adbc_connect(one_slot.flight_target, ADMIN) as conn:
+        assert conn.adbc_get_table_schema("accounts").names[0] == "id"
+
+
+def wait_until(condition: Callable[[], bool], timeout: float = 60.0) -> None:
+    """Poll ``condition`` (the bound only keeps a broken run from hanging)."""
+    deadline = time.monotonic() + timeout
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.02)
