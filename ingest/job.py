@@ -189,8 +189,15 @@ class IngestJob:
 
     @_one_transaction
     def start(self) -> IngestJob:
-        """Register, claim the partitions, recover from the commit log, report. Idempotent."""
+        """Register, claim the partitions, recover from the commit log, report. Idempotent.
+
+        Started, it still finishes a transaction whose publish failed (its announce may have
+        run or not) before the next one: the next commit would otherwise take its place as the
+        one a restart rolls forward, and its segments would never be announced while the
+        updater closes the versions they replace."""
         if self._started:
+            if self.state.unpublished is not None or self.state.dangling is not None:
+                recovery.recover(self.protocol)
             return self
         self.client.register()
         self.client.register_table(self.table.descriptor())

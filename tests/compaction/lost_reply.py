@@ -3,7 +3,8 @@
 It forwards every byte both ways, except that a command carrying an armed marker (a script's
 SHA1, so its EVALSHA) is forwarded, the server runs it, and the first bytes of its reply close
 the client's connection instead of reaching it: the script took effect, the caller sees a
-connection error (and its client retries, through the proxy again). ``blackout`` makes the proxy
+connection error (and its client retries, through the proxy again); or the command is lost
+before it reaches Redis (it never runs). ``blackout`` makes the proxy
 refuse every connection from the next lost reply on (Redis unreachable: nothing can be read
 back).
 """
@@ -33,6 +34,7 @@ class LostReplyProxy:
         self._remaining = 0
         self._on_drop: Callable[[], None] | None = None
         self._blackout = False
+        self._requests = False
         self._refusing = False
         self.dropped = 0
         self._open: set[socket.socket] = set()
@@ -50,12 +52,15 @@ class LostReplyProxy:
         *,
         on_drop: Callable[[], None] | None = None,
         blackout: bool = False,
+        requests: bool = False,
     ) -> None:
         """Lose the replies of the next ``times`` commands carrying ``marker``; ``on_drop`` runs
-        after each such command ran and before its caller sees the connection drop."""
+        after each such command ran and before its caller sees the connection drop. With
+        ``requests`` the commands themselves are lost instead (they never run)."""
         with self._lock:
             self._marker, self._remaining = marker, times
             self._on_drop, self._blackout = on_drop, blackout
+            self._requests = requests
 
     def reachable(self) -> None:
         """Accept connections again after a blackout, and lose no more replies."""
@@ -100,8 +105,11 @@ class LostReplyProxy:
                         return
                     if source is client:
                         with self._lock:
-                            if self._remaining > 0 and self._marker in data:
-                                awaiting = True
+                            armed = self._remaining > 0 and self._marker in data
+                            requests = self._requests
+                        if armed and requests and self._take_drop():
+                            return
+                        awaiting = armed
                     elif awaiting:
                         awaiting = False
                         if not data.startswith(b"-NOSCRIPT") and self._take_drop():

@@ -30,7 +30,14 @@ from tests.compaction.history import (
     churned,
 )
 from tests.compaction.lost_reply import LostReplyProxy, script_sha
-from tests.ingest.conftest import Change, accounts_table, assert_broker_sees, broker_view
+from tests.ingest.conftest import (
+    Change,
+    accounts_table,
+    assert_broker_sees,
+    broker_view,
+    segment_rows,
+    visible_at,
+)
 from watermark import scripts as store_scripts
 
 PUBLISH = script_sha(store_scripts.SEGMENTS)
@@ -223,3 +230,28 @@ def test_a_killed_runs_directory_is_swept_once_its_locks_ran_out(spark, server, 
     assert collected.unpublished_runs == 1 and not runs[0].exists()
     assert {s.id for s in client.announced_segments("accounts")} == announced
     assert_readable(spark, follower, client, log)
+
+
+def test_a_batch_whose_announce_failed_is_rolled_forward_before_the_next_batch(
+    spark, server, follower, make_server, proxy, tmp_path
+):
+    """Redis never ran the announce (the request was lost on every try): the batch is committed
+    but not announced. The next batch must announce it first: otherwise the updater closes the
+    old versions of its keys while its new ones stay unannounced, and neither is readable."""
+    table = accounts_table(tmp_path)
+    client = server("s1")
+    job = IngestJob(spark, table, make_server(proxy.url, "s1", retry_timeout_s=0.3)).start()
+    log: list = []
+    churn(job, spark, log, rounds=2)
+    lost = [Change(f"k{i:02d}", 7000 + i, 50) for i in range(5, 9)]  # not in the next batch
+    proxy.lose_replies(PUBLISH, times=1000, requests=True)
+    with pytest.raises(Unavailable):
+        batch(job, spark, lost, [])
+    assert proxy.dropped >= 2
+    proxy.reachable()
+
+    churn(job, spark, [], rounds=1, start=2)  # the next batch of the same job
+    job.flush_updates()
+    stored = segment_rows(spark, broker_view(follower, client, "accounts").visible_segments)
+    latest = {row["user_id"]: row["balance"] for row in visible_at(stored, 2**62)}
+    assert {c.user_id: latest.get(c.user_id) for c in lost} == {c.user_id: c.balance for c in lost}
