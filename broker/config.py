@@ -181,6 +181,10 @@ class LimitsConfig:
     """Joins without a join condition (between sources of more than one row)."""
     max_estimated_rows: int = _BUDGET.max_estimated_rows
     """Rows one SELECT may build from its sources (stored rows; joins and generators multiply)."""
+    max_value_size: int = _BUDGET.max_value_size
+    """Characters and elements one value may hold, all nesting counted."""
+    max_grouping_sets: int = _BUDGET.max_grouping_sets
+    """Grouping sets one GROUP BY may ask for (CUBE of n expressions: 2^n)."""
     max_waiting: int = 256
     """Calls that may wait besides the running and queued queries (for a snapshot, a pin, a
     slow Redis); each waits on a thread of its own, so the bound keeps threads finite."""
@@ -361,6 +365,8 @@ def _validate(config: BrokerConfig) -> None:
         "max_partitions",
         "max_table_references",
         "max_estimated_rows",
+        "max_value_size",
+        "max_grouping_sets",
     ):
         if getattr(limits, name) < 1:
             raise InvalidArgument(f"[limits].{name} must be >= 1")

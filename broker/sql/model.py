@@ -39,6 +39,12 @@ class WorkBudget:
     """Joins without any join condition between sources of more than one row."""
     max_estimated_rows: int = 1_000_000_000
     """Rows a SELECT may build from its sources (stored rows; joins and generators multiply)."""
+    max_value_size: int = 100_000_000
+    """Characters and elements one value may hold, all nesting counted
+    (:mod:`broker.sql.passes.check_value_sizes`)."""
+    max_grouping_sets: int = 1_024
+    """Grouping sets one GROUP BY may ask for (``CUBE`` of n expressions asks for 2^n: each
+    input row is copied once per set)."""
 
 
 @dataclass(frozen=True, slots=True)

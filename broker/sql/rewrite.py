@@ -24,6 +24,7 @@ from broker.sql.passes.check_budget import check_budget
 from broker.sql.passes.check_expressions import check_expressions
 from broker.sql.passes.check_limits import check_limits
 from broker.sql.passes.check_statement_kind import check_statement_kind
+from broker.sql.passes.check_value_sizes import check_value_sizes
 from broker.sql.passes.choose_snapshot import choose_snapshot
 from broker.sql.passes.describe_shape import describe_shape
 from broker.sql.passes.expand_table_changes import expand_table_changes
@@ -167,6 +168,7 @@ def _bind_tree(
     state_of(tree).raw_backslash = "\\" in sql_text
     tree = resolve_references(tree, catalog)
     tree = check_budget(tree, budget)
+    tree = check_value_sizes(tree, budget)
     tree = describe_shape(tree)
     tree = find_key_lookup(tree)
     tree = choose_snapshot(tree)

@@ -42,6 +42,9 @@ class RewriteState:
     shape: QueryShape = field(default_factory=QueryShape)
     raw_backslash: bool = False
     """The text had a backslash: Spark's escapes in literals are not reproduced outside Spark."""
+    amplifies: bool = False
+    """The tree has an expression that makes values larger than its inputs (found by
+    check_budget's walk; :mod:`broker.sql.passes.check_value_sizes` runs only then)."""
 
 
 def state_of(tree: exp.Expression) -> RewriteState:

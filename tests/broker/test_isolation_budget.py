@@ -41,6 +41,24 @@ HOSTILE = [
         "max_estimated_rows",
     ),
     (BREADTH, ResourceExhausted, "max_table_references"),
+    (
+        "SELECT size(transform(sequence(1, 90000), x -> repeat('q', 90000))) FROM accounts",
+        ResourceExhausted,
+        "max_value_size",
+    ),
+    (
+        "SELECT aggregate(sequence(1, 60), owner, (acc, x) -> concat(acc, acc)) FROM accounts",
+        ResourceExhausted,
+        "max_string_length",
+    ),
+    ("SELECT format_string('%2000000000d', id) FROM accounts", ResourceExhausted, "string_length"),
+    (
+        "SELECT count(*) FROM accounts GROUP BY CUBE(id, owner, balance, id + 1, id + 2, "
+        "id + 3, id + 4, id + 5, id + 6, id + 7, id + 8, id + 9, id + 10, id + 11, id + 12, "
+        "id + 13, id + 14, id + 15)",
+        ResourceExhausted,
+        "max_grouping_sets",
+    ),
 ]
 
 
@@ -51,7 +69,9 @@ def test_unbounded_work_is_refused_before_spark_and_others_are_still_answered(
     query_id = f"hostile-{abs(hash(sql)) % 10**8}"
     with pytest.raises(error, match=names):
         client.query(sql, query_id=query_id, cache=False)
-    assert job_statuses(spark, engine_group(broker_env.broker, query_id)) == [], "Spark ran the refused query"
+    assert job_statuses(spark, engine_group(broker_env.broker, query_id)) == [], (
+        "Spark ran the refused query"
+    )
     with broker_env.client() as other:
         assert other.query("SELECT count(*) AS n FROM accounts").to_pylist() == [{"n": 100}]
 

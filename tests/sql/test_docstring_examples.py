@@ -10,6 +10,9 @@ import pytest
 MODULES = [
     "broker.sql.passes.check_limits",
     "broker.sql.passes.check_statement_kind",
+    "broker.sql.passes.check_budget",
+    "broker.sql.passes.check_value_sizes",
+    "broker.sql.grouping",
     "broker.sql.passes.check_expressions",
     "broker.sql.passes.resolve_references",
     "broker.sql.passes.choose_snapshot",

@@ -22,14 +22,16 @@ from dataclasses import dataclass, field
 
 from sqlglot import exp
 
-from broker.sql.constants import instant_seconds, integer_value, interval_seconds
+from broker.sql.constants import integer_value
 from broker.sql.errors import OverBudget
-from broker.sql.hints import check_hint, check_partitions
+from broker.sql.generators import EXPLODES, check_generator, generator_rows, range_rows
+from broker.sql.grouping import check_grouping_sets
+from broker.sql.hints import check_hint
 from broker.sql.model import WorkBudget
+from broker.sql.passes.check_value_sizes import makes_values_larger
 from broker.sql.state import state_of
 
-_EXPLODES = (exp.Explode, exp.Posexplode, exp.ExplodeOuter, exp.Inline)
-_MULTIPLYING = (exp.Join, exp.Lateral, exp.Stack, *_EXPLODES)
+_MULTIPLYING = (exp.Join, exp.Lateral, exp.Stack, *EXPLODES)
 """Nodes that make the row estimate of their query level more than its one source's."""
 _MULTIPLYING_JOIN_KINDS = frozenset({"", "INNER", "CROSS", "OUTER", "FULL"})
 
@@ -51,10 +53,12 @@ def check_budget(tree: exp.Expression, budget: WorkBudget) -> exp.Expression:
     """
     references = 0
     selects = 0
-    multiplies = False
+    multiplies = amplifies = False
     for node in _walk(tree):  # one walk: hints, generators and table references
         if isinstance(node, exp.Hint):
             check_hint(node, budget)
+        elif isinstance(node, exp.Group):
+            check_grouping_sets(node, budget)
         elif isinstance(node, exp.Table):
             references += 1
             multiplies = multiplies or isinstance(node.this, exp.Func)
@@ -63,7 +67,9 @@ def check_budget(tree: exp.Expression, budget: WorkBudget) -> exp.Expression:
         elif isinstance(node, _MULTIPLYING):
             multiplies = True
         else:
-            _check_generator(node, budget)
+            check_generator(node, budget)
+            amplifies = amplifies or makes_values_larger(node)
+    state_of(tree).amplifies = amplifies
     if references > budget.max_table_references:
         raise OverBudget(
             f"the query reads {references} tables or table functions, over the limit "
@@ -86,128 +92,6 @@ def check_budget(tree: exp.Expression, budget: WorkBudget) -> exp.Expression:
 def _walk(tree: exp.Expression) -> Iterator[exp.Expression]:
     """Every node, without entering hints (whose arguments name aliases, not tables)."""
     return tree.walk(prune=lambda node: isinstance(node, exp.Hint))
-
-
-# -- generators ---------------------------------------------------------------------------------
-
-
-def _check_generator(node: exp.Expression, budget: WorkBudget) -> None:
-    if isinstance(node, exp.GenerateSeries):
-        _sequence_length(node, budget)
-    elif isinstance(node, exp.Anonymous):
-        name = node.name.lower()
-        if name == "array_repeat":
-            _array_repeat_length(node, budget)
-        elif name == "range":
-            _range_rows(node, budget)
-    elif isinstance(node, exp.Repeat):
-        _string_length(node.args.get("times"), "repeat()", budget)
-    elif isinstance(node, exp.Space):
-        _string_length(node.this, "space()", budget)
-    elif isinstance(node, exp.Pad):
-        _string_length(node.expression, "lpad()" if node.args.get("is_left") else "rpad()",
-                       budget)  # fmt: skip
-
-
-def _not_constant(what: str, limit: str, value: int, hint: str) -> OverBudget:
-    return OverBudget(
-        f"{what} is computed from the data, so its size cannot be bounded before the query "
-        f"runs (the limit [limits].{limit} = {value} needs constant arguments); {hint}"
-    )
-
-
-def _sequence_length(node: exp.GenerateSeries, budget: WorkBudget) -> int:
-    """How many elements ``sequence(start, stop[, step])`` makes (an upper bound)."""
-    limit = budget.max_array_elements
-    start, end, step = node.args.get("start"), node.args.get("end"), node.args.get("step")
-    length: int | None = None
-    first, last = integer_value(start), integer_value(end)
-    if first is not None and last is not None:
-        stride = integer_value(step) if step is not None else (1 if last >= first else -1)
-        if stride:
-            length = max(0, (last - first) // stride + 1)
-    else:
-        low, high = instant_seconds(start), instant_seconds(end)
-        stride_s = interval_seconds(step) if step is not None else 86400.0
-        if low is not None and high is not None and stride_s:
-            length = max(0, int(abs(high - low) // abs(stride_s)) + 1)
-    if length is None:
-        raise _not_constant(
-            "sequence() with these bounds",
-            "max_array_elements",
-            limit,
-            "write constant bounds, or join with range(...) for a series per row",
-        )
-    if length > limit:
-        raise OverBudget(
-            f"sequence() would make an array of {length} elements, over the limit "
-            f"[limits].max_array_elements = {limit}"
-        )
-    return length
-
-
-def _array_repeat_length(node: exp.Anonymous, budget: WorkBudget) -> int:
-    limit = budget.max_array_elements
-    count = integer_value(node.expressions[1]) if len(node.expressions) == 2 else None
-    if count is None:
-        raise _not_constant("array_repeat()'s count", "max_array_elements", limit, "use a constant")
-    if count > limit:
-        raise OverBudget(
-            f"array_repeat() would make an array of {count} elements, over the limit "
-            f"[limits].max_array_elements = {limit}"
-        )
-    return max(0, count)
-
-
-def _string_length(argument: exp.Expression | None, what: str, budget: WorkBudget) -> None:
-    limit = budget.max_string_length
-    length = integer_value(argument)
-    if length is None:
-        raise _not_constant(f"{what}'s length", "max_string_length", limit, "use a constant")
-    if length > limit:
-        raise OverBudget(
-            f"{what} would make a string of {length} characters, over the limit "
-            f"[limits].max_string_length = {limit}"
-        )
-
-
-def _range_rows(node: exp.Anonymous, budget: WorkBudget) -> int:
-    """How many rows ``range([start,] end[, step[, partitions]])`` generates."""
-    values = [integer_value(argument) for argument in node.expressions]
-    if not 1 <= len(values) <= 4 or any(value is None for value in values):
-        raise OverBudget(
-            "range() takes one to four constant integers (start, end, step, partitions), "
-            f"got {node.sql(dialect='spark')}: its rows cannot be bounded before it runs"
-        )
-    numbers = [int(value) for value in values if value is not None]
-    start, end = (0, numbers[0]) if len(numbers) == 1 else (numbers[0], numbers[1])
-    step = numbers[2] if len(numbers) >= 3 else 1
-    if len(numbers) == 4:
-        check_partitions(numbers[3], "range()", budget)
-    if step == 0:
-        return 0  # Spark refuses it with its own error
-    rows = max(0, -((start - end) // step))
-    if rows > budget.max_generated_rows:
-        raise OverBudget(
-            f"range() would generate {rows} rows, over the limit "
-            f"[limits].max_generated_rows = {budget.max_generated_rows}"
-        )
-    return rows
-
-
-def _generator_rows(node: exp.Expression, budget: WorkBudget) -> int:
-    """Rows one call of a generator makes per input row (1 when the data decides)."""
-    if isinstance(node, exp.Stack):
-        return max(1, integer_value(node.this) or 1)
-    if isinstance(node, _EXPLODES):
-        source = node.this
-        if isinstance(source, exp.GenerateSeries):
-            return _sequence_length(source, budget)
-        if isinstance(source, exp.Array):
-            return len(source.expressions)
-        if isinstance(source, exp.Anonymous) and source.name.lower() == "array_repeat":
-            return _array_repeat_length(source, budget)
-    return 1
 
 
 # -- row estimates ------------------------------------------------------------------------------
@@ -300,10 +184,10 @@ class _Estimator:
             self._link(where.this, sources, links, default=None)
         multiplier = 1
         for lateral in node.args.get("laterals") or []:
-            multiplier *= _generator_rows(lateral.this, self.budget)
+            multiplier *= generator_rows(lateral.this, self.budget)
         for expression in node.expressions:
-            for generator in _own_nodes(expression, (*_EXPLODES, exp.Stack)):
-                multiplier *= _generator_rows(generator, self.budget)
+            for generator in _own_nodes(expression, (*EXPLODES, exp.Stack)):
+                multiplier *= generator_rows(generator, self.budget)
         for index in range(1, len(sources)):
             if conditioned[index] or any(
                 links.find(index) == links.find(other) for other in range(index)
@@ -343,9 +227,9 @@ class _Estimator:
                 names.add(node.name.lower())
                 return _Source(names, self.table_rows[id(node)], self.table_columns[id(node)])
             if isinstance(target, exp.Anonymous) and target.name.lower() == "range":
-                return _Source(names, _range_rows(target, self.budget))
+                return _Source(names, range_rows(target, self.budget))
             if isinstance(target, exp.Func):
-                return _Source(names, _generator_rows(target, self.budget))
+                return _Source(names, generator_rows(target, self.budget))
             names.add(node.name.lower())
             return _Source(names, self.ctes.get(node.name.lower(), 1))
         if isinstance(node, (exp.Subquery, exp.Paren)):
