@@ -1,7 +1,7 @@
 """A publish that ran in Redis although its caller saw it fail never loses the files of what is
 announced: a compaction whose reply was lost, an update abandoned after its replace ran.
 
-The real redis-server sits behind :class:`tests.compaction.lost_reply.LostReplyProxy`: the script
+The real redis-server sits behind :class:`chaos.lost_reply.LostReplyProxy`: the script
 really runs, the compactor sees a connection error. After each failure, every segment the
 timeline shows as visible has its files, and every snapshot still answers as the changelog says.
 """
@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from chaos.lost_reply import LostReplyProxy, script_sha
 from compaction.collect import collect_replaced, sweep_unpublished_runs
 from compaction.run import CompactionKilled, Compactor
 from core.errors import Unavailable
@@ -29,7 +30,6 @@ from tests.compaction.history import (
     churn,
     churned,
 )
-from tests.compaction.lost_reply import LostReplyProxy, script_sha
 from tests.ingest.conftest import (
     Change,
     accounts_table,
