@@ -84,6 +84,8 @@ class Prepared:
     """The snapshot pin the query reads at (its default snapshot), if any."""
     waited_s: float = 0.0
     """Time spent waiting for a table's LWM to reach ``min_snapshot`` or the broker's floor."""
+    identity: str = ""
+    """Who prepared it: Spark work done for it (a plan, a schema) counts in that share."""
 
     @property
     def sql(self) -> str:

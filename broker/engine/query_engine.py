@@ -248,6 +248,7 @@ class QueryEngine:
             staleness_s=staleness,
             rewrite_s=0.0,
             pin=pin,
+            identity=principal.name,
         )
 
     def pin_store(self) -> Any:
@@ -474,7 +475,8 @@ class QueryEngine:
 
     def spark_plan(self, prepared: Prepared, *, deadline: float | None = None) -> str:
         """Spark's physical plan of ``prepared``: planning is work on the shared driver, so it
-        takes an admission slot like a query (waiting at most until ``deadline``)."""
+        takes an admission slot like a query, in its caller's share (waiting at most until
+        ``deadline``, or the query timeout)."""
         return self._on_driver(prepared, self.executor.explain, deadline)
 
     def result_schema(self, prepared: Prepared, *, deadline: float | None = None) -> pa.Schema:
@@ -488,8 +490,10 @@ class QueryEngine:
     ) -> Any:
         check_engine_up(self.supervisor)
         generation = self.spark_generation
+        if deadline is None:
+            deadline = time.monotonic() + self.config.limits.query_timeout_s
         with (
-            self.admission.slot(deadline=deadline),
+            self.admission.slot(deadline=deadline, identity=prepared.identity),
             self.views.lease(prepared.table_views),
         ):
             try:

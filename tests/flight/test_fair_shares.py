@@ -184,3 +184,11 @@ def test_an_identitys_rate_quota_refuses_naming_it_while_others_are_answered(quo
         with pytest.raises(ResourceExhausted, match=r"token 'paced'.*queries_per_second"):
             paced.query("SELECT count(*) + 4 AS n FROM accounts")
         assert admin.query("SELECT count(*) + 5 AS n FROM accounts").num_rows == 1
+
+
+def test_a_spark_plan_counts_in_its_callers_share(quotas):
+    with connect(quotas.target, token=PACED) as paced, connect(quotas.target, token=ADMIN) as admin:
+        assert paced.query("SELECT count(*) + 6 AS n FROM accounts").num_rows == 1
+        with pytest.raises(ResourceExhausted, match=r"token 'paced'.*queries_per_second"):
+            paced.explain("SELECT count(*) FROM accounts", include_spark_plan=True)
+        assert admin.explain("SELECT count(*) FROM accounts", include_spark_plan=True).spark_plan
