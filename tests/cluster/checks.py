@@ -9,7 +9,13 @@ from typing import Any
 
 import pytest
 
-from core.errors import Cancelled, DeadlineExceeded, ResourceExhausted, Unavailable
+from core.errors import (
+    Cancelled,
+    DeadlineExceeded,
+    InvalidArgument,
+    ResourceExhausted,
+    Unavailable,
+)
 from tests.broker.data import as_rows, oracle
 from tests.cluster.conftest import LWM, SLOW_SQL, ClusterEnv
 
@@ -85,6 +91,20 @@ def cancel_and_deadline_stop_a_query(client: Any) -> None:
     # minutes had Spark not stopped it); its own deadline only guards against a hang.
     small = client.query("SELECT count(*) AS n FROM accounts", cache=False, timeout=120)
     assert small.to_pylist() == [{"n": 100}]
+
+
+def literals_and_runtime_errors_keep_their_meaning(client: Any) -> None:
+    """``${...}`` in a literal is text, not the engine's environment; a caller's runtime error,
+    whether Spark raises it while planning the collection or in a task, keeps its condition."""
+    for text in ("${env:HOME}", "${spark.app.name}", "a${nope}b"):
+        answer = client.query(f"SELECT '{text}' AS t", cache=False)
+        assert answer.column("t").to_pylist() == [text]
+    for sql in (
+        "SELECT element_at(array(1, 2), 5) FROM accounts",
+        "SELECT element_at(array(1, 2), cast(id AS int) + 5) FROM accounts",
+    ):
+        with pytest.raises(InvalidArgument, match="INVALID_ARRAY_INDEX"):
+            client.query(sql, cache=False)
 
 
 def limits_hold(client: Any) -> None:

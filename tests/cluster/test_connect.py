@@ -49,6 +49,10 @@ def test_cancel_and_deadline_interrupt_the_connect_operation(client):
     checks.cancel_and_deadline_stop_a_query(client)
 
 
+def test_literals_stay_literals_and_runtime_errors_keep_their_condition_over_connect(client):
+    checks.literals_and_runtime_errors_keep_their_meaning(client)
+
+
 def test_result_limits_hold_over_connect(client):
     checks.limits_hold(client)
 

@@ -57,6 +57,10 @@ def test_cancel_and_deadline_stop_a_query_running_on_the_cluster(client):
     checks.cancel_and_deadline_stop_a_query(client)
 
 
+def test_literals_stay_literals_and_runtime_errors_keep_their_condition_on_the_cluster(client):
+    checks.literals_and_runtime_errors_keep_their_meaning(client)
+
+
 def test_result_limits_hold_on_the_cluster(client):
     checks.limits_hold(client)
 
