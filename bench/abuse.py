@@ -5,7 +5,8 @@ tables gets every kind of hostile or careless query issue 27 names, each followe
 trivial query from another client. Per kind it prints the status code, the time to refuse, and
 whether the broker stayed up (the next query answered). It samples the peak resident memory of
 the broker process and its JVM throughout, and measures, on local Spark, a standalone cluster and
-Spark Connect, how long the next query waits after a cancel, a deadline and a killed JVM.
+Spark Connect, how long the next query waits after a cancel, a deadline and a killed JVM. The
+compaction kinds (a reply lost during a compaction's publish) are in :mod:`bench.abuse_compaction`.
 
 ``--quick`` runs the local broker only, with a smaller table.
 """
@@ -16,10 +17,9 @@ import argparse
 import os
 import signal
 import tempfile
-import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,18 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from bench.abuse_identity import (
+    OTHER_TOKEN,
+    Exposure,
+    _code,
+    _error_of,
+    engine_restarts,
+    identity_run,
+    limit_flight,
+    listeners,
+    tokens_section,
+)
+from bench.abuse_memory import MemoryWatch, jvm_of
 from bench.report import print_table, write_results
 
 LWM = 1200
@@ -43,67 +55,11 @@ class Outcome:
     next_answered: bool
     next_seconds: float
     expected: tuple[str, ...]
+    detail: str = ""  # the message, when the code was not the expected one
 
     @property
     def bounded(self) -> bool:
         return self.code in self.expected
-
-
-@dataclass
-class MemoryWatch:
-    """Peak RSS of the broker process and of its JVM, sampled every 0.2 s."""
-
-    broker_pid: int
-    peak_broker: int = 0
-    peak_jvm: int = 0
-    _stop: threading.Event = field(default_factory=threading.Event)
-
-    def start(self) -> MemoryWatch:
-        threading.Thread(target=self._run, daemon=True).start()
-        return self
-
-    def _run(self) -> None:
-        while not self._stop.wait(0.2):
-            self.peak_broker = max(self.peak_broker, _rss(self.broker_pid))
-            jvm = jvm_of(self.broker_pid)
-            if jvm is not None:
-                self.peak_jvm = max(self.peak_jvm, _rss(jvm))
-
-    def stop(self) -> None:
-        self._stop.set()
-
-
-def _rss(pid: int) -> int:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
-
-
-def jvm_of(pid: int) -> int | None:
-    """The Java process among ``pid``'s descendants."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-            children.setdefault(parent, []).append(int(entry.name))
-    pending = [pid]
-    while pending:
-        for child in children.get(pending.pop(), []):
-            try:
-                command = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")[0]
-            except OSError:
-                continue
-            if command.endswith(b"java"):
-                return child
-            pending.append(child)
-    return None
 
 
 def _write(path: Path, ids: np.ndarray) -> str:
@@ -163,19 +119,6 @@ def publish(redis_url: str, root: Path, big_rows: int) -> Any:
     return server
 
 
-def _code(error: BaseException | None) -> str:
-    from core.errors import HorizonError
-
-    if error is None:
-        return "OK"
-    if isinstance(error, HorizonError):
-        return str(error.code)
-    code = getattr(error, "code", None)  # a raw gRPC error (the slow reader reads the stream)
-    if callable(code):
-        return str(code().name)
-    return type(error).__name__
-
-
 def _timed(call: Callable[[], Any]) -> tuple[str, float]:
     started = time.perf_counter()
     try:
@@ -194,7 +137,7 @@ def _next_query(target: str, timeout: float = 120.0) -> tuple[bool, float]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            with connect(target, TOKEN, timeout=10, monotonic=False) as other:
+            with connect(target, OTHER_TOKEN, timeout=10, monotonic=False) as other:
                 other.query(TRIVIAL, cache=False)
             return True, time.perf_counter() - started
         except Exception:
@@ -236,7 +179,7 @@ HOSTILE_SQL: list[tuple[str, str, tuple[str, ...]]] = [
 ]  # fmt: skip
 
 
-def hostile_run(target: str, root: Path) -> list[Outcome]:
+def hostile_run(target: str, root: Path, flight_target: str, exposure: Exposure) -> list[Outcome]:
     from horizon.client import connect
     from watermark import tokens
 
@@ -244,11 +187,17 @@ def hostile_run(target: str, root: Path) -> list[Outcome]:
     segment_file = str(root / "accounts" / "p0.parquet")
 
     def record(kind: str, call: Callable[[], Any], expected: tuple[str, ...]) -> None:
-        code, seconds = _timed(call)
+        started = time.perf_counter()
+        error = _error_of(call)
+        seconds = time.perf_counter() - started
+        code, message = _code(error), "" if error is None else str(error)
+        exposure.shown.append(message)
         answered, next_seconds = _next_query(target)
-        outcomes.append(Outcome(kind, code, seconds, answered, next_seconds, expected))
+        detail = "" if code in expected else message[:300]
+        outcomes.append(Outcome(kind, code, seconds, answered, next_seconds, expected, detail))
         print(
             f"  {kind}: {code} in {seconds:.3f}s; next query {'answered' if answered else 'FAILED'}"
+            + (f"\n    UNEXPECTED: {detail}" if code not in expected else "")
         )
 
     with connect(target, TOKEN, monotonic=False) as client:
@@ -323,6 +272,7 @@ def hostile_run(target: str, root: Path) -> list[Outcome]:
                 pass
 
         record("a reader that stops reading", slow_reader, ("DEADLINE_EXCEEDED",))
+        identity_run(client, target, flight_target, TOKEN, exposure, record)
     return outcomes
 
 
@@ -330,8 +280,7 @@ def _spark_section(master: str) -> str:
     return (
         f"[spark]\n{master}\nprobe_interval_s = 0.5\nprobe_timeout_s = 5.0\n\n"
         f"[limits]\nquery_timeout_s = 20.0\n\n"
-        f"[reads]\nmax_pins_per_identity = 8\n\n"
-        f'[[tokens]]\nname = "abuse"\ntoken = "{TOKEN}"\ntables = ["*"]\ninspect = true\n'
+        f"[reads]\nmax_pins_per_identity = 8\n\n" + tokens_section(TOKEN)
     )
 
 
@@ -366,6 +315,7 @@ def _kill_jvm_of(pid: int) -> Callable[[], None]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from bench.abuse_compaction import compaction_run
     from broker.spark.local_cluster import BrokerProcess, ConnectServer, StandaloneCluster
     from watermark.embedded_redis import EmbeddedRedis
 
@@ -379,12 +329,20 @@ def main(argv: list[str] | None = None) -> int:
         redis = EmbeddedRedis().start()
         server = publish(redis.url, work / "data", big_rows)
         try:
+            exposure = Exposure()
+            exposure.plant()
             broker = BrokerProcess(work, redis.url, _spark_section('master = "local[2]"'))
+            limit_flight(broker.config)
             broker.start()
             assert broker.process is not None
             memory = MemoryWatch(broker.process.pid).start()
+            flight_target, metrics_url = listeners(broker.log)
             print("hostile queries against a local broker:")
-            outcomes = hostile_run(broker.target, work / "data")
+            outcomes = hostile_run(broker.target, work / "data", flight_target, exposure)
+            print("lost replies during a compaction's publish:")
+            outcomes += compaction_run(broker.target, OTHER_TOKEN, redis, work / "ledger", Outcome)
+            restarts = engine_restarts(metrics_url)
+            secrets_found = exposure.found_in(broker.log, metrics_url)
             modes = {"local": recovery_times(broker.target, _kill_jvm_of(broker.process.pid))}
             memory.stop()
             deaths = 0 if broker.process.poll() is None else 1
@@ -411,6 +369,8 @@ def main(argv: list[str] | None = None) -> int:
         refused_or_bounded=f"{bounded}/{len(outcomes)}",
         all_bounded=bounded == len(outcomes),
         broker_deaths=deaths,
+        engine_restarts=restarts,
+        secrets_found=secrets_found,
         next_query_always_answered=all(o.next_answered for o in outcomes),
         internal_errors=internal,
         peak_rss_broker_mib=memory.peak_broker / 2**20,
@@ -437,11 +397,13 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     print(
         f"refused or bounded: {bounded}/{len(outcomes)}; INTERNAL: {internal}; broker deaths: "
-        f"{deaths}; peak RSS: broker {results['peak_rss_broker_mib']:.0f} MiB, JVM "
+        f"{deaths}; engine restarts during the hostile run: {restarts}; fake secret found: "
+        f"{len(secrets_found)} {secrets_found}; peak RSS: broker {results['peak_rss_broker_mib']:.0f} MiB, JVM "
         f"{results['peak_rss_jvm_mib']:.0f} MiB (driver heap 4 GiB, result cache 256 MiB)"
     )
     write_results("abuse", results)
-    return 0 if bounded == len(outcomes) and internal == 0 and deaths == 0 else 1
+    clean = internal == 0 and deaths == 0 and restarts == 0 and not secrets_found
+    return 0 if bounded == len(outcomes) and clean else 1
 
 
 def _connect_recovery(work: Path, redis_url: str, connect_server: Any, broker_process: Any) -> Any:
