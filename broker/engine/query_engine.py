@@ -475,8 +475,7 @@ class QueryEngine:
 
     def spark_plan(self, prepared: Prepared, *, deadline: float | None = None) -> str:
         """Spark's physical plan of ``prepared``: planning is work on the shared driver, so it
-        takes an admission slot like a query, in its caller's share (waiting at most until
-        ``deadline``, or the query timeout)."""
+        takes an admission slot in its caller's share (waiting until ``deadline`` at most)."""
         return self._on_driver(prepared, self.executor.explain, deadline)
 
     def result_schema(self, prepared: Prepared, *, deadline: float | None = None) -> pa.Schema:
@@ -490,8 +489,8 @@ class QueryEngine:
     ) -> Any:
         check_engine_up(self.supervisor)
         generation = self.spark_generation
-        if deadline is None:
-            deadline = time.monotonic() + self.config.limits.query_timeout_s
+        timeout = self.config.limits.query_timeout_s
+        deadline = time.monotonic() + timeout if deadline is None else deadline
         with (
             self.admission.slot(deadline=deadline, identity=prepared.identity),
             self.views.lease(prepared.table_views),
