@@ -488,8 +488,7 @@ class QueryEngine:
         self, prepared: Prepared, work: Callable[[str], Any], deadline: float | None
     ) -> Any:
         check_engine_up(self.supervisor)
-        generation = self.spark_generation
-        timeout = self.config.limits.query_timeout_s
+        generation, timeout = self.spark_generation, self.config.limits.query_timeout_s
         deadline = time.monotonic() + timeout if deadline is None else deadline
         with (
             self.admission.slot(deadline=deadline, identity=prepared.identity),
