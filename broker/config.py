@@ -141,6 +141,10 @@ class SparkConfig:
     """``spark.driver.maxResultSize`` ("": twice ``[limits].max_result_bytes``, at least 64m)."""
     task_max_failures: int = 1
     """Attempts per task before the query fails (a caller's error fails at once)."""
+    exit_on_oom: bool = False
+    """End the embedded JVM at any ``OutOfMemoryError`` (``-XX:+ExitOnOutOfMemoryError``; the
+    supervisor then restarts Spark). Off: a task that runs out of memory fails its query alone
+    (``spark.executor.killOnFatalError.depth=0``) and the JVM goes on serving the others."""
     probe_interval_s: float = 2.0
     """How often the broker checks that its Spark session answers."""
     probe_timeout_s: float = 10.0
