@@ -93,6 +93,11 @@ class EngineLost(Unavailable):
     server went away); the broker is restarting it."""
 
 
+class OutOfMemory(ResourceExhausted):
+    """A query ran the Spark JVM out of heap. Spark fails its tasks alone, but the error may
+    also have struck one of Spark's own threads: the supervisor runs a job to check."""
+
+
 class UnreadableFiles(Unavailable):
     """Spark's reader failed on segment files the broker listed (missing or corrupt); the broker
     checks them itself before it falls back."""
@@ -210,8 +215,9 @@ def classify(
         if state[:2] in _LIMIT_SQLSTATE_CLASSES:
             return ResourceExhausted(f"Spark refused the query: {_describe(link)}")
         if link.java_class == "java.lang.OutOfMemoryError":
-            return ResourceExhausted(
-                "Spark ran out of memory running the query: select less, or aggregate first"
+            return OutOfMemory(
+                "the query ran Spark out of memory; it was stopped, other queries go on "
+                "(select less, or aggregate first)"
             )
         if link.java_class in _CALLER_JAVA_CLASSES or link.java_class.startswith(
             _CALLER_JAVA_PREFIXES

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from contextlib import suppress
 from typing import Any
 
-from broker.spark.failures import EngineLost, classify
+from broker.spark.failures import EngineLost, OutOfMemory, classify
 from core.errors import HorizonError, Internal, Unavailable
 
 log = logging.getLogger("horizon.broker.spark")
@@ -47,6 +47,15 @@ def probe(spark: Any) -> None:
     if context._jsc is None or context._jsc.sc().isStopped():
         raise RuntimeError("the SparkContext is stopped")
     context._jvm.java.lang.System.currentTimeMillis()
+
+
+def probe_with_a_job(spark: Any) -> None:
+    """:func:`probe`, then a one-row Spark job: an ``OutOfMemoryError`` that struck one of
+    Spark's own threads (the scheduler's event loop, the context cleaner) can leave a JVM that
+    answers calls but runs no job, or a stopped context."""
+    probe(spark)
+    if not type(spark).__module__.startswith("pyspark.sql.connect"):
+        spark.range(1).count()
 
 
 def discard(spark: Any) -> None:
@@ -111,6 +120,7 @@ class SparkSupervisor:
         self._on_health = on_health
         self._up = True
         self._wake = threading.Event()
+        self._run_a_job = False
         self._stopped = threading.Event()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -142,14 +152,20 @@ class SparkSupervisor:
         """A query failed in a way that may mean the engine is gone: probe now."""
         self._wake.set()
 
-    def check(self) -> bool:
+    def suspect_after_out_of_memory(self) -> None:
+        """A query ran the JVM out of memory: probe now, with a job (see
+        :func:`probe_with_a_job`)."""
+        self._run_a_job = True
+        self._wake.set()
+
+    def check(self, *, with_a_job: bool = False) -> bool:
         """Probe the session once, within the probe timeout (a wedged JVM does not answer)."""
         outcome: list[BaseException | None] = []
         spark = self._spark
 
         def attempt() -> None:
             try:
-                probe(spark)
+                (probe_with_a_job if with_a_job else probe)(spark)
                 outcome.append(None)
             except BaseException as error:
                 outcome.append(error)
@@ -171,7 +187,8 @@ class SparkSupervisor:
             self._wake.clear()
             if self._stopped.is_set():
                 return
-            if self.check():
+            with_a_job, self._run_a_job = self._run_a_job, False
+            if self.check(with_a_job=with_a_job):
                 self._set_up(True)
                 continue
             log.error("the Spark engine is not answering (%s)", self.last_failure)
@@ -228,6 +245,8 @@ def engine_failure(
     if not isinstance(error, HorizonError) and isinstance(error, Exception):
         error = classify(error)
     lost = isinstance(error, EngineLost) or session_replaced
+    if isinstance(error, OutOfMemory) and supervisor is not None:
+        supervisor.suspect_after_out_of_memory()
     if not lost and isinstance(error, Internal) and supervisor is not None:
         lost = not supervisor.check()  # an unexplained failure: is Spark still there?
     if not lost:
