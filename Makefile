@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PROTO_SRC := $(shell find proto -name '*.proto' 2>/dev/null)
-PROTO_STAMP := broker/_proto/.generated
+PROTO_STAMP := horizon_broker/broker/_proto/.generated
 export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYSPARK_PYTHON ?= $(abspath $(BIN)/python)
 export PYTHONHASHSEED ?= 0
@@ -51,4 +51,4 @@ chaos: install
 	$(BIN)/python -m bench.chaos --duration $(DURATION) --seed $(SEED)
 
 clean:
-	rm -rf $(VENV) broker/_proto .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) horizon_broker/broker/_proto .pytest_cache .ruff_cache .hypothesis

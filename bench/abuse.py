@@ -82,10 +82,10 @@ def _write(path: Path, ids: np.ndarray) -> str:
 
 def publish(redis_url: str, root: Path, big_rows: int) -> Any:
     """Two tables (``accounts`` 1,000 keys, ``big``), announced by a heartbeating server."""
-    from timeline.interval import Interval
-    from timeline.segment import Segment
-    from watermark.catalog import ColumnSpec, TableDescriptor
-    from watermark.server import ServerClient
+    from horizon_broker.timeline.interval import Interval
+    from horizon_broker.timeline.segment import Segment
+    from horizon_broker.watermark.catalog import ColumnSpec, TableDescriptor
+    from horizon_broker.watermark.server import ServerClient
 
     server = ServerClient(redis_url, "abuse-server")
     server.register()
@@ -131,7 +131,7 @@ def _timed(call: Callable[[], Any]) -> tuple[str, float]:
 
 def _next_query(target: str, timeout: float = 120.0) -> tuple[bool, float]:
     """Whether (and how soon) another client's trivial query is answered."""
-    from horizon.client import connect
+    from horizon_broker.client import connect
 
     started = time.perf_counter()
     deadline = time.monotonic() + timeout
@@ -180,8 +180,8 @@ HOSTILE_SQL: list[tuple[str, str, tuple[str, ...]]] = [
 
 
 def hostile_run(target: str, root: Path, flight_target: str, exposure: Exposure) -> list[Outcome]:
-    from horizon.client import connect
-    from watermark import tokens
+    from horizon_broker.client import connect
+    from horizon_broker.watermark import tokens
 
     outcomes: list[Outcome] = []
     segment_file = str(root / "accounts" / "p0.parquet")
@@ -247,7 +247,7 @@ def hostile_run(target: str, root: Path, flight_target: str, exposure: Exposure)
         def pin_flood() -> None:
             """2,000 pins at the 1 s minimum lease: the quota refuses most, the rest expire and
             are dropped by later takes, so what stays live is what the quota allows."""
-            from core.errors import ResourceExhausted
+            from horizon_broker._core.errors import ResourceExhausted
 
             refused = 0
             for _ in range(2_000):
@@ -286,7 +286,7 @@ def _spark_section(master: str) -> str:
 
 def recovery_times(target: str, kill: Callable[[], None]) -> dict[str, float | None]:
     """Seconds until the next query answers after a cancel, a deadline and a killed JVM."""
-    from horizon.client import connect
+    from horizon_broker.client import connect
 
     times: dict[str, float | None] = {}
     with connect(target, TOKEN, monotonic=False) as client:
@@ -316,8 +316,12 @@ def _kill_jvm_of(pid: int) -> Callable[[], None]:
 
 def main(argv: list[str] | None = None) -> int:
     from bench.abuse_compaction import compaction_run
-    from broker.spark.local_cluster import BrokerProcess, ConnectServer, StandaloneCluster
-    from watermark.embedded_redis import EmbeddedRedis
+    from horizon_broker.broker.spark.local_cluster import (
+        BrokerProcess,
+        ConnectServer,
+        StandaloneCluster,
+    )
+    from horizon_broker.watermark.embedded_redis import EmbeddedRedis
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true")

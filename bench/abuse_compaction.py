@@ -26,8 +26,8 @@ Arm = Callable[[LostReplyProxy, Any], None]
 
 def _kinds() -> list[tuple[str, str, Arm, tuple[str, ...]]]:
     """(kind, compaction mode, how the proxy is armed, the expected codes)."""
-    from locks import scripts as lock_scripts
-    from watermark import scripts as store_scripts
+    from horizon_broker.locks import scripts as lock_scripts
+    from horizon_broker.watermark import scripts as store_scripts
 
     publish, release = script_sha(store_scripts.SEGMENTS), script_sha(lock_scripts.RELEASE)
     return [
@@ -49,9 +49,9 @@ class Ledger:
     """The table, its ingestion job and the model of what every query must answer."""
 
     def __init__(self, spark: Any, redis_url: str, root: Path) -> None:
-        from ingest.job import IngestJob
-        from ingest.table import TableDefinition
-        from watermark.server import ServerClient
+        from horizon_broker.ingest.job import IngestJob
+        from horizon_broker.ingest.table import TableDefinition
+        from horizon_broker.watermark.server import ServerClient
 
         self.spark = spark
         self.table = TableDefinition.from_dict(
@@ -87,7 +87,7 @@ class Ledger:
 def _answers(target: str, token: str, expected: tuple[int, int], timeout: float) -> bool:
     """Whether another client's query answers ``expected`` within ``timeout`` (the broker may
     still be catching up with the last batch)."""
-    from horizon.client import connect
+    from horizon_broker.client import connect
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -107,12 +107,12 @@ def compaction_run(
 ) -> list[Any]:
     """Every kind against the broker at ``target``; ``outcome(kind, code, seconds,
     next_answered, next_seconds, expected)`` builds what is recorded."""
-    from compaction.run import Compactor
-    from core.errors import HorizonError
-    from core.spark_session import create_spark_session
-    from locks.client import JobLocks, LockClient
-    from locks.rules import BATCH_INGESTION_PRIORITY
-    from watermark.server import ServerClient
+    from horizon_broker._core.errors import HorizonError
+    from horizon_broker._core.spark_session import create_spark_session
+    from horizon_broker.compaction.run import Compactor
+    from horizon_broker.locks.client import JobLocks, LockClient
+    from horizon_broker.locks.rules import BATCH_INGESTION_PRIORITY
+    from horizon_broker.watermark.server import ServerClient
 
     spark = create_spark_session(
         master="local[1]", app_name="horizon-abuse-compaction",
@@ -179,8 +179,8 @@ def main() -> int:
     """These kinds alone, against a broker of their own (``bench.abuse`` runs them too)."""
     import tempfile
 
-    from broker.spark.local_cluster import BrokerProcess
-    from watermark.embedded_redis import EmbeddedRedis
+    from horizon_broker.broker.spark.local_cluster import BrokerProcess
+    from horizon_broker.watermark.embedded_redis import EmbeddedRedis
 
     with tempfile.TemporaryDirectory(prefix="horizon-abuse-compaction-") as tmp:
         work = Path(tmp)

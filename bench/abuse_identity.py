@@ -153,7 +153,7 @@ def identity_run(
 def hijacked_query_id(client: Any, target: str) -> None:
     """A runs a slow query labelled ``x``; B sends ``x`` and cancels; A's ends normally, and A's
     own duplicate ``x`` is ALREADY_EXISTS. Raises naming what broke."""
-    from horizon.client import connect
+    from horizon_broker.client import connect
 
     label = "abuse-" + secrets.token_hex(4)
     a_call = client.start_query(
@@ -176,7 +176,7 @@ def hijacked_query_id(client: Any, target: str) -> None:
 
 
 def _code(error: BaseException | None) -> str:
-    from core.errors import HorizonError
+    from horizon_broker._core.errors import HorizonError
 
     if error is None:
         return "OK"
@@ -270,8 +270,8 @@ def unredeemed_results(flight_target: str, token: str) -> None:
     identity's Flight query must still be answered (a waiting result holds no query slot)."""
     import pyarrow.flight as fl
 
-    from broker._proto.arrow.flight.protocol.sql import flight_sql_pb2
-    from broker.flight.commands import pack
+    from horizon_broker.broker._proto.arrow.flight.protocol.sql import flight_sql_pb2
+    from horizon_broker.broker.flight.commands import pack
 
     options = fl.FlightCallOptions(headers=[(b"authorization", f"Bearer {token}".encode())])
     client = fl.connect(f"grpc://{flight_target}")

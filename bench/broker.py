@@ -5,7 +5,7 @@ publishes it as segments through the server-side Redis client, starts a real bro
 then measures from the client:
 
 * point query by primary key: end-to-end p50/p99 (target p50 <= 150 ms on local Spark). The
-  broker answers it from the segment files with pyarrow (``broker.spark.direct_read``); the same
+  broker answers it from the segment files with pyarrow (``horizon_broker.broker.spark.direct_read``); the same
   query through a second broker with ``direct_lookups = false`` (the Spark lookup session) runs
   interleaved with it, so both see the same machine load;
 * broker overhead = end-to-end latency minus Spark's own execution (the trailer's ``spark_ms``),
@@ -65,10 +65,10 @@ def write_dataset(spark: Any, directory: Path, rows: int, files: int) -> list[st
 
 
 def publish(redis_url: str, files: list[str], rows: int) -> Any:
-    from timeline.interval import Interval
-    from timeline.segment import Segment
-    from watermark.catalog import ColumnSpec, TableDescriptor
-    from watermark.server import ServerClient
+    from horizon_broker.timeline.interval import Interval
+    from horizon_broker.timeline.segment import Segment
+    from horizon_broker.watermark.catalog import ColumnSpec, TableDescriptor
+    from horizon_broker.watermark.server import ServerClient
 
     descriptor = TableDescriptor(
         name=TABLE,
@@ -152,7 +152,7 @@ def cache_hit_vs_miss(client: Any, iterations: int) -> dict[str, Any]:
 
 def read_your_writes(client: Any, server_client: Any, iterations: int) -> dict[str, Any]:
     """From a server's commit report to the answer of a query sent with that commit's token."""
-    from watermark import tokens
+    from horizon_broker.watermark import tokens
 
     to_answer: list[float] = []
     waited: list[float] = []
@@ -177,8 +177,12 @@ def modes_side_by_side(
 ) -> dict[str, Any]:
     """The point query and the full aggregate through the local broker, a broker on a standalone
     cluster and one over Spark Connect, one after another in each round (the cache skipped)."""
-    from broker.spark.local_cluster import BrokerProcess, ConnectServer, StandaloneCluster
-    from horizon.client import connect
+    from horizon_broker.broker.spark.local_cluster import (
+        BrokerProcess,
+        ConnectServer,
+        StandaloneCluster,
+    )
+    from horizon_broker.client import connect
 
     cluster_conf = (
         '[spark.conf]\n"spark.cores.max" = "2"\n"spark.executor.memory" = "1g"\n'
@@ -237,10 +241,10 @@ def main(argv: list[str] | None = None) -> int:
     files = 4 if args.quick else 8
     iterations = 40 if args.quick else 200
 
-    from broker.api.server import BrokerServer
-    from broker.config import config_from_mapping
-    from core.spark_session import create_spark_session
-    from horizon.client import connect
+    from horizon_broker._core.spark_session import create_spark_session
+    from horizon_broker.broker.api.server import BrokerServer
+    from horizon_broker.broker.config import config_from_mapping
+    from horizon_broker.client import connect
     from tests.processes import RedisProcess
 
     workdir = Path(tempfile.mkdtemp(prefix="horizon-bench-broker-"))

@@ -40,8 +40,8 @@ def key_owners(servers: dict[str, list[int]], keys: int) -> dict[int, str]:
         (only,) = servers
         return dict.fromkeys(range(keys), only)
     from chaos.cluster import KEY_PARTITIONS
-    from core.spark_session import create_spark_session
-    from ingest.partitioning import partitions_of
+    from horizon_broker._core.spark_session import create_spark_session
+    from horizon_broker.ingest.partitioning import partitions_of
 
     spark = create_spark_session(master="local[1]", app_name="chaos-partitions")
     try:
@@ -60,7 +60,7 @@ def run(duration: float, seed: int, work: Path, *, servers: int = 2) -> dict[str
     from chaos.cluster import BANK, Cluster
     from chaos.faults import Faults
     from chaos.workload import Readers, Writer, history
-    from horizon.client import connect
+    from horizon_broker.client import connect
 
     owned = _partitions(servers)
     owners = key_owners(owned, ACCOUNTS)

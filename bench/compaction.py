@@ -3,7 +3,7 @@
 On a local Spark with 2 cores and a private redis-server, through the real parts:
 
 1. **history**: an ``accounts`` table (4 days, 4 key partitions) gets ``--rows`` rows (5M by
-   default) with 3 versions per key, through :class:`ingest.job.IngestJob` in ``--batches`` small
+   default) with 3 versions per key, through :class:`horizon_broker.ingest.job.IngestJob` in ``--batches`` small
    batches (50 of 100,000 rows): the first third inserts every key, the rest update every key
    twice, in an order unrelated to the key, with the updater applying ``validUntil`` every 10
    batches. Every batch adds a small segment per key partition and day, so each day ends up with
@@ -170,11 +170,11 @@ def write_rounds(
 
 
 def run(rows: int, batches: int, repeats: int, retention_s: int) -> dict[str, Any]:
-    from core.spark_session import create_spark_session
-    from ingest.job import IngestJob
+    from horizon_broker._core.spark_session import create_spark_session
+    from horizon_broker.ingest.job import IngestJob
+    from horizon_broker.watermark.follower import Follower
+    from horizon_broker.watermark.server import ServerClient
     from tests.processes import RedisProcess
-    from watermark.follower import Follower
-    from watermark.server import ServerClient
 
     keys = rows // VERSIONS_PER_KEY
     rows = keys * VERSIONS_PER_KEY
@@ -287,7 +287,7 @@ def reclaim_history(
     on the first day, then reclaim in steps of at most an eighth of the table."""
     from pyspark.sql import functions as F
 
-    from compaction.reclaim import ReclaimSettings, reclaim
+    from horizon_broker.compaction.reclaim import ReclaimSettings, reclaim
 
     time.sleep(retention_s + 2)
     touched = spark.range(0, min(keys, 400), DAYS).select(

@@ -60,8 +60,8 @@ def _sql(kind: str, rng: random.Random, keys: int) -> tuple[str, bool]:
 
 def run_level(target: str, kind: str, clients: int, seconds: float, keys: int) -> dict[str, Any]:
     """``clients`` threads sending ``kind`` queries for ``seconds``."""
-    from core.errors import ResourceExhausted
-    from horizon.client import connect
+    from horizon_broker._core.errors import ResourceExhausted
+    from horizon_broker.client import connect
 
     latencies: list[float] = []
     refused = [0]
@@ -117,13 +117,13 @@ def main(argv: list[str] | None = None) -> int:
     keys = 50_000 if args.quick else 200_000
     seconds = 4.0 if args.quick else 15.0
 
-    from broker.api.server import BrokerServer
-    from broker.config import config_from_mapping
-    from core.heap import settle_startup_heap
-    from core.spark_session import create_spark_session
-    from horizon.client import connect
+    from horizon_broker._core.heap import settle_startup_heap
+    from horizon_broker._core.spark_session import create_spark_session
+    from horizon_broker.broker.api.server import BrokerServer
+    from horizon_broker.broker.config import config_from_mapping
+    from horizon_broker.client import connect
+    from horizon_broker.watermark.server import ServerClient
     from tests.processes import RedisProcess
-    from watermark.server import ServerClient
 
     workdir = Path(tempfile.mkdtemp(prefix="horizon-bench-concurrency-"))
     redis = RedisProcess().start()

@@ -62,8 +62,8 @@ def flight_query(client: Any, sql: str, options: Any = None) -> Any:
     """pyarrow.flight's generic client: GetFlightInfo + DoGet, no driver in between."""
     import pyarrow.flight as fl
 
-    from broker._proto.arrow.flight.protocol.sql import flight_sql_pb2
-    from broker.flight.commands import pack
+    from horizon_broker.broker._proto.arrow.flight.protocol.sql import flight_sql_pb2
+    from horizon_broker.broker.flight.commands import pack
 
     descriptor = fl.FlightDescriptor.for_command(
         pack(flight_sql_pb2.CommandStatementQuery(query=sql))
@@ -78,9 +78,9 @@ def canned_flight_sql_server() -> Any:
     import pyarrow as pa
     import pyarrow.flight as fl
 
-    from broker._proto.arrow.flight.protocol.sql import flight_sql_pb2 as sql
-    from broker.flight.commands import pack, unpack
-    from broker.flight.sql_info import server_info, sql_info_table
+    from horizon_broker.broker._proto.arrow.flight.protocol.sql import flight_sql_pb2 as sql
+    from horizon_broker.broker.flight.commands import pack, unpack
+    from horizon_broker.broker.flight.sql_info import server_info, sql_info_table
 
     answer = pa.table({"id": [1], "owner": ["o"], "balance": [1]})
     info = sql_info_table(server_info(statement_ttl_s=60, max_sql_length=100_000))
@@ -155,10 +155,10 @@ def main(argv: list[str] | None = None) -> int:
     import adbc_driver_flightsql.dbapi as flight_sql
     import pyarrow.flight as fl
 
-    from broker.api.server import BrokerServer
-    from broker.config import config_from_mapping
-    from core.spark_session import create_spark_session
-    from horizon.client import connect
+    from horizon_broker._core.spark_session import create_spark_session
+    from horizon_broker.broker.api.server import BrokerServer
+    from horizon_broker.broker.config import config_from_mapping
+    from horizon_broker.client import connect
     from tests.processes import RedisProcess
 
     workdir = Path(tempfile.mkdtemp(prefix="horizon-bench-flight-"))

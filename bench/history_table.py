@@ -18,7 +18,7 @@ TABLE = "accounts"
 def definition(root: Path, retention_s: int) -> Any:
     """The table: updates applied every ``UPDATE_CADENCE`` batches, history kept
     ``retention_s``."""
-    from ingest.table import TableDefinition
+    from horizon_broker.ingest.table import TableDefinition
 
     return TableDefinition.from_dict(
         {
@@ -100,8 +100,8 @@ def compact_whole_table(
 ) -> tuple[Any, Any, Any]:
     """One minor compaction of the whole table, published and shown by ``follower``: the
     compactor, its targets and its report."""
-    from compaction.plan import CompactionSettings
-    from compaction.run import Compactor
+    from horizon_broker.compaction.plan import CompactionSettings
+    from horizon_broker.compaction.run import Compactor
 
     settings = CompactionSettings(target_rows=max(rows, 1), target_bytes=4 * 1024**3)
     compactor = Compactor(spark, table, client, settings=settings, lease_s=120.0)

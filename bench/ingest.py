@@ -12,7 +12,7 @@ On a local Spark with 2 cores and a private redis-server:
   1-second trigger) to the event being visible at the served LWM, read as a broker would
   (follower view, Parquet rows, visibility rule); the first event after the stream starts is
   reported on its own (it also pays the stream's start). Micro-batches this small run on the
-  driver (:mod:`ingest.small`); the stream with updates is measured again with every batch on
+  driver (:mod:`horizon_broker.ingest.small`); the stream with updates is measured again with every batch on
   Spark (``driver_batch_rows = 0``), side by side;
 * **write amplification**: bytes of overwrite segments the updater writes per updated row, against
   the updater's cadence (apply validUntil updates every N batches), with the LWM lag it costs.
@@ -39,7 +39,7 @@ PARTS = ("throughput", "latency", "amplification")
 
 
 def accounts(root: Path, **overrides: Any) -> Any:
-    from ingest.table import TableDefinition
+    from horizon_broker.ingest.table import TableDefinition
 
     data: dict[str, Any] = {
         "name": "accounts",
@@ -133,8 +133,8 @@ def grown_table(
     cadence: int,
 ) -> dict[str, Any]:
     """Ingest the staged batches into a fresh table; time the last ``measured`` ones."""
-    from ingest.job import IngestJob
-    from watermark.server import ServerClient
+    from horizon_broker.ingest.job import IngestJob
+    from horizon_broker.watermark.server import ServerClient
 
     name = f"grown-c{cadence}"
     watched = work / f"{name}-changelog"
@@ -219,9 +219,9 @@ def latency(
     """
     import pyarrow.parquet as pq
 
-    from ingest.job import IngestJob
-    from watermark.follower import Follower
-    from watermark.server import ServerClient
+    from horizon_broker.ingest.job import IngestJob
+    from horizon_broker.watermark.follower import Follower
+    from horizon_broker.watermark.server import ServerClient
 
     name = f"latency-u{update_every}-d{driver_batch_rows}"
     root, source = work / name, work / f"{name}-changelog"
@@ -323,8 +323,8 @@ def _visible(follower: Any, key: str, balance: int, pq: Any) -> bool:
 def amplification(
     spark: Any, redis_url: str, keys: int, batches: int, updates: int, work: Path
 ) -> list[dict[str, Any]]:
-    from ingest.job import IngestJob
-    from watermark.server import ServerClient
+    from horizon_broker.ingest.job import IngestJob
+    from horizon_broker.watermark.server import ServerClient
 
     results = []
     for cadence in (1, 2, 4, 8):
@@ -403,11 +403,11 @@ def main(argv: list[str] | None = None) -> None:
     rows = args.rows or (100_000 if args.quick else 500_000)
     samples = 5 if args.quick else 20
     # Ten timed batches: the tenth after the prior ones resolves against the full key index
-    # (ingest.key_index.MAX_INDEX_LEVELS), as one batch in eight does in a steady stream.
+    # (horizon_broker.ingest.key_index.MAX_INDEX_LEVELS), as one batch in eight does in a steady stream.
     prior, measured = 10, 10
     keys, batches, updates = (50_000, 4, 2_000) if args.quick else (200_000, 8, 5_000)
 
-    from core.spark_session import INGESTION_CONF, create_spark_session
+    from horizon_broker._core.spark_session import INGESTION_CONF, create_spark_session
     from tests.processes import RedisProcess
 
     redis_process = RedisProcess().start()

@@ -233,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help=f"tables {QUICK_DIVISOR}x smaller")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
     args = parser.parse_args(argv)
-    from watermark.embedded_redis import EmbeddedRedis
+    from horizon_broker.watermark.embedded_redis import EmbeddedRedis
 
     sizes = {n: max(5, r // QUICK_DIVISOR) if args.quick else r for n, r in SIZES.items()}
     work = Path(tempfile.mkdtemp(prefix="horizon-bench-servers-"))

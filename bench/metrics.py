@@ -2,7 +2,7 @@
 
 Run: ``python -m bench.metrics [--quick]`` (a private redis-server on loopback, no Spark).
 
-The broker's state collector (:mod:`broker.observe.state_metrics`) reads a real follower and a
+The broker's state collector (:mod:`horizon_broker.broker.observe.state_metrics`) reads a real follower and a
 real pin store at each scrape; this serves it on the real endpoint (``prometheus_client``'s HTTP
 server) with the process-wide families, fills Redis with 100 tables of 4 servers' partitions and
 8 segments each (some pinned), and times scrapes over HTTP. Target: under 50 ms per scrape.
@@ -18,17 +18,17 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from bench.report import print_table, summarize, write_results
-from broker.observe import metrics
-from broker.observe.state_metrics import BrokerParts, BrokerStateCollector
-from core.hlc import hlc_from_ms
-from core.metrics_endpoint import MetricsEndpoint
-from pins.store import PinStore
+from horizon_broker._core.hlc import hlc_from_ms
+from horizon_broker._core.metrics_endpoint import MetricsEndpoint
+from horizon_broker.broker.observe import metrics
+from horizon_broker.broker.observe.state_metrics import BrokerParts, BrokerStateCollector
+from horizon_broker.pins.store import PinStore
+from horizon_broker.timeline.interval import Interval
+from horizon_broker.timeline.segment import Segment
+from horizon_broker.watermark.catalog import ColumnSpec, TableDescriptor
+from horizon_broker.watermark.follower import Follower
+from horizon_broker.watermark.server import ServerClient
 from tests.processes import RedisProcess
-from timeline.interval import Interval
-from timeline.segment import Segment
-from watermark.catalog import ColumnSpec, TableDescriptor
-from watermark.follower import Follower
-from watermark.server import ServerClient
 
 DAY_MS = 86_400_000
 

@@ -34,10 +34,10 @@ FOLLOW_UP = "SELECT count(*) AS n FROM wide"
 
 
 def publish(redis_url: str, root: Path) -> Any:
-    from timeline.interval import Interval
-    from timeline.segment import Segment
-    from watermark.catalog import ColumnSpec, TableDescriptor
-    from watermark.server import ServerClient
+    from horizon_broker.timeline.interval import Interval
+    from horizon_broker.timeline.segment import Segment
+    from horizon_broker.watermark.catalog import ColumnSpec, TableDescriptor
+    from horizon_broker.watermark.server import ServerClient
 
     server = ServerClient(redis_url, "oom-server")
     server.register()
@@ -84,7 +84,7 @@ def publish(redis_url: str, root: Path) -> Any:
 
 
 def _status(call: Any) -> str:
-    from core.errors import HorizonError
+    from horizon_broker._core.errors import HorizonError
 
     try:
         call()
@@ -97,7 +97,7 @@ def _status(call: Any) -> str:
 
 def trial(target: str, log: Path) -> dict[str, Any]:
     """One out-of-memory query with a bystander in flight, then follow-ups until one answers."""
-    from horizon.client import connect
+    from horizon_broker.client import connect
 
     restarts_before = log.read_text(errors="replace").count("the Spark engine was restarted")
     with connect(target, timeout=120) as client:
@@ -130,8 +130,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trials", type=int, default=3)
     parser.add_argument("--heap", default="1g")
     args = parser.parse_args(argv)
-    from broker.spark.local_cluster import BrokerProcess
-    from watermark.embedded_redis import EmbeddedRedis
+    from horizon_broker.broker.spark.local_cluster import BrokerProcess
+    from horizon_broker.watermark.embedded_redis import EmbeddedRedis
 
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="horizon-oom-") as directory:

@@ -76,9 +76,9 @@ def write_layout(directory: Path, layout: str, keys: int, segments: int, seed: i
 
 
 def publish(client: Any, table: str, paths: list[str], storage_root: str, rows: int) -> None:
-    from timeline.interval import Interval
-    from timeline.segment import Segment
-    from watermark.catalog import ColumnSpec, TableDescriptor
+    from horizon_broker.timeline.interval import Interval
+    from horizon_broker.timeline.segment import Segment
+    from horizon_broker.watermark.catalog import ColumnSpec, TableDescriptor
 
     descriptor = TableDescriptor(
         name=table,
@@ -138,12 +138,12 @@ def main(argv: list[str] | None = None) -> int:
     keys = 50_000 if args.quick else 200_000
     iterations = 60 if args.quick else 300
 
-    from broker.api.server import BrokerServer
-    from broker.config import config_from_mapping
-    from core.spark_session import create_spark_session
-    from horizon.client import connect
+    from horizon_broker._core.spark_session import create_spark_session
+    from horizon_broker.broker.api.server import BrokerServer
+    from horizon_broker.broker.config import config_from_mapping
+    from horizon_broker.client import connect
+    from horizon_broker.watermark.server import ServerClient
     from tests.processes import RedisProcess
-    from watermark.server import ServerClient
 
     workdir = Path(tempfile.mkdtemp(prefix="horizon-bench-point-"))
     redis = RedisProcess().start()

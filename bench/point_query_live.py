@@ -6,11 +6,11 @@ ingestion batches built, while more batches arrive (the LWM moves, the timeline 
 updater rewrites segments), before and after compaction?
 
 1. **history**: the ``accounts`` table of ``bench.compaction`` (4 days, 4 key partitions, 3
-   versions per key in an order unrelated to the key) written by :class:`ingest.job.IngestJob`
+   versions per key in an order unrelated to the key) written by :class:`horizon_broker.ingest.job.IngestJob`
    in ``--batches`` batches (50): about 800 small segments, every key's versions in different
    batches.
 2. **lookups with ingestion running**: one broker (embedded Spark, direct lookups on, result
-   cache off, its start-up heap frozen as ``horizon serve`` does: :mod:`core.heap`) answers
+   cache off, its start-up heap frozen as ``horizon serve`` does: :mod:`horizon_broker._core.heap`) answers
    ``SELECT ... WHERE id = k`` for random even keys through gRPC, one client (a process of its own),
    first with ingestion idle, then while the ingestion process keeps committing small batches that update odd keys (so the LWM and
    the timeline move and the updater rewrites segments the looked-up keys live in, without
@@ -84,9 +84,9 @@ def ingestion_process(
     (each updates odd keys only, so the even keys the benchmark looks up keep their answers)."""
     from pyspark.sql import functions as F
 
-    from core.spark_session import create_spark_session
-    from ingest.job import IngestJob
-    from watermark.server import ServerClient
+    from horizon_broker._core.spark_session import create_spark_session
+    from horizon_broker.ingest.job import IngestJob
+    from horizon_broker.watermark.server import ServerClient
 
     keys = rows // VERSIONS_PER_KEY
     per_batch = math.ceil(keys * VERSIONS_PER_KEY / batches)
@@ -234,7 +234,7 @@ def client_process(
     """The benchmark's client, a process of its own as every real client is: in the broker's
     process it would wait for the broker's interpreter lock, which no client does. It runs
     :func:`lookups` for each ``(iterations, seed, live)`` command until it gets None."""
-    from horizon.client import connect
+    from horizon_broker.client import connect
 
     with connect(target) as client:
         while (command := commands.get()) is not None:
@@ -247,12 +247,12 @@ def client_process(
 
 
 def run(rows: int, batches: int, iterations: int) -> dict[str, Any]:
-    from broker.api.server import BrokerServer
-    from broker.config import config_from_mapping
-    from core.heap import settle_startup_heap
-    from core.spark_session import create_spark_session
+    from horizon_broker._core.heap import settle_startup_heap
+    from horizon_broker._core.spark_session import create_spark_session
+    from horizon_broker.broker.api.server import BrokerServer
+    from horizon_broker.broker.config import config_from_mapping
+    from horizon_broker.watermark.server import ServerClient
     from tests.processes import RedisProcess
-    from watermark.server import ServerClient
 
     keys = rows // VERSIONS_PER_KEY
     rows = keys * VERSIONS_PER_KEY

@@ -4,7 +4,7 @@ On the same data, in the same Spark session:
 
 * **horizon** – what the broker runs: the client's query rewritten by Horizon's SQL rewriter
   (catalog built from a follower table view, visibility filter at the snapshot) over the temp view
-  the broker's :class:`~broker.spark.views.ViewCache` builds from the visible segment files;
+  the broker's :class:`~horizon_broker.broker.spark.views.ViewCache` builds from the visible segment files;
 * **row_number** – what a user writes without Horizon over a table of all versions:
   ``ROW_NUMBER() OVER (PARTITION BY pk ORDER BY comparison DESC) = 1``;
 * **floor** – a pre-materialized latest-only table (what perfect compaction would leave).
@@ -15,7 +15,7 @@ versions per key (committed in an order unrelated to the key, like a real change
 three answers are compared before any timing is trusted, and the variants run interleaved, round
 by round, so load on the machine hits all three alike.
 
-The segments are written by ingestion's own writer (``ingest.segments.write_segments``): one
+The segments are written by ingestion's own writer (``horizon_broker.ingest.segments.write_segments``): one
 directory per segment (key partition) with an open file (current versions, by key, so the id
 statistics serve key lookups) and a closed file (history by ``validFrom``), 8 MiB row groups, and
 described as ingestion announces them (greatest ``validFrom``, open files, greatest
@@ -60,7 +60,7 @@ QUERIES: dict[str, str] = {
 
 
 def descriptor() -> Any:
-    from watermark.catalog import ColumnSpec, TableDescriptor
+    from horizon_broker.watermark.catalog import ColumnSpec, TableDescriptor
 
     return TableDescriptor(
         name="accounts",
@@ -83,9 +83,9 @@ def build_data(
     ``rows`` versions in all, ``versions_per_key`` of each key."""
     from pyspark.sql import functions as F
 
-    from ingest.partitioning import key_partition
-    from ingest.segments import footer_summaries, write_segments
-    from ingest.storage import Storage
+    from horizon_broker.ingest.partitioning import key_partition
+    from horizon_broker.ingest.segments import footer_summaries, write_segments
+    from horizon_broker.ingest.storage import Storage
 
     table = descriptor()
     keys = rows // versions_per_key
@@ -141,9 +141,9 @@ def build_data(
 def table_view(data: dict[str, Any]) -> Any:
     """The follower's picture of the benchmark table: one segment per key partition, described
     as ingestion announces it."""
-    from timeline.interval import Interval
-    from timeline.segment import Segment
-    from watermark.follower import TableState
+    from horizon_broker.timeline.interval import Interval
+    from horizon_broker.timeline.segment import Segment
+    from horizon_broker.watermark.follower import TableState
 
     segments = tuple(
         Segment(
@@ -176,10 +176,10 @@ def table_view(data: dict[str, Any]) -> Any:
 def horizon_rewriter(spark: Any, view: Any) -> Iterator[Callable[[str], str]]:
     """Hold the broker's segment views of a table (a follower's ``TableState``) and yield the
     broker's query rewriter, as the broker runs a query at the view's LWM."""
-    from broker.engine.catalog import build_catalog
-    from broker.spark.views import ViewCache
-    from broker.sql import rewrite
-    from broker.sql.functions_from_spark import function_policy_from_spark
+    from horizon_broker.broker.engine.catalog import build_catalog
+    from horizon_broker.broker.spark.views import ViewCache
+    from horizon_broker.broker.sql import rewrite
+    from horizon_broker.broker.sql.functions_from_spark import function_policy_from_spark
 
     catalog = build_catalog([view])
     policy = function_policy_from_spark(spark)
@@ -244,7 +244,7 @@ def scan_metrics(frame: Any) -> dict[str, int]:
 def run(cases: list[tuple[int, int]], repeats: int) -> dict[str, Any]:
     """Each (rows, versions per key) case; results keyed ``"<rows>"`` at the default 3 versions
     per key, ``"<rows>x<versions>"`` otherwise."""
-    from core.spark_session import create_spark_session
+    from horizon_broker._core.spark_session import create_spark_session
 
     spark = create_spark_session(master="local[2]", app_name="horizon-bench-query")
     results: dict[str, Any] = {}

@@ -21,8 +21,8 @@ from collections.abc import Callable
 import sqlglot
 
 from bench.report import print_table, summarize, write_results
-from broker.sql import Catalog, CatalogTable, FunctionPolicy, rewrite
-from watermark.catalog import ColumnSpec
+from horizon_broker.broker.sql import Catalog, CatalogTable, FunctionPolicy, rewrite
+from horizon_broker.watermark.catalog import ColumnSpec
 
 SIMPLE = "SELECT id, amount FROM orders WHERE amount > 10 AND status = 'open'"
 

@@ -39,7 +39,7 @@ from bench.timeline_rigs import (
     first_generation,
     timed,
 )
-from timeline import Interval, Segment, Timeline
+from horizon_broker.timeline import Interval, Segment, Timeline
 
 
 def minor_overwrite(chunk: Interval, version: str, roots: int, size: int = 2) -> list[Segment]:

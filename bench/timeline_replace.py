@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from bench.timeline_rigs import GRANULARITIES, TABLE, chunk_at, first_generation, timed
-from timeline.segment import Segment
-from timeline.timeline import Timeline
+from horizon_broker.timeline.segment import Segment
+from horizon_broker.timeline.timeline import Timeline
 
 REPLACES = ((20, 8), (200, 75), (400, 150))
 """(root segments of the chunk, overwrites an update replaces) of :func:`replace_scenario`."""

@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from timeline import Interval, Segment
+from horizon_broker.timeline import Interval, Segment
 
 TABLE = "bench"
 YEAR_START_MS = 1_293_840_000_000  # 2011-01-01

@@ -17,12 +17,12 @@ from typing import Any
 import redis
 
 from bench.report import print_table, summarize, write_results
-from core.redis_calls import connect
+from horizon_broker._core.redis_calls import connect
+from horizon_broker.watermark.catalog import ColumnSpec, TableDescriptor
+from horizon_broker.watermark.follower import Follower
+from horizon_broker.watermark.read import read_table_lwm
+from horizon_broker.watermark.server import ServerClient
 from tests.processes import RedisProcess
-from watermark.catalog import ColumnSpec, TableDescriptor
-from watermark.follower import Follower
-from watermark.read import read_table_lwm
-from watermark.server import ServerClient
 
 
 def descriptor(name: str) -> TableDescriptor:

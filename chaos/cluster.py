@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from watermark.embedded_redis import EmbeddedRedis, free_port
+from horizon_broker.watermark.embedded_redis import EmbeddedRedis, free_port
 
 BANK = "bank"
 REGISTER = "register"

@@ -1,7 +1,7 @@
 """An ingestion server of a fault-injection run (``python -m chaos.worker``), killed, stopped and
 restarted by the run at will.
 
-One :class:`~ingest.server.IngestServer` serves every table of the run. It ingests the changelog
+One :class:`~horizon_broker.ingest.server.IngestServer` serves every table of the run. It ingests the changelog
 files the workload drops into ``<work>/inbox/<table>/<server>/``, one file per batch in name order
 (the file is the batch's source, so a file is ingested exactly once across crashes), and
 acknowledges each in ``<work>/acks/<server>.jsonl`` with the batch's first commit timestamp (read
@@ -33,7 +33,7 @@ POLL_S = 0.05
 
 def committed_base(job: Any, source: str) -> int | None:
     """The first commit timestamp of the batch that ingested ``source``, from the commit log."""
-    from ingest.manifest import COMMIT, INGEST
+    from horizon_broker.ingest.manifest import COMMIT, INGEST
 
     for record in job.manifest.records():
         ingested = record.phase == COMMIT and record.kind == INGEST
@@ -67,9 +67,9 @@ def main(argv: list[str] | None = None) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
 
-    from core.spark_session import INGESTION_CONF, create_spark_session
-    from ingest.server import IngestServer
-    from ingest.table import TableDefinition
+    from horizon_broker._core.spark_session import INGESTION_CONF, create_spark_session
+    from horizon_broker.ingest.server import IngestServer
+    from horizon_broker.ingest.table import TableDefinition
 
     spark = create_spark_session(
         master=args.spark_master,

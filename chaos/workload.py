@@ -255,7 +255,7 @@ class Readers:
             thread.join(timeout=120)
 
     def _run(self, number: int) -> None:
-        from horizon.client import connect
+        from horizon_broker.client import connect
 
         chooser = random.Random(self.seed * 1000 + number)
         client_name = f"reader-{number}"

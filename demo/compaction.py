@@ -18,8 +18,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from broker._proto.horizon.v1 import horizon_pb2 as pb
 from demo.pictures import timeline_picture
+from horizon_broker.broker._proto.horizon.v1 import horizon_pb2 as pb
 
 SNAPSHOT_SQL = (
     "SELECT COUNT(*) AS accounts, SUM(balance) AS total, "
@@ -67,10 +67,10 @@ def compaction_while_querying(
 ) -> None:
     """Compact ``table`` (every day with at least two visible segments) while readers query the
     given snapshots; record the checks."""
-    from broker.api.timeline_picture import STATE_NAMES, timeline_svg
-    from compaction.plan import CompactionSettings
-    from compaction.run import Compactor
-    from watermark.server import ServerClient
+    from horizon_broker.broker.api.timeline_picture import STATE_NAMES, timeline_svg
+    from horizon_broker.compaction.plan import CompactionSettings
+    from horizon_broker.compaction.run import Compactor
+    from horizon_broker.watermark.server import ServerClient
 
     before = client.timeline("accounts", include_overshadowed=True)
     console.print(timeline_picture(before, STATE_NAMES, title="before compaction"))

@@ -9,7 +9,7 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 
-from broker.api.timeline_picture import chunk_locks
+from horizon_broker.broker.api.timeline_picture import chunk_locks
 
 
 def timeline_picture(timeline: Any, state_names: dict[int, str], *, title: str = "") -> Table:

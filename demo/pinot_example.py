@@ -7,8 +7,8 @@ from typing import Any
 
 from rich.table import Table
 
-from ingest.job import IngestJob
-from ingest.table import TableDefinition
+from horizon_broker.ingest.job import IngestJob
+from horizon_broker.ingest.table import TableDefinition
 
 PINOT_UPSERT = "pinot_balances"
 PINOT_LOG = "pinot_balances_log"

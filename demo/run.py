@@ -29,12 +29,12 @@ from rich.panel import Panel
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from core.errors import HorizonError, Internal
-from core.hlc import format_snapshot
 from demo.console_shot import operate
 from demo.generator import AccountsChangelog, GeneratorConfig
 from demo.pinot_example import show_pinot_example
 from demo.tour import ACCOUNTS, show_explain, show_flight_sql, show_time_travel, show_timeline
+from horizon_broker._core.errors import HorizonError, Internal
+from horizon_broker._core.hlc import format_snapshot
 
 FAST, SLOW = "server-1", "server-2"
 INVARIANT_SQL = (
@@ -154,11 +154,11 @@ class Demo:
         )
 
     def _start_services(self) -> None:
-        from broker.api.server import BrokerServer
-        from broker.config import config_from_mapping
-        from core.spark_session import create_spark_session
-        from horizon.client import connect
-        from watermark.embedded_redis import EmbeddedRedis
+        from horizon_broker._core.spark_session import create_spark_session
+        from horizon_broker.broker.api.server import BrokerServer
+        from horizon_broker.broker.config import config_from_mapping
+        from horizon_broker.client import connect
+        from horizon_broker.watermark.embedded_redis import EmbeddedRedis
 
         if self.options.redis_url:
             self.redis_url = self.options.redis_url
@@ -169,7 +169,7 @@ class Demo:
         if self.spark is None:
             master = self.options.spark_master
             if self.options.cluster:
-                from broker.spark.local_cluster import StandaloneCluster
+                from horizon_broker.broker.spark.local_cluster import StandaloneCluster
 
                 cluster = StandaloneCluster(workers=2, cores=1, memory="2g")
                 self.stack.enter_context(cluster)
@@ -209,9 +209,9 @@ class Demo:
     # -- 2. accounts under a stream of changes ---------------------------------------------------
 
     def _accounts(self) -> None:
-        from ingest.job import IngestJob
-        from ingest.partitioning import partitions_of
-        from ingest.table import TableDefinition
+        from horizon_broker.ingest.job import IngestJob
+        from horizon_broker.ingest.partitioning import partitions_of
+        from horizon_broker.ingest.table import TableDefinition
 
         options = self.options
         self.heading(
@@ -415,7 +415,7 @@ class Demo:
         )
 
     def server_client(self, name: str) -> Any:
-        from watermark.server import ServerClient
+        from horizon_broker.watermark.server import ServerClient
 
         client = ServerClient(self.redis_url, name)
         client.register()

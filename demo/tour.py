@@ -9,8 +9,8 @@ from typing import Any
 
 from rich.table import Table
 
-from core.hlc import format_snapshot
 from demo.pictures import day, timeline_picture
+from horizon_broker._core.hlc import format_snapshot
 
 ACCOUNTS = "accounts"
 EXPLAINED_SQL = (
@@ -62,7 +62,7 @@ def show_time_travel(demo: Any) -> None:
 
 
 def show_timeline(demo: Any) -> None:
-    from broker.api.timeline_picture import STATE_NAMES, timeline_svg
+    from horizon_broker.broker.api.timeline_picture import STATE_NAMES, timeline_svg
 
     demo.heading("4. The timeline of the accounts table")
     timeline = demo.client.timeline(ACCOUNTS, include_overshadowed=True)
@@ -112,7 +112,7 @@ def show_timeline(demo: Any) -> None:
 
 
 def show_explain(demo: Any) -> None:
-    from horizon.render import print_explain
+    from horizon_broker.render import print_explain
 
     demo.heading("5. What Spark runs: the rewritten SQL of one query")
     demo.console.print(f"  client SQL: [cyan]{EXPLAINED_SQL}[/cyan]")

@@ -33,7 +33,7 @@ def redis_client(redis_server: RedisProcess) -> Iterator[redis.Redis]:
 @pytest.fixture(scope="session")
 def spark():  # type: ignore[no-untyped-def]
     """The one local Spark session of the run (2 cores, 2 shuffle partitions)."""
-    from core.spark_session import create_spark_session
+    from horizon_broker._core.spark_session import create_spark_session
 
     session = create_spark_session(
         master="local[2]", app_name="horizon-tests", conf={"spark.sql.shuffle.partitions": "2"}

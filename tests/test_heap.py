@@ -6,7 +6,7 @@ from __future__ import annotations
 import gc
 import weakref
 
-from core.heap import settle_startup_heap
+from horizon_broker._core.heap import settle_startup_heap
 
 
 class _Node:

@@ -13,43 +13,59 @@ ROOT = Path(__file__).resolve().parent.parent
 MAX_LINES = 500
 
 FLOORS: tuple[tuple[str, ...], ...] = (
-    ("core",),
-    ("timeline",),
-    ("locks",),
-    ("watermark",),
-    ("pins",),
-    ("ingest",),
-    ("compaction",),
-    ("broker",),
-    ("horizon",),
+    ("horizon_broker._core",),
+    ("horizon_broker.timeline",),
+    ("horizon_broker.locks",),
+    ("horizon_broker.watermark",),
+    ("horizon_broker.pins",),
+    ("horizon_broker.ingest",),
+    ("horizon_broker.compaction",),
+    ("horizon_broker.broker",),
+    (
+        "horizon_broker.cli",
+        "horizon_broker.client",
+        "horizon_broker.render",
+        "horizon_broker.tokens",
+    ),
     ("demo", "chaos", "bench"),
 )
-"""Bottom to top: a package may import its own floor's packages and the floors below."""
+"""Bottom to top: a package may import its own floor's packages and the floors below (the
+namespace's own ``__init__`` only names what it exports, loaded on first use)."""
 
-BROKER_ROOMS: tuple[tuple[str, ...], ...] = (
-    ("broker.sql",),
-    ("broker.grants",),
-    ("broker.config",),
-    ("broker.observe",),
-    ("broker.spark",),
-    ("broker.engine",),
-    ("broker.api", "broker.flight", "broker.console"),
+BROKER_ROOMS: tuple[tuple[str, ...], ...] = tuple(
+    tuple(f"horizon_broker.broker.{room}" for room in rooms)
+    for rooms in (
+        ("sql",),
+        ("grants",),
+        ("config",),
+        ("observe",),
+        ("spark",),
+        ("engine",),
+        ("api", "flight", "console"),
+    )
 )
 """Inside the broker, bottom to top (``broker._proto`` is generated and used by any room); the
 doors, gRPC (``api``), Arrow Flight SQL (``flight``) and the web console (``console``), share
 the top; metrics and structured logs (``observe``) sit under everything that reports to them."""
 
-PACKAGES = tuple(name for floor in FLOORS for name in floor)
+PACKAGES = (*(name for floor in FLOORS for name in floor), "horizon_broker")
 
 
 def modules() -> Iterator[tuple[str, Path]]:
+    seen: set[Path] = set()
     for package in PACKAGES:
-        base = ROOT / package
-        if not base.is_dir():
+        base = ROOT / package.replace(".", "/")
+        if base.with_suffix(".py").is_file():
+            paths = [base.with_suffix(".py")]
+        elif base.is_dir():
+            # the namespace's own package: its modules only (its rooms are listed above)
+            paths = sorted(base.glob("*.py") if package == "horizon_broker" else base.rglob("*.py"))
+        else:
             continue
-        for path in sorted(base.rglob("*.py")):
-            if "_proto" in path.parts:
+        for path in paths:
+            if "_proto" in path.parts or path in seen:
                 continue
+            seen.add(path)
             relative = path.relative_to(ROOT).with_suffix("")
             parts = relative.parts[:-1] if relative.name == "__init__" else relative.parts
             yield ".".join(parts), path

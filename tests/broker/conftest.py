@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from broker.api.server import BrokerServer
-from broker.config import config_from_mapping
-from horizon.client import HorizonClient, connect
+from horizon_broker.broker.api.server import BrokerServer
+from horizon_broker.broker.config import config_from_mapping
+from horizon_broker.client import HorizonClient, connect
+from horizon_broker.watermark.server import ServerClient
 from tests.broker.data import UpsertTable, big_table, descriptor
 from tests.processes import RedisProcess
-from watermark.server import ServerClient
 
 ADMIN = "admin-token"
 READER = "reader-token"

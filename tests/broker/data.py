@@ -15,9 +15,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from timeline.interval import Interval
-from timeline.segment import Segment
-from watermark.catalog import ColumnSpec, TableDescriptor
+from horizon_broker.timeline.interval import Interval
+from horizon_broker.timeline.segment import Segment
+from horizon_broker.watermark.catalog import ColumnSpec, TableDescriptor
 
 DAY_MS = 86_400_000
 CHUNK = Interval(0, DAY_MS)

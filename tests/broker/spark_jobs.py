@@ -5,8 +5,8 @@ from __future__ import annotations
 import itertools
 import time
 
-from broker.api.server import BrokerServer
-from broker.config import BrokerConfig
+from horizon_broker.broker.api.server import BrokerServer
+from horizon_broker.broker.config import BrokerConfig
 
 _namespaces = itertools.count()
 
@@ -76,7 +76,7 @@ def assert_group_stopped(spark, group: str, timeout: float = 15.0) -> None:  # t
 def engine_group(server: BrokerServer, query_id: str, timeout: float = 30.0) -> str:
     """The Spark job group of the query labelled ``query_id`` on ``server`` (the broker names
     engine groups by handles of its own, never by the caller's id)."""
-    from broker.spark.executor import job_group
+    from horizon_broker.broker.spark.executor import job_group
 
     deadline = time.monotonic() + timeout
     while True:

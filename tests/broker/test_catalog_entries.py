@@ -6,11 +6,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from broker.engine.catalog import CatalogEntries, catalog_table
-from broker.spark.scan_layout import scan_layout
-from timeline.interval import Interval
-from timeline.segment import Segment
-from watermark.catalog import ColumnSpec, TableDescriptor
+from horizon_broker.broker.engine.catalog import CatalogEntries, catalog_table
+from horizon_broker.broker.spark.scan_layout import scan_layout
+from horizon_broker.timeline.interval import Interval
+from horizon_broker.timeline.segment import Segment
+from horizon_broker.watermark.catalog import ColumnSpec, TableDescriptor
 
 DESCRIPTOR = TableDescriptor(
     name="t", columns=(ColumnSpec("id", "bigint"), ColumnSpec("v", "string")), primary_key=("id",)

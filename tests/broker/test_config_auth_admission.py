@@ -8,13 +8,7 @@ import time
 
 import pytest
 
-from broker.api.auth import Authenticator
-from broker.api.listen import check_listen_policy, is_loopback
-from broker.api.server import BrokerServer
-from broker.config import BrokerConfig, config_from_mapping, load_config
-from broker.engine.admission import Admission
-from broker.grants import ANONYMOUS, check_inspect, check_read
-from core.errors import (
+from horizon_broker._core.errors import (
     Cancelled,
     DeadlineExceeded,
     FailedPrecondition,
@@ -23,7 +17,13 @@ from core.errors import (
     ResourceExhausted,
     Unauthenticated,
 )
-from horizon.client import connect
+from horizon_broker.broker.api.auth import Authenticator
+from horizon_broker.broker.api.listen import check_listen_policy, is_loopback
+from horizon_broker.broker.api.server import BrokerServer
+from horizon_broker.broker.config import BrokerConfig, config_from_mapping, load_config
+from horizon_broker.broker.engine.admission import Admission
+from horizon_broker.broker.grants import ANONYMOUS, check_inspect, check_read
+from horizon_broker.client import connect
 from tests.broker.conftest import ADMIN, broker_config
 
 

@@ -17,18 +17,20 @@ import sqlglot
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from broker.api.server import BrokerServer
-from broker.spark.direct_read import DirectReader
-from broker.spark.failures import UnreadableFiles
-from broker.spark.file_sets import FooterCache
-from broker.spark.row_group_cache import RowGroupCache
-from broker.spark.row_groups import RowGroupStats, may_be_visible, may_contain
-from broker.sql.model import KeyLookup, Predicate
-from broker.sql.passes.find_key_lookup import key_lookup_of
-from core.errors import Unavailable
-from horizon.client import HorizonClient, connect
-from ingest.segments import write_segments
-from ingest.storage import Storage
+from horizon_broker._core.errors import Unavailable
+from horizon_broker.broker.api.server import BrokerServer
+from horizon_broker.broker.spark.direct_read import DirectReader
+from horizon_broker.broker.spark.failures import UnreadableFiles
+from horizon_broker.broker.spark.file_sets import FooterCache
+from horizon_broker.broker.spark.row_group_cache import RowGroupCache
+from horizon_broker.broker.spark.row_groups import RowGroupStats, may_be_visible, may_contain
+from horizon_broker.broker.sql.model import KeyLookup, Predicate
+from horizon_broker.broker.sql.passes.find_key_lookup import key_lookup_of
+from horizon_broker.client import HorizonClient, connect
+from horizon_broker.ingest.segments import write_segments
+from horizon_broker.ingest.storage import Storage
+from horizon_broker.timeline.interval import Interval
+from horizon_broker.timeline.segment import Segment
 from tests.broker.conftest import LWM, BrokerEnv, broker_config, publish_table
 from tests.broker.data import (
     ACCOUNT_FILE_SCHEMA,
@@ -41,8 +43,6 @@ from tests.broker.data import (
     visible,
     write_rows,
 )
-from timeline.interval import Interval
-from timeline.segment import Segment
 
 SCHEMA = ACCOUNT_FILE_SCHEMA
 SNAPSHOTS = (499, 500, 777, 1000, 1001, LWM)
@@ -336,7 +336,7 @@ def _written_segments(
     row_count: int,
     max_valid_until: int | None = None,
 ) -> list[Segment]:
-    """``tagged`` rows (with ``_chunk`` and ``_seg``) written by ``ingest.segments.write_segments``
+    """``tagged`` rows (with ``_chunk`` and ``_seg``) written by ``horizon_broker.ingest.segments.write_segments``
     into ``partitions`` segments per chunk, and the segments that describe them (their open files
     and closed files' greatest ``validUntil`` too when ``max_valid_until`` is given)."""
     frame = spark.createDataFrame(
@@ -364,7 +364,7 @@ def _written_segments(
 
 @pytest.fixture(scope="module")
 def ingested(broker_env: BrokerEnv, spark, spark_only) -> list[dict]:  # type: ignore[no-untyped-def]
-    """A table written by ``ingest.segments.write_segments``: two time chunks x three key
+    """A table written by ``horizon_broker.ingest.segments.write_segments``: two time chunks x three key
     partitions, multi-version rows, registered and announced through the server-side client."""
     rows = _versions(random.Random(42), 300)
     tagged = [

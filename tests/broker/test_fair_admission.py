@@ -13,10 +13,10 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from broker.config import config_from_mapping
-from broker.engine.admission import Admission, admission_of
-from broker.engine.fair_share import FairShares, IdentityLimits
-from core.errors import InvalidArgument, ResourceExhausted
+from horizon_broker._core.errors import InvalidArgument, ResourceExhausted
+from horizon_broker.broker.config import config_from_mapping
+from horizon_broker.broker.engine.admission import Admission, admission_of
+from horizon_broker.broker.engine.fair_share import FairShares, IdentityLimits
 
 IDENTITIES = ("a", "b", "c")
 CAPPED = {"c": IdentityLimits(max_concurrent=1)}

@@ -13,11 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from broker.spark.direct_read import DirectReader
-from broker.spark.file_sets import FooterCache
-from broker.spark.file_warming import warm_files
-from broker.spark.key_sets import KeySets
-from broker.sql.model import KeyLookup, Predicate
+from horizon_broker.broker.spark.direct_read import DirectReader
+from horizon_broker.broker.spark.file_sets import FooterCache
+from horizon_broker.broker.spark.file_warming import warm_files
+from horizon_broker.broker.spark.key_sets import KeySets
+from horizon_broker.broker.sql.model import KeyLookup, Predicate
+from horizon_broker.timeline.interval import Interval
+from horizon_broker.timeline.segment import Segment
 from tests.broker.conftest import BrokerEnv, publish_table
 from tests.broker.data import (
     ACCOUNT_FILE_SCHEMA,
@@ -30,8 +32,6 @@ from tests.broker.data import (
     version,
     write_rows,
 )
-from timeline.interval import Interval
-from timeline.segment import Segment
 
 SCHEMA = ACCOUNT_FILE_SCHEMA
 

@@ -11,13 +11,13 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from broker._proto.horizon.v1 import horizon_pb2 as pb
-from core.errors import Unavailable
-from horizon.cli import main as cli_main
+from horizon_broker._core.errors import Unavailable
+from horizon_broker.broker._proto.horizon.v1 import horizon_pb2 as pb
+from horizon_broker.cli import main as cli_main
+from horizon_broker.timeline.interval import Interval
+from horizon_broker.timeline.segment import Segment
 from tests.broker.conftest import ADMIN, LWM, BrokerEnv, publish_table
 from tests.broker.data import CHUNK, VERSION, UpsertTable, as_rows, oracle, write_rows
-from timeline.interval import Interval
-from timeline.segment import Segment
 
 
 def _wait(env: BrokerEnv, predicate, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]

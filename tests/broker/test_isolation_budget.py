@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from core.errors import InvalidArgument, ResourceExhausted
-from horizon.client import connect
+from horizon_broker._core.errors import InvalidArgument, ResourceExhausted
+from horizon_broker.client import connect
 from tests.broker.conftest import ADMIN, broker_config
 from tests.broker.spark_jobs import ExtraBroker, engine_group, job_statuses, wait_for_jobs
 from tests.broker.test_status_codes import SLOW_SQL

@@ -14,15 +14,20 @@ from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
     ProtoReflectionDescriptorDatabase,
 )
 
-from broker.api.server import BrokerServer
-from broker.config import config_from_mapping
-from core.errors import FailedPrecondition, PermissionDenied, Unauthenticated, Unavailable
-from horizon.client import connect
+from horizon_broker._core.errors import (
+    FailedPrecondition,
+    PermissionDenied,
+    Unauthenticated,
+    Unavailable,
+)
+from horizon_broker.broker.api.server import BrokerServer
+from horizon_broker.broker.config import config_from_mapping
+from horizon_broker.client import connect
+from horizon_broker.timeline.segment import Segment
 from tests.broker.conftest import ADMIN, LWM, READER, broker_config
 from tests.broker.data import CHUNK, VERSION, descriptor, write_rows
 from tests.broker.spark_jobs import ExtraBroker
 from tests.certificates import mutual_tls_certificates, mutual_tls_server
-from timeline.segment import Segment
 
 
 def test_a_broker_reachable_from_other_machines_needs_identities():

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from broker.spark.local_cluster import BrokerProcess
-from core.errors import Unavailable
-from horizon.client import connect
+from horizon_broker._core.errors import Unavailable
+from horizon_broker.broker.spark.local_cluster import BrokerProcess
+from horizon_broker.client import connect
+from horizon_broker.watermark.server import ServerClient
 from tests.broker.data import UpsertTable, big_table
 from tests.processes import RedisProcess
-from watermark.server import ServerClient
 
 LWM = 1200
 

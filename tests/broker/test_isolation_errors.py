@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from core.errors import InvalidArgument
+from horizon_broker._core.errors import InvalidArgument
 
 
 @pytest.mark.parametrize(

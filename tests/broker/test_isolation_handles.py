@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from core.errors import AlreadyExists, Cancelled, InvalidArgument
+from horizon_broker._core.errors import AlreadyExists, Cancelled, InvalidArgument
 from tests.broker.conftest import ADMIN, READER
 from tests.broker.spark_jobs import engine_group, job_statuses, wait_for_jobs
 from tests.broker.test_status_codes import SLOW_SQL

@@ -12,9 +12,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlglot import exp
 
-from broker.spark.executor import SparkExecutor
-from broker.sql.sealing import seal_literals
-from core.errors import InvalidArgument
+from horizon_broker._core.errors import InvalidArgument
+from horizon_broker.broker.spark.executor import SparkExecutor
+from horizon_broker.broker.sql.sealing import seal_literals
 
 TRICKY = st.lists(
     st.one_of(

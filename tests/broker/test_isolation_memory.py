@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import time
 
-from broker.api.server import spark_conf
-from broker.config import config_from_mapping
-from broker.spark.failures import OutOfMemory, classify
-from broker.spark.supervisor import SparkSupervisor, engine_failure
-from core.errors import ResourceExhausted
+from horizon_broker._core.errors import ResourceExhausted
+from horizon_broker.broker.api.server import spark_conf
+from horizon_broker.broker.config import config_from_mapping
+from horizon_broker.broker.spark.failures import OutOfMemory, classify
+from horizon_broker.broker.spark.supervisor import SparkSupervisor, engine_failure
 
 _EXIT_FLAG = "-XX:+ExitOnOutOfMemoryError"
 _DEPTH = "spark.executor.killOnFatalError.depth"

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from core.errors import InvalidArgument, PermissionDenied, ResourceExhausted
-from horizon.client import connect
+from horizon_broker._core.errors import InvalidArgument, PermissionDenied, ResourceExhausted
+from horizon_broker.client import connect
 from tests.broker.conftest import ADMIN, READER, broker_config
 from tests.broker.spark_jobs import ExtraBroker
 

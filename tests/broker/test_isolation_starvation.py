@@ -9,11 +9,11 @@ import time
 import grpc
 import pytest
 
-from core.errors import DeadlineExceeded
-from horizon.client import HorizonClient
+from horizon_broker._core.errors import DeadlineExceeded
+from horizon_broker.client import HorizonClient
+from horizon_broker.watermark import tokens
 from tests.broker.conftest import ADMIN, LWM, broker_config
 from tests.broker.spark_jobs import ExtraBroker
-from watermark import tokens
 
 WAITERS = 50
 

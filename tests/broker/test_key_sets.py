@@ -12,15 +12,15 @@ import pyarrow.parquet as pq
 from hypothesis import given
 from hypothesis import strategies as st
 
-from broker.spark.direct_read import DirectReader
-from broker.spark.key_sets import (
+from horizon_broker.broker.spark.direct_read import DirectReader
+from horizon_broker.broker.spark.key_sets import (
     CombinedKeys,
     ConcatenatedKeys,
     KeySets,
     holds_any,
     lookup_values,
 )
-from broker.sql.model import KeyLookup, Predicate
+from horizon_broker.broker.sql.model import KeyLookup, Predicate
 
 SCHEMA = pa.schema([("id", pa.int64()), ("validFrom", pa.int64()), ("validUntil", pa.int64())])
 

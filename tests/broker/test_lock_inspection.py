@@ -7,11 +7,11 @@ import json
 
 import pytest
 
-from broker._proto.horizon.v1 import horizon_pb2 as pb
-from core.errors import HorizonError
-from horizon.cli import main as cli_main
-from locks.client import JobLocks, LockClient
-from locks.rules import Mode
+from horizon_broker._core.errors import HorizonError
+from horizon_broker.broker._proto.horizon.v1 import horizon_pb2 as pb
+from horizon_broker.cli import main as cli_main
+from horizon_broker.locks.client import JobLocks, LockClient
+from horizon_broker.locks.rules import Mode
 from tests.broker.conftest import ADMIN, NO_INSPECT, READER, BrokerEnv
 from tests.broker.data import CHUNK, VERSION
 

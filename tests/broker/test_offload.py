@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from broker.api.offload import Offload
-from core.errors import ResourceExhausted
+from horizon_broker._core.errors import ResourceExhausted
+from horizon_broker.broker.api.offload import Offload
 
 
 def _wait_until(condition, timeout: float = 10.0) -> bool:  # type: ignore[no-untyped-def]

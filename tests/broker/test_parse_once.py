@@ -13,7 +13,7 @@ import pytest
 from sqlglot.dialects.dialect import Dialect
 from sqlglot.parser import Parser
 
-from horizon.client import connect
+from horizon_broker.client import connect
 from tests.broker.conftest import ADMIN, broker_config
 from tests.broker.data import UpsertTable
 from tests.broker.spark_jobs import ExtraBroker, engine_group, wait_for_jobs

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from broker._proto.horizon.v1 import horizon_pb2 as pb
-from broker.api import arrow_ipc
+from horizon_broker.broker._proto.horizon.v1 import horizon_pb2 as pb
+from horizon_broker.broker.api import arrow_ipc
 from tests.broker.conftest import LWM, BrokerEnv
 from tests.broker.data import as_rows, oracle
 

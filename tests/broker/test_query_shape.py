@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 import pytest
 import sqlglot
 
-from broker.sql.passes import describe_shape
+from horizon_broker.broker.sql.passes import describe_shape
 
 
 def is_key_lookup(sql: str, primary_keys: Mapping[str, Sequence[str]]) -> bool:

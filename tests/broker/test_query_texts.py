@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import pytest
 
-from broker.engine.query_texts import MAX_KEPT_TEXT, TREE_BYTES_PER_CHAR, QueryTexts
-from broker.sql import bind
-from broker.sql.catalog import Catalog, CatalogTable
-from broker.sql.functions import FunctionPolicy
-from broker.sql.model import RewriteLimits, WorkBudget
-from core.errors import InvalidArgument
-from watermark.catalog import ColumnSpec, TableDescriptor
+from horizon_broker._core.errors import InvalidArgument
+from horizon_broker.broker.engine.query_texts import MAX_KEPT_TEXT, TREE_BYTES_PER_CHAR, QueryTexts
+from horizon_broker.broker.sql import bind
+from horizon_broker.broker.sql.catalog import Catalog, CatalogTable
+from horizon_broker.broker.sql.functions import FunctionPolicy
+from horizon_broker.broker.sql.model import RewriteLimits, WorkBudget
+from horizon_broker.watermark.catalog import ColumnSpec, TableDescriptor
 
 DESCRIPTOR = TableDescriptor(
     name="t", columns=(ColumnSpec("id", "bigint"), ColumnSpec("v", "string")), primary_key=("id",)

@@ -10,9 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from broker._proto.horizon.v1 import horizon_pb2 as pb
-from broker.api.server import BrokerServer
-from core.errors import (
+from horizon_broker._core.errors import (
     DeadlineExceeded,
     FailedPrecondition,
     InvalidArgument,
@@ -20,12 +18,14 @@ from core.errors import (
     PermissionDenied,
     Unavailable,
 )
-from core.hlc import LOGICAL_BITS
-from horizon.cli import main as cli_main
-from horizon.client import connect
+from horizon_broker._core.hlc import LOGICAL_BITS
+from horizon_broker.broker._proto.horizon.v1 import horizon_pb2 as pb
+from horizon_broker.broker.api.server import BrokerServer
+from horizon_broker.cli import main as cli_main
+from horizon_broker.client import connect
+from horizon_broker.watermark import tokens
 from tests.broker.conftest import ADMIN, READER, BrokerEnv, broker_config, publish_table
 from tests.broker.data import UpsertTable
-from watermark import tokens
 
 
 @pytest.fixture

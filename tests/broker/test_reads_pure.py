@@ -9,13 +9,13 @@ import sqlglot
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.engine.freshness import check_staleness, required_snapshot, staleness_ms
-from broker.engine.read_options import ReadOptions
-from broker.engine.result_cache import ResultCache
-from broker.sql.passes import describe_shape
-from core.errors import InvalidArgument, Unavailable
-from core.hlc import LOGICAL_BITS
-from watermark import tokens
+from horizon_broker._core.errors import InvalidArgument, Unavailable
+from horizon_broker._core.hlc import LOGICAL_BITS
+from horizon_broker.broker.engine.freshness import check_staleness, required_snapshot, staleness_ms
+from horizon_broker.broker.engine.read_options import ReadOptions
+from horizon_broker.broker.engine.result_cache import ResultCache
+from horizon_broker.broker.sql.passes import describe_shape
+from horizon_broker.watermark import tokens
 
 snapshots = st.dictionaries(
     st.sampled_from(["a", "B", "c", "Orders"]), st.integers(0, 2**63 - 1), max_size=4

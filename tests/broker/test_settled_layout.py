@@ -13,19 +13,19 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from broker.engine.catalog import catalog_table
-from broker.engine.explain import view_notes
-from broker.spark.scan_layout import scan_layout, split_layout
-from broker.sql import Catalog, CatalogTable, rewrite
-from broker.sql.derived import change_feed_sql, visible_scan_sql
-from broker.sql.functions_from_spark import function_policy_from_spark
-from core.errors import InvalidArgument
+from horizon_broker._core.errors import InvalidArgument
+from horizon_broker.broker.engine.catalog import catalog_table
+from horizon_broker.broker.engine.explain import view_notes
+from horizon_broker.broker.spark.scan_layout import scan_layout, split_layout
+from horizon_broker.broker.sql import Catalog, CatalogTable, rewrite
+from horizon_broker.broker.sql.derived import change_feed_sql, visible_scan_sql
+from horizon_broker.broker.sql.functions_from_spark import function_policy_from_spark
+from horizon_broker.timeline.interval import Interval
+from horizon_broker.timeline.segment import Segment
+from horizon_broker.watermark.catalog import ColumnSpec, TableDescriptor
+from horizon_broker.watermark.follower import TableState
 from tests.sql.spark_helpers import bag, register_source, version_chains, visible
 from tests.sql.test_spark_rewrite import expected_changes
-from timeline.interval import Interval
-from timeline.segment import Segment
-from watermark.catalog import ColumnSpec, TableDescriptor
-from watermark.follower import TableState
 
 FULL_10 = "validFrom <= 10 AND (validUntil IS NULL OR validUntil > 10)"
 ALIVE_10 = "(validUntil IS NULL OR validUntil > 10)"

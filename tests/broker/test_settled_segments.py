@@ -14,8 +14,9 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from broker.spark.scan_layout import SETTLED_SUFFIX
-from core.errors import Unavailable
+from horizon_broker._core.errors import Unavailable
+from horizon_broker.broker.spark.scan_layout import SETTLED_SUFFIX
+from horizon_broker.timeline.segment import Segment
 from tests.broker.conftest import LWM, BrokerEnv
 from tests.broker.data import (
     CHUNK,
@@ -29,7 +30,6 @@ from tests.broker.data import (
     visible,
     write_rows,
 )
-from timeline.segment import Segment
 
 SETTLED_MAX = 900
 """The greatest validFrom in the settled segment: the threshold T of the split."""

@@ -7,8 +7,7 @@ import time
 import grpc
 import pytest
 
-from broker.api.status import ERROR_TYPES, GRPC_STATUS, status_of
-from core.errors import (
+from horizon_broker._core.errors import (
     Cancelled,
     DeadlineExceeded,
     FailedPrecondition,
@@ -22,7 +21,8 @@ from core.errors import (
     Unauthenticated,
     Unavailable,
 )
-from horizon.client import connect
+from horizon_broker.broker.api.status import ERROR_TYPES, GRPC_STATUS, status_of
+from horizon_broker.client import connect
 from tests.broker.conftest import ADMIN, NO_INSPECT, READER, broker_config
 from tests.broker.spark_jobs import (
     ExtraBroker,

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from core.errors import (
+from horizon_broker._core.errors import (
     Cancelled,
     DeadlineExceeded,
     InvalidArgument,

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from broker.spark.local_cluster import BrokerProcess
-from horizon.client import HorizonClient, connect
+from horizon_broker.broker.spark.local_cluster import BrokerProcess
+from horizon_broker.client import HorizonClient, connect
+from horizon_broker.watermark.server import ServerClient
 from tests.broker.data import UpsertTable, big_table
 from tests.processes import RedisProcess
-from watermark.server import ServerClient
 
 LWM = 1200
 

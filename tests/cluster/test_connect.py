@@ -8,8 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from broker.spark.local_cluster import ConnectServer
-from ingest.cli import main_ingest
+from horizon_broker.broker.spark.local_cluster import ConnectServer
+from horizon_broker.ingest.cli import main_ingest
 from tests.cluster import checks
 from tests.cluster.conftest import ClusterEnv, cluster_env
 from tests.ingest.cli_test_table import TABLE

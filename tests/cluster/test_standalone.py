@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.spark.local_cluster import StandaloneCluster
+from horizon_broker.broker.spark.local_cluster import StandaloneCluster
 from tests.cluster import checks
 from tests.cluster.conftest import ClusterEnv, cluster_env
 from tests.ingest.cli_test_table import TABLE

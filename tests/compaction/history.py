@@ -6,8 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ingest.job import IngestJob
-from ingest.table import TableDefinition
+from horizon_broker.ingest.job import IngestJob
+from horizon_broker.ingest.table import TableDefinition
+from horizon_broker.watermark.server import ServerClient
 from tests.ingest.conftest import (
     COLUMNS,
     Change,
@@ -15,7 +16,6 @@ from tests.ingest.conftest import (
     assert_every_snapshot_answers_the_replay,
     stamp,
 )
-from watermark.server import ServerClient
 
 __all__ = ["assert_every_snapshot_answers_the_replay", "batch", "churn", "churned"]
 

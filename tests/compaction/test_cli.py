@@ -12,11 +12,11 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from compaction.cli import main_compact
-from ingest.cli import main_ingest
+from horizon_broker.compaction.cli import main_compact
+from horizon_broker.ingest.cli import main_ingest
+from horizon_broker.watermark.embedded_redis import free_port
 from tests.ingest.cli_test_table import TABLE
 from tests.ingest.conftest import Change, assert_broker_sees, broker_view, write_changelog
-from watermark.embedded_redis import free_port
 
 HORIZON = str(Path(sys.executable).with_name("horizon"))
 

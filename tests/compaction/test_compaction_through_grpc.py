@@ -5,10 +5,10 @@ from __future__ import annotations
 import threading
 import time
 
-from broker.api.server import BrokerServer
-from compaction.plan import CompactionSettings
-from compaction.run import Compactor
-from horizon.client import connect
+from horizon_broker.broker.api.server import BrokerServer
+from horizon_broker.client import connect
+from horizon_broker.compaction.plan import CompactionSettings
+from horizon_broker.compaction.run import Compactor
 from tests.broker.conftest import ADMIN, broker_config
 from tests.compaction.history import churned
 from tests.ingest.conftest import replay, reported_lwm

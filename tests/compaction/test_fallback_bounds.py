@@ -3,11 +3,11 @@ let a broker read the fallback for a lost segment, it answers exactly as the tab
 
 from __future__ import annotations
 
-from compaction.run import Compactor
+from horizon_broker.compaction.run import Compactor
+from horizon_broker.timeline.fallback import fallback_problem
+from horizon_broker.timeline.timeline import Timeline
 from tests.compaction.history import churn, churned
 from tests.ingest.conftest import Change, broker_view, replay, segment_rows, visible_at
-from timeline.fallback import fallback_problem
-from timeline.timeline import Timeline
 
 
 def test_every_fallback_the_bounds_allow_answers_exactly_at_that_snapshot(

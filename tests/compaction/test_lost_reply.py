@@ -16,14 +16,15 @@ from typing import Any
 import pytest
 
 from chaos.lost_reply import LostReplyProxy, script_sha
-from compaction.collect import collect_replaced, sweep_unpublished_runs
-from compaction.run import CompactionKilled, Compactor
-from core.errors import Unavailable
-from ingest.job import IngestJob, SimulatedCrash
-from ingest.storage import Storage
-from locks import scripts as lock_scripts
-from locks.client import JobLocks, LockClient
-from locks.rules import BATCH_INGESTION_PRIORITY
+from horizon_broker._core.errors import Unavailable
+from horizon_broker.compaction.collect import collect_replaced, sweep_unpublished_runs
+from horizon_broker.compaction.run import CompactionKilled, Compactor
+from horizon_broker.ingest.job import IngestJob, SimulatedCrash
+from horizon_broker.ingest.storage import Storage
+from horizon_broker.locks import scripts as lock_scripts
+from horizon_broker.locks.client import JobLocks, LockClient
+from horizon_broker.locks.rules import BATCH_INGESTION_PRIORITY
+from horizon_broker.watermark import scripts as store_scripts
 from tests.compaction.history import (
     assert_every_snapshot_answers_the_replay,
     batch,
@@ -38,7 +39,6 @@ from tests.ingest.conftest import (
     segment_rows,
     visible_at,
 )
-from watermark import scripts as store_scripts
 
 PUBLISH = script_sha(store_scripts.SEGMENTS)
 RELEASE = script_sha(lock_scripts.RELEASE)

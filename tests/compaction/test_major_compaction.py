@@ -7,17 +7,17 @@ from itertools import pairwise
 
 import pytest
 
-from compaction.collect import collect_replaced
-from compaction.plan import CompactionSettings
-from compaction.run import Compactor
-from core.errors import FailedPrecondition
-from ingest.job import IngestJob, SimulatedCrash
-from locks.client import JobLocks, LockClient
-from locks.rules import STREAMING_INGESTION_PRIORITY
+from horizon_broker._core.errors import FailedPrecondition
+from horizon_broker.compaction.collect import collect_replaced
+from horizon_broker.compaction.plan import CompactionSettings
+from horizon_broker.compaction.run import Compactor
+from horizon_broker.ingest.job import IngestJob, SimulatedCrash
+from horizon_broker.locks.client import JobLocks, LockClient
+from horizon_broker.locks.rules import STREAMING_INGESTION_PRIORITY
+from horizon_broker.timeline.timeline import Timeline
 from tests.compaction.history import assert_every_snapshot_answers_the_replay, churn, churned
 from tests.ingest.conftest import Change, accounts_table, assert_broker_sees, broker_view
 from tests.watermark.conftest import segment, table_descriptor
-from timeline.timeline import Timeline
 
 
 def test_major_compaction_replaces_chunks_and_later_batches_append_to_the_new_version(

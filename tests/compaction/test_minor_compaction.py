@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from compaction.collect import collect_replaced
-from compaction.plan import CompactionSettings
-from compaction.run import CompactionKilled, Compactor
-from ingest.job import IngestJob, SimulatedCrash
-from ingest.storage import Storage
-from locks.client import JobLocks, LockClient
-from locks.rules import BATCH_INGESTION_PRIORITY
+from horizon_broker.compaction.collect import collect_replaced
+from horizon_broker.compaction.plan import CompactionSettings
+from horizon_broker.compaction.run import CompactionKilled, Compactor
+from horizon_broker.ingest.job import IngestJob, SimulatedCrash
+from horizon_broker.ingest.storage import Storage
+from horizon_broker.locks.client import JobLocks, LockClient
+from horizon_broker.locks.rules import BATCH_INGESTION_PRIORITY
 from tests.compaction.history import (
     assert_every_snapshot_answers_the_replay,
     batch,
@@ -209,7 +209,7 @@ def test_an_update_cut_short_before_its_publish_is_applied_again_to_the_compacte
 def test_a_live_pin_taken_before_the_compaction_keeps_its_inputs_until_released(
     spark, server, follower, tmp_path, redis_server
 ):
-    from pins.store import PinStore
+    from horizon_broker.pins.store import PinStore
 
     table, client, _job, log = churned(spark, server, tmp_path, rounds=3)
     pins = PinStore(redis_server.url)

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from compaction.plan import CompactionSettings, due, plan_major, plan_minor, tiling
-from compaction.reclaim import ReclaimSettings, SegmentHistory, plan_steps
-from timeline.interval import Interval
-from timeline.segment import Segment
+from horizon_broker.compaction.plan import CompactionSettings, due, plan_major, plan_minor, tiling
+from horizon_broker.compaction.reclaim import ReclaimSettings, SegmentHistory, plan_steps
+from horizon_broker.timeline.interval import Interval
+from horizon_broker.timeline.segment import Segment
 
 DAY = 86_400_000
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from compaction.reclaim import ReclaimSettings, reclaim
-from compaction.run import Compactor
-from ingest.job import IngestJob
+from horizon_broker.compaction.reclaim import ReclaimSettings, reclaim
+from horizon_broker.compaction.run import Compactor
+from horizon_broker.ingest.job import IngestJob
 from tests.compaction.history import assert_every_snapshot_answers_the_replay, churn, churned
 from tests.ingest.conftest import (
     Change,

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from broker.api.server import BrokerServer
-from horizon.client import HorizonClient
+from horizon_broker.broker.api.server import BrokerServer
+from horizon_broker.client import HorizonClient
 from tests.broker.conftest import ADMIN, BrokerEnv, broker_config
 from tests.broker.conftest import broker_env as broker_env  # the same tables, a broker of our own
 

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.flight as fl
 import pytest
 
-from broker.api.server import BrokerServer
+from horizon_broker.broker.api.server import BrokerServer
 from tests.broker.conftest import ADMIN
 from tests.broker.spark_jobs import assert_group_stopped, engine_group, wait_for_jobs
 from tests.broker.test_status_codes import SLOW_SQL
@@ -141,7 +141,7 @@ def test_a_large_result_streams_in_batches_no_bigger_than_the_batch_target(broke
 
 
 def test_the_flight_info_app_metadata_is_executequerys_query_metadata(broker_env, native):
-    from broker.flight.metadata import decode
+    from horizon_broker.broker.flight.metadata import decode
 
     client = _client(broker_env.broker)
     sql = "SELECT count(*) AS n FROM accounts"

@@ -14,9 +14,9 @@ import pyarrow as pa
 import pyarrow.flight as fl
 import pytest
 
-from broker.api.server import BrokerServer
-from core.errors import HorizonError
-from horizon.client import connect
+from horizon_broker._core.errors import HorizonError
+from horizon_broker.broker.api.server import BrokerServer
+from horizon_broker.client import connect
 from tests.broker.conftest import ADMIN, NO_INSPECT, READER, broker_config
 from tests.broker.data import descriptor
 from tests.broker.spark_jobs import ExtraBroker

@@ -17,10 +17,10 @@ import adbc_driver_manager
 import pyarrow.flight as fl
 import pytest
 
-from broker.api.server import BrokerServer
-from broker.flight.buffered import SPILL_PREFIX
-from core.errors import ResourceExhausted
-from horizon.client import connect
+from horizon_broker._core.errors import ResourceExhausted
+from horizon_broker.broker.api.server import BrokerServer
+from horizon_broker.broker.flight.buffered import SPILL_PREFIX
+from horizon_broker.client import connect
 from tests.broker.conftest import ADMIN, READER, TOKENS, BrokerEnv, broker_config
 from tests.broker.test_status_codes import SLOW_SQL
 from tests.flight.conftest import adbc_connect, statement_descriptor

@@ -12,13 +12,7 @@ import pyarrow as pa
 import pytest
 from google.protobuf import any_pb2
 
-from broker._proto.arrow.flight.protocol import flight_actions_pb2 as fa
-from broker._proto.arrow.flight.protocol.sql import flight_sql_pb2 as sql
-from broker.config import TokenGrant
-from broker.flight import catalog, commands, parameters, sessions, sql_info
-from broker.flight.auth import handshake_token
-from broker.flight.errors import flight_error, rich_status
-from core.errors import (
+from horizon_broker._core.errors import (
     FailedPrecondition,
     InvalidArgument,
     NotFound,
@@ -26,7 +20,13 @@ from core.errors import (
     Unauthenticated,
     Unimplemented,
 )
-from watermark import tokens
+from horizon_broker.broker._proto.arrow.flight.protocol import flight_actions_pb2 as fa
+from horizon_broker.broker._proto.arrow.flight.protocol.sql import flight_sql_pb2 as sql
+from horizon_broker.broker.config import TokenGrant
+from horizon_broker.broker.flight import catalog, commands, parameters, sessions, sql_info
+from horizon_broker.broker.flight.auth import handshake_token
+from horizon_broker.broker.flight.errors import flight_error, rich_status
+from horizon_broker.watermark import tokens
 
 # -- parameter binding --------------------------------------------------------------------------
 
@@ -313,9 +313,9 @@ class _Started:
 
 
 def test_a_result_ticket_is_single_use_owned_and_expires_closing_the_query():
-    from broker.flight.results import ResultStore
-    from broker.spark.executor import QueryScope
-    from core.errors import PermissionDenied
+    from horizon_broker._core.errors import PermissionDenied
+    from horizon_broker.broker.flight.results import ResultStore
+    from horizon_broker.broker.spark.executor import QueryScope
 
     now = [0.0]
     store = ResultStore(60.0, clock=lambda: now[0])
@@ -334,7 +334,7 @@ def test_a_result_ticket_is_single_use_owned_and_expires_closing_the_query():
 
 
 def test_a_prepared_statement_binds_checked_values_and_refuses_running_unbound():
-    from broker.flight.statements import StatementStore
+    from horizon_broker.broker.flight.statements import StatementStore
 
     store = StatementStore(60.0)
     statement = store.create("admin", "SELECT * FROM t WHERE id = ?", 1, None)
@@ -350,7 +350,7 @@ def test_a_prepared_statement_binds_checked_values_and_refuses_running_unbound()
 
 
 def test_large_batches_are_cut_into_slices_near_the_target_size_without_copying():
-    from broker.flight.server import batch_slices
+    from horizon_broker.broker.flight.server import batch_slices
 
     batch = pa.record_batch({"x": pa.array(range(100_000), pa.int64())})  # 800 kB
     slices = list(batch_slices(batch, 100_000))

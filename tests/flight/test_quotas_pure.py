@@ -8,11 +8,11 @@ import os
 import pyarrow as pa
 import pytest
 
-from broker.flight.buffered import BufferedResult
-from broker.flight.quotas import OwnerCounts, statement_quota
-from broker.flight.sessions import SessionStore
-from broker.flight.statements import StatementStore
-from core.errors import ResourceExhausted
+from horizon_broker._core.errors import ResourceExhausted
+from horizon_broker.broker.flight.buffered import BufferedResult
+from horizon_broker.broker.flight.quotas import OwnerCounts, statement_quota
+from horizon_broker.broker.flight.sessions import SessionStore
+from horizon_broker.broker.flight.statements import StatementStore
 
 
 def test_one_identity_stops_at_its_own_quota_and_the_broker_at_its_total():

@@ -9,10 +9,10 @@ import threading
 import adbc_driver_manager
 import pytest
 
+from horizon_broker.watermark import tokens
 from tests.broker.conftest import LWM, BrokerEnv, publish_table
 from tests.broker.data import UpsertTable, as_rows, oracle
 from tests.flight.conftest import COOKIES, adbc_connect, snapshot_of
-from watermark import tokens
 
 SESSION_OPTION = "adbc.flight.sql.session.option."
 

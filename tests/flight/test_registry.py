@@ -10,8 +10,8 @@ import pyarrow as pa
 import pyarrow.flight as fl
 import pytest
 
-from broker.api.server import BrokerServer
-from broker.observe.metrics import REGISTRY
+from horizon_broker.broker.api.server import BrokerServer
+from horizon_broker.broker.observe.metrics import REGISTRY
 from tests.broker.conftest import BrokerEnv
 from tests.flight.conftest import adbc_connect, statement_descriptor
 from tests.flight.test_cancel_and_expiry import BIG_SQL, OPTIONS, _client, _eventually

@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from core.keys import Keys
-from ingest.table import TableDefinition
-from watermark.follower import Follower
-from watermark.server import ServerClient
+from horizon_broker._core.keys import Keys
+from horizon_broker.ingest.table import TableDefinition
+from horizon_broker.watermark.follower import Follower
+from horizon_broker.watermark.server import ServerClient
 
 COLUMNS = ("user_id", "balance", "seq", "deleted")
 

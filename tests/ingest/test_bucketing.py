@@ -7,7 +7,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ingest.bucketing import bucket_column, bucket_layout, murmur3_int, task_of
+from horizon_broker.ingest.bucketing import bucket_column, bucket_layout, murmur3_int, task_of
 
 
 def test_murmur3_of_an_int_equals_sparks_hash(spark: Any) -> None:
@@ -43,7 +43,7 @@ def test_sparks_repartition_puts_each_key_partition_in_its_own_task(spark: Any) 
 
 
 def test_local_frames_hold_their_rows_and_types_without_a_python_worker(spark):
-    from ingest.local_frames import local_frame
+    from horizon_broker.ingest.local_frames import local_frame
 
     frame = local_frame(
         spark, [("a", 1, 2**40), ("b", None, -1)], [("s", "string"), ("n", "int"), ("x", "long")]

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from ingest.cli import main_ingest
+from horizon_broker.ingest.cli import main_ingest
+from horizon_broker.watermark import tokens
 from tests.ingest.cli_test_table import TABLE
 from tests.ingest.conftest import Change, assert_broker_sees, write_changelog
-from watermark import tokens
 
 
 def test_the_ingest_command_ingests_a_changelog_directory_once_and_prints_its_token(

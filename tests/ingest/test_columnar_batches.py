@@ -5,7 +5,7 @@ columns on the driver (``driver_batch_rows = 1``, the default ``driver_columnar_
 other runs every batch on Spark (``driver_batch_rows = 0``). After every batch both hold the same
 versions with the same validity, up to where each table's clock put its commit timestamps
 (compared as batch number and position in the batch). The changelog runs past
-:data:`ingest.key_index.MAX_INDEX_LEVELS` batches, so the batch that resolves against a
+:data:`horizon_broker.ingest.key_index.MAX_INDEX_LEVELS` batches, so the batch that resolves against a
 partition's whole index and writes its full level (as columns too) and the levels stacked after
 it are covered, and the updater runs every second batch (keeping segments' closed files as they
 are, up to a bound). An append table is compared the same way.
@@ -20,12 +20,12 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from ingest import key_index
-from ingest.columnar.batch import RESOLVE_ACTION
-from ingest.driver_batches import COLLECT_ACTION
-from ingest.job import IngestJob
-from ingest.segments import is_open_file
-from ingest.small.rewrite import MAX_CLOSED_FILES
+from horizon_broker.ingest import key_index
+from horizon_broker.ingest.columnar.batch import RESOLVE_ACTION
+from horizon_broker.ingest.driver_batches import COLLECT_ACTION
+from horizon_broker.ingest.job import IngestJob
+from horizon_broker.ingest.segments import is_open_file
+from horizon_broker.ingest.small.rewrite import MAX_CLOSED_FILES
 from tests.ingest.conftest import (
     Change,
     accounts_table,

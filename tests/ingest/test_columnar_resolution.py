@@ -1,7 +1,7 @@
 """The columnar resolution agrees with the row-wise one, row for row.
 
-:mod:`ingest.columnar.resolution` restates :mod:`ingest.small.resolution` (itself checked
-against Spark's :mod:`ingest.resolve` in ``test_small_resolution``) as vectorized passes. Both run
+:mod:`horizon_broker.ingest.columnar.resolution` restates :mod:`horizon_broker.ingest.small.resolution` (itself checked
+against Spark's :mod:`horizon_broker.ingest.resolve` in ``test_small_resolution``) as vectorized passes. Both run
 here on the same random batches: few keys (often several records of a key in one batch), a
 narrow range of comparison values with nulls, deletes, tombstones and null comparison values in
 the index, transactions sharing a commit timestamp, several source files and Spark partitions, an
@@ -18,13 +18,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ingest.columnar import resolution as columnar
-from ingest.columnar import stamps
-from ingest.commit_times import SourceSpan
-from ingest.small import resolution as rows
-from ingest.small.batch import count_rows
-from ingest.small.resolution import IndexEntry, order_key
-from ingest.table import TableDefinition
+from horizon_broker.ingest.columnar import resolution as columnar
+from horizon_broker.ingest.columnar import stamps
+from horizon_broker.ingest.commit_times import SourceSpan
+from horizon_broker.ingest.small import resolution as rows
+from horizon_broker.ingest.small.batch import count_rows
+from horizon_broker.ingest.small.resolution import IndexEntry, order_key
+from horizon_broker.ingest.table import TableDefinition
 
 KEYS = ["a", "b", "c", "d", "e"]
 HOUR = 3_600_000
@@ -272,7 +272,7 @@ def test_source_spans_from_the_columns_are_the_rows_spans() -> None:
 def test_the_docstring_examples_hold() -> None:
     import doctest
 
-    from ingest.columnar import key_lookup
+    from horizon_broker.ingest.columnar import key_lookup
 
     for module in (columnar, key_lookup):
         outcome = doctest.testmod(module)
@@ -286,7 +286,7 @@ def test_chunk_starts_are_the_row_wise_chunk_starts_at_every_granularity(
 ) -> None:
     import numpy as np
 
-    from ingest.granularity import Granularity, chunk_start_ms
+    from horizon_broker.ingest.granularity import Granularity, chunk_start_ms
 
     for granularity in Granularity:
         got = stamps.chunk_starts(granularity, np.array(moments, dtype=np.int64)).tolist()

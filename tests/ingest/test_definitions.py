@@ -10,11 +10,21 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import ingest
-from core.errors import InvalidArgument
-from ingest.granularity import Granularity, chunk_interval, chunk_start_ms, chunks_between
-from ingest.manifest import COMMIT, DONE, PREPARE, ManifestState, Record
-from ingest.table import RESERVED_COLUMNS, RESERVED_PREFIXES, OutOfOrder, TableDefinition
+import horizon_broker.ingest as ingest
+from horizon_broker._core.errors import InvalidArgument
+from horizon_broker.ingest.granularity import (
+    Granularity,
+    chunk_interval,
+    chunk_start_ms,
+    chunks_between,
+)
+from horizon_broker.ingest.manifest import COMMIT, DONE, PREPARE, ManifestState, Record
+from horizon_broker.ingest.table import (
+    RESERVED_COLUMNS,
+    RESERVED_PREFIXES,
+    OutOfOrder,
+    TableDefinition,
+)
 
 TOML = """
 name = "accounts"
@@ -134,7 +144,7 @@ def test_chunks_between_lists_exactly_the_chunks_a_time_range_touches(granularit
 
 
 def test_segment_slots_take_the_time_column_chunk_or_every_commit_time_chunk():
-    from ingest.allocation import segment_slots
+    from horizon_broker.ingest.allocation import segment_slots
 
     day = 86_400_000
     base = (2 * day - 1) << 16  # the batch's commit timestamps cross midnight
@@ -156,7 +166,7 @@ def test_segment_slots_take_the_time_column_chunk_or_every_commit_time_chunk():
 def test_spark_computes_the_same_chunk_starts_as_python(spark):
     from pyspark.sql import functions as F
 
-    from ingest.granularity import spark_chunk_start
+    from horizon_broker.ingest.granularity import spark_chunk_start
 
     instants = [0, 1, 86_399_999, 1_700_000_000_123, 1_709_251_199_999, 951_782_400_000]
     frame = spark.createDataFrame([(i,) for i in instants], "t long")

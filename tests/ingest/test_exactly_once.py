@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from ingest.job import STEPS, IngestJob, SimulatedCrash
-from ingest.manifest import COMMIT, PREPARE, Manifest
-from ingest.storage import Storage
+from horizon_broker.ingest.job import STEPS, IngestJob, SimulatedCrash
+from horizon_broker.ingest.manifest import COMMIT, PREPARE, Manifest
+from horizon_broker.ingest.storage import Storage
 from tests.ingest.conftest import Change, accounts_table, assert_broker_sees, write_changelog
 
 

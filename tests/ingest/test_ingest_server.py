@@ -9,11 +9,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from core.errors import InvalidArgument
-from horizon import IngestServer, load_server_config, tokens
-from ingest.cli import main_ingest
+from horizon_broker import IngestServer, load_server_config, tokens
+from horizon_broker._core.errors import InvalidArgument
+from horizon_broker.ingest.cli import main_ingest
+from horizon_broker.watermark.lwm import IDLE, PARKED
 from tests.ingest import tpch_tables
-from watermark.lwm import IDLE, PARKED
 
 
 def serve(redis_server, tmp_path: Path, spark, server_id: str = "multi") -> IngestServer:  # type: ignore[no-untyped-def]
@@ -67,7 +67,7 @@ def test_a_configuration_with_problems_is_refused_naming_each_table_and_problem(
 
 
 def _sources(path: Path, partitions):  # type: ignore[no-untyped-def]
-    from horizon import TableDefinition, TableSource
+    from horizon_broker import TableDefinition, TableSource
 
     definition = TableDefinition.load(path)
     return [TableSource(definition, partitions=None if partitions is None else tuple(partitions))]
@@ -157,7 +157,7 @@ def test_the_ingest_command_streams_several_tables_and_parks_them_when_the_strea
 
 
 def test_a_session_the_server_creates_runs_without_adaptive_execution_unless_configured():
-    from ingest.server import ingestion_session_conf
+    from horizon_broker.ingest.server import ingestion_session_conf
 
     defaults = ingestion_session_conf({})
     assert defaults["spark.sql.adaptive.enabled"] == "false"

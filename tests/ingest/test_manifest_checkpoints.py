@@ -13,7 +13,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ingest.manifest import (
+from horizon_broker.ingest.manifest import (
     CHECKPOINT,
     COLLECT,
     COMMIT,

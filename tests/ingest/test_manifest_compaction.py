@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ingest.job import IngestJob
-from ingest.manifest import CHECKPOINT, ManifestState, parse_name
-from ingest.storage import Storage
+from horizon_broker.ingest.job import IngestJob
+from horizon_broker.ingest.manifest import CHECKPOINT, ManifestState, parse_name
+from horizon_broker.ingest.storage import Storage
 from tests.ingest.conftest import Change, accounts_table, assert_broker_sees, write_changelog
 
 

@@ -10,8 +10,8 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from ingest import updater
-from ingest.job import IngestJob
+from horizon_broker.ingest import updater
+from horizon_broker.ingest.job import IngestJob
 from tests.ingest.conftest import (
     COLUMNS,
     Change,

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from ingest.key_index import is_resolution, resolution_directory
-from ingest.resolve import (
+from horizon_broker.ingest.key_index import is_resolution, resolution_directory
+from horizon_broker.ingest.resolve import (
     DERIVED_ON_READ,
     empty_index,
     index_entries,
@@ -19,7 +19,7 @@ from ingest.resolve import (
     stored_versions,
     with_derived_columns,
 )
-from ingest.table import TableDefinition
+from horizon_broker.ingest.table import TableDefinition
 from tests.ingest.conftest import accounts_table
 
 

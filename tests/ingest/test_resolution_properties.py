@@ -13,8 +13,8 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ingest import key_index
-from ingest.job import IngestJob
+from horizon_broker.ingest import key_index
+from horizon_broker.ingest.job import IngestJob
 from tests.ingest.conftest import (
     Change,
     accounts_table,

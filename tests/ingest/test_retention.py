@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
-from ingest import key_index
-from ingest.garbage import collectable, collection_due, delete_files, unreferenced
-from ingest.job import IngestJob
-from ingest.manifest import Garbage
-from ingest.retention import retention_horizon
-from ingest.storage import Storage
+from horizon_broker.ingest import key_index
+from horizon_broker.ingest.garbage import collectable, collection_due, delete_files, unreferenced
+from horizon_broker.ingest.job import IngestJob
+from horizon_broker.ingest.manifest import Garbage
+from horizon_broker.ingest.retention import retention_horizon
+from horizon_broker.ingest.storage import Storage
 from tests.ingest.conftest import (
     Change,
     accounts_table,

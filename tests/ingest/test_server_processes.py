@@ -21,13 +21,13 @@ from typing import Any
 
 import pytest
 
-from broker._proto.horizon.v1 import horizon_pb2 as pb
-from horizon import IngestServer, tokens
-from horizon import cli as horizon_cli
-from horizon.client import HorizonClient, connect
-from ingest.cli import main_ingest
+from horizon_broker import IngestServer, tokens
+from horizon_broker import cli as horizon_cli
+from horizon_broker.broker._proto.horizon.v1 import horizon_pb2 as pb
+from horizon_broker.client import HorizonClient, connect
+from horizon_broker.ingest.cli import main_ingest
+from horizon_broker.watermark.embedded_redis import free_port
 from tests.ingest import tpch_tables
-from watermark.embedded_redis import free_port
 
 HORIZON = str(Path(sys.executable).with_name("horizon"))
 PARKED = pb.PARTITION_STATE_PARKED

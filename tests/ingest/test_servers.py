@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ingest.job import IngestJob
-from ingest.partitioning import partitions_of
+from horizon_broker.ingest.job import IngestJob
+from horizon_broker.ingest.partitioning import partitions_of
 from tests.ingest.conftest import Change, accounts_table, assert_broker_sees, write_changelog
 
 

@@ -14,9 +14,9 @@ import random
 from pathlib import Path
 from typing import Any
 
-from ingest import key_index
-from ingest.job import IngestJob
-from ingest.table import TableDefinition
+from horizon_broker.ingest import key_index
+from horizon_broker.ingest.job import IngestJob
+from horizon_broker.ingest.table import TableDefinition
 from tests.ingest.conftest import (
     Change,
     accounts_table,

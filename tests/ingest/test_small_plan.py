@@ -8,15 +8,24 @@ from typing import Any
 
 import pytest
 
-from ingest import key_index
-from ingest.commit_times import SourceSpan
-from ingest.manifest import KeyIndexVersion
-from ingest.small.batch import SMALL_LEVEL_ROWS, count_rows, driver_can_take, plan_levels
-from ingest.small.resolution import stamp_rows
-from ingest.small.rewrite import DRIVER_SEGMENT_BYTES, DRIVER_SEGMENT_ROWS, driver_can_hold
-from ingest.table import TableDefinition
-from timeline.interval import Interval
-from timeline.segment import Segment
+from horizon_broker.ingest import key_index
+from horizon_broker.ingest.commit_times import SourceSpan
+from horizon_broker.ingest.manifest import KeyIndexVersion
+from horizon_broker.ingest.small.batch import (
+    SMALL_LEVEL_ROWS,
+    count_rows,
+    driver_can_take,
+    plan_levels,
+)
+from horizon_broker.ingest.small.resolution import stamp_rows
+from horizon_broker.ingest.small.rewrite import (
+    DRIVER_SEGMENT_BYTES,
+    DRIVER_SEGMENT_ROWS,
+    driver_can_hold,
+)
+from horizon_broker.ingest.table import TableDefinition
+from horizon_broker.timeline.interval import Interval
+from horizon_broker.timeline.segment import Segment
 
 UTC = {"spark.sql.session.timeZone": "UTC"}
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ingest.job import IngestJob
-from pins.store import PinStore
+from horizon_broker.ingest.job import IngestJob
+from horizon_broker.pins.store import PinStore
+from horizon_broker.watermark import tokens
 from tests.ingest.conftest import (
     Change,
     accounts_table,
@@ -16,7 +17,6 @@ from tests.ingest.conftest import (
     visible_rows,
     write_changelog,
 )
-from watermark import tokens
 
 
 def _sorted(rows: list[dict]) -> list[dict]:

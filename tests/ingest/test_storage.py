@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from ingest.storage import Storage
+from horizon_broker.ingest.storage import Storage
 
 
 class HadoopOnly(Storage):

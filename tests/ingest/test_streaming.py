@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ingest.job import IngestJob
+from horizon_broker.ingest.job import IngestJob
 from tests.ingest.conftest import Change, accounts_table, assert_broker_sees, write_changelog
 
 

@@ -7,9 +7,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ingest.job import IngestJob
-from ingest.partitioning import partitions_of
-from ingest.table import TableDefinition
+from horizon_broker.ingest.job import IngestJob
+from horizon_broker.ingest.partitioning import partitions_of
+from horizon_broker.ingest.table import TableDefinition
 from tests.ingest.conftest import broker_view
 
 COLUMNS = ("user_id", "balance", "seq", "txn")

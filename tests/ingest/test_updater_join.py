@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ingest.updater import join_broadcast_updates
+from horizon_broker.ingest.updater import join_broadcast_updates
 
 
 def frames(spark: Any) -> tuple[Any, Any]:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from core.errors import InvalidArgument
-from locks.rules import (
+from horizon_broker._core.errors import InvalidArgument
+from horizon_broker.locks.rules import (
     Granularity,
     HeldLock,
     LockRequest,
@@ -14,7 +14,7 @@ from locks.rules import (
     covers,
     decide,
 )
-from timeline.interval import Interval
+from horizon_broker.timeline.interval import Interval
 
 DAY = Interval(0, 86_400_000)
 NEXT_DAY = Interval(86_400_000, 2 * 86_400_000)

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from core.errors import LockConflict, LockLost, PartitionNotOwned
-from locks.client import JobLocks, LockClient
-from locks.rules import (
+from horizon_broker._core.errors import LockConflict, LockLost, PartitionNotOwned
+from horizon_broker.locks.client import JobLocks, LockClient
+from horizon_broker.locks.rules import (
     COMPACTION_PRIORITY,
     STREAMING_INGESTION_PRIORITY,
     Granularity,
@@ -20,9 +20,9 @@ from locks.rules import (
     Mode,
     decide,
 )
-from locks.stats import STATS
+from horizon_broker.locks.stats import STATS
+from horizon_broker.timeline.interval import Interval
 from tests.watermark.conftest import segment, table_descriptor
-from timeline.interval import Interval
 
 HOUR = 3_600_000
 
@@ -69,7 +69,7 @@ operations = st.lists(
 )
 @given(ops=operations)
 def test_grants_preemptions_and_refusals_match_the_reference_model(lock_client, redis_client, ops):
-    """Every acquire is granted, preempts or is refused exactly as :func:`locks.rules.decide`
+    """Every acquire is granted, preempts or is refused exactly as :func:`horizon_broker.locks.rules.decide`
     says, and the locks left holding are the model's (leases of 0 ms model dead jobs)."""
     redis_client.delete("horizon:t:t:locks")
     model: dict[str, HeldLock] = {}

@@ -11,14 +11,14 @@ from typing import Any
 
 import pytest
 
-from broker.api.server import BrokerServer
-from broker.config import config_from_mapping
-from horizon.client import HorizonClient, connect
+from horizon_broker.broker.api.server import BrokerServer
+from horizon_broker.broker.config import config_from_mapping
+from horizon_broker.client import HorizonClient, connect
+from horizon_broker.timeline.segment import Segment
+from horizon_broker.watermark.server import ServerClient
 from tests.broker.data import UpsertTable
 from tests.observe.browser import start_chromium
 from tests.processes import RedisProcess
-from timeline.segment import Segment
-from watermark.server import ServerClient
 
 ADMIN = "admin-secret-token-1"
 READER = "reader-secret-token-2"

@@ -9,12 +9,12 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from core.errors import HorizonError
+from horizon_broker._core.errors import HorizonError
+from horizon_broker.timeline.interval import Interval
+from horizon_broker.timeline.segment import Segment
+from horizon_broker.watermark.server import ServerClient
 from tests.broker.data import CHUNK, VERSION, write_rows
 from tests.observe.conftest import LWM, WatchedBroker
-from timeline.interval import Interval
-from timeline.segment import Segment
-from watermark.server import ServerClient
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
@@ -205,7 +205,7 @@ def test_state_families_follow_announcements_faults_and_stale_servers(
 
 
 def test_metrics_are_off_with_enabled_false(watched: WatchedBroker):
-    from broker.api.server import BrokerServer
+    from horizon_broker.broker.api.server import BrokerServer
     from tests.observe.conftest import watched_config
 
     config = watched_config(watched.redis.url, metrics={"enabled": False})

@@ -14,12 +14,12 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions as ready
 from selenium.webdriver.support.ui import WebDriverWait
 
-from horizon.render import STATE_NAMES
-from locks.client import JobLocks, LockClient
+from horizon_broker.locks.client import JobLocks, LockClient
+from horizon_broker.render import STATE_NAMES
+from horizon_broker.timeline.interval import Interval
+from horizon_broker.timeline.segment import Segment
 from tests.broker.data import CHUNK, VERSION
 from tests.observe.conftest import ADMIN, BLIND, LWM, READER, WatchedBroker
-from timeline.interval import Interval
-from timeline.segment import Segment
 
 
 def url(watched: WatchedBroker, path: str = "") -> str:

@@ -18,8 +18,8 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions as ready
 from selenium.webdriver.support.ui import WebDriverWait
 
-from broker.config import config_from_mapping
-from broker.console.server import ConsoleServer
+from horizon_broker.broker.config import config_from_mapping
+from horizon_broker.broker.console.server import ConsoleServer
 from tests.observe.browser import start_chromium
 from tests.observe.conftest import ADMIN, LWM, READER, WatchedBroker
 from tests.observe.test_console_browser import sign_in, texts

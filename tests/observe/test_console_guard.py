@@ -16,17 +16,19 @@ from typing import Any
 
 import pytest
 
-from broker.config import config_from_mapping
-from broker.console.guard import CsrfTokens, HostPolicy
-from broker.console.server import ConsoleServer
-from broker.console.throttle import SignInLimit, TooManySignIns
-from core.errors import InvalidArgument
+from horizon_broker._core.errors import InvalidArgument
+from horizon_broker.broker.config import config_from_mapping
+from horizon_broker.broker.console.guard import CsrfTokens, HostPolicy
+from horizon_broker.broker.console.server import ConsoleServer
+from horizon_broker.broker.console.throttle import SignInLimit, TooManySignIns
 from tests.certificates import mutual_tls_certificates
 from tests.observe.console_http import ConsoleHttp
 
 TOKEN = "admin-secret-token-9"
 TOKENS = [{"name": "admin", "token": TOKEN, "inspect": True}]
-TEMPLATES = Path(__file__).resolve().parents[2] / "broker" / "console" / "templates"
+TEMPLATES = (
+    Path(__file__).resolve().parents[2] / "horizon_broker" / "broker" / "console" / "templates"
+)
 
 
 @contextmanager

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from broker.config import config_from_mapping
-from broker.console.server import ConsoleServer, console_wanted
-from core.errors import FailedPrecondition
+from horizon_broker._core.errors import FailedPrecondition
+from horizon_broker.broker.config import config_from_mapping
+from horizon_broker.broker.console.server import ConsoleServer, console_wanted
 
 TOKENS = [{"name": "admin", "token": "admin-secret", "inspect": True}]
 

@@ -7,11 +7,11 @@ import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from compaction.metrics import CompactionMetrics
-from compaction.run import CompactionReport
-from core.hlc import hlc_from_ms
-from core.metrics_endpoint import MetricsEndpoint
-from ingest.job import BatchResult
+from horizon_broker._core.hlc import hlc_from_ms
+from horizon_broker._core.metrics_endpoint import MetricsEndpoint
+from horizon_broker.compaction.metrics import CompactionMetrics
+from horizon_broker.compaction.run import CompactionReport
+from horizon_broker.ingest.job import BatchResult
 from tests.broker.data import UpsertTable
 
 
@@ -26,7 +26,7 @@ def scrape(endpoint: MetricsEndpoint) -> dict[tuple[str, tuple[tuple[str, str], 
 
 
 def test_an_ingestion_servers_batches_rows_and_high_mark(tmp_path):
-    from ingest.metrics import IngestMetrics
+    from horizon_broker.ingest.metrics import IngestMetrics
 
     table = UpsertTable("accounts", tmp_path)
     metrics = IngestMetrics()

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from core.logs import CONTINUATION, LIBRARY_LOGGERS, configure_logging
+from horizon_broker._core.logs import CONTINUATION, LIBRARY_LOGGERS, configure_logging
 
 FORGED = 'q1\n2026-11-29 00:00:00,000 ERROR horizon.query: forged level=ERROR status="OK" \\'
 """A query id that, written as it is, would add a line and fake fields."""

@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from broker.observe.wiring import PYSPARK_LOGGERS, configure_broker_logging
-from core.errors import HorizonError
-from horizon.client import connect
-from locks.client import JobLocks, LockClient
+from horizon_broker._core.errors import HorizonError
+from horizon_broker.broker.observe.wiring import PYSPARK_LOGGERS, configure_broker_logging
+from horizon_broker.client import connect
+from horizon_broker.locks.client import JobLocks, LockClient
 from tests.broker.data import CHUNK
 from tests.broker.spark_jobs import ExtraBroker
 from tests.observe.conftest import (
@@ -238,7 +238,7 @@ def test_no_token_or_secret_appears_in_any_log_line(watched: WatchedBroker, capt
 def test_the_spark_jvm_is_never_given_a_token_or_the_state_stores_password() -> None:
     """The JVM writes its own log (log4j, text): it must never hold a secret of Horizon's.
     Secrets a user puts in ``[spark.conf]`` are Spark's to redact (``spark.redaction.regex``)."""
-    from broker.api.server import spark_conf
+    from horizon_broker.broker.api.server import spark_conf
 
     config = watched_config("redis://:hunter2-secret@127.0.0.1:6390/0")
     settings = " ".join(f"{key}={value}" for key, value in spark_conf(config).items())  # type: ignore[arg-type]

@@ -10,9 +10,9 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from core.errors import InvalidArgument, ResourceExhausted
-from core.keys import Keys
-from pins.store import SWEPT_PER_TAKE, PinQuota, PinStore
+from horizon_broker._core.errors import InvalidArgument, ResourceExhausted
+from horizon_broker._core.keys import Keys
+from horizon_broker.pins.store import SWEPT_PER_TAKE, PinQuota, PinStore
 from tests.watermark.conftest import table_descriptor
 
 KEYS = Keys()

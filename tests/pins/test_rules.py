@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pins.rules import Pin, capped_horizon, holds_release, oldest_pinned
+from horizon_broker.pins.rules import Pin, capped_horizon, holds_release, oldest_pinned
 
 
 def pin(snapshot: int, *, created: int = 0, expires: int = 10_000, tables=("t",)) -> Pin:

@@ -6,14 +6,14 @@ import time
 
 import pytest
 
-from core.errors import (
+from horizon_broker._core.errors import (
     FailedPrecondition,
     InvalidArgument,
     NotFound,
     PermissionDenied,
     ResourceExhausted,
 )
-from pins.store import PinQuota, PinStore
+from horizon_broker.pins.store import PinQuota, PinStore
 from tests.watermark.conftest import table_descriptor
 
 

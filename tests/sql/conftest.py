@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from broker.sql import Catalog, CatalogTable, FunctionPolicy
-from watermark.catalog import ColumnSpec, TableDescriptor
+from horizon_broker.broker.sql import Catalog, CatalogTable, FunctionPolicy
+from horizon_broker.watermark.catalog import ColumnSpec, TableDescriptor
 
 #: Built-in names the corpus calls by a name sqlglot may not know; the Spark-backed test checks
 #: that the session really has them.

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from broker.sql import Catalog, CatalogTable, FunctionPolicy, WorkBudget, rewrite
-from broker.sql.errors import OverBudget
-from watermark.catalog import ColumnSpec
+from horizon_broker.broker.sql import Catalog, CatalogTable, FunctionPolicy, WorkBudget, rewrite
+from horizon_broker.broker.sql.errors import OverBudget
+from horizon_broker.watermark.catalog import ColumnSpec
 
 BIG = Catalog(
     [

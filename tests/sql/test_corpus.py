@@ -9,8 +9,9 @@ import pytest
 import sqlglot
 from sqlglot import exp
 
-from broker.sql import Catalog, FunctionPolicy, rewrite
-from broker.sql.errors import (
+from horizon_broker._core.errors import FailedPrecondition, HorizonError, InvalidArgument, NotFound
+from horizon_broker.broker.sql import Catalog, FunctionPolicy, rewrite
+from horizon_broker.broker.sql.errors import (
     FunctionNotAllowed,
     InvalidChangeWindow,
     InvalidSnapshot,
@@ -23,9 +24,8 @@ from broker.sql.errors import (
     UnknownFunction,
     UnknownTable,
 )
-from broker.sql.passes.resolve_references import is_cte_reference
-from broker.sql.timestamps import timestamp_to_hlc
-from core.errors import FailedPrecondition, HorizonError, InvalidArgument, NotFound
+from horizon_broker.broker.sql.passes.resolve_references import is_cte_reference
+from horizon_broker.broker.sql.timestamps import timestamp_to_hlc
 
 _UNSET = object()
 

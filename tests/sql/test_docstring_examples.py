@@ -8,16 +8,16 @@ import importlib
 import pytest
 
 MODULES = [
-    "broker.sql.passes.check_limits",
-    "broker.sql.passes.check_statement_kind",
-    "broker.sql.passes.check_budget",
-    "broker.sql.passes.check_value_sizes",
-    "broker.sql.grouping",
-    "broker.sql.passes.check_expressions",
-    "broker.sql.passes.resolve_references",
-    "broker.sql.passes.choose_snapshot",
-    "broker.sql.passes.expand_table_changes",
-    "broker.sql.passes.substitute_tables",
+    "horizon_broker.broker.sql.passes.check_limits",
+    "horizon_broker.broker.sql.passes.check_statement_kind",
+    "horizon_broker.broker.sql.passes.check_budget",
+    "horizon_broker.broker.sql.passes.check_value_sizes",
+    "horizon_broker.broker.sql.grouping",
+    "horizon_broker.broker.sql.passes.check_expressions",
+    "horizon_broker.broker.sql.passes.resolve_references",
+    "horizon_broker.broker.sql.passes.choose_snapshot",
+    "horizon_broker.broker.sql.passes.expand_table_changes",
+    "horizon_broker.broker.sql.passes.substitute_tables",
 ]
 
 

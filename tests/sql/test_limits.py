@@ -7,9 +7,9 @@ import threading
 
 import pytest
 
-from broker.sql import Catalog, FunctionPolicy, RewriteLimits, rewrite
-from broker.sql.errors import QueryTooLarge
-from core.errors import ResourceExhausted
+from horizon_broker._core.errors import ResourceExhausted
+from horizon_broker.broker.sql import Catalog, FunctionPolicy, RewriteLimits, rewrite
+from horizon_broker.broker.sql.errors import QueryTooLarge
 
 DEEP = 5_000
 

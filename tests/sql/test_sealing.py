@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sqlglot import exp
 
-from broker.sql.sealing import seal_literals
-from core.errors import InvalidArgument
+from horizon_broker._core.errors import InvalidArgument
+from horizon_broker.broker.sql.sealing import seal_literals
 
 TRICKY = st.text(
     alphabet=st.sampled_from(["$", "{", "}", "'", '"', "\\", "a", "n", "u", "0", " ", "é", "\n"]),

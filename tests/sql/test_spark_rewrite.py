@@ -9,9 +9,10 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from broker.sql import Catalog, CatalogTable, FunctionPolicy, rewrite
-from broker.sql.functions import DENIED_FUNCTIONS
-from broker.sql.functions_from_spark import function_policy_from_spark
+from horizon_broker.broker.sql import Catalog, CatalogTable, FunctionPolicy, rewrite
+from horizon_broker.broker.sql.functions import DENIED_FUNCTIONS
+from horizon_broker.broker.sql.functions_from_spark import function_policy_from_spark
+from horizon_broker.watermark.catalog import ColumnSpec
 from tests.sql.conftest import SAMPLE_BUILTINS, make_catalog
 from tests.sql.spark_helpers import (
     bag,
@@ -22,7 +23,6 @@ from tests.sql.spark_helpers import (
     visible,
 )
 from tests.sql.test_corpus import CASES, Ok
-from watermark.catalog import ColumnSpec
 
 pytestmark = pytest.mark.spark
 

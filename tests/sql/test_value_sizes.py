@@ -9,10 +9,10 @@ import sqlglot
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.sql.errors import OverBudget
-from broker.sql.model import WorkBudget
-from broker.sql.passes.check_budget import check_budget
-from broker.sql.passes.check_value_sizes import check_value_sizes
+from horizon_broker.broker.sql.errors import OverBudget
+from horizon_broker.broker.sql.model import WorkBudget
+from horizon_broker.broker.sql.passes.check_budget import check_budget
+from horizon_broker.broker.sql.passes.check_value_sizes import check_value_sizes
 
 
 def _check(sql: str, budget: WorkBudget = WorkBudget()) -> None:  # noqa: B008

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from itertools import pairwise
 
-from timeline import Interval, Segment, SegmentConflict, SegmentId
+from horizon_broker.timeline import Interval, Segment, SegmentConflict, SegmentId
 
 
 @dataclass

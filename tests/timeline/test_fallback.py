@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import doctest
 
-import timeline.fallback
-from timeline.fallback import fallback_problem, merged_bound
-from timeline.interval import Interval
-from timeline.segment import Segment
-from timeline.timeline import Timeline
+import horizon_broker.timeline.fallback
+from horizon_broker.timeline.fallback import fallback_problem, merged_bound
+from horizon_broker.timeline.interval import Interval
+from horizon_broker.timeline.segment import Segment
+from horizon_broker.timeline.timeline import Timeline
 
 DAY = Interval(0, 86_400_000)
 NEXT_DAY = Interval(86_400_000, 2 * 86_400_000)
@@ -50,7 +50,7 @@ def visible_without(segments: list[Segment], lost: Segment) -> tuple[list[Segmen
 
 
 def test_the_module_docstring_example_holds() -> None:
-    outcome = doctest.testmod(timeline.fallback, optionflags=doctest.ELLIPSIS)
+    outcome = doctest.testmod(horizon_broker.timeline.fallback, optionflags=doctest.ELLIPSIS)
     assert outcome.attempted > 0 and outcome.failed == 0
 
 

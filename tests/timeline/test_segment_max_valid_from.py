@@ -10,9 +10,9 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from core.errors import InvalidArgument
-from timeline.interval import Interval
-from timeline.segment import Segment
+from horizon_broker._core.errors import InvalidArgument
+from horizon_broker.timeline.interval import Interval
+from horizon_broker.timeline.segment import Segment
 
 BASE = Segment(
     table="t",

@@ -6,9 +6,9 @@ import random
 
 import pytest
 
-from timeline import Interval, InvalidArgument, Segment, Timeline
-from timeline.chunk import TimeChunk
-from timeline.chunk_index import ChunkIndex, chunk_key
+from horizon_broker.timeline import Interval, InvalidArgument, Segment, Timeline
+from horizon_broker.timeline.chunk import TimeChunk
+from horizon_broker.timeline.chunk_index import ChunkIndex, chunk_key
 
 HOUR = 3_600_000
 BASE = 1_293_840_000_000

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from timeline import (
+from horizon_broker.timeline import (
     Interval,
     InvalidArgument,
     Segment,

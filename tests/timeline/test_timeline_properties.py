@@ -6,8 +6,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from horizon_broker.timeline import Interval, Segment, SegmentConflict, Timeline
 from tests.timeline.reference_model import ReferenceTimeline
-from timeline import Interval, Segment, SegmentConflict, Timeline
 
 TABLE = "t"
 INTERVALS = [Interval(0, 10), Interval(10, 20), Interval(5, 15), Interval(0, 20), Interval(15, 30)]

@@ -8,12 +8,12 @@ from typing import Any
 import pytest
 import redis
 
+from horizon_broker.timeline.interval import Interval
+from horizon_broker.timeline.segment import Segment
+from horizon_broker.watermark.catalog import ColumnSpec, TableDescriptor
+from horizon_broker.watermark.follower import Follower
+from horizon_broker.watermark.server import ServerClient
 from tests.processes import RedisProcess
-from timeline.interval import Interval
-from timeline.segment import Segment
-from watermark.catalog import ColumnSpec, TableDescriptor
-from watermark.follower import Follower
-from watermark.server import ServerClient
 
 
 def table_descriptor(name: str = "accounts", key_partitions: int = 4) -> TableDescriptor:

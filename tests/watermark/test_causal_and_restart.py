@@ -7,8 +7,8 @@ import time
 
 import pytest
 
+from horizon_broker.watermark.follower import Follower
 from tests.watermark.conftest import caught_up, segment, table_descriptor
-from watermark.follower import Follower
 
 SERVERS = 3
 STEPS = 40

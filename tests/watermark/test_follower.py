@@ -7,10 +7,10 @@ import time
 
 import pytest
 
-from core.errors import FailedPrecondition, NotFound, Unavailable
+from horizon_broker._core.errors import FailedPrecondition, NotFound, Unavailable
+from horizon_broker.watermark.follower import Follower
+from horizon_broker.watermark.read import read_table_lwm
 from tests.watermark.conftest import caught_up, segment, table_descriptor
-from watermark.follower import Follower
-from watermark.read import read_table_lwm
 
 
 def synced(follower: Follower, url: str) -> None:
@@ -310,7 +310,7 @@ def test_a_follower_started_before_any_server_follows_without_a_warning(
     redis_url, make_server, make_follower, caplog
 ):
     follower = make_follower(redis_url)  # nothing in Redis yet: no epoch to know
-    with caplog.at_level("INFO", logger="watermark.follower"):
+    with caplog.at_level("INFO", logger="horizon_broker.watermark.follower"):
         server = make_server(redis_url, "s1")
         server.register()
         server.register_table(table_descriptor())

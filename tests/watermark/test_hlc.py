@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from core.hlc import (
+from horizon_broker._core.hlc import (
     LOGICAL_MASK,
     HybridLogicalClock,
     format_snapshot,

@@ -10,13 +10,20 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from core.errors import FailedPrecondition
-from core.hlc import hlc_from_ms, last_hlc_of_ms
+from horizon_broker._core.errors import FailedPrecondition
+from horizon_broker._core.hlc import hlc_from_ms, last_hlc_of_ms
+from horizon_broker.watermark.follower import Follower
+from horizon_broker.watermark.lwm import (
+    ACTIVE,
+    IDLE,
+    PARKED,
+    Clocks,
+    PartitionProgress,
+    compute_lwm,
+)
+from horizon_broker.watermark.partition_states import claimed, parked, reported
+from horizon_broker.watermark.read import read_table_lwm
 from tests.watermark.conftest import caught_up, table_descriptor
-from watermark.follower import Follower
-from watermark.lwm import ACTIVE, IDLE, PARKED, Clocks, PartitionProgress, compute_lwm
-from watermark.partition_states import claimed, parked, reported
-from watermark.read import read_table_lwm
 
 FIXED_MS = 4_000_000_000_000
 """A store clock far ahead of Redis's own: every script then sees exactly this time."""

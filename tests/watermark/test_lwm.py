@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from watermark.lwm import (
+from horizon_broker.watermark.lwm import (
     Laggard,
     MonotonicLwm,
     PartitionProgress,

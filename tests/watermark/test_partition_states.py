@@ -10,9 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
 
-import watermark.partition_states
-from core.hlc import hlc_from_ms, last_hlc_of_ms
-from watermark.lwm import (
+import horizon_broker.watermark.partition_states
+from horizon_broker._core.hlc import hlc_from_ms, last_hlc_of_ms
+from horizon_broker.watermark.lwm import (
     ACTIVE,
     IDLE,
     PARKED,
@@ -24,11 +24,11 @@ from watermark.lwm import (
     breakdown,
     compute_lwm,
 )
-from watermark.partition_states import claimed, parked, released, reported, resumed
+from horizon_broker.watermark.partition_states import claimed, parked, released, reported, resumed
 
 
 def test_the_module_docstring_example_holds() -> None:
-    outcome = doctest.testmod(watermark.partition_states)
+    outcome = doctest.testmod(horizon_broker.watermark.partition_states)
     assert outcome.attempted > 0 and outcome.failed == 0
 
 

@@ -9,10 +9,15 @@ import time
 import pytest
 import redis
 
-from core.errors import FailedPrecondition, InvalidArgument, ResourceExhausted, Unavailable
+from horizon_broker._core.errors import (
+    FailedPrecondition,
+    InvalidArgument,
+    ResourceExhausted,
+    Unavailable,
+)
+from horizon_broker.timeline.interval import Interval
+from horizon_broker.watermark.read import read_table_lwm
 from tests.watermark.conftest import segment, table_descriptor
-from timeline.interval import Interval
-from watermark.read import read_table_lwm
 
 
 def test_register_table_is_idempotent_and_refuses_a_different_definition(redis_url, make_server):

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
+from horizon_broker.timeline.segment import Segment
+from horizon_broker.watermark.state import ServerState
 from tests.watermark.conftest import segment, table_descriptor
-from timeline.segment import Segment
-from watermark.state import ServerState
 
 NOW_MS = 1_000_000
 

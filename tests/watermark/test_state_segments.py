@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import json
 
+from horizon_broker.timeline.interval import Interval
+from horizon_broker.timeline.segment import Segment
+from horizon_broker.watermark.state import ServerState
 from tests.watermark.conftest import segment, table_descriptor
 from tests.watermark.test_state_carry import NOW_MS, reported
-from timeline.interval import Interval
-from timeline.segment import Segment
-from watermark.state import ServerState
 
 HOUR = 3_600_000
 

@@ -1,1 +1,0 @@
-"""The rewrite pipeline's passes, one module each, in the order ``broker.sql.rewrite`` runs them."""

@@ -1,6 +1,0 @@
-"""Compaction: merging a table's small segments under segment locks, and reclaiming history.
-
-:mod:`compaction.plan` decides what to merge (pure); :mod:`compaction.run` runs a compaction on
-Spark under :mod:`locks` and publishes it; :mod:`compaction.collect` withdraws and deletes the
-segments compactions replaced once their grace period is over.
-"""

@@ -1,0 +1,448 @@
+"""Building and running the broker: Spark, the Redis follower, the engine and the gRPC server.
+
+The gRPC server carries Horizon's two services, standard health checking (``grpc.health.v1``) and
+server reflection when ``[server] reflection = true`` (so ``grpcurl`` works without the .proto
+files; off by default, as reflection answers without a token). It is an asyncio server on a
+thread of its own: health checks are answered on the loop whatever the queries do, and every call
+that may wait runs on its own thread (:mod:`horizon_broker.broker.api.offload`). Plaintext is served only on a loopback address unless explicitly
+allowed; with a certificate and key configured it serves TLS (and mutual TLS with a client CA).
+A broker reachable from other machines needs identities (``[[tokens]]``) unless
+``allow_anonymous`` says it may serve anyone. Health says NOT_SERVING while the state store is
+stale past its limit or the Spark engine is down (:mod:`horizon_broker.broker.spark.supervisor` restarts it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from pathlib import Path
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from horizon_broker._core.errors import InvalidArgument, Unavailable
+from horizon_broker.broker._proto.horizon.v1 import horizon_pb2 as pb
+from horizon_broker.broker._proto.horizon.v1 import horizon_pb2_grpc as rpc
+from horizon_broker.broker.api.auth import Authenticator
+from horizon_broker.broker.api.inspection import Inspection
+from horizon_broker.broker.api.inspection_service import InspectionServicer
+from horizon_broker.broker.api.listen import check_listen_policy
+from horizon_broker.broker.api.offload import Offload
+from horizon_broker.broker.api.query_service import QueryServicer
+from horizon_broker.broker.config import BrokerConfig, parse_listen
+from horizon_broker.broker.engine import QueryEngine
+from horizon_broker.broker.engine.floor import SnapshotFloor
+from horizon_broker.broker.observe.wiring import BrokerObserver
+from horizon_broker.broker.spark.reading import files_readable
+from horizon_broker.broker.spark.supervisor import SparkSupervisor
+
+log = logging.getLogger("horizon.broker.api.server")
+
+SERVICE_NAMES = tuple(service.full_name for service in pb.DESCRIPTOR.services_by_name.values())
+_MAX_MESSAGE_BYTES = 8 * 1024 * 1024
+
+
+def spark_conf(config: BrokerConfig) -> dict[str, str]:
+    """The Spark settings the broker starts its session with: Spark's own guards from
+    ``[spark]`` (memory, result size, task attempts, what an OutOfMemoryError ends), then the
+    user's ``[spark.conf]`` over them."""
+    spark = config.spark
+    conf: dict[str, str] = {}
+    if not spark.remote:
+        result = spark.max_result_size or (
+            f"{max(64, 2 * config.limits.max_result_bytes // (1024 * 1024))}m"
+        )
+        conf.update(
+            {
+                "spark.driver.memory": spark.driver_memory,
+                "spark.memory.fraction": str(spark.memory_fraction),
+                "spark.driver.maxResultSize": result,
+                "spark.task.maxFailures": str(spark.task_max_failures),
+            }
+        )
+        conf.update(out_of_memory_conf(exit_on_oom=spark.exit_on_oom))
+    conf.update(spark.conf_dict)
+    return conf
+
+
+def out_of_memory_conf(*, exit_on_oom: bool) -> dict[str, str]:
+    """What an ``OutOfMemoryError`` ends. Off (the default): only the task's query: Spark
+    does not treat the error as fatal to its executor (``killOnFatalError.depth`` 0, so local
+    mode does not call its exit handler) and the JVM keeps serving; a JVM left unanswering is
+    still replaced by the supervisor. On: the JVM exits at the first one and is restarted."""
+    if exit_on_oom:
+        return {"spark.driver.extraJavaOptions": "-XX:+ExitOnOutOfMemoryError"}
+    return {"spark.executor.killOnFatalError.depth": "0"}
+
+
+class BrokerServer:
+    """One running broker. Pass ``spark`` and/or ``follower`` to reuse existing ones (tests);
+    brokers sharing one Spark session need distinct ``view_namespace`` values. A session the
+    broker did not create is never replaced: its death is only reported."""
+
+    def __init__(
+        self,
+        config: BrokerConfig,
+        *,
+        spark: Any = None,
+        follower: Any = None,
+        functions: Any = None,
+        view_namespace: str = "",
+    ) -> None:
+        self.config = config
+        self._view_namespace = view_namespace
+        self._given_spark = spark
+        self._owns_spark = spark is None
+        self._follower = follower
+        self._owns_follower = follower is None
+        self._functions = functions
+        self._server: grpc.aio.Server | None = None
+        self._health: Any = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: threading.Thread | None = None
+        self.engine: QueryEngine | None = None
+        self.inspection: Inspection | None = None
+        self.supervisor: SparkSupervisor | None = None
+        self.offload: Offload | None = None
+        self.port: int = 0
+        self._stopped = threading.Event()
+        self._serving = True
+        self._locks: Any = None
+        self._pins: Any = None
+        self._floor_redis: Any = None
+        self.flight: Any = None
+        """The Arrow Flight SQL endpoint (:mod:`horizon_broker.broker.flight`), when ``[flight]`` enables it."""
+        self.observer: BrokerObserver | None = None
+        self.console: Any = None
+        """The web console (:mod:`horizon_broker.broker.console`), when ``[console]`` turns it on."""
+        """Metrics endpoint, query log and state watcher (:mod:`horizon_broker.broker.observe`)."""
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def start(self) -> BrokerServer:
+        check_listen_policy(self.config)
+        if self._follower is None:
+            from horizon_broker.watermark.follower import Follower
+
+            state = self.config.state
+            self._follower = Follower(
+                state.redis_url,
+                prefix=state.key_prefix,
+                heartbeat_timeout_s=state.heartbeat_timeout_s,
+                max_staleness_s=state.max_staleness_s,
+                regression_policy=state.regression_policy,
+            )
+            self._follower.start()
+            self._follower.wait_until_synced(state.sync_timeout_s)
+        spark = self._given_spark if self._given_spark is not None else self._create_spark()
+        self.engine = QueryEngine(
+            self._follower,
+            spark,
+            self.config,
+            functions=self._functions,
+            view_namespace=self._view_namespace,
+            pins=self._pin_store(),
+            floor=self._floor(),
+        )
+        self.supervisor = SparkSupervisor(
+            spark,
+            create=self._create_spark if self._owns_spark else None,
+            probe_interval_s=self.config.spark.probe_interval_s,
+            probe_timeout_s=self.config.spark.probe_timeout_s,
+            on_restart=self.engine.use_spark,
+        )
+        self.engine.supervisor = self.supervisor
+        self._follower.add_preparer(self.engine.direct.prepare)
+        self.inspection = Inspection(
+            self.engine,
+            self._follower,
+            regression_policy=self.config.state.regression_policy,
+            locks=self._lock_client(),
+            pins=self._pins,
+        )
+        limits = self.config.limits
+        self.offload = Offload(limits.max_concurrent + limits.queue_size + limits.max_waiting)
+        self._loop = asyncio.new_event_loop()
+        self._loop_thread = threading.Thread(
+            target=self._loop.run_forever, name="horizon-grpc", daemon=True
+        )
+        self._loop_thread.start()
+        try:
+            asyncio.run_coroutine_threadsafe(self._start_grpc(), self._loop).result()
+        except BaseException:
+            self._stop_loop()
+            raise
+        self.supervisor.start()
+        if self.config.flight.enabled:
+            from horizon_broker.broker.flight.server import start_flight_server
+
+            try:
+                self.flight = start_flight_server(self.config, self.engine)
+            except BaseException:
+                self.stop(0)
+                raise
+        try:
+            self.observer = BrokerObserver(
+                self.config,
+                follower=self._follower,
+                engine=lambda: self.engine,
+                supervisor=lambda: self.supervisor,
+                pins=lambda: self._pins,
+                locks=lambda: self._locks,
+            ).start()
+        except BaseException:
+            self.stop(0)
+            raise
+        self._start_console()
+        threading.Thread(target=self._watch_health, name="horizon-health", daemon=True).start()
+        threading.Thread(
+            target=self._recheck_unreadable, name="horizon-unreadable", daemon=True
+        ).start()
+        log.info("horizon broker listening on %s", self.target)
+        return self
+
+    def _start_console(self) -> None:
+        from horizon_broker.broker.console.server import ConsoleServer, console_wanted
+
+        if not console_wanted(self.config):
+            return
+        try:
+            self.console = ConsoleServer(self.config, self.inspection, self.engine).start()
+        except BaseException:
+            self.stop(0)
+            raise
+
+    def _create_spark(self) -> Any:
+        from horizon_broker._core.spark_session import create_spark_session
+
+        spark_config = self.config.spark
+        return create_spark_session(
+            master=spark_config.master,
+            remote=spark_config.remote,
+            app_name=spark_config.app_name,
+            conf=spark_conf(self.config),
+        )
+
+    async def _start_grpc(self) -> None:
+        assert self.engine is not None and self.offload is not None
+        server = grpc.aio.server(
+            options=[
+                ("grpc.max_send_message_length", _MAX_MESSAGE_BYTES),
+                ("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),
+                ("grpc.so_reuseport", 0),
+            ],
+        )
+        auth = Authenticator(self.config.tokens)
+        rpc.add_QueryServiceServicer_to_server(
+            QueryServicer(self.engine, auth, self.offload), server
+        )
+        rpc.add_InspectionServiceServicer_to_server(
+            InspectionServicer(self.inspection, auth, self.offload), server
+        )
+        self._health = health.aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
+        for name in ("", *SERVICE_NAMES):
+            await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        if self.config.server.reflection:
+            reflection.enable_server_reflection(
+                (*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server
+            )
+        self.port = self._bind(server)
+        await server.start()
+        self._server = server
+
+    def _lock_client(self) -> Any:
+        """Reads the lock service for inspection; a short retry so an outage answers quickly."""
+        from horizon_broker.locks.client import LockClient
+
+        state = self.config.state
+        self._locks = LockClient(state.redis_url, prefix=state.key_prefix, retry_timeout_s=1.0)
+        return self._locks
+
+    def _pin_store(self) -> Any:
+        """Snapshot pins live in the state store beside the locks (:mod:`pins`)."""
+        from horizon_broker.pins.store import PinQuota, PinStore
+
+        state = self.config.state
+        reads = self.config.reads
+        self._pins = PinStore(
+            state.redis_url,
+            prefix=state.key_prefix,
+            retry_timeout_s=1.0,
+            quota=PinQuota(
+                reads.max_pins_per_identity, reads.max_pin_lease_total_s, reads.min_pin_lease_s
+            ),
+        )
+        return self._pins
+
+    def _floor(self) -> SnapshotFloor:
+        state = self.config.state
+        if not self.config.reads.persist_floor:
+            return SnapshotFloor(None, prefix=state.key_prefix)
+        from horizon_broker._core.redis_calls import connect
+
+        # A short timeout: recording the floor is on the query path, and a paused Redis must
+        # not hold queries (the floor is recorded again by the next query that moves it).
+        self._floor_redis = connect(state.redis_url, socket_timeout=0.5)
+        return SnapshotFloor(self._floor_redis, prefix=state.key_prefix)
+
+    def _recheck_unreadable(self) -> None:
+        """Give segments found unreadable another chance: one whose files all read again (or,
+        off this machine's file system, whose mark is older than the interval) is visible again;
+        if it is still bad, the next query that reads it marks it again and falls back."""
+        interval = self.config.state.unreadable_recheck_s
+        while not self._stopped.wait(interval):
+            for segment, mark in self._follower.unreadable():
+                if mark.refused:
+                    continue
+                try:
+                    readable = files_readable(segment.location)
+                except Exception:  # a check that cannot run leaves the mark as it is
+                    log.exception("could not recheck segment %s", segment.id)
+                    continue
+                if readable:
+                    log.info("segment %s is readable again (was: %s)", segment.id, mark.reason)
+                    self._follower.clear_unreadable(segment.id)
+                else:
+                    self._follower.still_unreadable(segment.id)
+
+    def serving(self) -> bool:
+        """What health says: the state is fresh enough to serve and the Spark engine is up."""
+        try:
+            fresh = self._follower.staleness_s() <= self.config.state.max_staleness_s
+        except Exception:
+            fresh = False
+        return fresh and (self.supervisor is None or self.supervisor.up)
+
+    def _watch_health(self) -> None:
+        """Report NOT_SERVING while queries would fail (stale state, or no Spark engine)."""
+        while not self._stopped.wait(0.25):
+            serving = self.serving()
+            if serving == self._serving or self._health is None or self._loop is None:
+                continue
+            status = (
+                health_pb2.HealthCheckResponse.SERVING
+                if serving
+                else health_pb2.HealthCheckResponse.NOT_SERVING
+            )
+            try:
+                for name in ("", *SERVICE_NAMES):
+                    asyncio.run_coroutine_threadsafe(
+                        self._health.set(name, status), self._loop
+                    ).result(timeout=5)
+            except Exception:  # the loop is stopping
+                continue
+            log.warning("health: %s", "SERVING" if serving else "NOT_SERVING")
+            self._serving = serving
+
+    def _bind(self, server: grpc.aio.Server) -> int:
+        host, port = parse_listen(self.config.server.listen)
+        address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        settings = self.config.server
+        try:
+            if settings.tls:
+                key = Path(settings.tls_key or "").read_bytes()
+                cert = Path(settings.tls_cert or "").read_bytes()
+                client_ca = (
+                    Path(settings.tls_client_ca).read_bytes() if settings.tls_client_ca else None
+                )
+                credentials = grpc.ssl_server_credentials(
+                    [(key, cert)],
+                    root_certificates=client_ca,
+                    require_client_auth=client_ca is not None,
+                )
+                bound = server.add_secure_port(address, credentials)
+            else:
+                bound = server.add_insecure_port(address)
+        except OSError as error:
+            raise InvalidArgument(f"cannot read the TLS certificate or key: {error}") from None
+        except RuntimeError as error:
+            raise Unavailable(f"cannot listen on {address}: {error}") from None
+        if not bound:
+            raise Unavailable(f"cannot listen on {address}")
+        return bound
+
+    @property
+    def target(self) -> str:
+        host, _ = parse_listen(self.config.server.listen)
+        if host in ("0.0.0.0", "::", ""):
+            host = "127.0.0.1"
+        return f"[{host}]:{self.port}" if ":" in host else f"{host}:{self.port}"
+
+    @property
+    def flight_target(self) -> str:
+        """``host:port`` of the Flight SQL endpoint ("" when it is off)."""
+        if self.flight is None:
+            return ""
+        host, _ = parse_listen(self.config.flight.address(self.config.server.listen))
+        if host in ("0.0.0.0", "::", ""):
+            host = "127.0.0.1"
+        return f"[{host}]:{self.flight.port}" if ":" in host else f"{host}:{self.flight.port}"
+
+    @property
+    def follower(self) -> Any:
+        return self._follower
+
+    @property
+    def spark(self) -> Any:
+        """The Spark session queries run on now (a new one after the engine was restarted)."""
+        return self.engine.spark if self.engine is not None else self._given_spark
+
+    def stop(self, grace: float | None = None) -> None:
+        """Stop accepting calls, let running ones finish for ``grace`` seconds, release resources."""
+        if self._stopped.is_set():
+            return
+        self._stopped.set()
+        if self.console is not None:
+            self.console.stop()
+        if self.observer is not None:
+            self.observer.stop()
+        if self.supervisor is not None:
+            self.supervisor.stop()
+        if self.flight is not None:
+            self.flight.stop(self.config.server.grace_s if grace is None else grace)
+        if self._loop is not None and self._server is not None:
+            grace_s = self.config.server.grace_s if grace is None else grace
+            asyncio.run_coroutine_threadsafe(
+                self._shutdown(self._server, grace_s), self._loop
+            ).result(timeout=grace_s + 30)
+        self._stop_loop()
+        if self.engine is not None:
+            self._follower.remove_preparer(self.engine.direct.prepare)
+            self.engine.views.clear()
+        if self._locks is not None:
+            self._locks.close()
+        if self._pins is not None:
+            self._pins.close()
+        if self._floor_redis is not None:
+            self._floor_redis.close()
+        if self._owns_follower and self._follower is not None:
+            self._follower.stop()
+        if self._owns_spark and self.engine is not None:
+            self.engine.spark.stop()
+
+    async def _shutdown(self, server: grpc.aio.Server, grace_s: float) -> None:
+        if self._health is not None:
+            await self._health.enter_graceful_shutdown()
+        await server.stop(grace_s)
+
+    def _stop_loop(self) -> None:
+        if self._loop is None:
+            return
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        if self._loop_thread is not None:
+            self._loop_thread.join(timeout=10)
+        self._loop = None
+
+    def wait(self) -> None:
+        """Block until the server stops."""
+        self._stopped.wait()
+
+    def __enter__(self) -> BrokerServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,170 @@
+"""Plain key lookups answered straight from the segment files, when the broker may read them.
+
+Only with embedded Spark: its files are this machine's files (on a cluster or behind Spark
+Connect a local path may name a file the broker cannot see). The rewrite found the lookup
+(:mod:`horizon_broker.broker.sql.passes.find_key_lookup`); :mod:`horizon_broker.broker.spark.direct_read` reads it. The result
+schema of each lookup shape is Spark's own, from the first lookup of that shape; later lookups of
+the shape are answered without any call into Spark. The files ingestion adds to a table looked up
+lately are read before they become visible (:mod:`horizon_broker.broker.spark.file_warming`).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
+from typing import Any
+
+import pyarrow as pa
+
+from horizon_broker.broker.config import SparkConfig
+from horizon_broker.broker.engine.execution import limited_batches
+from horizon_broker.broker.engine.prepared import Prepared
+from horizon_broker.broker.spark.direct_read import DirectReader
+from horizon_broker.broker.spark.file_warming import warm_files
+
+log = logging.getLogger("horizon.broker.engine")
+
+SCHEMAS_KEPT = 1_024
+"""Result schemas of lookup shapes kept (a shape is a table's columns and a select list)."""
+
+WARM_TABLES_LOOKED_UP_WITHIN_S = 600.0
+"""New files are read ahead only for tables with a direct lookup this recent: a table nobody
+looks up by key costs nothing."""
+
+DIRECT_ROUTE = "answered from the segment files with pyarrow (direct key lookup), no Spark job"
+
+
+class DirectLookups:
+    """Decides, per query, whether the files answer it, and counts the answers."""
+
+    def __init__(
+        self, config: SparkConfig, mode: Any, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.reader = DirectReader(max_rows=config.direct_lookup_max_rows)
+        self.warm_s = config.direct_lookup_warm_s
+        self._clock = clock
+        self._looked_up: dict[str, tuple[float, tuple[str, ...]]] = {}
+        """Per table (lower-case): when a lookup was last answered from its files, and the
+        integer key columns lookups of it used."""
+        self.enabled = config.direct_lookups and mode.direct_reads
+        self.bypassed = (
+            mode.bypass_reason if config.direct_lookups and not mode.direct_reads else ""
+        )
+        """Why direct lookups are configured but not used ("" when they are, or are off)."""
+        if self.bypassed:
+            log.warning("direct key lookups are bypassed: %s", self.bypassed)
+        self.answers = 0
+        self.answers_without_spark = 0
+        """Answers whose schema came from an earlier lookup of the same shape: no call into
+        Spark at all."""
+        self._schemas: OrderedDict[Hashable, pa.Schema] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def schema_key(self, prepared: Prepared) -> Hashable | None:
+        """What fixes a lookup's result schema: the table's columns and the select list."""
+        lookup = prepared.plan.shape.key_lookup
+        if lookup is None or len(prepared.table_views) != 1:
+            return None
+        return (prepared.table_views[0].descriptor.to_json(), lookup.select)
+
+    def known_schema(self, key: Hashable | None) -> pa.Schema | None:
+        """The schema Spark gave an earlier lookup of this shape (None: not seen yet)."""
+        if key is None:
+            return None
+        with self._lock:
+            schema = self._schemas.get(key)
+            if schema is not None:
+                self._schemas.move_to_end(key)
+            return schema
+
+    def answer_known_shape(
+        self,
+        prepared: Prepared,
+        direct: Callable[[pa.Schema], pa.Table | None] | None,
+        scope: Any,
+        limits: Any,
+        executor: Any,
+    ) -> Iterator[pa.Schema | pa.RecordBatch] | None:
+        """The answer of a lookup whose shape Spark analysed before, read from the files alone
+        (its schema, then its batches, the result ``limits`` checked), or None: Spark must run
+        it (a new shape, or the reader declined)."""
+        schema = self.known_schema(self.schema_key(prepared)) if direct is not None else None
+        if direct is None or schema is None:
+            return None
+        answer = executor.answer_directly(direct, schema, scope, prepared.files)
+        if answer is None:
+            return None
+        self.answers_without_spark += 1
+        return limited_batches(schema, answer, limits)
+
+    def remember_schema(self, key: Hashable | None, schema: pa.Schema) -> None:
+        if key is None:
+            return
+        with self._lock:
+            self._schemas[key] = schema
+            while len(self._schemas) > SCHEMAS_KEPT:
+                self._schemas.popitem(last=False)
+
+    def reader_for(
+        self, prepared: Prepared, route: list[str]
+    ) -> Callable[[pa.Schema], pa.Table | None] | None:
+        """A reader of ``prepared`` straight from its files, when it is a plain key lookup.
+        ``route`` gets a line saying so when the reader answered, or why it was bypassed."""
+        if len(prepared.tables) != 1 or len(prepared.plan.tables_read) != 1:
+            return None
+        table = prepared.tables[0]
+        lookup = prepared.plan.shape.key_lookup
+        if table.snapshot is None or lookup is None:
+            return None
+        if not self.enabled:
+            if self.bypassed:
+                route.append(f"direct key lookup bypassed: {self.bypassed}")
+            return None
+        snapshot = table.snapshot
+        files = table.files_visible_at(snapshot)
+
+        def read(schema: pa.Schema) -> pa.Table | None:
+            answer = self.reader.read(lookup, files, snapshot, schema)
+            if answer is not None:
+                self.answers += 1
+                route[:] = [DIRECT_ROUTE]
+                self._remember_lookup(table.table, [p.column for p in lookup.predicates])
+            return answer
+
+        return read
+
+    def _remember_lookup(self, table: str, columns: Sequence[str]) -> None:
+        key = table.lower()
+        with self._lock:
+            _, known = self._looked_up.get(key, (0.0, ()))
+            self._looked_up[key] = (self._clock(), tuple(dict.fromkeys((*known, *columns))))
+
+    def prepare(self, added: Mapping[str, Sequence[Any]]) -> None:
+        """Read what lookups will need of the files of the segments ``added`` to each table (a
+        follower preparer: the change waits at most :attr:`warm_s`), for tables looked up
+        lately. Closed files too: until the LWM passes their ``validUntil`` (the commit that
+        closed their rows, often a moment after the change), lookups read them."""
+        if not self.enabled or self.warm_s <= 0:
+            return
+        now = self._clock()
+        with self._lock:
+            recent = {
+                table: columns
+                for table, (at, columns) in self._looked_up.items()
+                if now - at <= WARM_TABLES_LOOKED_UP_WITHIN_S
+            }
+        deadline = now + self.warm_s
+        for table, segments in added.items():
+            columns = recent.get(table.lower())
+            if columns is not None:
+                warm_files(
+                    [path for segment in segments for path in segment.location],
+                    columns,
+                    self.reader.footers,
+                    self.reader.key_sets,
+                    deadline=deadline,
+                    clock=self._clock,
+                )

@@ -1,0 +1,107 @@
+"""Decoded large row groups of segment files, kept for the key lookups that come back to them.
+
+pyarrow reads no Parquet page index, so a lookup decodes whole the one row group that may hold
+its key. An ingestion batch's row groups are small, but a compacted segment's reach 8 MiB (about
+190,000 rows of a narrow table): decoding one costs about 10 ms, against a lookup of about 5 ms
+otherwise. Segment files are immutable, so a row group decoded once stays true: row groups of at
+least ``min_rows`` rows are kept whole (every column) within a memory budget, least recently used
+dropped first, and a lookup in a kept row group only filters it. Small row groups are decoded each
+time (cheap), so a table of many small files does not churn the cache.
+
+Filtering a kept group still looks at each of its rows; a lookup by an integer key instead bisects
+the group's :class:`KeyPositions` (its keys sorted, with their rows), built once per group and
+column, and filters only the rows that hold the key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from horizon_broker._core.byte_lru import ByteBoundedLru
+from horizon_broker.broker.spark.key_sets import entries_for
+
+DEFAULT_MAX_BYTES = 256 * 1024 * 1024
+LARGE_ROW_GROUP_ROWS = 50_000
+"""Row groups of this many rows or more are kept (decoding a smaller one takes about a
+millisecond or less)."""
+
+
+@dataclass(frozen=True, slots=True)
+class KeyPositions:
+    """An integer column's non-null values in a kept row group, sorted, with their rows.
+
+    >>> index = KeyPositions.of(pa.chunked_array([[7, None, 3, 7]]))
+    >>> index.rows_holding(np.array([7])).tolist(), index.rows_holding(np.array([4])).tolist()
+    ([0, 3], [])
+    """
+
+    keys: np.ndarray
+    rows: np.ndarray
+
+    @staticmethod
+    def of(column: pa.ChunkedArray) -> KeyPositions:
+        valid = np.asarray(column.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+        values = np.asarray(pc.fill_null(column, 0).to_numpy(), dtype=np.int64)
+        rows = np.flatnonzero(valid)
+        order = np.argsort(values[rows], kind="stable")
+        return KeyPositions(values[rows][order], rows[order])
+
+    def rows_holding(self, values: np.ndarray) -> np.ndarray:
+        """The rows (ascending) whose key is one of the sorted distinct ``values``."""
+        return np.sort(entries_for(self.keys, self.rows, values))
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.keys.nbytes + self.rows.nbytes)
+
+
+class RowGroupCache:
+    """Whole decoded row groups by (path, row group), with key positions of their integer keys."""
+
+    def __init__(
+        self, max_bytes: int = DEFAULT_MAX_BYTES, min_rows: int = LARGE_ROW_GROUP_ROWS
+    ) -> None:
+        self.min_rows = min_rows
+        self.decodes = 0
+        """Row groups decoded for the cache (a test probe: a kept row group leaves it flat)."""
+        self.indexed = 0
+        """Key positions built (a test probe)."""
+        self._groups: ByteBoundedLru[pa.Table] = ByteBoundedLru(max_bytes, lambda t: t.nbytes)
+        self._positions: ByteBoundedLru[KeyPositions] = ByteBoundedLru(
+            max(1, max_bytes // 4), lambda index: index.nbytes
+        )
+
+    def keeps(self, rows: int) -> bool:
+        """Whether a row group of ``rows`` rows is read through this cache."""
+        return rows >= self.min_rows
+
+    def group(self, path: str, index: int, decode: Callable[[], pa.Table]) -> pa.Table:
+        """Row group ``index`` of the file at ``path``, every column (``decode`` reads it when
+        it is not kept; its errors pass through)."""
+        found = self._groups.get((path, index))
+        if found is not None:
+            return found
+        table = decode()
+        self.decodes += 1
+        self._groups.put((path, index), table)
+        return table
+
+    def positions(self, path: str, index: int, column: str, table: pa.Table) -> KeyPositions:
+        """The :class:`KeyPositions` of integer ``column`` of kept row group ``index`` of the
+        file at ``path``, decoded as ``table`` (built on first use)."""
+        found = self._positions.get((path, index, column))
+        if found is None:
+            found = KeyPositions.of(table.column(column))
+            self.indexed += 1
+            self._positions.put((path, index, column), found)
+        return found
+
+    @property
+    def bytes(self) -> int:
+        """Bytes of the kept row groups (their key positions have a quarter of the budget more)."""
+        return self._groups.bytes

@@ -1,0 +1,382 @@
+"""The ``horizon`` command line: run the broker, query it, inspect timelines, watermarks, locks.
+
+Client commands talk to ``--target`` (default ``$HORIZON_TARGET`` or 127.0.0.1:50051) with
+``--token`` (default ``$HORIZON_TOKEN``); each prints readable tables, or JSON with ``--json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from horizon_broker._core.errors import HorizonError
+
+DEFAULT_TARGET = "127.0.0.1:50051"
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+
+
+def _client_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--target",
+        default=os.environ.get("HORIZON_TARGET", DEFAULT_TARGET),
+        help="broker address host:port",
+    )
+    parser.add_argument(
+        "--token", default=os.environ.get("HORIZON_TOKEN"), help="bearer token (or HORIZON_TOKEN)"
+    )
+    parser.add_argument("--tls", action="store_true", help="connect with TLS (system roots)")
+    parser.add_argument("--ca", help="PEM file of the root certificate(s) to trust (implies TLS)")
+    parser.add_argument("--timeout", type=float, default=None, help="seconds per call")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="horizon", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser(
+        "demo", help="run the end-to-end demo (arguments go to python -m demo)", add_help=False
+    )
+
+    serve = sub.add_parser("serve", help="run the broker")
+    serve.add_argument("--config", help="TOML configuration file (or HORIZON_CONFIG)")
+    serve.add_argument("--listen", help="override [server].listen, e.g. 127.0.0.1:50051")
+    serve.add_argument("--redis", help="override [state].redis_url")
+    serve.add_argument(
+        "--embedded-redis",
+        action="store_true",
+        help="start a private redis-server on a free loopback port (stopped with the broker) "
+        "and print its URL for ingestion servers",
+    )
+    serve.add_argument("-v", "--verbose", action="store_true")
+
+    query = sub.add_parser("query", help="run a SELECT and print its rows")
+    query.add_argument("sql")
+    query.add_argument("--max-rows", type=int, default=0, help="fail beyond this many rows")
+    _read_options(query)
+    _client_options(query)
+
+    explain = sub.add_parser("explain", help="show the rewritten SQL, snapshot and segments")
+    explain.add_argument("sql")
+    explain.add_argument("--spark-plan", action="store_true", help="include Spark's plan")
+    _read_options(explain)
+    _client_options(explain)
+
+    rewrite = sub.add_parser("rewrite", help="passthrough: rewritten SQL and file lists (JSON)")
+    rewrite.add_argument("sql")
+    rewrite.add_argument(
+        "--pin-lease", type=float, default=0.0, help="also pin what it reads for SECONDS"
+    )
+    _read_options(rewrite)
+    _client_options(rewrite)
+
+    pin = sub.add_parser(
+        "pin", help="pin a snapshot of tables (retention and file deletion wait for it)"
+    )
+    pin.add_argument("tables", nargs="*", help="the tables to pin at one snapshot")
+    pin.add_argument("--snapshot", type=int, help="the snapshot (default: their lowest LWM)")
+    pin.add_argument("--lease", type=float, default=300.0, help="seconds it holds (default 300)")
+    pin.add_argument("--renew", metavar="PIN_ID", help="renew this pin for --lease seconds")
+    pin.add_argument("--release", metavar="PIN_ID", help="release this pin")
+    pin.add_argument(
+        "--min-snapshot",
+        action="append",
+        default=[],
+        help="a snapshot token to wait for first (repeat for several)",
+    )
+    _client_options(pin)
+
+    timeline = sub.add_parser("timeline", help="show a table's segment timeline")
+    timeline.add_argument("table")
+    timeline.add_argument("--interval", help="ISO-8601 start/end, e.g. 2026-01-01/2026-02-01")
+    timeline.add_argument(
+        "--overshadowed", action="store_true", help="also list overshadowed groups"
+    )
+    timeline.add_argument(
+        "--picture", type=Path, help="write a picture of the timeline to this .svg file"
+    )
+    _client_options(timeline)
+
+    watermarks = sub.add_parser("watermarks", help="show a table's low-watermark breakdown")
+    watermarks.add_argument("table")
+    _client_options(watermarks)
+
+    locks = sub.add_parser("locks", help="show the locks ingestion and compaction jobs hold")
+    locks.add_argument("table", nargs="?", default="", help="one table (default: every table)")
+    _client_options(locks)
+
+    tables = sub.add_parser("tables", help="list the tables you may read")
+    _client_options(tables)
+
+    queries = sub.add_parser("queries", help="show running and recent queries")
+    queries.add_argument("--running", action="store_true", help="only the running ones")
+    _client_options(queries)
+
+    sub.add_parser(
+        "ingest", help="run the ingestion job (arguments go to the ingest CLI)", add_help=False
+    )
+    sub.add_parser(
+        "compact", help="compact a table (arguments go to the compaction CLI)", add_help=False
+    )
+    return parser
+
+
+def _read_options(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
+        "--min-snapshot",
+        action="append",
+        default=[],
+        help="a snapshot token: read at or after it (waits); repeat for several tokens",
+    )
+    command.add_argument("--max-staleness", type=float, help="refuse a snapshot older than SECONDS")
+    command.add_argument("--pin", default="", help="read at this snapshot pin")
+    command.add_argument("--no-cache", action="store_true", help="skip the result cache")
+
+
+def _read_controls(args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "min_snapshot": args.min_snapshot,
+        "max_staleness": args.max_staleness,
+        "pin": args.pin or None,
+        "cache": not args.no_cache,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "ingest":
+        return _ingest(argv[1:])
+    if argv and argv[0] == "demo":
+        return _demo(argv[1:])
+    if argv and argv[0] == "compact":
+        from horizon_broker.compaction.cli import main_compact
+
+        return int(main_compact(argv[1:]) or 0)
+    args = build_parser().parse_args(argv)
+    if args.command == "serve":
+        return _serve(args)
+    return _client_command(args)
+
+
+def _demo(argv: list[str]) -> int:
+    """The demo drives the product like a user, from its own package above the product: it
+    runs as its own program (``python -m demo``) from a Horizon checkout, and is not installed
+    with the package (so no other ``demo`` on the path is ever started in its place)."""
+    import subprocess
+    from pathlib import Path
+
+    if not (Path.cwd() / "demo" / "__main__.py").is_file():
+        print(
+            "horizon demo: the demo runs from a Horizon checkout (run `make demo` in it); "
+            "it is not installed with the package",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    return subprocess.call([sys.executable, "-m", "demo", *argv])
+
+
+def _ingest(argv: list[str]) -> int:
+    if importlib.util.find_spec("horizon_broker.ingest.cli") is None:
+        print(
+            "horizon ingest: the ingestion CLI (horizon_broker/ingest/cli.py) is not installed",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    from horizon_broker.ingest.cli import main_ingest  # type: ignore[import-not-found]
+
+    return int(main_ingest(argv) or 0)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from horizon_broker._core.heap import settle_startup_heap
+    from horizon_broker.broker.api.server import BrokerServer
+    from horizon_broker.broker.config import load_config
+    from horizon_broker.broker.observe.wiring import configure_broker_logging
+
+    embedded = None
+    try:
+        config = load_config(args.config)
+        if args.listen:
+            config = replace(config, server=replace(config.server, listen=args.listen))
+        if args.redis and args.embedded_redis:
+            raise _usage("give --redis or --embedded-redis, not both")
+        if args.embedded_redis:
+            from horizon_broker.watermark.embedded_redis import EmbeddedRedis
+
+            embedded = EmbeddedRedis().start()
+            args.redis = embedded.url
+            print(
+                f"horizon state store (embedded, stops with the broker): {embedded.url}\n"
+                f"  ingest into it with: horizon ingest --redis {embedded.url} ...",
+                flush=True,
+            )
+        if args.redis:
+            config = replace(config, state=replace(config.state, redis_url=args.redis))
+        configure_broker_logging(config, verbose=args.verbose)
+        server = BrokerServer(config).start()
+    except HorizonError as error:
+        print(f"horizon serve: {error}", file=sys.stderr)
+        if embedded is not None:
+            embedded.close()
+        return EXIT_ERROR
+    settle_startup_heap()
+    print(f"horizon broker listening on {server.target}", flush=True)
+    if server.flight_target:
+        scheme = "grpc+tls" if config.server.tls else "grpc"
+        print(f"Arrow Flight SQL on {scheme}://{server.flight_target}", flush=True)
+    if server.observer is not None and server.observer.metrics_url:
+        print(f"metrics on {server.observer.metrics_url}", flush=True)
+    if server.console is not None:
+        print(f"web console on {server.console.url}", flush=True)
+
+    def shutdown(signum: int, frame: Any) -> None:
+        server.stop()
+
+    signal.signal(signal.SIGTERM, shutdown)
+    signal.signal(signal.SIGINT, shutdown)
+    try:
+        server.wait()
+        server.stop()
+    finally:
+        if embedded is not None:
+            embedded.close()
+    return 0
+
+
+def _client_command(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from horizon_broker import render
+    from horizon_broker.client import connect
+
+    console = Console()
+    try:
+        with connect(
+            args.target,
+            token=args.token,
+            tls=args.tls,
+            root_certificates=args.ca,
+            timeout=args.timeout,
+        ) as client:
+            output = _run(client, args, console, render)
+    except HorizonError as error:
+        if args.json:
+            print(
+                json.dumps(
+                    {"error": type(error).__name__, "code": error.code.value, "message": str(error)}
+                )
+            )
+        else:
+            Console(stderr=True).print(f"[red]{error.code.value}[/red]: {error}", highlight=False)
+        return EXIT_ERROR
+    if output is not None:
+        print(render.dumps(output))
+    return 0
+
+
+def _run(client: Any, args: argparse.Namespace, console: Any, render: Any) -> Any:
+    """Run one client command; returns the JSON to print (``--json``) or None after printing."""
+    command = args.command
+    if command == "query":
+        result = client.execute(args.sql, max_rows=args.max_rows, **_read_controls(args))
+        if args.json:
+            return render.result_json(result)
+        render.print_result(console, result)
+    elif command == "explain":
+        explain = client.explain(
+            args.sql, include_spark_plan=args.spark_plan, **_read_controls(args)
+        )
+        if args.json:
+            return render.to_dict(explain)
+        render.print_explain(console, explain)
+    elif command == "rewrite":
+        return render.to_dict(
+            client.rewrite(args.sql, pin_lease=args.pin_lease, **_read_controls(args))
+        )
+    elif command == "pin":
+        return _pin_command(client, args, console, render)
+    elif command == "timeline":
+        timeline = client.timeline(
+            args.table, interval=args.interval, include_overshadowed=args.overshadowed
+        )
+        if args.picture is not None:
+            if args.picture.suffix.lower() != ".svg":
+                raise _usage("--picture writes SVG: give a file name ending in .svg")
+            from horizon_broker.broker.api.timeline_picture import timeline_svg
+
+            args.picture.write_text(timeline_svg(timeline))
+        if args.json:
+            return render.to_dict(timeline)
+        render.print_timeline(console, timeline)
+        if args.picture is not None:
+            console.print(f"[dim]picture written to {args.picture}[/dim]")
+    elif command == "watermarks":
+        marks = client.watermarks(args.table)
+        if args.json:
+            return render.to_dict(marks)
+        render.print_watermarks(console, marks)
+    elif command == "locks":
+        held = client.locks(args.table)
+        if args.json:
+            return render.to_dict(held)
+        render.print_locks(console, held, table=args.table)
+    elif command == "tables":
+        tables = client.tables()
+        if args.json:
+            return [render.to_dict(table) for table in tables]
+        render.print_tables(console, tables)
+    elif command == "queries":
+        found = client.queries(running_only=args.running)
+        if args.json:
+            return [render.to_dict(query) for query in found]
+        render.print_queries(console, found)
+    return None
+
+
+def _pin_command(client: Any, args: argparse.Namespace, console: Any, render: Any) -> Any:
+    if args.release:
+        released = client.release_pin(args.release)
+        if args.json:
+            return {"pin_id": args.release, "released": released}
+        state = "released" if released else "was already gone (expired or released)"
+        console.print(f"pin {args.release} {state}")
+        return None
+    if args.renew:
+        pin = client.renew_pin(args.renew, lease=args.lease)
+    elif not args.tables:
+        raise _usage("name the tables to pin, or give --renew PIN_ID or --release PIN_ID")
+    else:
+        held = client.pin(
+            args.tables,
+            snapshot=args.snapshot,
+            lease=args.lease,
+            min_snapshot=args.min_snapshot,
+            renew=False,
+        )
+        pin = held.pin
+    if args.json:
+        return render.to_dict(pin)
+    render.print_pins(console, [pin])
+    console.print(
+        f"query it with --pin {pin.pin_id}; release it with horizon pin --release {pin.pin_id}",
+        highlight=False,
+    )
+    return None
+
+
+def _usage(message: str) -> HorizonError:
+    from horizon_broker._core.errors import InvalidArgument
+
+    return InvalidArgument(message)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,136 @@
+"""One ingestion server's connection to the state store: scripts, retries and the data set's epoch.
+
+Every call runs one script of :mod:`horizon_broker.watermark.scripts` under the epoch this server last published
+into. When Redis has lost its data (the epoch changed or vanished), the connection adopts the new
+epoch and hands the server's ``republish`` callback a raw :meth:`StoreConnection.execute` to put
+its whole state back first, then runs the call. Transient errors are retried, then raised as
+UNAVAILABLE (:mod:`horizon_broker._core.redis_calls`).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import redis
+
+from horizon_broker._core.errors import (
+    FailedPrecondition,
+    HorizonError,
+    Internal,
+    InvalidArgument,
+    LockLost,
+    PartitionNotOwned,
+    ResourceExhausted,
+    Unavailable,
+)
+from horizon_broker._core.keys import Keys
+from horizon_broker._core.redis_calls import connect, decode_reply, retrying
+from horizon_broker.watermark import scripts
+
+SCRIPTS = (
+    "ADOPT_EPOCH",
+    "REGISTER",
+    "HEARTBEAT",
+    "REGISTER_TABLE",
+    "SEGMENTS",
+    "REPORT",
+    "PARK",
+    "RETENTION",
+    "ALLOCATE",
+    "RESERVE",
+    "CLAIM",
+    "HAND_OVER",
+    "DECOMMISSION",
+)
+
+ERRORS: dict[str, type[HorizonError]] = {
+    "FAILED_PRECONDITION": FailedPrecondition,
+    "RESOURCE_EXHAUSTED": ResourceExhausted,
+    "INVALID_ARGUMENT": InvalidArgument,
+    "LOCK_LOST": LockLost,
+    "NOT_OWNER": PartitionNotOwned,
+    "SUPERSEDED": FailedPrecondition,
+}
+
+Execute = Callable[[str, list[str]], list[Any]]
+
+
+class EpochChanged(Exception):
+    """Redis's data set is not the one this client published into: re-publish first."""
+
+
+class StoreConnection:
+    """Scripts and reads of one server against one Redis key space."""
+
+    def __init__(
+        self,
+        redis_: str | redis.Redis,
+        server_id: str,
+        keys: Keys,
+        republish: Callable[[Execute], None],
+        *,
+        retry_timeout_s: float = 10.0,
+    ) -> None:
+        self.server_id = server_id
+        self.keys = keys
+        self.owns_connection = isinstance(redis_, str)
+        self.redis = connect(redis_) if isinstance(redis_, str) else redis_
+        self._republish = republish
+        self._retry_timeout_s = retry_timeout_s
+        self._scripts = {
+            name: self.redis.register_script(getattr(scripts, name)) for name in SCRIPTS
+        }
+        self._epoch: str | None = None
+
+    def run(self, name: str, args: list[str]) -> list[Any]:
+        """Run one script, re-publishing first whenever Redis's data set is not ours."""
+
+        def attempt() -> list[Any]:
+            for _ in range(5):
+                if self._epoch is None:
+                    self._adopt_epoch()
+                try:
+                    return self.execute(name, args)
+                except EpochChanged:
+                    self._epoch = None
+            raise Unavailable("the state store's data set keeps changing; giving up")
+
+        return self.retrying(attempt)
+
+    def read(self, operation: Callable[[redis.Redis], Any]) -> Any:
+        """A plain read (no epoch involved), retried, with bytes decoded."""
+        return self.retrying(lambda: decode_reply(operation(self.redis)))
+
+    def retrying(self, operation: Callable[[], Any]) -> Any:
+        return retrying(
+            operation, self._retry_timeout_s, f"Redis is unreachable for server {self.server_id}"
+        )
+
+    def execute(self, name: str, args: list[str]) -> list[Any]:
+        """One script under the current epoch, no retry: ``{'OK', ...}`` minus the status, or
+        the error the script named; :class:`EpochChanged` when the data set is not ours."""
+        prefix = self.keys.prefix
+        reply = decode_reply(
+            self._scripts[name](args=[prefix, self._epoch or "", self.server_id, *args])
+        )
+        status = reply[0]
+        if status == "EPOCH":
+            raise EpochChanged(reply[1])
+        if status == "ERR":
+            raise ERRORS.get(reply[1], Internal)(reply[2])
+        return reply[1:]
+
+    def _adopt_epoch(self) -> None:
+        """Adopt the data set's epoch (creating it if absent), then publish everything again."""
+        candidate = uuid.uuid4().hex
+        reply = decode_reply(
+            self._scripts["ADOPT_EPOCH"](args=[self.keys.prefix, candidate, self.server_id])
+        )
+        self._epoch = reply[1]
+        self._republish(self.execute)
+
+    def close(self) -> None:
+        if self.owns_connection:
+            self.redis.close()
