@@ -5,4 +5,4 @@
 #   scripts/spark-cluster.sh connect
 set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
-exec "${here}/.venv/bin/python" -m broker.spark.local_cluster "$@"
+exec "${here}/.venv/bin/python" -m horizon_broker.broker.spark.local_cluster "$@"
