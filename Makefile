@@ -10,7 +10,7 @@ export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYSPARK_PYTHON ?= $(abspath $(BIN)/python)
 export PYTHONHASHSEED ?= 0
 
-.PHONY: all install system-deps proto lint test demo bench chaos clean
+.PHONY: all install system-deps proto lint test docs demo bench chaos clean
 
 all: test
 
@@ -39,6 +39,10 @@ test: install
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q
 
+# The documentation site (mkdocs.yml, docs/), strict: broken links and pages missing from the nav fail.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict -d site
+
 demo: install
 	$(BIN)/horizon demo
 
@@ -51,4 +55,4 @@ chaos: install
 	$(BIN)/python -m bench.chaos --duration $(DURATION) --seed $(SEED)
 
 clean:
-	rm -rf $(VENV) horizon_broker/broker/_proto .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) horizon_broker/broker/_proto .pytest_cache .ruff_cache .hypothesis site
