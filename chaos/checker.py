@@ -277,7 +277,7 @@ def _unrepeatable(reads: Iterable[Read]) -> list[Anomaly]:
 def _commit_below_served(writes: Iterable[Write], reads: Iterable[Read]) -> list[Anomaly]:
     """Every write whose commit timestamp is at or below a snapshot of its table served by a
     read that ended before the write's batch began (nothing committed later may be visible at a
-    snapshot already served: spec rule 7)."""
+    snapshot already served: rule 7 of ``docs/design/contract/watermarks.md``)."""
     served: dict[str, tuple[list[float], list[Read]]] = {}
     by_table: dict[str, list[Read]] = defaultdict(list)
     for read in reads:

@@ -1,4 +1,5 @@
-"""The demo's first step: the example of Pinot's upsert design (``../shared/reference``), the
+"""The demo's first step: the example of Pinot's upsert design (see
+``docs/design/contract/index.md``), the
 average balance of two users with and without upsert, as two tables ingested side by side."""
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """What a minor compaction merges (pure: segments in, targets out).
 
-Minor compaction (Druid's proposal, ``../shared/reference/000_*.txt``) replaces a run of visible
+Minor compaction (Druid's proposal for segment locking and minor compaction; see
+``docs/design/contract/index.md``) replaces a run of visible
 segments of one time chunk and major version whose root partition ranges are adjacent
 (``[a, b)``, ``[b, c)``, ...) by one overwrite segment that covers ``[a, last end)`` with the next
 minor version. The run must be gap-free: a root partition number that no visible segment covers

@@ -1,5 +1,5 @@
-"""Reclaiming history below the retention horizon, in bounded steps (Ignite's idea,
-``../shared/reference/004_*.txt``).
+"""Reclaiming history below the retention horizon, in bounded steps (Ignite's idea, its
+garbage collection for multi-version storage; see ``docs/design/contract/index.md``).
 
 Ingestion drops expired history only when the updater happens to rewrite a segment, so a segment
 that stops receiving updates would keep its history forever. This pass measures, in one Spark job

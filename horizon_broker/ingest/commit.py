@@ -195,9 +195,9 @@ class CommitProtocol:
     def report(self) -> None:
         """Tell Redis how far the owned partitions are ingested and their updates applied.
 
-        Between transactions every partition with no update pending is *idle* (spec rule 7):
-        this server has read nothing it has not committed, so its LWM may follow the server's
-        clock until :meth:`resume`.
+        Between transactions every partition with no update pending is *idle* (rule 7 of
+        ``docs/design/contract/watermarks.md``): this server has read nothing it has not committed,
+        so its LWM may follow the server's clock until :meth:`resume`.
         """
         own = self.state.progress(self.partitions)
         progress = {}

@@ -13,10 +13,11 @@ announced twice. Kill points are injectable with ``fail_at`` (one of :data:`STEP
 This module owns the job's life (start, batches, streams, handovers, parking) and what a batch
 returns.
 
-Between transactions every owned partition with nothing pending is reported *idle*: its LWM
-follows the server's clock (heartbeats), so a table that receives nothing never holds reads back;
-a batch resumes its partitions before it takes a commit timestamp. A clean stop *parks* them
-(:meth:`IngestJob.park`): their LWM then follows the state store's clock (spec rule 7).
+Between transactions every owned partition with nothing pending is reported *idle*: its LWM follows
+the server's clock (heartbeats), so a table that receives nothing never holds reads back; a batch
+resumes its partitions before it takes a commit timestamp. A clean stop *parks* them
+(:meth:`IngestJob.park`): their LWM then follows the state store's clock (rule 7 of
+``docs/design/contract/watermarks.md``).
 """
 
 from __future__ import annotations

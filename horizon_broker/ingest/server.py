@@ -7,10 +7,11 @@ in its own Spark FAIR scheduler pool (``horizon-<table>``), so the cores are sha
 big table's batch does not hold a small one's back. A table whose batch fails is restarted from
 its commit log before its next batch, as a restarted process would be; the other tables go on.
 
-Between batches every partition with nothing pending is idle, so a table that receives nothing
-never holds reads back; leaving (:meth:`IngestServer.park`, :meth:`~IngestServer.close`, the end
-of a ``with`` block) parks every partition in one atomic step (spec rule 7). Starting is checked
-whole first (:mod:`horizon_broker.ingest.preflight`): a configuration with a problem is refused before anything
+Between batches every partition with nothing pending is idle, so a table that receives nothing never
+holds reads back; leaving (:meth:`IngestServer.park`, :meth:`~IngestServer.close`, the end of a
+``with`` block) parks every partition in one atomic step (rule 7 of
+``docs/design/contract/watermarks.md``). Starting is checked whole first
+(:mod:`horizon_broker.ingest.preflight`): a configuration with a problem is refused before anything
 is written.
 
 >>> with IngestServer("redis://127.0.0.1:6379/0", "ingest-1") as server:  # doctest: +SKIP

@@ -1,4 +1,5 @@
-"""The lock rules of Druid's task locking (``../shared/reference/001_*.txt``), pure.
+"""The lock rules of Druid's task locking (its documentation of task locking and
+priority; see ``docs/design/contract/index.md``), pure.
 
 A job that writes segments of a table first locks what it writes or replaces:
 

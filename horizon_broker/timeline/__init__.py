@@ -1,5 +1,5 @@
 """The segment timeline: which segments of a table are visible, with Druid's semantics and
-Horizon's fixes (see ``shared/spec/timeline.md``). Pure Python, no I/O, no clocks."""
+Horizon's fixes (see ``docs/design/contract/timeline.md``). Pure Python, no I/O, no clocks."""
 
 from horizon_broker._core.errors import HorizonError, InvalidArgument, SegmentConflict, WrongTable
 from horizon_broker.timeline.groups import GroupState

@@ -1,8 +1,8 @@
 """A server's heartbeat thread: one per server process, however many tables it serves.
 
-Each beat keeps the server live and carries its clock, which its idle partitions' LWM follows
-(spec rule 7); a beat is also how a server notices a Redis that lost its data (the call
-re-publishes first).
+Each beat keeps the server live and carries its clock, which its idle partitions' LWM follows (rule
+7 of ``docs/design/contract/watermarks.md``); a beat is also how a server notices a Redis that lost
+its data (the call re-publishes first).
 """
 
 from __future__ import annotations

@@ -7,9 +7,10 @@
 
 A partition is *idle* when its live server has nothing pending for it (every change it read is
 ingested and applied): its LWM follows the server's clock, carried by heartbeats. A server that
-stops cleanly *parks* its partitions: their LWM follows the state store's clock (spec rule 7).
-Whoever writes to a quiet partition next first makes it active again above every snapshot that
-may have been served for it (:mod:`horizon_broker.watermark.partition_states`).
+stops cleanly *parks* its partitions: their LWM follows the state store's clock (rule 7 of
+``docs/design/contract/watermarks.md``). Whoever writes to a quiet partition next first makes it
+active again above every snapshot that may have been served for it
+(:mod:`horizon_broker.watermark.partition_states`).
 
 A stale server (no fresh heartbeat) keeps counting with its last values: its contribution is frozen
 (an idle partition at its last heartbeat's clock), so the table LWM cannot pass it, until its

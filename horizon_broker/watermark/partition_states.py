@@ -1,4 +1,5 @@
-"""How a partition moves between active, idle and parked (spec rule 7), as pure functions.
+"""How a partition moves between active, idle and parked (rule 7 of
+``docs/design/contract/watermarks.md``), as pure functions.
 
 These are the rules the Lua scripts apply in Redis (:mod:`horizon_broker.watermark.partition_lua`); a property
 test runs both on the same steps. The one promise they keep: a quiet partition's LWM may be read

@@ -11,7 +11,8 @@ a server registered in the new data set is one that has re-published everything)
 
 The client owns the server's clock (:attr:`ServerClient.clock`): heartbeats carry it, so the LWM of
 the partitions it reports *idle* follows it, and every call that resumes a quiet partition (a
-report, a claim) moves it above the partition's resume floor (spec rule 7).
+report, a claim) moves it above the partition's resume floor (rule 7 of
+``docs/design/contract/watermarks.md``).
 """
 
 from __future__ import annotations
@@ -205,10 +206,11 @@ class ServerClient:
         return self.report(table, wanted) if wanted else None
 
     def park(self, *, stop: bool = True) -> list[tuple[str, int]]:
-        """Park every partition this server reported idle, in one atomic step: their LWM follows
-        the state store's clock from now on (spec rule 7). With ``stop`` the server also stops
-        heart-beating and is no longer live (a clean shutdown). Returns the partitions it owns
-        that could not be parked (something is pending: they stay frozen, as a dead server's)."""
+        """Park every partition this server reported idle, in one atomic step: their LWM follows the
+        state store's clock from now on (rule 7 of ``docs/design/contract/watermarks.md``). With
+        ``stop`` the server also stops heart-beating and is no longer live (a clean shutdown).
+        Returns the partitions it owns that could not be parked (something is pending: they stay
+        frozen, as a dead server's)."""
         if stop:
             self.stop_heartbeats()
         with self._lock:

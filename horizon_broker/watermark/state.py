@@ -85,8 +85,9 @@ class ServerState:
     server_clocks: dict[str, int] = field(default_factory=dict)
     """server -> its clock at its last heartbeat: what its idle partitions' LWM follows."""
     store_ms: int = 0
-    """The state store's clock as of the last event applied (or clock read): what parked
-    partitions' LWM follows. A partition resumed later is resumed above it (spec rule 7)."""
+    """The state store's clock as of the last event applied (or clock read): what parked partitions'
+    LWM follows. A partition resumed later is resumed above it (rule 7 of
+    ``docs/design/contract/watermarks.md``)."""
     progress: dict[str, TableProgress] = field(default_factory=dict)
     retention: dict[str, dict[str, int]] = field(default_factory=dict)
     served: dict[str, MonotonicLwm] = field(default_factory=dict)

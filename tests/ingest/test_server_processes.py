@@ -1,7 +1,8 @@
 """Ingestion as users run it, through real processes: a broker started with ``horizon serve
 --embedded-redis``, ingestion servers started with ``horizon ingest`` (stopped with SIGTERM, or
 killed), in-process ``horizon.IngestServer``\\ s on the session's Spark, and queries through the
-gRPC client with its default monotonic session (spec rule 7: idle and parked partitions)."""
+gRPC client with its default monotonic session (rule 7 of ``docs/design/contract/watermarks.md``:
+idle and parked partitions)."""
 
 from __future__ import annotations
 

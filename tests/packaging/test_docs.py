@@ -66,3 +66,26 @@ def test_the_readme_links_only_to_files_in_the_checkout() -> None:
         path = (ROOT / target.split("#", 1)[0]).resolve()
         assert path.is_relative_to(ROOT), f"README.md links outside the repository: {target}"
         assert path.exists(), f"README.md links to a missing file: {target}"
+
+
+OUTSIDE_POINTER = re.compile(r"\.\./shared|shared/spec|shared/reference")
+CHECKED_TREES = ("horizon_broker", "tests", "bench", "chaos", "demo", "docs", "scripts", "proto")
+
+
+def test_no_doc_or_docstring_points_outside_the_repository() -> None:
+    """The contract lives in docs/design/contract/: a user's clone has nothing beside it."""
+    files = [ROOT / "README.md", ROOT / "Makefile", ROOT / "pyproject.toml"]
+    for tree in CHECKED_TREES:
+        files += [
+            path
+            for path in (ROOT / tree).rglob("*")
+            if path.suffix in {".py", ".md", ".proto", ".sh", ".toml", ".lua"}
+            and "_proto" not in path.parts
+        ]
+    pointing_out = [
+        f"{path.relative_to(ROOT)}:{number}"
+        for path in files
+        for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1)
+        if OUTSIDE_POINTER.search(line) and path != Path(__file__)
+    ]
+    assert pointing_out == []

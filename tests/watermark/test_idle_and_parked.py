@@ -1,6 +1,6 @@
-"""Idle and parked partitions (spec rule 7) through a real redis-server: the Lua scripts apply the
-pure rules, the follower serves quiet partitions at their clocks, and resuming lands above every
-snapshot served."""
+"""Idle and parked partitions (rule 7 of ``docs/design/contract/watermarks.md``) through a real
+redis-server: the Lua scripts apply the pure rules, the follower serves quiet partitions at their
+clocks, and resuming lands above every snapshot served."""
 
 from __future__ import annotations
 

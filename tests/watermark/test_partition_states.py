@@ -1,6 +1,6 @@
-"""Idle and parked partitions (spec rule 7), pure: the LWM arithmetic against a plain scan, and
-the protocol's promise (nothing committed later is ever at or below a snapshot already served)
-against a model of servers, brokers and clocks."""
+"""Idle and parked partitions (rule 7 of ``docs/design/contract/watermarks.md``), pure: the LWM
+arithmetic against a plain scan, and the protocol's promise (nothing committed later is ever at or
+below a snapshot already served) against a model of servers, brokers and clocks."""
 
 from __future__ import annotations
 
