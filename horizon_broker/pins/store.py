@@ -10,7 +10,7 @@ pin drops a few expired pins of its tables, so short pins never pile up) and
 ``{p}:pinowner:{owner}`` (the quotas count and sum the owner's live pins there, never a scan of
 every pin). Pins taken before the indexes existed are still listed, honoured and dropped once
 expired; they are not counted in their owner's quotas (their lease is at most
-:data:`MAX_LEASE_S`), and a renewal indexes them.
+:data:`MAX_LEASE_S`), and a renewal indexes them. Each script's Lua is in ``lua/<name>.lua``.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from horizon_broker._core.errors import (
     ResourceExhausted,
 )
 from horizon_broker._core.keys import DEFAULT_PREFIX, LUA_KEYS, Keys, padded_hlc
+from horizon_broker._core.lua import lua_constants, lua_file
 from horizon_broker._core.redis_calls import ScriptClient
 from horizon_broker.pins.rules import Pin
 
@@ -45,229 +46,21 @@ _ERRORS: dict[str, type[Exception]] = {
     "RESOURCE_EXHAUSTED": ResourceExhausted,
 }
 
-_NOW = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-"""
+_NOW = lua_file(__package__, "now")
+"""``now``: Redis's clock in ms."""
 
 SWEPT_PER_TAKE = 8
 """Expired pins a new pin drops from its tables' expiry indexes (and as many from its owner's):
 more than the one it adds, so a flood of short pins never grows the hashes, and a bounded
 amount of work per call however many pins expired."""
 
-_OWNED = (
-    f"local SWEEP = {SWEPT_PER_TAKE}\n"
-    + """
--- A pin's index entry: {"t": tables, "o": owner} (a bare list of tables before owners).
-local function pin_info(id)
-  local listed = redis.call('HGET', K_PINS, id)
-  if not listed then return nil end
-  local info = cjson.decode(listed)
-  if info.t == nil then
-    local owner = ''
-    local value = redis.call('HGET', k_pins(info[1]), id)
-    if value then owner = string.match(value, '^[^|]*|[^|]*|[^|]*|(.*)$') or '' end
-    info = {t = info, o = owner}
-  end
-  return info
-end
--- Forget pin ``id`` everywhere it is stored: its tables' entries and expiry indexes, its owner's
--- index and the pin index. ``t`` / ``o``: an index it was found in (its entry may outlive the
--- pin's record, which the retention script and older versions dropped alone).
-local function drop_pin(id, t, o)
-  local info = pin_info(id)
-  if info then
-    for _, u in ipairs(info.t) do
-      redis.call('HDEL', k_pins(u), id)
-      redis.call('ZREM', k_pinexp(u), id)
-    end
-    redis.call('ZREM', k_pinowner(info.o), id)
-    redis.call('HDEL', K_PINS, id)
-  end
-  if t then
-    redis.call('HDEL', k_pins(t), id)
-    redis.call('ZREM', k_pinexp(t), id)
-  end
-  if o then redis.call('ZREM', k_pinowner(o), id) end
-end
--- Drop at most ``budget`` pins whose lease ran out from expiry index ``key`` (soonest first);
--- returns what is left of the budget.
-local function sweep(key, budget, t, o)
-  if budget <= 0 then return 0 end
-  local expired = redis.call('ZRANGEBYSCORE', key, '-inf', string.format('%.0f', now),
-                             'LIMIT', 0, budget)
-  for _, id in ipairs(expired) do drop_pin(id, t, o) end
-  return budget - #expired
-end
-local function index_pin(id, tables, owner, expires)
-  for _, t in ipairs(tables) do redis.call('ZADD', k_pinexp(t), expires, id) end
-  redis.call('ZADD', k_pinowner(owner), expires, id)
-end
--- The live pins and the lease (ms from now) ``owner`` holds, leaving out pin ``except``, from
--- the owner's own index: the cost is what the owner holds, never every pin. The lease is only
--- summed (``with_lease``) once the count is within the quota, so at most ``max_pins`` entries.
-local function holdings(owner, except, with_lease)
-  local key = k_pinowner(owner)
-  local after = '(' .. string.format('%.0f', now)
-  local count = redis.call('ZCOUNT', key, after, '+inf')
-  local mine = redis.call('ZSCORE', key, except)
-  if mine and tonumber(mine) > now then count = count - 1 end
-  local lease = 0
-  if with_lease then
-    local live = redis.call('ZRANGEBYSCORE', key, after, '+inf', 'WITHSCORES')
-    for j = 1, #live, 2 do
-      if live[j] ~= except then lease = lease + (tonumber(live[j + 1]) - now) end
-    end
-  end
-  return count, lease
-end
-local function over_quota(owner, except, lease, max_pins, max_lease)
-  if max_pins <= 0 and max_lease <= 0 then return nil end
-  local count = holdings(owner, except, false)
-  if max_pins > 0 and count + 1 > max_pins then
-    return {'ERR', 'RESOURCE_EXHAUSTED', owner .. ' already holds ' .. count ..
-            ' live pins, the limit of [reads].max_pins_per_identity (' .. max_pins ..
-            '): release one first'}
-  end
-  if max_lease <= 0 then return nil end
-  local _, held = holdings(owner, except, true)
-  if held + lease > max_lease then
-    return {'ERR', 'RESOURCE_EXHAUSTED', owner .. ' would hold ' ..
-            string.format('%.0f', (held + lease) / 1000) .. ' s of pin leases, over ' ..
-            '[reads].max_pin_lease_total_s (' .. string.format('%.0f', max_lease / 1000) ..
-            ' s): release a pin or ask for a shorter lease'}
-  end
-  return nil
-end
-local function not_owner(id, info, owner)
-  if info.o ~= owner then
-    return {'ERR', 'PERMISSION_DENIED', 'pin ' .. id .. ' was taken by another identity: ' ..
-            'only its owner may renew or release it'}
-  end
-  return nil
-end
-"""
-)
+_OWNED = lua_constants(SWEEP=SWEPT_PER_TAKE) + lua_file(__package__, "owned")
+"""The pin index helpers every script uses: ``pin_info``, ``drop_pin``, ``sweep``, the quotas."""
 
-PIN = (
-    LUA_KEYS
-    + _NOW
-    + _OWNED
-    + """
--- ARGV[2] pin id, ARGV[3] snapshot, ARGV[4] lease ms, ARGV[5] owner,
--- ARGV[6] max pins of one owner, ARGV[7] max total lease ms of one owner (0: no limit),
--- ARGV[8..] tables
-local id, snapshot, lease, owner = ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5]
-local max_pins, max_lease = tonumber(ARGV[6]), tonumber(ARGV[7])
-local tables = {}
-for i = 8, #ARGV do
-  local t = ARGV[i]
-  tables[#tables + 1] = t
-  if redis.call('HEXISTS', K_TABLES, t) == 0 then
-    return {'ERR', 'NOT_FOUND', 'table ' .. t .. ' is not registered'}
-  end
-  for _, horizon in ipairs(redis.call('HVALS', k_ret(t))) do
-    if pad(horizon) > pad(snapshot) then
-      return {'ERR', 'FAILED_PRECONDITION', 'table ' .. t .. ': snapshot ' .. snapshot ..
-              ' is below the retention horizon ' .. horizon ..
-              ' (history below it is already gone), pin a later snapshot'}
-    end
-  end
-end
--- Taking a pin cleans up after the ones that ran out, a bounded number of them.
-local budget = SWEEP
-for _, t in ipairs(tables) do budget = sweep(k_pinexp(t), budget, t, nil) end
-sweep(k_pinowner(owner), SWEEP, nil, owner)
-local refused = over_quota(owner, id, lease, max_pins, max_lease)
-if refused then return refused end
-if redis.call('HEXISTS', K_PINS, id) == 1 then drop_pin(id) end
-local created = string.format('%.0f', now)
-local expires = string.format('%.0f', now + lease)
-local value = snapshot .. '|' .. created .. '|' .. expires .. '|' .. owner
-for _, t in ipairs(tables) do redis.call('HSET', k_pins(t), id, value) end
-redis.call('HSET', K_PINS, id, cjson.encode({t = tables, o = owner}))
-index_pin(id, tables, owner, expires)
-return {'OK', created, expires}
-"""
-)
-
-RENEW = (
-    LUA_KEYS
-    + _NOW
-    + _OWNED
-    + """
--- ARGV[2] pin id, ARGV[3] lease ms, ARGV[4] caller, ARGV[5] max pins, ARGV[6] max lease ms
-local id, lease, caller = ARGV[2], tonumber(ARGV[3]), ARGV[4]
-local info = pin_info(id)
-if not info then
-  return {'ERR', 'NOT_FOUND', 'pin ' .. id .. ' does not exist (released, or never taken)'}
-end
-local refused = not_owner(id, info, caller)
-if refused then return refused end
-local tables = info.t
-local expires = string.format('%.0f', now + lease)
-for _, t in ipairs(tables) do
-  local value = redis.call('HGET', k_pins(t), id)
-  if not value then
-    drop_pin(id)
-    return {'ERR', 'NOT_FOUND', 'pin ' .. id .. ' expired: it no longer holds table ' .. t}
-  end
-  local _, _, old_expires = string.match(value, '^([^|]*)|([^|]*)|([^|]*)|(.*)$')
-  if tonumber(old_expires) <= now then
-    drop_pin(id)
-    return {'ERR', 'NOT_FOUND', 'pin ' .. id .. ' expired before it was renewed'}
-  end
-end
-refused = over_quota(caller, id, lease, 0, tonumber(ARGV[6]))
-if refused then return refused end
-for _, t in ipairs(tables) do
-  local value = redis.call('HGET', k_pins(t), id)
-  local snapshot, created, _, owner = string.match(value, '^([^|]*)|([^|]*)|([^|]*)|(.*)$')
-  redis.call('HSET', k_pins(t), id, snapshot .. '|' .. created .. '|' .. expires .. '|' .. owner)
-end
-index_pin(id, tables, info.o, expires)
-return {'OK', expires}
-"""
-)
-
-RELEASE = (
-    LUA_KEYS
-    + _OWNED
-    + """
--- ARGV[2] pin id, ARGV[3] caller
-local info = pin_info(ARGV[2])
-if not info then return {'OK', '0'} end
-local refused = not_owner(ARGV[2], info, ARGV[3])
-if refused then return refused end
-drop_pin(ARGV[2])
-return {'OK', '1'}
-"""
-)
-
-LIST = (
-    LUA_KEYS
-    + _NOW
-    + _OWNED
-    + """
--- ARGV[2..] tables: every pin entry of them, expired ones dropped, and Redis's clock
-local out = {'OK', string.format('%.0f', now)}
-for i = 2, #ARGV do
-  local t = ARGV[i]
-  local entries = redis.call('HGETALL', k_pins(t))
-  for j = 1, #entries, 2 do
-    local expires = string.match(entries[j + 1], '^[^|]*|[^|]*|([^|]*)|')
-    if tonumber(expires) <= now then
-      drop_pin(entries[j], t, nil)
-    else
-      out[#out + 1] = t
-      out[#out + 1] = entries[j]
-      out[#out + 1] = entries[j + 1]
-    end
-  end
-end
-return out
-"""
-)
+PIN = LUA_KEYS + _NOW + _OWNED + lua_file(__package__, "pin")
+RENEW = LUA_KEYS + _NOW + _OWNED + lua_file(__package__, "renew")
+RELEASE = LUA_KEYS + _OWNED + lua_file(__package__, "release")
+LIST = LUA_KEYS + _NOW + _OWNED + lua_file(__package__, "list")
 
 
 @dataclass(frozen=True, slots=True)

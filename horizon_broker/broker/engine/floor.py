@@ -17,22 +17,13 @@ from typing import Any
 import redis
 
 from horizon_broker._core.keys import LUA_KEYS, padded_hlc
+from horizon_broker._core.lua import lua_file
 from horizon_broker._core.redis_calls import TRANSIENT
 
 log = logging.getLogger("horizon.broker.floor")
 
-RAISE = (
-    LUA_KEYS
-    + """
--- ARGV[2..] table, snapshot pairs: each stored snapshot only moves up
-local key = P .. ':floor'
-for i = 2, #ARGV, 2 do
-  local old = redis.call('HGET', key, ARGV[i])
-  if not old or pad(old) < pad(ARGV[i + 1]) then redis.call('HSET', key, ARGV[i], ARGV[i + 1]) end
-end
-return 'OK'
-"""
-)
+RAISE = LUA_KEYS + lua_file(__package__, "raise")
+"""Raise each table's stored floor to a snapshot, never lower it (``lua/raise.lua``)."""
 
 
 class SnapshotFloor:
