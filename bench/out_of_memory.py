@@ -6,7 +6,7 @@ once read), so ``collect_list`` over it outgrows the heap and no estimate before
 it. Per trial: a bystander query starts, the out-of-memory query runs, then follow-up queries.
 Recorded per trial: both statuses, whether Spark was restarted (the supervisor's log line), and
 whether and how soon a follow-up is answered. Run once with ``[spark] exit_on_oom`` off (the
-default) and once on. Not a test: where the error strikes is a race (see the README).
+default) and once on. Not a test: where the error strikes is a race (see ``docs/reference/limits.md``).
 
 ``python -m bench.out_of_memory [--trials 3] [--heap 1g]``
 """
