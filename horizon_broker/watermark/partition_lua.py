@@ -1,4 +1,5 @@
-"""The partition entry in Lua: its fields, its effective LWM, resuming it (spec rule 7).
+"""The partition entry in Lua: its fields, its effective LWM, resuming it (rule 7 of
+``docs/design/contract/watermarks.md``).
 
 Every script that changes a ``{p}:t:{table}:prog`` entry uses these, so an entry, its member of
 the table's ``lwm`` or ``quiet`` sorted set and the pending set always agree. They mirror the pure
