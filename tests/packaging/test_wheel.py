@@ -34,6 +34,9 @@ def test_the_wheel_installs_only_the_horizon_broker_name(wheel: Path) -> None:
     assert {top for top in tops if not top.endswith(".dist-info")} == {"horizon_broker"}
     assert "horizon_broker/broker/_proto/horizon/v1/horizon_pb2.py" in names
     assert "horizon_broker/broker/console/templates/query.html" in names
+    # the Redis scripts are read from their lua/*.lua files at import
+    assert "horizon_broker/watermark/lua/segments.lua" in names
+    assert "horizon_broker/_core/lua/keys.lua" in names
     for checkout_only in ("demo/", "chaos/", "bench/", "tests/"):
         assert not any(name.startswith(checkout_only) for name in names)
     with zipfile.ZipFile(wheel) as archive:
