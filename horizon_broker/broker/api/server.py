@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -37,45 +38,13 @@ from horizon_broker.broker.engine import QueryEngine
 from horizon_broker.broker.engine.floor import SnapshotFloor
 from horizon_broker.broker.observe.wiring import BrokerObserver
 from horizon_broker.broker.spark.reading import files_readable
+from horizon_broker.broker.spark.session_conf import spark_conf
 from horizon_broker.broker.spark.supervisor import SparkSupervisor
 
 log = logging.getLogger("horizon.broker.api.server")
 
 SERVICE_NAMES = tuple(service.full_name for service in pb.DESCRIPTOR.services_by_name.values())
 _MAX_MESSAGE_BYTES = 8 * 1024 * 1024
-
-
-def spark_conf(config: BrokerConfig) -> dict[str, str]:
-    """The Spark settings the broker starts its session with: Spark's own guards from
-    ``[spark]`` (memory, result size, task attempts, what an OutOfMemoryError ends), then the
-    user's ``[spark.conf]`` over them."""
-    spark = config.spark
-    conf: dict[str, str] = {}
-    if not spark.remote:
-        result = spark.max_result_size or (
-            f"{max(64, 2 * config.limits.max_result_bytes // (1024 * 1024))}m"
-        )
-        conf.update(
-            {
-                "spark.driver.memory": spark.driver_memory,
-                "spark.memory.fraction": str(spark.memory_fraction),
-                "spark.driver.maxResultSize": result,
-                "spark.task.maxFailures": str(spark.task_max_failures),
-            }
-        )
-        conf.update(out_of_memory_conf(exit_on_oom=spark.exit_on_oom))
-    conf.update(spark.conf_dict)
-    return conf
-
-
-def out_of_memory_conf(*, exit_on_oom: bool) -> dict[str, str]:
-    """What an ``OutOfMemoryError`` ends. Off (the default): only the task's query: Spark
-    does not treat the error as fatal to its executor (``killOnFatalError.depth`` 0, so local
-    mode does not call its exit handler) and the JVM keeps serving; a JVM left unanswering is
-    still replaced by the supervisor. On: the JVM exits at the first one and is restarted."""
-    if exit_on_oom:
-        return {"spark.driver.extraJavaOptions": "-XX:+ExitOnOutOfMemoryError"}
-    return {"spark.executor.killOnFatalError.depth": "0"}
 
 
 class BrokerServer:
@@ -113,6 +82,9 @@ class BrokerServer:
         self._locks: Any = None
         self._pins: Any = None
         self._floor_redis: Any = None
+        self._parts = ExitStack()
+        """What :meth:`start` started, each with how to stop it; :meth:`stop` unwinds it."""
+        self._stop_grace_s = config.server.grace_s
         self.flight: Any = None
         """The Arrow Flight SQL endpoint (:mod:`horizon_broker.broker.flight`), when ``[flight]`` enables it."""
         self.observer: BrokerObserver | None = None
@@ -121,32 +93,88 @@ class BrokerServer:
         """Metrics endpoint, query log and state watcher (:mod:`horizon_broker.broker.observe`)."""
 
     # -- lifecycle -----------------------------------------------------------------------------
+    #
+    # Each part is entered into one ExitStack as it starts (a callback that stops it), so a
+    # failure half-way through stops exactly what was started, in reverse order, and stop()
+    # unwinds the same stack: every part is stopped once, the last started first.
 
     def start(self) -> BrokerServer:
+        """Start every part, or none: a part that fails to start stops those before it, then
+        its error is raised."""
         check_listen_policy(self.config)
-        if self._follower is None:
-            from horizon_broker.watermark.follower import Follower
+        parts = ExitStack()
+        try:
+            self._start_parts(parts)
+        except BaseException:
+            self._stopped.set()
+            self._stop_grace_s = 0.0
+            _unwind_after_failure(parts)
+            raise
+        self._parts = parts
+        log.info("horizon broker listening on %s", self.target)
+        return self
 
-            state = self.config.state
-            self._follower = Follower(
-                state.redis_url,
-                prefix=state.key_prefix,
-                heartbeat_timeout_s=state.heartbeat_timeout_s,
-                max_staleness_s=state.max_staleness_s,
-                regression_policy=state.regression_policy,
-            )
-            self._follower.start()
-            self._follower.wait_until_synced(state.sync_timeout_s)
-        spark = self._given_spark if self._given_spark is not None else self._create_spark()
+    def _start_parts(self, parts: ExitStack) -> None:
+        self._start_follower(parts)
+        spark = self._start_spark(parts)
+        self._build_engine(parts, spark)
+        self._build_inspection(parts)
+        self._start_grpc_server(parts)
+        self._start_flight(parts)
+        self._start_supervisor(parts)
+        self._start_observer(parts)
+        self._start_console(parts)
+        self._start_watchers()
+
+    def _start_follower(self, parts: ExitStack) -> None:
+        """The Redis follower, unless one was given (it then stays the caller's to stop)."""
+        if self._follower is not None:
+            return
+        from horizon_broker.watermark.follower import Follower
+
+        state = self.config.state
+        self._follower = Follower(
+            state.redis_url,
+            prefix=state.key_prefix,
+            heartbeat_timeout_s=state.heartbeat_timeout_s,
+            max_staleness_s=state.max_staleness_s,
+            regression_policy=state.regression_policy,
+        )
+        self._follower.start()
+        parts.callback(self._follower.stop)
+        self._follower.wait_until_synced(state.sync_timeout_s)
+
+    def _start_spark(self, parts: ExitStack) -> Any:
+        """The given Spark session, or a new one the broker stops (the one in use by then: the
+        supervisor may have replaced it)."""
+        if self._given_spark is not None:
+            return self._given_spark
+        created = self._create_spark()
+
+        def stop_spark() -> None:
+            (self.engine.spark if self.engine is not None else created).stop()
+
+        parts.callback(stop_spark)
+        return created
+
+    def _build_engine(self, parts: ExitStack, spark: Any) -> None:
+        """The query engine with its pin store and read floor, and the supervisor (not yet
+        watching) that gives it a new Spark session when one dies."""
+        pins = self._pin_store()
+        parts.callback(pins.close)
+        floor = self._floor()
+        if self._floor_redis is not None:
+            parts.callback(self._floor_redis.close)
         self.engine = QueryEngine(
             self._follower,
             spark,
             self.config,
             functions=self._functions,
             view_namespace=self._view_namespace,
-            pins=self._pin_store(),
-            floor=self._floor(),
+            pins=pins,
+            floor=floor,
         )
+        parts.callback(self._clear_views)
         self.supervisor = SparkSupervisor(
             spark,
             create=self._create_spark if self._owns_spark else None,
@@ -156,64 +184,89 @@ class BrokerServer:
         )
         self.engine.supervisor = self.supervisor
         self._follower.add_preparer(self.engine.direct.prepare)
+        parts.callback(self._follower.remove_preparer, self.engine.direct.prepare)
+
+    def _clear_views(self) -> None:
+        """Drop this broker's views (those of the session in use: a restart makes new ones)."""
+        if self.engine is not None:
+            self.engine.views.clear()
+
+    def _build_inspection(self, parts: ExitStack) -> None:
+        assert self.engine is not None
+        locks = self._lock_client()
+        parts.callback(locks.close)
         self.inspection = Inspection(
             self.engine,
             self._follower,
             regression_policy=self.config.state.regression_policy,
-            locks=self._lock_client(),
+            locks=locks,
             pins=self._pins,
         )
         limits = self.config.limits
         self.offload = Offload(limits.max_concurrent + limits.queue_size + limits.max_waiting)
-        self._loop = asyncio.new_event_loop()
+
+    def _start_grpc_server(self, parts: ExitStack) -> None:
+        """The gRPC server, on an asyncio loop in a thread of its own."""
+        loop = asyncio.new_event_loop()
+        self._loop = loop
         self._loop_thread = threading.Thread(
-            target=self._loop.run_forever, name="horizon-grpc", daemon=True
+            target=loop.run_forever, name="horizon-grpc", daemon=True
         )
         self._loop_thread.start()
-        try:
-            asyncio.run_coroutine_threadsafe(self._start_grpc(), self._loop).result()
-        except BaseException:
-            self._stop_loop()
-            raise
+        parts.callback(self._stop_loop)
+        asyncio.run_coroutine_threadsafe(self._start_grpc(), loop).result()
+        parts.callback(self._stop_grpc)
+
+    def _stop_grpc(self) -> None:
+        """Health says NOT_SERVING, then running calls have the grace period to finish."""
+        if self._loop is None or self._server is None:
+            return
+        grace_s = self._stop_grace_s
+        asyncio.run_coroutine_threadsafe(self._shutdown(self._server, grace_s), self._loop).result(
+            timeout=grace_s + 30
+        )
+
+    def _start_flight(self, parts: ExitStack) -> None:
+        if not self.config.flight.enabled:
+            return
+        from horizon_broker.broker.flight.server import start_flight_server
+
+        assert self.engine is not None
+        self.flight = start_flight_server(self.config, self.engine)
+        parts.callback(lambda: self.flight.stop(self._stop_grace_s))
+
+    def _start_supervisor(self, parts: ExitStack) -> None:
+        assert self.supervisor is not None
         self.supervisor.start()
-        if self.config.flight.enabled:
-            from horizon_broker.broker.flight.server import start_flight_server
+        parts.callback(self.supervisor.stop)
 
-            try:
-                self.flight = start_flight_server(self.config, self.engine)
-            except BaseException:
-                self.stop(0)
-                raise
-        try:
-            self.observer = BrokerObserver(
-                self.config,
-                follower=self._follower,
-                engine=lambda: self.engine,
-                supervisor=lambda: self.supervisor,
-                pins=lambda: self._pins,
-                locks=lambda: self._locks,
-            ).start()
-        except BaseException:
-            self.stop(0)
-            raise
-        self._start_console()
-        threading.Thread(target=self._watch_health, name="horizon-health", daemon=True).start()
-        threading.Thread(
-            target=self._recheck_unreadable, name="horizon-unreadable", daemon=True
+    def _start_observer(self, parts: ExitStack) -> None:
+        """Metrics endpoint, query log and state watcher; they read the parts when asked."""
+        self.observer = BrokerObserver(
+            self.config,
+            follower=self._follower,
+            engine=lambda: self.engine,
+            supervisor=lambda: self.supervisor,
+            pins=lambda: self._pins,
+            locks=lambda: self._locks,
         ).start()
-        log.info("horizon broker listening on %s", self.target)
-        return self
+        parts.callback(self.observer.stop)
 
-    def _start_console(self) -> None:
+    def _start_console(self, parts: ExitStack) -> None:
         from horizon_broker.broker.console.server import ConsoleServer, console_wanted
 
         if not console_wanted(self.config):
             return
-        try:
-            self.console = ConsoleServer(self.config, self.inspection, self.engine).start()
-        except BaseException:
-            self.stop(0)
-            raise
+        assert self.inspection is not None
+        self.console = ConsoleServer(self.config, self.inspection, self.engine).start()
+        parts.callback(self.console.stop)
+
+    def _start_watchers(self) -> None:
+        """Health and unreadable-segment watchers: they end when ``_stopped`` is set."""
+        threading.Thread(target=self._watch_health, name="horizon-health", daemon=True).start()
+        threading.Thread(
+            target=self._recheck_unreadable, name="horizon-unreadable", daemon=True
+        ).start()
 
     def _create_spark(self) -> Any:
         from horizon_broker._core.spark_session import create_spark_session
@@ -392,37 +445,14 @@ class BrokerServer:
         return self.engine.spark if self.engine is not None else self._given_spark
 
     def stop(self, grace: float | None = None) -> None:
-        """Stop accepting calls, let running ones finish for ``grace`` seconds, release resources."""
+        """Stop accepting calls, let running ones finish for ``grace`` seconds (default
+        ``[server] grace_s``), release resources: the parts stop in the reverse of their start."""
         if self._stopped.is_set():
             return
         self._stopped.set()
-        if self.console is not None:
-            self.console.stop()
-        if self.observer is not None:
-            self.observer.stop()
-        if self.supervisor is not None:
-            self.supervisor.stop()
-        if self.flight is not None:
-            self.flight.stop(self.config.server.grace_s if grace is None else grace)
-        if self._loop is not None and self._server is not None:
-            grace_s = self.config.server.grace_s if grace is None else grace
-            asyncio.run_coroutine_threadsafe(
-                self._shutdown(self._server, grace_s), self._loop
-            ).result(timeout=grace_s + 30)
-        self._stop_loop()
-        if self.engine is not None:
-            self._follower.remove_preparer(self.engine.direct.prepare)
-            self.engine.views.clear()
-        if self._locks is not None:
-            self._locks.close()
-        if self._pins is not None:
-            self._pins.close()
-        if self._floor_redis is not None:
-            self._floor_redis.close()
-        if self._owns_follower and self._follower is not None:
-            self._follower.stop()
-        if self._owns_spark and self.engine is not None:
-            self.engine.spark.stop()
+        self._stop_grace_s = self.config.server.grace_s if grace is None else grace
+        parts, self._parts = self._parts, ExitStack()
+        parts.close()
 
     async def _shutdown(self, server: grpc.aio.Server, grace_s: float) -> None:
         if self._health is not None:
@@ -446,3 +476,12 @@ class BrokerServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _unwind_after_failure(parts: ExitStack) -> None:
+    """Stop what a failed start started; an error while stopping is logged, so the start's own
+    error is the one raised."""
+    try:
+        parts.close()
+    except Exception:
+        log.exception("stopping the parts started before the broker failed to start")
