@@ -66,7 +66,6 @@ class BrokerServer:
         self._given_spark = spark
         self._owns_spark = spark is None
         self._follower = follower
-        self._owns_follower = follower is None
         self._functions = functions
         self._server: grpc.aio.Server | None = None
         self._health: Any = None
