@@ -10,7 +10,7 @@ export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYSPARK_PYTHON ?= $(abspath $(BIN)/python)
 export PYTHONHASHSEED ?= 0
 
-.PHONY: all install system-deps proto lint test docs demo bench chaos clean
+.PHONY: all install system-deps proto lint test test-fast docs demo bench chaos clean
 
 all: test
 
@@ -38,6 +38,12 @@ lint: install
 test: install
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q
+
+# The pure rooms and everything that needs neither Spark nor programs of its own (tests are
+# marked from their fixtures and files in tests/conftest.py); `make test` stays the whole suite.
+test-fast: install
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest -q -m "not spark and not processes"
 
 # The documentation site (mkdocs.yml, docs/), strict: broken links and pages missing from the nav fail.
 docs: $(STAMP)

@@ -40,3 +40,32 @@ def spark():  # type: ignore[no-untyped-def]
     )
     yield session
     session.stop()
+
+
+PROCESS_TESTS = (
+    "tests/chaos/",
+    "tests/cluster/",
+    "tests/demo/test_demo_run.py",
+    "tests/compaction/test_cli.py",
+    "tests/ingest/test_server_processes.py",
+    "tests/broker/test_isolation_engine.py",
+    "tests/packaging/test_wheel.py",
+)
+"""Tests that start programs of their own (brokers, ingestion servers, clusters, a fresh virtual
+environment): slow whether or not they use the session's Spark."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark each test by what it needs, from its fixtures and its file, so ``make test-fast``
+    can leave out Spark and processes: ``spark`` (the session's Spark, directly or through a
+    broker), ``redis`` (the session's redis-server), ``processes``."""
+    root = config.rootpath
+    for item in items:
+        needs = set(getattr(item, "fixturenames", ()))
+        if "spark" in needs:
+            item.add_marker(pytest.mark.spark)
+        if "redis_server" in needs:
+            item.add_marker(pytest.mark.redis)
+        where = item.path.relative_to(root).as_posix()
+        if where.startswith(PROCESS_TESTS):
+            item.add_marker(pytest.mark.processes)
