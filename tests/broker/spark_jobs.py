@@ -7,6 +7,7 @@ import time
 
 from horizon_broker.broker.api.server import BrokerServer
 from horizon_broker.broker.config import BrokerConfig
+from tests.waiting import eventually
 
 _namespaces = itertools.count()
 
@@ -73,17 +74,16 @@ def assert_group_stopped(spark, group: str, timeout: float = 15.0) -> None:  # t
     assert "FAILED" in states, f"jobs of {group} ended without being cancelled: {states}"
 
 
-def engine_group(server: BrokerServer, query_id: str, timeout: float = 30.0) -> str:
+def engine_group(server: BrokerServer, query_id: str) -> str:
     """The Spark job group of the query labelled ``query_id`` on ``server`` (the broker names
     engine groups by handles of its own, never by the caller's id)."""
     from horizon_broker.broker.spark.executor import job_group
 
-    deadline = time.monotonic() + timeout
-    while True:
+    def labelled() -> str | None:
         registry = server.engine.queries
         for record in (*registry.running(), *registry.recent()):
             if record.query_id == query_id:
                 return job_group(record.handle)
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"no query labelled {query_id} reached the broker")
-        time.sleep(0.02)
+        return None
+
+    return eventually(labelled, f"a query labelled {query_id} reached the broker")

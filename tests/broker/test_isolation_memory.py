@@ -7,13 +7,12 @@ the tests below use a real ``OutOfMemoryError`` that fills no heap."""
 
 from __future__ import annotations
 
-import time
-
 from horizon_broker._core.errors import ResourceExhausted
 from horizon_broker.broker.api.server import spark_conf
 from horizon_broker.broker.config import config_from_mapping
 from horizon_broker.broker.spark.failures import OutOfMemory, classify
 from horizon_broker.broker.spark.supervisor import SparkSupervisor, engine_failure
+from tests.waiting import eventually
 
 _EXIT_FLAG = "-XX:+ExitOnOutOfMemoryError"
 _DEPTH = "spark.executor.killOnFatalError.depth"
@@ -62,10 +61,10 @@ def test_after_an_out_of_memory_error_the_supervisor_probes_with_a_job(spark):
             _jvm_out_of_memory_error(spark), supervisor, session_replaced=False
         )
         assert isinstance(failure, OutOfMemory)  # the query's own error, not "engine lost"
-        deadline = time.monotonic() + 60
-        while set(tracker.getJobIdsForGroup(None)) == jobs_before:
-            assert time.monotonic() < deadline, "no probe job ran after the OutOfMemoryError"
-            time.sleep(0.2)
+        eventually(
+            lambda: set(tracker.getJobIdsForGroup(None)) != jobs_before,
+            "a probe job after the OutOfMemoryError",
+        )
         assert supervisor.up
     finally:
         supervisor.stop()

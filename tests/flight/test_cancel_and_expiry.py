@@ -4,8 +4,6 @@ do a result nobody fetches (it expires) and a stream the client stops reading.""
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable
 
 import adbc_driver_manager
 import pyarrow as pa
@@ -17,6 +15,7 @@ from tests.broker.conftest import ADMIN
 from tests.broker.spark_jobs import assert_group_stopped, engine_group, wait_for_jobs
 from tests.broker.test_status_codes import SLOW_SQL
 from tests.flight.conftest import _field, adbc_connect, statement_descriptor
+from tests.waiting import eventually
 
 BIG_SQL = "SELECT * FROM big LIMIT 900000"  # over 4 MiB: the waiting result spills to a file
 
@@ -26,14 +25,6 @@ OPTIONS = fl.FlightCallOptions(headers=[(b"authorization", f"Bearer {ADMIN}".enc
 
 def _client(server: BrokerServer) -> fl.FlightClient:
     return fl.connect(f"grpc://{server.flight_target}")
-
-
-def _eventually(condition: Callable[[], bool], what: str, within_s: float = 15.0) -> None:
-    deadline = time.monotonic() + within_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"never happened: {what}")
-        time.sleep(0.05)
 
 
 def _refused_not_found(client: fl.FlightClient, ticket: fl.Ticket, message: str) -> None:
@@ -76,7 +67,7 @@ def test_a_cancelled_long_query_stops_its_spark_jobs_and_frees_its_slot(one_slot
     assert not worker.is_alive()
     assert failures and isinstance(failures[0], adbc_driver_manager.Error)
     assert_group_stopped(spark, group)
-    _eventually(lambda: _slot_is_free(one_slot), "the cancelled query's slot was freed")
+    eventually(lambda: _slot_is_free(one_slot), "the cancelled query's slot was freed")
     _a_query_runs(one_slot)
 
 
@@ -96,7 +87,7 @@ def test_a_result_nobody_fetches_expires_and_holds_no_slot_meanwhile(one_slot):
     client = _client(one_slot)
     info = client.get_flight_info(statement_descriptor(BIG_SQL), OPTIONS)
     assert _slot_is_free(one_slot)
-    _eventually(
+    eventually(
         lambda: len(one_slot.flight.results) == 0,
         "the unread result expired ([flight].result_ttl_s)",
     )
@@ -110,7 +101,7 @@ def test_a_client_that_cancels_its_stream_midway_frees_the_slot(one_slot):
     reader = client.do_get(info.endpoints[0].ticket, OPTIONS)
     assert reader.read_chunk().data.num_rows > 0
     reader.cancel()
-    _eventually(lambda: _slot_is_free(one_slot), "the abandoned stream's slot was freed")
+    eventually(lambda: _slot_is_free(one_slot), "the abandoned stream's slot was freed")
     _a_query_runs(one_slot)
 
 

@@ -9,8 +9,7 @@ import glob
 import os
 import tempfile
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import adbc_driver_manager
@@ -25,6 +24,7 @@ from tests.broker.conftest import ADMIN, READER, TOKENS, BrokerEnv, broker_confi
 from tests.broker.test_status_codes import SLOW_SQL
 from tests.flight.conftest import adbc_connect, statement_descriptor
 from tests.flight.test_errors_and_auth import details
+from tests.waiting import eventually
 
 BIG_SQL = "SELECT * FROM big LIMIT 900000"  # over 4 MiB: its waiting result spills to a file
 LANE = "lane-token"
@@ -144,19 +144,12 @@ def test_an_unredeemed_large_result_does_not_starve_another_identitys_query(one_
     assert _spilled() - before == set()  # read: its file is gone
 
 
-def _eventually(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + 30
-    while not condition():
-        assert time.monotonic() < deadline, f"never happened: {what}"
-        time.sleep(0.05)
-
-
 def test_an_identitys_max_concurrent_queues_its_own_queries_while_others_run(quotas):
     target = quotas.target
     with connect(target, token=LANE) as lane, connect(target, token=ADMIN) as admin:
         slow = lane.start_query(SLOW_SQL)
         try:
-            _eventually(lambda: quotas.engine.admission.running_of("lane") == 1, "slow runs")
+            eventually(lambda: quotas.engine.admission.running_of("lane") == 1, "slow runs")
             outcome: list[BaseException] = []
 
             def second() -> None:
@@ -167,7 +160,7 @@ def test_an_identitys_max_concurrent_queues_its_own_queries_while_others_run(quo
 
             waiter = threading.Thread(target=second)
             waiter.start()
-            _eventually(lambda: quotas.engine.admission.stats().queued == 1, "lane queues")
+            eventually(lambda: quotas.engine.admission.stats().queued == 1, "lane queues")
             # a slot is free, but lane's own quota holds its second query back; admin passes
             # a key lookup the broker answers from the files: no Spark core needed
             assert admin.query("SELECT balance FROM accounts WHERE id = 3").num_rows == 1
