@@ -13,20 +13,10 @@ import redis
 from horizon_broker._core.errors import InvalidArgument, ResourceExhausted
 from horizon_broker._core.keys import Keys
 from horizon_broker.pins.store import SWEPT_PER_TAKE, PinQuota, PinStore
-from tests.watermark.conftest import table_descriptor
 
 KEYS = Keys()
 SHORT_S = 0.05
 """The minimum lease of these tests' quota (the broker's default is 1 s)."""
-
-
-@pytest.fixture
-def server(redis_url, make_server):
-    client = make_server(redis_url, "s1")
-    client.register()
-    client.register_table(table_descriptor())
-    client.register_table(table_descriptor("orders"))
-    return client
 
 
 @pytest.fixture

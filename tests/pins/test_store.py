@@ -14,7 +14,6 @@ from horizon_broker._core.errors import (
     ResourceExhausted,
 )
 from horizon_broker.pins.store import PinQuota, PinStore
-from tests.watermark.conftest import table_descriptor
 
 
 @pytest.fixture
@@ -22,15 +21,6 @@ def store(redis_url):
     pins = PinStore(redis_url)
     yield pins
     pins.close()
-
-
-@pytest.fixture
-def server(redis_url, make_server):
-    client = make_server(redis_url, "s1")
-    client.register()
-    client.register_table(table_descriptor())
-    client.register_table(table_descriptor("orders"))
-    return client
 
 
 def test_a_pin_holds_every_table_it_names_and_is_listed_until_released(server, store):
