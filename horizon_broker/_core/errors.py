@@ -33,6 +33,9 @@ class HorizonError(Exception):
     """Base of every error Horizon raises on purpose. ``str(error)`` is the human message."""
 
     code: StatusCode = StatusCode.INTERNAL
+    condition: str = ""
+    """The engine's error condition behind it (``DIVIDE_BY_ZERO``...), when the engine raised it:
+    what the error was, without the message that may quote the caller's literals."""
 
 
 class InvalidArgument(HorizonError):

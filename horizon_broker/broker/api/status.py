@@ -88,17 +88,19 @@ def status_of(error: BaseException) -> tuple[grpc.StatusCode, str]:
     return grpc.StatusCode.INTERNAL, f"internal error in the broker (ref {reference})"
 
 
-def ended_as(error: BaseException) -> tuple[str, str, str]:
+def ended_as(error: BaseException) -> tuple[str, str, str, str]:
     """How the query registry records a query that ended with ``error``: its final state, the
-    status code's name and the message. Logs nothing (the answer's own :func:`status_of` logs
-    an internal error once, under the reference the client sees)."""
+    status code's name, the message and the engine's error condition ("" if none). Logs
+    nothing (the answer's own :func:`status_of` logs an internal error once, under the
+    reference the client sees)."""
     if isinstance(error, HorizonError):
         code = grpc_status(error)
         message = str(error) or type(error).__name__
+        condition = error.condition
     else:
-        code, message = grpc.StatusCode.INTERNAL, "internal error in the broker"
+        code, message, condition = grpc.StatusCode.INTERNAL, "internal error in the broker", ""
     state = _ENDED_STATES.get(code, "failed")
-    return state, code.name, message
+    return state, code.name, message, condition
 
 
 _ENDED_STATES = {

@@ -16,6 +16,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from horizon_broker._core.errors import HorizonError
 from horizon_broker.broker._proto.horizon.v1 import horizon_pb2 as pb
 from horizon_broker.broker.api import arrow_ipc
 from horizon_broker.broker.api.query_service import explain_query, query_messages, trailer_fields
@@ -68,7 +69,8 @@ def run_query(engine: Any, principal: Principal, sql: str, *, max_rows: int) -> 
             execution.close()
     except BaseException as error:
         code = status_of(error)[0].name
-        registry.end(scope.handle, "failed", code, str(error))
+        condition = error.condition if isinstance(error, HorizonError) else ""
+        registry.end(scope.handle, "failed", code, str(error), condition)
         raise
     registry.end(scope.handle, "done", "OK", **trailer_fields(trailer))
     assert header is not None

@@ -52,6 +52,8 @@ class QueryRecord:
     snapshot: int | None = None
     handle: str = ""
     """The broker's own handle of the query (its Spark job group), never the caller's id."""
+    condition: str = ""
+    """The engine's error condition it failed with ("" if none, or not the engine's error)."""
 
 
 QueryListener = Callable[[QueryRecord], None]
@@ -113,7 +115,13 @@ class QueryRegistry:
                 self._running[handle] = replace(record, **changes)  # type: ignore[arg-type]
 
     def end(
-        self, handle: str, state: str, status: str, message: str = "", **changes: object
+        self,
+        handle: str,
+        state: str,
+        status: str,
+        message: str = "",
+        condition: str = "",
+        **changes: object,
     ) -> None:
         with self._lock:
             record = self._running.pop(handle, None)
@@ -124,6 +132,7 @@ class QueryRegistry:
                 state=state,
                 status=status,
                 message=message[:500],
+                condition=condition,
                 ended_ms=int(time.time() * 1000),
                 **changes,  # type: ignore[arg-type]
             )

@@ -10,14 +10,11 @@ error_messages`` asks for it: the line keeps the status code and Spark's error c
 from __future__ import annotations
 
 import logging
-import re
 from typing import Any
 
 log = logging.getLogger("horizon.query")
 
 STAGES = ("queued", "rewrite", "views", "spark", "serialize", "total")
-_SPARK_CONDITION = re.compile(r"Spark re(?:jected|fused) the query: \[([A-Z][A-Z0-9_.]*)\]")
-"""How :mod:`horizon_broker.broker.spark.failures` starts the message of an error Spark raised."""
 
 
 def query_fields(record: Any) -> dict[str, Any]:
@@ -42,19 +39,6 @@ def query_fields(record: Any) -> dict[str, Any]:
     }
 
 
-def error_condition(message: str) -> str:
-    """Spark's error condition at the head of a query's error message ("" when Spark did not
-    raise it): what the error was, without the text that quotes the query.
-
-    >>> error_condition("Spark rejected the query: [DIVIDE_BY_ZERO] Division by zero. '1/0'")
-    'DIVIDE_BY_ZERO'
-    >>> error_condition("table secret: not granted")
-    ''
-    """
-    found = _SPARK_CONDITION.match(message)
-    return found.group(1) if found else ""
-
-
 def log_query(record: Any, *, error_messages: bool = False) -> None:
     """Registry listener: INFO for a query that answered, WARNING otherwise, with Spark's error
     condition and (``error_messages``) the message."""
@@ -62,9 +46,8 @@ def log_query(record: Any, *, error_messages: bool = False) -> None:
     if record.status == "OK":
         log.info("query %s ended OK", record.query_id, extra=fields)
         return
-    condition = error_condition(record.message or "")
-    if condition:
-        fields["error_condition"] = condition
+    if record.condition:
+        fields["error_condition"] = record.condition
     if error_messages:
         fields["error"] = record.message
     log.warning("query %s ended %s", record.query_id, record.status, extra=fields)

@@ -213,7 +213,9 @@ def classify(
         if state[:2] in _CALLER_SQLSTATE_CLASSES:
             return _caller_error(link)
         if state[:2] in _LIMIT_SQLSTATE_CLASSES:
-            return ResourceExhausted(f"Spark refused the query: {_describe(link)}")
+            refused = ResourceExhausted(f"Spark refused the query: {_describe(link)}")
+            refused.condition = link.condition or ""
+            return refused
         if link.java_class == "java.lang.OutOfMemoryError":
             return OutOfMemory(
                 "the query ran Spark out of memory; it was stopped, other queries go on "
@@ -281,7 +283,9 @@ def _py4j_without_answer(error: BaseException) -> bool:
 
 
 def _caller_error(link: FailureLink) -> InvalidArgument:
-    return InvalidArgument(f"Spark rejected the query: {_describe(link)}")
+    rejected = InvalidArgument(f"Spark rejected the query: {_describe(link)}")
+    rejected.condition = link.condition or ""
+    return rejected
 
 
 def _describe(link: FailureLink) -> str:
