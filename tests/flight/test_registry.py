@@ -14,7 +14,8 @@ from horizon_broker.broker.api.server import BrokerServer
 from horizon_broker.broker.observe.metrics import REGISTRY
 from tests.broker.conftest import BrokerEnv
 from tests.flight.conftest import adbc_connect, statement_descriptor
-from tests.flight.test_cancel_and_expiry import BIG_SQL, OPTIONS, _client, _eventually
+from tests.flight.test_cancel_and_expiry import BIG_SQL, OPTIONS, _client
+from tests.waiting import eventually
 
 
 def _recorded(env: BrokerEnv, query_id: str, within_s: float = 15.0) -> object:
@@ -97,10 +98,9 @@ def test_a_result_nobody_fetches_is_listed_cancelled_when_it_expires(
     _client(one_slot).get_flight_info(statement_descriptor(BIG_SQL), options)
     running = [q for q in one_slot.engine.queries.running() if q.query_id == query_id]
     assert running and running[0].state == "running"  # held while it waits for its DoGet
-    _eventually(
+    eventually(
         lambda: any(q.query_id == query_id for q in one_slot.engine.queries.recent()),
         "the expired result ended in the registry",
-        within_s=60,
     )
     (record,) = [q for q in one_slot.engine.queries.recent() if q.query_id == query_id]
     assert (record.rpc, record.state, record.status) == ("FlightSQL", "cancelled", "CANCELLED")
@@ -117,10 +117,9 @@ def test_a_stream_the_client_drops_is_listed_cancelled(one_slot: BrokerServer) -
     reader = client.do_get(info.endpoints[0].ticket, OPTIONS)
     assert reader.read_chunk().data.num_rows > 0
     reader.cancel()
-    _eventually(
+    eventually(
         lambda: any(q.query_id == query_id for q in one_slot.engine.queries.recent()),
         "the dropped stream ended in the registry",
-        within_s=60,
     )
     (record,) = [q for q in one_slot.engine.queries.recent() if q.query_id == query_id]
     assert record.rpc == "FlightSQL" and record.state == "cancelled"
