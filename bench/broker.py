@@ -5,7 +5,7 @@ publishes it as segments through the server-side Redis client, starts a real bro
 then measures from the client:
 
 * point query by primary key: end-to-end p50/p99 (target p50 <= 150 ms on local Spark). The
-  broker answers it from the segment files with pyarrow (``horizon_broker.broker.spark.direct_read``); the same
+  broker answers it from the segment files with pyarrow (``horizon_broker.broker.direct_lookup.direct_read``); the same
   query through a second broker with ``direct_lookups = false`` (the Spark lookup session) runs
   interleaved with it, so both see the same machine load;
 * broker overhead = end-to-end latency minus Spark's own execution (the trailer's ``spark_ms``),

@@ -12,7 +12,7 @@ On a local Spark with 2 cores and a private redis-server:
   1-second trigger) to the event being visible at the served LWM, read as a broker would
   (follower view, Parquet rows, visibility rule); the first event after the stream starts is
   reported on its own (it also pays the stream's start). Micro-batches this small run on the
-  driver (:mod:`horizon_broker.ingest.small`); the stream with updates is measured again with every batch on
+  driver (:mod:`horizon_broker.ingest.driver_rows`); the stream with updates is measured again with every batch on
   Spark (``driver_batch_rows = 0``), side by side;
 * **write amplification**: bytes of overwrite segments the updater writes per updated row, against
   the updater's cadence (apply validUntil updates every N batches), with the LWM lag it costs.

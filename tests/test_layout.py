@@ -40,6 +40,7 @@ BROKER_ROOMS: tuple[tuple[str, ...], ...] = tuple(
         ("config",),
         ("observe",),
         ("spark",),
+        ("direct_lookup",),
         ("engine",),
         ("api", "flight", "console"),
     )

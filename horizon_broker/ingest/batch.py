@@ -14,8 +14,8 @@ batch's pending ``validUntil`` updates; the segment rows are a filter of it.
 
 A batch of at most the table's ``driver_batch_rows`` rows, or ``driver_columnar_rows`` rows,
 takes another road from the first read on: its rows are collected in that one job and everything
-up to the commit runs on the driver, row by row (:mod:`horizon_broker.ingest.small`) or as Arrow columns
-(:mod:`horizon_broker.ingest.columnar`), writing the same files (:mod:`horizon_broker.ingest.driver_batches` chooses); the stages
+up to the commit runs on the driver, row by row (:mod:`horizon_broker.ingest.driver_rows`) or as Arrow columns
+(:mod:`horizon_broker.ingest.driver_columns`), writing the same files (:mod:`horizon_broker.ingest.driver_batches` chooses); the stages
 around it (timestamps, prepare, allocation, describing the segments) are the same for all.
 """
 

@@ -1,9 +1,9 @@
 """Which road a batch takes: row by row on the driver, as Arrow columns on the driver, or Spark.
 
-A table whose batches the driver may take (:func:`horizon_broker.ingest.small.batch.driver_can_take`) has each
+A table whose batches the driver may take (:func:`horizon_broker.ingest.driver_rows.batch.driver_can_take`) has each
 batch's enriched rows collected as Arrow in one Spark job (how many at most: below). Up to ``driver_batch_rows`` rows the batch
-runs row by row (:mod:`horizon_broker.ingest.small`: no fixed cost, a few microseconds a row), up to
-``driver_columnar_rows`` as columns (:mod:`horizon_broker.ingest.columnar`: about 0.1 s of fixed cost, well under
+runs row by row (:mod:`horizon_broker.ingest.driver_rows`: no fixed cost, a few microseconds a row), up to
+``driver_columnar_rows`` as columns (:mod:`horizon_broker.ingest.driver_columns`: about 0.1 s of fixed cost, well under
 a microsecond a row), and a larger batch, or one either declines, on Spark, which reads the source
 again (the collect is then wasted: at most ``driver_columnar_rows`` rows).
 
@@ -22,13 +22,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from horizon_broker.ingest.columnar.batch import (
+from horizon_broker.ingest.driver_columns.batch import (
     DRIVER_COLUMNAR_BYTES,
     ColumnarBatch,
     columnar_batch,
 )
+from horizon_broker.ingest.driver_rows.batch import SmallBatch, driver_can_take, small_batch
 from horizon_broker.ingest.manifest import KeyIndexVersion
-from horizon_broker.ingest.small.batch import SmallBatch, driver_can_take, small_batch
 
 COLLECT_ACTION = "collect on the driver"
 ARROW_EXPANSION = 16

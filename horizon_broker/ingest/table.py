@@ -67,7 +67,8 @@ RESERVED_COLUMNS = frozenset(
         *("_first", "_hi", "_inBatch", "_isFirst", "_kp", "_kpDir", "_level", "_lo", "_n"),
         *("_newSeg", "_newUntil", "_next", "_off", "_ord", "_pid", "_position", "_prev", "_rank"),
         *("_root", "_row", "_rows", "_seg", "_sourceFile", "_sourcePosition", "_tchunk", "_tmin"),
-        *("_ts", "_updateFrom", "_validFrom", "_metadata"),
+        *("_ts", "_updateFrom", "_validFrom", "_metadata", "_group", "_segment"),
+        *("_row_count", "_row_max", "_row_min", "_tmin_min"),
     }
 )
 """Column names the ingestion pipeline gives its own columns beside the user's (and Spark's file
@@ -107,11 +108,11 @@ class TableDefinition:
     queries planned over it finish (0: delete at the next collection)."""
     transaction_column: str | None = None
     driver_batch_rows: int = 10_000
-    """Batches of at most this many rows (and updater runs as small, see :mod:`horizon_broker.ingest.small`)
+    """Batches of at most this many rows (and updater runs as small, see :mod:`horizon_broker.ingest.driver_rows`)
     run on the Spark driver without Spark jobs after the first; 0: every batch runs on Spark."""
     driver_columnar_rows: int = 1_000_000
     """Larger batches of at most this many rows run on the driver too, as Arrow columns (see
-    :mod:`horizon_broker.ingest.columnar`), where ``driver_batch_rows`` lets the driver take batches at all;
+    :mod:`horizon_broker.ingest.driver_columns`), where ``driver_batch_rows`` lets the driver take batches at all;
     0: batches over ``driver_batch_rows`` rows run on Spark."""
     version: str = DEFAULT_VERSION
     properties: dict[str, str] = field(default_factory=dict, compare=False, hash=False)

@@ -15,6 +15,7 @@ from typing import Any
 
 from horizon_broker._core.errors import Internal
 from horizon_broker.ingest import retention, updater
+from horizon_broker.ingest import update_rewrite as driver_rewrite
 from horizon_broker.ingest.bucketing import allow_partial_cluster_keys
 from horizon_broker.ingest.commit import CommitProtocol
 from horizon_broker.ingest.key_index import read_resolutions
@@ -22,7 +23,6 @@ from horizon_broker.ingest.locking import locked_update_plan
 from horizon_broker.ingest.manifest import UPDATE
 from horizon_broker.ingest.resolve import pending_updates
 from horizon_broker.ingest.segments import footer_summaries
-from horizon_broker.ingest.small import rewrite as driver_rewrite
 
 
 def run_updater(protocol: CommitProtocol) -> int:

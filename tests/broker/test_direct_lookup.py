@@ -19,11 +19,15 @@ from hypothesis import strategies as st
 
 from horizon_broker._core.errors import Unavailable
 from horizon_broker.broker.api.server import BrokerServer
-from horizon_broker.broker.spark.direct_read import DirectReader
+from horizon_broker.broker.direct_lookup.direct_read import DirectReader
+from horizon_broker.broker.direct_lookup.file_sets import FooterCache
+from horizon_broker.broker.direct_lookup.row_group_cache import RowGroupCache
+from horizon_broker.broker.direct_lookup.row_groups import (
+    RowGroupStats,
+    may_be_visible,
+    may_contain,
+)
 from horizon_broker.broker.spark.failures import UnreadableFiles
-from horizon_broker.broker.spark.file_sets import FooterCache
-from horizon_broker.broker.spark.row_group_cache import RowGroupCache
-from horizon_broker.broker.spark.row_groups import RowGroupStats, may_be_visible, may_contain
 from horizon_broker.broker.sql.model import KeyLookup, Predicate
 from horizon_broker.broker.sql.passes.find_key_lookup import key_lookup_of
 from horizon_broker.client import HorizonClient, connect

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from horizon_broker.broker.spark.direct_read import DirectReader
-from horizon_broker.broker.spark.file_sets import FooterCache
-from horizon_broker.broker.spark.file_warming import warm_files
-from horizon_broker.broker.spark.key_sets import KeySets
+from horizon_broker.broker.direct_lookup.direct_read import DirectReader
+from horizon_broker.broker.direct_lookup.file_sets import FooterCache
+from horizon_broker.broker.direct_lookup.file_warming import warm_files
+from horizon_broker.broker.direct_lookup.key_sets import KeySets
 from horizon_broker.broker.sql.model import KeyLookup, Predicate
 from horizon_broker.timeline.interval import Interval
 from horizon_broker.timeline.segment import Segment

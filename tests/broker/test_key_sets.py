@@ -12,8 +12,8 @@ import pyarrow.parquet as pq
 from hypothesis import given
 from hypothesis import strategies as st
 
-from horizon_broker.broker.spark.direct_read import DirectReader
-from horizon_broker.broker.spark.key_sets import (
+from horizon_broker.broker.direct_lookup.direct_read import DirectReader
+from horizon_broker.broker.direct_lookup.key_sets import (
     CombinedKeys,
     ConcatenatedKeys,
     KeySets,

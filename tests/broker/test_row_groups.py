@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 from hypothesis import given
 from hypothesis import strategies as st
 
-from horizon_broker.broker.spark.row_groups import (
+from horizon_broker.broker.direct_lookup.row_groups import (
     ColumnStats,
     RowGroupStats,
     column_stats,

@@ -105,7 +105,7 @@ def test_every_underscore_column_name_the_pipeline_spells_is_reserved():
     """A new internal column must join RESERVED_COLUMNS, or a user column could be overwritten
     by it without a word."""
     spelled: set[str] = set()
-    for path in (Path(ingest.__file__).parent).glob("*.py"):
+    for path in Path(ingest.__file__).parent.rglob("*.py"):
         spelled |= set(re.findall(r"[\"'](_[A-Za-z][A-Za-z_]*)[\"']", path.read_text()))
     unreserved = {
         name

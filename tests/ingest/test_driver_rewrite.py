@@ -1,6 +1,6 @@
 """The driver's segment rewrite applies updates as the Spark updater's join does.
 
-:func:`horizon_broker.ingest.small.rewrite.applied` joins the updates with the open rows only and keeps the rest
+:func:`horizon_broker.ingest.update_rewrite.applied` joins the updates with the open rows only and keeps the rest
 of them in their order; a reference model here applies ``coalesce(validUntil, new validUntil)``
 to every row, drops history before the retention horizon and splits and sorts the rows, as
 :func:`horizon_broker.ingest.updater.rewrite_segments` does, on random segments. A segment's closed files stay
@@ -21,9 +21,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from horizon_broker._core.errors import Internal
-from horizon_broker.ingest.small.files import copy_into
-from horizon_broker.ingest.small.rewrite import MAX_CLOSED_FILES, applied, closed_files_stay
+from horizon_broker.ingest.segment_files import copy_into
 from horizon_broker.ingest.table import TableDefinition
+from horizon_broker.ingest.update_rewrite import MAX_CLOSED_FILES, applied, closed_files_stay
 
 TABLE = TableDefinition.from_dict(
     {"name": "t", "columns": {"k": "string", "v": "bigint"}, "primary_key": ["k"],

@@ -1,6 +1,6 @@
 """Finding keys in a level by sorted codes finds exactly the rows ``is_in`` finds.
 
-:class:`horizon_broker.ingest.columnar.key_lookup.SortedKeys` replaces a filter of every level key by a binary
+:class:`horizon_broker.ingest.driver_columns.key_lookup.SortedKeys` replaces a filter of every level key by a binary
 search of the batch's keys among the level's sorted 64-bit codes (hashes of strings), so a test
 against the plain membership test guards the hashing (empty strings, multi-byte characters,
 arrays that are slices of larger ones) and the collision check.
@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from horizon_broker.ingest.columnar import key_lookup
-from horizon_broker.ingest.columnar.key_lookup import SortedKeys
+from horizon_broker.ingest.driver_columns import key_lookup
+from horizon_broker.ingest.driver_columns.key_lookup import SortedKeys
 
 texts = st.text(alphabet=st.sampled_from(["a", "b", "é", "\x00", "z", "1"]), max_size=5)
 # Around the 16 bytes up to which a key is hashed as two padded words, and past them.

@@ -10,13 +10,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from horizon_broker.ingest.resolve import stored_columns
+from horizon_broker.ingest.segment_files import Writer, mostly_distinct
 from horizon_broker.ingest.segments import (
     is_open_file,
     segment_directory_of,
     tag_of_file,
     write_segments,
 )
-from horizon_broker.ingest.small.files import Writer, mostly_distinct
 from horizon_broker.ingest.storage import Storage
 from tests.ingest.conftest import accounts_table
 

@@ -34,10 +34,10 @@ from horizon_broker.broker.api.listen import check_listen_policy
 from horizon_broker.broker.api.offload import Offload
 from horizon_broker.broker.api.query_service import QueryServicer
 from horizon_broker.broker.config import BrokerConfig, parse_listen
+from horizon_broker.broker.direct_lookup.reading import files_readable
 from horizon_broker.broker.engine import QueryEngine
 from horizon_broker.broker.engine.floor import SnapshotFloor
 from horizon_broker.broker.observe.wiring import BrokerObserver
-from horizon_broker.broker.spark.reading import files_readable
 from horizon_broker.broker.spark.session_conf import spark_conf
 from horizon_broker.broker.spark.supervisor import SparkSupervisor
 

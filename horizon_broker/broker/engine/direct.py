@@ -2,10 +2,10 @@
 
 Only with embedded Spark: its files are this machine's files (on a cluster or behind Spark
 Connect a local path may name a file the broker cannot see). The rewrite found the lookup
-(:mod:`horizon_broker.broker.sql.passes.find_key_lookup`); :mod:`horizon_broker.broker.spark.direct_read` reads it. The result
+(:mod:`horizon_broker.broker.sql.passes.find_key_lookup`); :mod:`horizon_broker.broker.direct_lookup.direct_read` reads it. The result
 schema of each lookup shape is Spark's own, from the first lookup of that shape; later lookups of
 the shape are answered without any call into Spark. The files ingestion adds to a table looked up
-lately are read before they become visible (:mod:`horizon_broker.broker.spark.file_warming`).
+lately are read before they become visible (:mod:`horizon_broker.broker.direct_lookup.file_warming`).
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ from typing import Any
 import pyarrow as pa
 
 from horizon_broker.broker.config import SparkConfig
+from horizon_broker.broker.direct_lookup.direct_read import DirectReader
+from horizon_broker.broker.direct_lookup.file_warming import warm_files
 from horizon_broker.broker.engine.execution import limited_batches
 from horizon_broker.broker.engine.prepared import Prepared
-from horizon_broker.broker.spark.direct_read import DirectReader
-from horizon_broker.broker.spark.file_warming import warm_files
 
 log = logging.getLogger("horizon.broker.engine")
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 from horizon_broker._core.errors import Unavailable
+from horizon_broker.broker.direct_lookup.reading import file_readable
 from horizon_broker.broker.engine.prepared import Prepared, TableReadInfo
 from horizon_broker.broker.spark.failures import UnreadableFiles
-from horizon_broker.broker.spark.reading import file_readable
 from horizon_broker.timeline.fallback import fallback_problem
 from horizon_broker.timeline.interval import format_instant
 

@@ -1,6 +1,6 @@
 """Recognise the plainest key lookup: ``SELECT cols FROM t [AS OF ..] WHERE k = v [AND ..]``.
 
-The broker reads such a query straight from the segment files (:mod:`horizon_broker.broker.spark.direct_read`)
+The broker reads such a query straight from the segment files (:mod:`horizon_broker.broker.direct_lookup.direct_read`)
 instead of running a Spark job. The shape accepted is deliberately narrow, so its meaning can be
 reproduced exactly outside Spark: one table, a projection of plain columns (or ``*``), a
 conjunction of ``column = literal`` and ``column IN (literals)`` that fixes every primary-key

@@ -1,12 +1,12 @@
 """Running a large batch on the driver as Arrow columns: when it applies, its index and files.
 
 :func:`columnar_batch` takes a batch already collected as Arrow (:mod:`horizon_broker.ingest.driver_batches`)
-when the table's rules allow it (those of :func:`horizon_broker.ingest.small.batch.driver_can_take`, at most one
+when the table's rules allow it (those of :func:`horizon_broker.ingest.driver_rows.batch.driver_can_take`, at most one
 comparison column, keys pyarrow joins exactly, no null key, the collected rows within
 :data:`DRIVER_COLUMNAR_BYTES`). :meth:`ColumnarBatch.write` then does what
 :func:`horizon_broker.ingest.batch.resolve_upserts` and :func:`horizon_broker.ingest.segments.write_segments` do: the batch's
-keys are looked up in each level (:mod:`horizon_broker.ingest.columnar.index_lookup`), the batch is resolved
-(:mod:`horizon_broker.ingest.columnar.resolution`), and its level (one file per key partition, sorted by key)
+keys are looked up in each level (:mod:`horizon_broker.ingest.driver_columns.index_lookup`), the batch is resolved
+(:mod:`horizon_broker.ingest.driver_columns.resolution`), and its level (one file per key partition, sorted by key)
 and segments (open versions by key, closed ones by ``validFrom``) are written one file per core
 at a time, with Spark's row-group size and dictionary choices. The batch that finds a partition
 with :data:`horizon_broker.ingest.key_index.MAX_INDEX_LEVELS` levels (one in eight) reads the partitions' whole
@@ -24,11 +24,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from horizon_broker._core.errors import Internal
-from horizon_broker.ingest.columnar import level_cache, resolution, stamps
-from horizon_broker.ingest.columnar.arrays import numpy_of
-from horizon_broker.ingest.columnar.index_lookup import batch_entries, partition_entries
+from horizon_broker.ingest import segment_files as files
 from horizon_broker.ingest.commit import ResolvedBatch
 from horizon_broker.ingest.commit_times import ChangeCount
+from horizon_broker.ingest.driver_columns import level_cache, resolution, stamps
+from horizon_broker.ingest.driver_columns.arrays import numpy_of
+from horizon_broker.ingest.driver_columns.index_lookup import batch_entries, partition_entries
 from horizon_broker.ingest.key_index import (
     INDEX_PARTITION_DIR,
     is_resolution,
@@ -50,7 +51,6 @@ from horizon_broker.ingest.segments import (
     plain_segment_columns,
     unique_key,
 )
-from horizon_broker.ingest.small import files
 from horizon_broker.ingest.storage import Storage
 from horizon_broker.ingest.table import TableDefinition
 from horizon_broker.watermark.catalog import VALID_FROM, VALID_UNTIL

@@ -1,6 +1,6 @@
 """The driver's resolution of small batches agrees with Spark's, row for row.
 
-:mod:`horizon_broker.ingest.small.resolution` restates :mod:`horizon_broker.ingest.resolve` for rows. Both run here on the same
+:mod:`horizon_broker.ingest.driver_rows.resolution` restates :mod:`horizon_broker.ingest.resolve` for rows. Both run here on the same
 random records and index entries (few keys, a narrow range of comparison values, null comparison
 values, deletes, tombstones in the index, several records of a key in one batch, transactions
 sharing a commit timestamp), and every derived result is compared: the resolved frame, the stored
@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from horizon_broker.ingest import resolve as spark_resolve
-from horizon_broker.ingest.small import resolution
-from horizon_broker.ingest.small.resolution import IndexEntry
+from horizon_broker.ingest.driver_rows import resolution
+from horizon_broker.ingest.driver_rows.resolution import IndexEntry
 from horizon_broker.ingest.table import TableDefinition
 
 KEYS = ["a", "b", "c", "d"]

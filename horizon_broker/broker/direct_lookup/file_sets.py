@@ -2,7 +2,7 @@
 
 Segment files are immutable, so a footer read once stays true (:class:`FooterCache`), and one set
 of files (a table generation's visible files) is indexed once (:class:`FileSet`): its row groups
-numbered end to end with their statistics as arrays (:mod:`horizon_broker.broker.spark.row_groups`), so a
+numbered end to end with their statistics as arrays (:mod:`horizon_broker.broker.direct_lookup.row_groups`), so a
 lookup prunes every row group of the set with a few array operations. A file that cannot be read
 is reported as :func:`unreadable` says: missing (the timeline falls back) or left to Spark.
 """
@@ -20,9 +20,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from horizon_broker.broker.direct_lookup.reading import local_path
+from horizon_broker.broker.direct_lookup.row_groups import ColumnStats, column_stats, concatenated
 from horizon_broker.broker.spark.failures import UnreadableFiles
-from horizon_broker.broker.spark.reading import local_path
-from horizon_broker.broker.spark.row_groups import ColumnStats, column_stats, concatenated
 
 
 class Decline(Exception):

@@ -2,9 +2,9 @@
 
 Each level file holds one key partition's entries; a batch looks up, in each file, only its own
 keys of that partition, and of several levels keeps each key's newest entry
-(:func:`horizon_broker.ingest.columnar.resolution.newest_entries`). Files are read once and kept decoded
-(:mod:`horizon_broker.ingest.columnar.level_cache`); a one-column key is found in a cached level by binary search
-of its code (:mod:`horizon_broker.ingest.columnar.key_lookup`), a composite key by a semi-join. Files are looked
+(:func:`horizon_broker.ingest.driver_columns.resolution.newest_entries`). Files are read once and kept decoded
+(:mod:`horizon_broker.ingest.driver_columns.level_cache`); a one-column key is found in a cached level by binary search
+of its code (:mod:`horizon_broker.ingest.driver_columns.key_lookup`), a composite key by a semi-join. Files are looked
 up one per core at a time (pyarrow works outside the GIL).
 """
 
@@ -14,9 +14,9 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from horizon_broker.ingest.columnar import key_lookup, level_cache, resolution
+from horizon_broker.ingest import segment_files as files
+from horizon_broker.ingest.driver_columns import key_lookup, level_cache, resolution
 from horizon_broker.ingest.manifest import KeyIndexVersion
-from horizon_broker.ingest.small import files
 from horizon_broker.ingest.storage import Storage
 from horizon_broker.ingest.table import TableDefinition
 

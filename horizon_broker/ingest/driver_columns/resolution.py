@@ -1,13 +1,13 @@
-"""Key resolution of a batch as Arrow columns: :mod:`horizon_broker.ingest.small.resolution`'s rules, vectorized
+"""Key resolution of a batch as Arrow columns: :mod:`horizon_broker.ingest.driver_rows.resolution`'s rules, vectorized
 (pure).
 
 Each function mirrors a row-wise one and must agree with it row for row (a property test runs
-both on the same records; :mod:`horizon_broker.ingest.columnar.stamps` does the same for the count and the
+both on the same records; :mod:`horizon_broker.ingest.driver_columns.stamps` does the same for the count and the
 commit timestamps): :func:`resolve_columns` is
-:func:`~horizon_broker.ingest.small.resolution.resolve_rows`, :func:`stored_versions` is
-:func:`~horizon_broker.ingest.small.resolution.stored_rows`, :func:`level_entries` is
-:func:`~horizon_broker.ingest.small.resolution.entries_of` and :func:`update_summary` is
-:func:`~horizon_broker.ingest.small.resolution.update_summary`.
+:func:`~horizon_broker.ingest.driver_rows.resolution.resolve_rows`, :func:`stored_versions` is
+:func:`~horizon_broker.ingest.driver_rows.resolution.stored_rows`, :func:`level_entries` is
+:func:`~horizon_broker.ingest.driver_rows.resolution.entries_of` and :func:`update_summary` is
+:func:`~horizon_broker.ingest.driver_rows.resolution.update_summary`.
 
 The window of :func:`horizon_broker.ingest.resolve.resolve` becomes passes over the batch sorted by key and source
 order: comparison values are replaced by their dense rank among the batch's and the index's values
@@ -38,9 +38,9 @@ from typing import Any
 import numpy as np
 
 from horizon_broker._core.errors import Internal
-from horizon_broker.ingest.columnar.arrays import numbers, valid
+from horizon_broker.ingest.driver_columns.arrays import numbers, valid
+from horizon_broker.ingest.driver_rows.resolution import UpdateSummary
 from horizon_broker.ingest.resolve import SOURCE_FILE, SOURCE_POSITION
-from horizon_broker.ingest.small.resolution import UpdateSummary
 from horizon_broker.ingest.table import OutOfOrder, TableDefinition
 from horizon_broker.watermark.catalog import VALID_FROM, VALID_UNTIL
 
@@ -55,7 +55,7 @@ def supported(table: TableDefinition) -> bool:
 
 
 def _comparison(batch: Any, table: TableDefinition) -> Any:
-    """The comparison value of each row (:func:`horizon_broker.ingest.small.resolution.comparison`) as an Arrow
+    """The comparison value of each row (:func:`horizon_broker.ingest.driver_rows.resolution.comparison`) as an Arrow
     array: the one comparison column, or 0 (int) without one."""
     import pyarrow as pa
 
@@ -66,7 +66,7 @@ def _comparison(batch: Any, table: TableDefinition) -> Any:
 
 def _dense_ranks(values: Any) -> np.ndarray:
     """Each value's dense rank (0 for the least), ``-1`` for null: orders as
-    :func:`horizon_broker.ingest.small.resolution.order_key` does."""
+    :func:`horizon_broker.ingest.driver_rows.resolution.order_key` does."""
     import pyarrow.compute as pc
 
     if len(values) == 0:
@@ -203,7 +203,7 @@ def resolve_columns(
 
 def carried_columns(entries: Any, schema: Any, table: TableDefinition) -> Any:
     """Rows that keep index entries in a new level without a record of their key (what the
-    Spark path's full join gives an untouched key, :func:`horizon_broker.ingest.small.resolution.carried_rows`):
+    Spark path's full join gives an untouched key, :func:`horizon_broker.ingest.driver_rows.resolution.carried_rows`):
     the key and the ``_i_`` columns, in ``schema`` (a resolved frame's), in the entries' order."""
     import pyarrow as pa
 
@@ -283,7 +283,7 @@ def stored_versions(resolved: Any, table: TableDefinition) -> Any:
 def level_entries(level: Any, table: TableDefinition) -> Any:
     """The key index entries one level's rows hold (:func:`horizon_broker.ingest.resolve.index_entries`): the
     key and :data:`ENTRY_COLUMNS`, one row per entry. ``level`` has the key, the comparison and
-    delete columns and :data:`horizon_broker.ingest.small.files.LEVEL_COLUMNS`."""
+    delete columns and :data:`horizon_broker.ingest.segment_files.LEVEL_COLUMNS`."""
     import pyarrow as pa
     import pyarrow.compute as pc
 

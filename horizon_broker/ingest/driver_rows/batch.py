@@ -27,14 +27,10 @@ from typing import Any
 
 from horizon_broker._core.errors import Internal
 from horizon_broker.ingest import key_index as levels_module
+from horizon_broker.ingest import segment_files as files
 from horizon_broker.ingest.commit import ResolvedBatch
 from horizon_broker.ingest.commit_times import ChangeCount, SourceSpan
-from horizon_broker.ingest.key_index import resolution_directory
-from horizon_broker.ingest.manifest import KeyIndexVersion
-from horizon_broker.ingest.resolve import SOURCE_FILE, SOURCE_POSITION
-from horizon_broker.ingest.segments import WrittenSegment, collect_written
-from horizon_broker.ingest.small import files
-from horizon_broker.ingest.small.resolution import (
+from horizon_broker.ingest.driver_rows.resolution import (
     IndexEntry,
     Key,
     carried_rows,
@@ -45,6 +41,10 @@ from horizon_broker.ingest.small.resolution import (
     stored_rows,
     update_summary,
 )
+from horizon_broker.ingest.key_index import resolution_directory
+from horizon_broker.ingest.manifest import KeyIndexVersion
+from horizon_broker.ingest.resolve import SOURCE_FILE, SOURCE_POSITION
+from horizon_broker.ingest.segments import WrittenSegment, collect_written
 from horizon_broker.ingest.storage import Storage
 from horizon_broker.ingest.table import TableDefinition
 from horizon_broker.watermark.catalog import VALID_FROM, VALID_UNTIL
@@ -65,7 +65,7 @@ _TIME = re.compile(r"^(?:tinyint|byte|smallint|short|int|integer|bigint|long|dat
 
 def driver_can_take(table: TableDefinition, session_conf: Mapping[str, str], local: bool) -> bool:
     """Whether a table's batches may run on the driver at all (pure): row by row
-    (:mod:`horizon_broker.ingest.small`) or as columns (:mod:`horizon_broker.ingest.columnar`)."""
+    (:mod:`horizon_broker.ingest.driver_rows`) or as columns (:mod:`horizon_broker.ingest.driver_columns`)."""
     if (
         table.driver_batch_rows < 1
         or not local

@@ -1,7 +1,7 @@
 """The columnar resolution agrees with the row-wise one, row for row.
 
-:mod:`horizon_broker.ingest.columnar.resolution` restates :mod:`horizon_broker.ingest.small.resolution` (itself checked
-against Spark's :mod:`horizon_broker.ingest.resolve` in ``test_small_resolution``) as vectorized passes. Both run
+:mod:`horizon_broker.ingest.driver_columns.resolution` restates :mod:`horizon_broker.ingest.driver_rows.resolution` (itself checked
+against Spark's :mod:`horizon_broker.ingest.resolve` in ``test_driver_rows_resolution``) as vectorized passes. Both run
 here on the same random batches: few keys (often several records of a key in one batch), a
 narrow range of comparison values with nulls, deletes, tombstones and null comparison values in
 the index, transactions sharing a commit timestamp, several source files and Spark partitions, an
@@ -18,12 +18,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from horizon_broker.ingest.columnar import resolution as columnar
-from horizon_broker.ingest.columnar import stamps
 from horizon_broker.ingest.commit_times import SourceSpan
-from horizon_broker.ingest.small import resolution as rows
-from horizon_broker.ingest.small.batch import count_rows
-from horizon_broker.ingest.small.resolution import IndexEntry, order_key
+from horizon_broker.ingest.driver_columns import resolution as columnar
+from horizon_broker.ingest.driver_columns import stamps
+from horizon_broker.ingest.driver_rows import resolution as rows
+from horizon_broker.ingest.driver_rows.batch import count_rows
+from horizon_broker.ingest.driver_rows.resolution import IndexEntry, order_key
 from horizon_broker.ingest.table import TableDefinition
 
 KEYS = ["a", "b", "c", "d", "e"]
@@ -272,7 +272,7 @@ def test_source_spans_from_the_columns_are_the_rows_spans() -> None:
 def test_the_docstring_examples_hold() -> None:
     import doctest
 
-    from horizon_broker.ingest.columnar import key_lookup
+    from horizon_broker.ingest.driver_columns import key_lookup
 
     for module in (columnar, key_lookup):
         outcome = doctest.testmod(module)

@@ -5,16 +5,16 @@ scheduling, every file's footer, row-by-row decoding). This reader answers the n
 :func:`horizon_broker.broker.sql.passes.find_key_lookup.find_key_lookup` recognises over the same files Spark would read:
 
 1. footers come from a cache (segment files are immutable, so a footer read once stays true;
-   :mod:`horizon_broker.broker.spark.file_sets`);
+   :mod:`horizon_broker.broker.direct_lookup.file_sets`);
 2. row groups are pruned with their min/max statistics on the integer key columns and on the
    validity columns (the same pruning Spark's Parquet filter push-down does), over arrays of
-   every row group of the file set built once per set of files (:mod:`horizon_broker.broker.spark.row_groups`),
+   every row group of the file set built once per set of files (:mod:`horizon_broker.broker.direct_lookup.row_groups`),
    so the cost of a lookup hardly grows with the files that cannot hold its keys; where keys are
    hashed over the files (every file's range spans the table), each file's sorted key column
-   (:mod:`horizon_broker.broker.spark.key_sets`) rules it out, and a set looked up often gets all its keys in
+   (:mod:`horizon_broker.broker.direct_lookup.key_sets`) rules it out, and a set looked up often gets all its keys in
    one sorted array, so finding the files that hold a key is a bisection, not a loop over files;
-3. the remaining row groups are read (:mod:`horizon_broker.broker.spark.file_rows`; a large one, as
-   compaction writes, is decoded once and kept: :mod:`horizon_broker.broker.spark.row_group_cache`), and the
+3. the remaining row groups are read (:mod:`horizon_broker.broker.direct_lookup.file_rows`; a large one, as
+   compaction writes, is decoded once and kept: :mod:`horizon_broker.broker.direct_lookup.row_group_cache`), and the
    key predicates and the visibility rule ``validFrom <= S AND (validUntil IS NULL OR
    validUntil > S)`` applied with SQL's three-valued logic;
 4. the columns are returned with the Arrow schema Spark's analysis gave the query, so the answer
@@ -42,18 +42,24 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from horizon_broker._core.byte_lru import ByteBoundedLru
-from horizon_broker.broker.spark.file_rows import FilePlan, read_file
-from horizon_broker.broker.spark.file_sets import Decline, FileSet, Footer, FooterCache, unreadable
-from horizon_broker.broker.spark.key_sets import (
+from horizon_broker.broker.direct_lookup.file_rows import FilePlan, read_file
+from horizon_broker.broker.direct_lookup.file_sets import (
+    Decline,
+    FileSet,
+    Footer,
+    FooterCache,
+    unreadable,
+)
+from horizon_broker.broker.direct_lookup.key_sets import (
     CombinedKeys,
     ConcatenatedKeys,
     KeySets,
     holds_any,
     lookup_values,
 )
-from horizon_broker.broker.spark.reading import is_local, local_path
-from horizon_broker.broker.spark.row_group_cache import RowGroupCache
-from horizon_broker.broker.spark.row_groups import contains, visible
+from horizon_broker.broker.direct_lookup.reading import is_local, local_path
+from horizon_broker.broker.direct_lookup.row_group_cache import RowGroupCache
+from horizon_broker.broker.direct_lookup.row_groups import contains, visible
 from horizon_broker.broker.sql.model import KeyLookup, Predicate
 from horizon_broker.watermark.catalog import VALID_FROM, VALID_UNTIL
 
@@ -66,7 +72,7 @@ KEY_SETS_FROM_FILES = 2
 COMBINED_KEYS_FROM_FILES = 16
 """When statistics leave this many files or more, a set's combined keys choose them (built in
 the background, see :data:`BUILD_AFTER_CHECKS_PER_KEY`; until then, its files' key sets laid
-end to end: :class:`horizon_broker.broker.spark.key_sets.ConcatenatedKeys`)."""
+end to end: :class:`horizon_broker.broker.direct_lookup.key_sets.ConcatenatedKeys`)."""
 BUILD_AFTER_CHECKS_PER_KEY = 0.1
 """A set's combined keys are built once its lookups have checked files one by one as many times
 as a tenth of its keys: building costs about that much (measured: about 170 ns a key, against

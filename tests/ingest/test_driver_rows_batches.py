@@ -78,7 +78,7 @@ def _normalized(rows: list[dict[str, Any]], bases: list[tuple[int, int]]) -> lis
     )  # fmt: skip
 
 
-def test_small_batches_on_the_driver_store_what_spark_stores(
+def test_driver_rows_batches_on_the_driver_store_what_spark_stores(
     spark: Any, server: Any, follower: Any, tmp_path: Any
 ) -> None:
     on_driver = IngestJob(

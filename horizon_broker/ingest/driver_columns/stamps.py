@@ -1,8 +1,8 @@
 """A batch's count and commit timestamps as Arrow columns (pure).
 
 :func:`count_columns` is :func:`horizon_broker.ingest.commit_times.count_changes` (and
-:func:`horizon_broker.ingest.small.batch.count_rows`) of collected rows and :func:`stamp_columns` is
-:func:`horizon_broker.ingest.commit_times.stamp` (and :func:`horizon_broker.ingest.small.resolution.stamp_rows`): each
+:func:`horizon_broker.ingest.driver_rows.batch.count_rows`) of collected rows and :func:`stamp_columns` is
+:func:`horizon_broker.ingest.commit_times.stamp` (and :func:`horizon_broker.ingest.driver_rows.resolution.stamp_rows`): each
 row's source order is the base of its (source file, Spark partition) span plus its row there,
 its commit timestamp that or its transaction's first, its time chunk from its event time or else
 its commit time. A property test runs both forms on the same rows.
@@ -16,15 +16,15 @@ from typing import Any
 import numpy as np
 
 from horizon_broker._core.errors import Internal
-from horizon_broker.ingest.columnar.arrays import numbers, numpy_of, valid
 from horizon_broker.ingest.commit_times import ChangeCount, SourceSpan, span_bases
+from horizon_broker.ingest.driver_columns.arrays import numbers, numpy_of, valid
 from horizon_broker.ingest.granularity import Granularity, chunk_start_ms, fixed_width
 from horizon_broker.ingest.resolve import SOURCE_FILE
 from horizon_broker.ingest.table import TableDefinition
 
 
 def event_ms(column: Any) -> tuple[np.ndarray, np.ndarray]:
-    """A time column's values as epoch milliseconds (:func:`horizon_broker.ingest.small.resolution.epoch_ms`,
+    """A time column's values as epoch milliseconds (:func:`horizon_broker.ingest.driver_rows.resolution.epoch_ms`,
     floored) and which are not null."""
     import pyarrow as pa
     import pyarrow.compute as pc

@@ -9,7 +9,7 @@ batches run on the driver (``driver_batch_rows``, local storage), no segment to 
 :data:`DRIVER_UPDATE_ROWS` updates, pyarrow reads the updates once, and then, a few segments at
 a time, reads each segment, joins its rows with its updates on (key, ``validFrom``), applies
 them as the Spark join does (``coalesce(validUntil, new validUntil)``), drops the history
-retention lets go, and writes the rewrite with :mod:`horizon_broker.ingest.small.files`: open versions by key,
+retention lets go, and writes the rewrite with :mod:`horizon_broker.ingest.segment_files`: open versions by key,
 closed ones by ``validFrom``. A segment's closed files are kept as they are (copied into the
 rewrite byte for byte, next to one file of the versions it closes) up to
 :data:`MAX_CLOSED_FILES`.
@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from horizon_broker._core.errors import Internal
+from horizon_broker.ingest import segment_files as files
+from horizon_broker.ingest.driver_rows.batch import driver_can_take
 from horizon_broker.ingest.segments import (
     CLOSED_ROWS,
     OPEN_ROWS,
@@ -34,8 +36,6 @@ from horizon_broker.ingest.segments import (
     is_open_file,
     plain_segment_columns,
 )
-from horizon_broker.ingest.small import files
-from horizon_broker.ingest.small.batch import driver_can_take
 from horizon_broker.ingest.storage import Storage
 from horizon_broker.ingest.table import TableDefinition
 from horizon_broker.ingest.updater import Target, UpdatePlan
@@ -281,7 +281,7 @@ def prepare(
         {
             "_i_chunk": pa.array([chunk for chunk, _ in plan.targets], pa.int64()),
             "_i_seg": pa.array([root for _, root in plan.targets], pa.int32()),
-            "_rewrite": pa.array([rewrite_of[plan.targets[t]] for t in plan.targets], pa.int32()),
+            "_i_rewrite": pa.array([rewrite_of[plan.targets[t]] for t in plan.targets], pa.int32()),
         }
     )
     try:
@@ -289,7 +289,7 @@ def prepare(
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
         return None
     # Sorted by rewrite once, so each segment's updates are one slice (no scan per segment).
-    found = found.sort_by("_rewrite")
+    found = found.sort_by("_i_rewrite")
     updates = pa.table(
         {
             **{name: found[name] for name in pk},
@@ -297,7 +297,7 @@ def prepare(
             _NEW_UNTIL: found["_ts"],
         }
     )
-    bounds = np.searchsorted(found["_rewrite"].to_numpy(), np.arange(len(rewrite_of) + 1))
+    bounds = np.searchsorted(found["_i_rewrite"].to_numpy(), np.arange(len(rewrite_of) + 1))
     per_rewrite: dict[Target, Any] = {}
     for key, paths in segment_files.items():
         index = rewrite_of[key]

@@ -1,4 +1,4 @@
-"""Small batches on the driver: a micro-batch of a few events resolved and written without
+"""Batches on the driver, row by row: a micro-batch of a few events resolved and written without
 Spark jobs.
 
 A batch of one event cost about 1.5 s through Spark (four jobs: count, resolve, summarize, write),
@@ -7,8 +7,9 @@ the table's ``driver_batch_rows`` rows (10,000 by default) is collected to the d
 and everything after it runs in Python: the commit timestamps, the key index lookup (pyarrow reads
 of the index levels, only the batch's keys), the resolution, and the files (pyarrow writes, in the
 same layout, schema and encoding of timestamps Spark writes). The rules are the Spark path's,
-restated for rows: :mod:`horizon_broker.ingest.small.resolution` (pure, checked against
-:func:`horizon_broker.ingest.resolve.resolve` by a property test); :mod:`horizon_broker.ingest.small.files` reads and writes;
-:mod:`horizon_broker.ingest.small.batch` decides when it applies and runs it; :mod:`horizon_broker.ingest.small.rewrite` applies
-the updater's pending updates to segments with pyarrow, for batches of any size.
+restated for rows: :mod:`horizon_broker.ingest.driver_rows.resolution` (pure, checked against
+:func:`horizon_broker.ingest.resolve.resolve` by a property test); :mod:`horizon_broker.ingest.driver_rows.batch` decides when it
+applies and runs it. Beside it, shared with the other paths: :mod:`horizon_broker.ingest.segment_files`
+reads and writes the files, and :mod:`horizon_broker.ingest.update_rewrite` applies the updater's
+pending updates to segments with pyarrow, for batches of any size.
 """

@@ -20,6 +20,7 @@ import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from horizon_broker.ingest.driver_rows.resolution import IndexEntry, Key, entries_of, order_key
 from horizon_broker.ingest.key_index import INDEX_PARTITION_DIR
 from horizon_broker.ingest.resolve import SOURCE_FILE, SOURCE_POSITION
 from horizon_broker.ingest.segments import (
@@ -30,7 +31,6 @@ from horizon_broker.ingest.segments import (
     SEGMENT_DIR_COLUMN,
     plain_segment_columns,
 )
-from horizon_broker.ingest.small.resolution import IndexEntry, Key, entries_of, order_key
 from horizon_broker.ingest.storage import Storage
 from horizon_broker.ingest.table import TableDefinition
 from horizon_broker.watermark.catalog import VALID_FROM, VALID_UNTIL

@@ -1,6 +1,6 @@
-"""The rows of one segment file a key lookup asks for (see :mod:`horizon_broker.broker.spark.direct_read`).
+"""The rows of one segment file a key lookup asks for (see :mod:`horizon_broker.broker.direct_lookup.direct_read`).
 
-Large row groups are decoded once and kept (:mod:`horizon_broker.broker.spark.row_group_cache`): a lookup
+Large row groups are decoded once and kept (:mod:`horizon_broker.broker.direct_lookup.row_group_cache`): a lookup
 bisects their sorted key positions and filters only the rows holding its keys. Small ones are
 read in two passes: the filter columns of every candidate row group, then the result columns of
 the row groups that hold a match. The visibility rule and the key predicates follow SQL's
@@ -16,10 +16,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from horizon_broker.broker.spark.file_sets import Footer, unreadable
-from horizon_broker.broker.spark.key_sets import lookup_values
-from horizon_broker.broker.spark.reading import local_path
-from horizon_broker.broker.spark.row_group_cache import RowGroupCache
+from horizon_broker.broker.direct_lookup.file_sets import Footer, unreadable
+from horizon_broker.broker.direct_lookup.key_sets import lookup_values
+from horizon_broker.broker.direct_lookup.reading import local_path
+from horizon_broker.broker.direct_lookup.row_group_cache import RowGroupCache
 from horizon_broker.broker.sql.model import Predicate
 from horizon_broker.watermark.catalog import VALID_FROM, VALID_UNTIL
 

@@ -9,7 +9,7 @@ of the level it writes, so the next batch reads none of it from disk. A level dr
 cache (or never read) is simply read again.
 
 A level looked up a second time while cached also keeps its keys' sorted codes
-(:class:`horizon_broker.ingest.columnar.key_lookup.SortedKeys`), after which a batch finds its keys in it by
+(:class:`horizon_broker.ingest.driver_columns.key_lookup.SortedKeys`), after which a batch finds its keys in it by
 binary search instead of filtering every entry. Not on first use: building them costs about 3x a
 filter, which only pays off over later batches (a cache too small for the index would pay it on
 every batch).
@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from horizon_broker._core.byte_lru import ByteBoundedLru
-from horizon_broker.ingest.columnar.key_lookup import SortedKeys, supports
+from horizon_broker.ingest.driver_columns.key_lookup import SortedKeys, supports
 from horizon_broker.ingest.table import TableDefinition
 
 LEVEL_CACHE_BYTES = 768 * 1024 * 1024

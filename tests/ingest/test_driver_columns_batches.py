@@ -21,11 +21,11 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from horizon_broker.ingest import key_index
-from horizon_broker.ingest.columnar.batch import RESOLVE_ACTION
 from horizon_broker.ingest.driver_batches import COLLECT_ACTION
+from horizon_broker.ingest.driver_columns.batch import RESOLVE_ACTION
 from horizon_broker.ingest.job import IngestJob
 from horizon_broker.ingest.segments import is_open_file
-from horizon_broker.ingest.small.rewrite import MAX_CLOSED_FILES
+from horizon_broker.ingest.update_rewrite import MAX_CLOSED_FILES
 from tests.ingest.conftest import (
     Change,
     accounts_table,
@@ -35,14 +35,14 @@ from tests.ingest.conftest import (
     stamp,
     visible_at,
 )
-from tests.ingest.test_pipeline import frame
-from tests.ingest.test_small_batches import (
+from tests.ingest.test_driver_rows_batches import (
     _changelog,
     _event_files,
     _events_table,
     _normalized,
     _stored,
 )
+from tests.ingest.test_pipeline import frame
 
 
 def test_batches_resolved_as_columns_store_what_spark_stores(

@@ -1,6 +1,6 @@
 """The pure decisions of small batches: which tables the driver takes, how key index levels fold,
 and how collected rows are counted and stamped (no Spark: Spark's side is compared in
-``test_small_resolution`` and ``test_small_batches``)."""
+``test_driver_rows_resolution`` and ``test_driver_rows_batches``)."""
 
 from __future__ import annotations
 
@@ -10,20 +10,20 @@ import pytest
 
 from horizon_broker.ingest import key_index
 from horizon_broker.ingest.commit_times import SourceSpan
-from horizon_broker.ingest.manifest import KeyIndexVersion
-from horizon_broker.ingest.small.batch import (
+from horizon_broker.ingest.driver_rows.batch import (
     SMALL_LEVEL_ROWS,
     count_rows,
     driver_can_take,
     plan_levels,
 )
-from horizon_broker.ingest.small.resolution import stamp_rows
-from horizon_broker.ingest.small.rewrite import (
+from horizon_broker.ingest.driver_rows.resolution import stamp_rows
+from horizon_broker.ingest.manifest import KeyIndexVersion
+from horizon_broker.ingest.table import TableDefinition
+from horizon_broker.ingest.update_rewrite import (
     DRIVER_SEGMENT_BYTES,
     DRIVER_SEGMENT_ROWS,
     driver_can_hold,
 )
-from horizon_broker.ingest.table import TableDefinition
 from horizon_broker.timeline.interval import Interval
 from horizon_broker.timeline.segment import Segment
 

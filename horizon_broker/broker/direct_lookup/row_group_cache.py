@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from horizon_broker._core.byte_lru import ByteBoundedLru
-from horizon_broker.broker.spark.key_sets import entries_for
+from horizon_broker.broker.direct_lookup.key_sets import entries_for
 
 DEFAULT_MAX_BYTES = 256 * 1024 * 1024
 LARGE_ROW_GROUP_ROWS = 50_000

@@ -22,10 +22,10 @@ from collections.abc import Callable, Iterable, Sequence
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from horizon_broker.broker.direct_lookup.file_sets import Decline, FooterCache
+from horizon_broker.broker.direct_lookup.key_sets import KeySets
+from horizon_broker.broker.direct_lookup.reading import is_local, local_path
 from horizon_broker.broker.spark.failures import UnreadableFiles
-from horizon_broker.broker.spark.file_sets import Decline, FooterCache
-from horizon_broker.broker.spark.key_sets import KeySets
-from horizon_broker.broker.spark.reading import is_local, local_path
 from horizon_broker.watermark.catalog import VALID_FROM, VALID_UNTIL
 
 
