@@ -13,12 +13,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
 
+from horizon_broker._core.lru import Lru
 from horizon_broker.broker.config import SparkConfig
 from horizon_broker.broker.direct_lookup.direct_read import DirectReader
 from horizon_broker.broker.direct_lookup.file_warming import warm_files
@@ -60,8 +60,9 @@ class DirectLookups:
         self.answers_without_spark = 0
         """Answers whose schema came from an earlier lookup of the same shape: no call into
         Spark at all."""
-        self._schemas: OrderedDict[Hashable, pa.Schema] = OrderedDict()
+        self._schemas: Lru[Hashable, pa.Schema] = Lru(SCHEMAS_KEPT)
         self._lock = threading.Lock()
+        """Guards :attr:`_looked_up`."""
 
     def schema_key(self, prepared: Prepared) -> Hashable | None:
         """What fixes a lookup's result schema: the table's columns and the select list."""
@@ -74,11 +75,7 @@ class DirectLookups:
         """The schema Spark gave an earlier lookup of this shape (None: not seen yet)."""
         if key is None:
             return None
-        with self._lock:
-            schema = self._schemas.get(key)
-            if schema is not None:
-                self._schemas.move_to_end(key)
-            return schema
+        return self._schemas.get(key)
 
     def answer_known_shape(
         self,
@@ -101,12 +98,8 @@ class DirectLookups:
         return limited_batches(schema, answer, limits)
 
     def remember_schema(self, key: Hashable | None, schema: pa.Schema) -> None:
-        if key is None:
-            return
-        with self._lock:
-            self._schemas[key] = schema
-            while len(self._schemas) > SCHEMAS_KEPT:
-                self._schemas.popitem(last=False)
+        if key is not None:
+            self._schemas.put(key, schema)
 
     def reader_for(
         self, prepared: Prepared, route: list[str]
