@@ -34,15 +34,18 @@ proto: $(PROTO_STAMP)
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 
 test: install
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -q
 
 # The pure rooms and everything that needs neither Spark nor programs of its own (tests are
 # marked from their fixtures and files in tests/conftest.py); `make test` stays the whole suite.
 test-fast: install
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -q -m "not spark and not processes"
 
 # The documentation site (mkdocs.yml, docs/), strict: broken links and pages missing from the nav fail.
