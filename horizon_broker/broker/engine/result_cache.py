@@ -10,13 +10,13 @@ kept. Grants are not part of the key: the engine checks them on every call, hit 
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+
+from horizon_broker._core.lru import Lru
 
 HIT = "hit"
 MISS = "miss"
@@ -61,51 +61,42 @@ class ResultCache:
     """A byte-bounded LRU of answers (thread-safe)."""
 
     def __init__(self, max_bytes: int, max_entry_bytes: int) -> None:
+        self._entries: Lru[Hashable, CachedAnswer] = Lru(
+            max_bytes, lambda answer: answer.nbytes, max_entry_weight=max_entry_bytes
+        )
         self.max_bytes = max_bytes
-        self.max_entry_bytes = min(max_entry_bytes, max_bytes)
-        self._entries: OrderedDict[Hashable, CachedAnswer] = OrderedDict()
-        self._bytes = 0
-        self._lock = threading.Lock()
-        self.hits = self.misses = self.evictions = 0
+        self.max_entry_bytes = self._entries.max_entry_weight
+
+    @property
+    def hits(self) -> int:
+        return self._entries.hits
+
+    @property
+    def misses(self) -> int:
+        return self._entries.misses
+
+    @property
+    def evictions(self) -> int:
+        return self._entries.evictions
 
     @property
     def nbytes(self) -> int:
-        return self._bytes
+        return self._entries.weight
 
     def __len__(self) -> int:
         return len(self._entries)
 
     def get(self, key: Hashable) -> CachedAnswer | None:
-        with self._lock:
-            answer = self._entries.get(key)
-            if answer is None:
-                self.misses += 1
-                return None
-            self._entries.move_to_end(key)
-            self.hits += 1
-            return answer
+        return self._entries.get(key)
 
     def contains(self, key: Hashable) -> bool:
         """Whether ``key`` is held (explain's question; no LRU touch, no count)."""
-        with self._lock:
-            return key in self._entries
+        return key in self._entries
 
     def put(self, key: Hashable, schema: pa.Schema, batches: Sequence[pa.RecordBatch]) -> bool:
         """Keep an answer; False when it is over the per-entry limit."""
         nbytes = sum(batch.nbytes for batch in batches)
-        if nbytes > self.max_entry_bytes:
-            return False
-        with self._lock:
-            old = self._entries.pop(key, None)
-            if old is not None:
-                self._bytes -= old.nbytes
-            self._entries[key] = CachedAnswer(schema, tuple(batches), nbytes)
-            self._bytes += nbytes
-            while self._bytes > self.max_bytes and self._entries:
-                _, evicted = self._entries.popitem(last=False)
-                self._bytes -= evicted.nbytes
-                self.evictions += 1
-            return True
+        return self._entries.put(key, CachedAnswer(schema, tuple(batches), nbytes))
 
     def recorder(self, key: Hashable, schema: pa.Schema) -> Recorder:
         return Recorder(self, key, schema)
