@@ -8,12 +8,11 @@ rewritten SQL and the files Spark reads always belong together.
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from horizon_broker._core.lru import Lru
 from horizon_broker.broker.spark.scan_layout import (
     ScanLayout,
     scan_layout,
@@ -87,28 +86,22 @@ class CatalogEntries:
 
     def __init__(self, capacity: int = ENTRIES_KEPT) -> None:
         self.capacity = capacity
-        self.built = 0
+        self._entries: Lru[Hashable, CatalogTable] = Lru(capacity)
+        self._facts: Lru[Hashable, SegmentFacts] = Lru(capacity)
+
+    @property
+    def built(self) -> int:
         """Entries built (a test probe: a repeated query leaves it flat)."""
-        self.facts_built = 0
+        return self._entries.misses
+
+    @property
+    def facts_built(self) -> int:
         """Segment facts gathered (a probe: a moving LWM leaves it flat)."""
-        self._entries: OrderedDict[Hashable, CatalogTable] = OrderedDict()
-        self._facts: OrderedDict[Hashable, SegmentFacts] = OrderedDict()
-        self._lock = threading.Lock()
+        return self._facts.misses
 
     def _segment_facts(self, table_view: Any) -> SegmentFacts:
         key = (table_view.table.lower(), table_view.descriptor, int(table_view.generation))
-        with self._lock:
-            found = self._facts.get(key)
-            if found is not None:
-                self._facts.move_to_end(key)
-                return found
-        found = SegmentFacts.of(table_view.visible_segments)
-        with self._lock:
-            self._facts[key] = found
-            self.facts_built += 1
-            while len(self._facts) > self.capacity:
-                self._facts.popitem(last=False)
-        return found
+        return self._facts.get_or_load(key, lambda: SegmentFacts.of(table_view.visible_segments))
 
     def entry(self, table_view: Any, namespace: str, layout: ScanLayout) -> CatalogTable:
         key = (
@@ -119,20 +112,12 @@ class CatalogEntries:
             int(table_view.retention_horizon or 0),
             namespace,
         )
-        with self._lock:
-            found = self._entries.get(key)
-            if found is not None:
-                self._entries.move_to_end(key)
-                return found
-        found = catalog_table(
-            table_view, namespace, layout=layout, facts=self._segment_facts(table_view)
+        return self._entries.get_or_load(
+            key,
+            lambda: catalog_table(
+                table_view, namespace, layout=layout, facts=self._segment_facts(table_view)
+            ),
         )
-        with self._lock:
-            self._entries[key] = found
-            self.built += 1
-            while len(self._entries) > self.capacity:
-                self._entries.popitem(last=False)
-        return found
 
 
 def unavailable_table(descriptor: Any) -> CatalogTable:
