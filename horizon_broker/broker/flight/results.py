@@ -13,13 +13,13 @@ from __future__ import annotations
 import secrets
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass
 
 import pyarrow as pa
 
 from horizon_broker._core.errors import NotFound, PermissionDenied
+from horizon_broker._core.lru import Lru
 from horizon_broker.broker.engine import Execution
 from horizon_broker.broker.flight.buffered import BufferedResult
 from horizon_broker.broker.flight.quotas import OwnerCounts, Quota, result_quota
@@ -180,27 +180,8 @@ class ResultStore:
         return len(self._results)
 
 
-class SchemaCache:
-    """A small LRU of result schemas (thread-safe)."""
-
-    def __init__(self, capacity: int) -> None:
-        self.capacity = capacity
-        self._entries: OrderedDict[Hashable, pa.Schema] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, key: Hashable) -> pa.Schema | None:
-        with self._lock:
-            schema = self._entries.get(key)
-            if schema is not None:
-                self._entries.move_to_end(key)
-            return schema
-
-    def put(self, key: Hashable, schema: pa.Schema) -> None:
-        with self._lock:
-            self._entries[key] = schema
-            self._entries.move_to_end(key)
-            while len(self._entries) > self.capacity:
-                self._entries.popitem(last=False)
+class SchemaCache(Lru[Hashable, pa.Schema]):
+    """A small LRU of result schemas by query (thread-safe): ``SchemaCache(capacity)``."""
 
 
 def batch_slices(batch: pa.RecordBatch, target_bytes: int) -> Iterator[pa.RecordBatch]:
