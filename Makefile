@@ -35,10 +35,12 @@ lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
+	$(BIN)/mypy
 
 test: install
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
+	$(BIN)/mypy
 	$(BIN)/python -m pytest -q
 
 # The pure rooms and everything that needs neither Spark nor programs of its own (tests are
@@ -46,6 +48,7 @@ test: install
 test-fast: install
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
+	$(BIN)/mypy
 	$(BIN)/python -m pytest -q -m "not spark and not processes"
 
 # The documentation site (mkdocs.yml, docs/), strict: broken links and pages missing from the nav fail.

@@ -188,7 +188,7 @@ def _ingest(argv: list[str]) -> int:
             file=sys.stderr,
         )
         return EXIT_USAGE
-    from horizon_broker.ingest.cli import main_ingest  # type: ignore[import-not-found]
+    from horizon_broker.ingest.cli import main_ingest
 
     return int(main_ingest(argv) or 0)
 

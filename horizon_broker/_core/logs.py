@@ -140,7 +140,7 @@ def _escaped(match: re.Match[str]) -> str:
     return json.dumps(match.group())[1:-1]
 
 
-class _HorizonHandler(logging.StreamHandler):  # type: ignore[type-arg]
+class _HorizonHandler(logging.StreamHandler):
     """The handler :func:`configure_logging` installs (and replaces when called again)."""
 
 

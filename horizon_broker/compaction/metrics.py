@@ -20,7 +20,7 @@ class CompactionMetrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
-        self.registry.register(LockCollector())  # type: ignore[arg-type]
+        self.registry.register(LockCollector())
         r = self.registry
         self.runs = Counter(
             "horizon_compaction_runs",

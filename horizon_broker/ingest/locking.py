@@ -134,7 +134,7 @@ def check_still_current(
         for s in replaced
         if found.get((s.interval.start_ms, s.root_start)) is None
         or found[(s.interval.start_ms, s.root_start)].id not in allowed
-    ]  # type: ignore[index]
+    ]
     if stale:
         raise UpdateSuperseded(
             f"table {table.name!r}: an unpublished update of segment(s) {', '.join(stale[:3])} "

@@ -22,7 +22,7 @@ class IngestMetrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
-        self.registry.register(LockCollector())  # type: ignore[arg-type]
+        self.registry.register(LockCollector())
         r = self.registry
         self.batches = Counter(
             "horizon_ingest_batches",

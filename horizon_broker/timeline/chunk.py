@@ -131,7 +131,7 @@ class TimeChunk:
         if self._visible_groups is None:
             return False
         starts = [group.root_start for group in self._visible_groups]
-        slot = bisect_right(starts, segment.root_start) - 1  # type: ignore[arg-type]
+        slot = bisect_right(starts, segment.root_range[0]) - 1
         if slot < 0:
             return False
         group = self._visible_groups[slot]

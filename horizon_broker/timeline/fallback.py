@@ -65,7 +65,7 @@ def fallback_problem(
         same = [s for s in after if s.interval == chunk and s.version == segment.version]
         if same:
             start, end = segment.root_range
-            covering = [s for s in same if s.root_start < end and start < s.root_end]
+            covering = [s for s in same if s.root_range[0] < end and start < s.root_range[1]]
             whole = _covers([s.root_range for s in covering], (start, end))
             where = f"its root partitions [{start}, {end}) of time chunk {chunk}"
         else:

@@ -34,7 +34,7 @@ GroupKey = tuple[int, int, int]
 
 
 def group_key(segment: Segment) -> GroupKey:
-    return (segment.root_start, segment.root_end, segment.minor_version)  # type: ignore[return-value]
+    return (*segment.root_range, segment.minor_version)
 
 
 class AtomicUpdateGroup:

@@ -90,7 +90,10 @@ class Segment:
 
     @property
     def root_range(self) -> tuple[int, int]:
-        return (self.root_start, self.root_end)  # type: ignore[return-value]
+        """``[root_start, root_end)``, both set by ``__post_init__`` (None only as arguments)."""
+        start, end = self.root_start, self.root_end
+        assert start is not None and end is not None
+        return (start, end)
 
     @property
     def fallback_bound(self) -> int | None:

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator
 from horizon_broker._core.errors import InvalidArgument, SegmentConflict, WrongTable
 from horizon_broker.timeline.chunk import TimeChunk
 from horizon_broker.timeline.chunk_index import ChunkIndex, ChunkKey
-from horizon_broker.timeline.coverage import Coverage
+from horizon_broker.timeline.coverage import Coverage, Piece
 from horizon_broker.timeline.groups import GroupState
 from horizon_broker.timeline.interval import Interval
 from horizon_broker.timeline.results import (
@@ -109,8 +109,7 @@ class Timeline:
         for segment in segments:
             self._check_table(segment)
             chunk = self._chunks.get(_chunk_key(segment))
-            stored = chunk.get(segment.partition) if chunk is not None else None
-            if stored is None:
+            if chunk is None or (stored := chunk.get(segment.partition)) is None:
                 continue
             if not stored.same_shard(segment):
                 raise SegmentConflict(
@@ -139,8 +138,7 @@ class Timeline:
         chunk = self._chunks.get(
             (segment_id.interval.start_ms, segment_id.interval.end_ms, segment_id.version)
         )
-        stored = chunk.get(segment_id.partition) if chunk is not None else None
-        if stored is None:
+        if chunk is None or (stored := chunk.get(segment_id.partition)) is None:
             return False
         self._remove_stored(chunk, stored)
         return True
@@ -160,7 +158,7 @@ class Timeline:
         """The segments ``lookup`` shows, over everything or one interval, each once, in time
         then partition order."""
         if interval is None:
-            pieces: Iterable = self._complete
+            pieces: Iterable[Piece] = self._complete
         elif interval.is_empty:
             return []
         else:
@@ -196,8 +194,7 @@ class Timeline:
         """The state of the stored segment's atomic update group, or None if it is not stored."""
         segment_id = segment.id if isinstance(segment, Segment) else segment
         chunk = self._chunk_of(segment_id)
-        stored = chunk.get(segment_id.partition) if chunk is not None else None
-        if stored is None:
+        if chunk is None or (stored := chunk.get(segment_id.partition)) is None:
             return None
         return chunk.state(stored)
 

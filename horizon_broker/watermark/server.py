@@ -386,7 +386,7 @@ class ServerClient:
             pipe = r.pipeline(transaction=False)
             pipe.hgetall(keys.progress(table)).hgetall(keys.servers).hgetall(keys.heartbeats)
             pipe.time()
-            return pipe.execute()  # type: ignore[no-any-return]
+            return pipe.execute()
 
         progress, servers, beats, (seconds, micros) = self._read(read)
         now_ms = int(seconds) * 1000 + int(micros) // 1000

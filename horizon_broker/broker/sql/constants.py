@@ -43,7 +43,7 @@ _UNIT_SECONDS = {
 _SUFFIXED_INTEGER = re.compile(r"^(-?[0-9]+)[LSYlsy]?$")
 
 
-def integer_value(node: exp.Expression | None) -> int | None:
+def integer_value(node: exp.Expr | None) -> int | None:
     """The value of a constant integer expression, or None.
 
     >>> import sqlglot
@@ -58,7 +58,7 @@ def integer_value(node: exp.Expression | None) -> int | None:
     return value
 
 
-def _integer(node: exp.Expression | None) -> int | None:
+def _integer(node: exp.Expr | None) -> int | None:
     if node is None:
         return None
     if isinstance(node, exp.Paren):
@@ -94,7 +94,7 @@ def _integer(node: exp.Expression | None) -> int | None:
     return None
 
 
-def instant_seconds(node: exp.Expression | None) -> float | None:
+def instant_seconds(node: exp.Expr | None) -> float | None:
     """Seconds since the epoch of a constant date or timestamp literal (``DATE '...'``,
     ``TIMESTAMP '...'``, ``CAST('...' AS DATE)``, ``to_date('...')``), else None."""
     if isinstance(node, exp.Paren):
@@ -118,7 +118,7 @@ def instant_seconds(node: exp.Expression | None) -> float | None:
     return parsed.timestamp()
 
 
-def interval_seconds(node: exp.Expression | None) -> float | None:
+def interval_seconds(node: exp.Expr | None) -> float | None:
     """The length in seconds of a constant interval literal (``INTERVAL 1 DAY``,
     ``INTERVAL '2' HOUR``), months counted as their shortest; None when not one."""
     if not isinstance(node, exp.Interval):
@@ -142,7 +142,7 @@ def interval_seconds(node: exp.Expression | None) -> float | None:
     return amount * _UNIT_SECONDS[name]
 
 
-def integer_literal(node: exp.Expression | None) -> int | None:
+def integer_literal(node: exp.Expr | None) -> int | None:
     """The value of an integer literal (``5``, ``-5``), else None: snapshot clauses and
     ``table_changes`` bounds take literals, not expressions."""
     negative = False
@@ -157,7 +157,7 @@ def integer_literal(node: exp.Expression | None) -> int | None:
     return None
 
 
-def timestamp_literal(node: exp.Expression | None) -> str | None:
+def timestamp_literal(node: exp.Expr | None) -> str | None:
     """The text of a timestamp literal: ``'2026-...'`` or ``TIMESTAMP '2026-...'``."""
     if isinstance(node, exp.Cast) and node.to.is_type(
         exp.DataType.Type.TIMESTAMP,

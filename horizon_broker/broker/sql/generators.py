@@ -15,7 +15,7 @@ from horizon_broker.broker.sql.model import WorkBudget
 EXPLODES = (exp.Explode, exp.Posexplode, exp.ExplodeOuter, exp.Inline)
 
 
-def check_generator(node: exp.Expression, budget: WorkBudget) -> None:
+def check_generator(node: exp.Expr, budget: WorkBudget) -> None:
     if isinstance(node, exp.GenerateSeries):
         sequence_length(node, budget)
     elif isinstance(node, exp.Anonymous):
@@ -83,7 +83,7 @@ def array_repeat_length(node: exp.Anonymous, budget: WorkBudget) -> int:
     return max(0, count)
 
 
-def _string_length(argument: exp.Expression | None, what: str, budget: WorkBudget) -> None:
+def _string_length(argument: exp.Expr | None, what: str, budget: WorkBudget) -> None:
     limit = budget.max_string_length
     length = integer_value(argument)
     if length is None:
@@ -119,7 +119,7 @@ def range_rows(node: exp.Anonymous, budget: WorkBudget) -> int:
     return rows
 
 
-def generator_rows(node: exp.Expression, budget: WorkBudget) -> int:
+def generator_rows(node: exp.Expr, budget: WorkBudget) -> int:
     """Rows one call of a generator makes per input row (1 when the data decides)."""
     if isinstance(node, exp.Stack):
         return max(1, integer_value(node.this) or 1)

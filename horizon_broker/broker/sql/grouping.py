@@ -28,9 +28,9 @@ def grouping_sets(group: exp.Group) -> int:
     return count
 
 
-def _sets_of(element: exp.Expression) -> int:
+def _sets_of(element: exp.Expr) -> int:
     if isinstance(element, exp.Cube):
-        return 2 ** len(element.expressions)
+        return 1 << len(element.expressions)
     if isinstance(element, exp.Rollup):
         return len(element.expressions) + 1
     if isinstance(element, exp.GroupingSets):

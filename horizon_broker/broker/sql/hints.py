@@ -31,7 +31,7 @@ ALLOWED_HINTS = JOIN_HINTS | PARTITION_HINTS
 # -- hints --------------------------------------------------------------------------------------
 
 
-def _hint_name(node: exp.Expression) -> str:
+def _hint_name(node: exp.Expr) -> str:
     if isinstance(node, exp.JoinHint):
         return str(node.this).upper()
     if isinstance(node, exp.Anonymous):
@@ -43,7 +43,7 @@ def _hint_name(node: exp.Expression) -> str:
     return node.sql(dialect="spark")
 
 
-def _hint_arguments(node: exp.Expression) -> list[exp.Expression]:
+def _hint_arguments(node: exp.Expr) -> list[exp.Expr]:
     if isinstance(node, exp.Var):
         return []
     return [arg for arg in node.iter_expressions()]

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from sqlglot import exp
 from sqlglot.dialects.spark import Spark
 from sqlglot.errors import ParseError
+from sqlglot.tokenizer_core import Token
 
 from horizon_broker.broker.sql.catalog import Catalog
 from horizon_broker.broker.sql.errors import QueryTooLarge, SqlSyntaxError
@@ -38,14 +39,14 @@ from horizon_broker.broker.sql.passes.find_key_lookup import find_key_lookup
 from horizon_broker.broker.sql.passes.resolve_references import resolve_references
 from horizon_broker.broker.sql.passes.substitute_tables import substitute_tables
 from horizon_broker.broker.sql.sealing import seal_literals
-from horizon_broker.broker.sql.state import ReferenceKind, RewriteState, state_of
+from horizon_broker.broker.sql.state import Reference, ReferenceKind, RewriteState, state_of
 
 _DIALECT = Spark()
 _TOO_DEEP = "query is nested too deeply to be processed"
 _DETACHED_ROOT_PARENT = exp.Expression()
 
 
-def _parse(sql: str, tokens: list) -> list[exp.Expression | None]:
+def _parse(sql: str, tokens: list[Token]) -> list[exp.Expr | None]:
     try:
         return _DIALECT.parser().parse(tokens, sql)
     except ParseError as error:
@@ -58,7 +59,7 @@ def _parse(sql: str, tokens: list) -> list[exp.Expression | None]:
 
 
 def _plan(state: RewriteState) -> QueryPlan:
-    by_table: dict[str, list] = {}
+    by_table: dict[str, list[Reference]] = {}
     for reference in state.references:
         by_table.setdefault(reference.table.name.lower(), []).append(reference)
     reads = []
@@ -96,14 +97,14 @@ class ParsedQuery:
     a copy of ``tree`` (:func:`bind`), never parsing the text again."""
 
     sql: str
-    tree: exp.Expression
+    tree: exp.Expr
     tables: frozenset[str] | None = None
     """Lower-case names the query may read a table by (None: every table may be read): the
     broker builds its catalog of these alone, so a query's cost does not grow with the tables
     it does not name."""
 
 
-def tables_named(tree: exp.Expression) -> frozenset[str] | None:
+def tables_named(tree: exp.Expr) -> frozenset[str] | None:
     """Every name ``tree`` could read a registered table by: table names, and the first
     argument of ``table_changes`` (None when that argument is not a string literal).
 
@@ -162,7 +163,7 @@ def bind(
 
 
 def _bind_tree(
-    tree: exp.Expression,
+    tree: exp.Expr,
     sql_text: str,
     catalog: Catalog,
     *,
@@ -208,7 +209,7 @@ def rewrite(
     return _bind_tree(parsed.tree, sql, catalog, budget=budget, pretty=pretty, row_cap=row_cap)
 
 
-def generate(tree: exp.Expression, *, pretty: bool = False) -> str:
+def generate(tree: exp.Expr, *, pretty: bool = False) -> str:
     """Spark SQL text of ``tree``, keeping nested WITH clauses where they are.
 
     sqlglot's Spark generator inherits Hive's habit of hoisting nested CTEs to the top of the

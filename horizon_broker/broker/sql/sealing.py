@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 
 from sqlglot.dialects.spark import Spark
-from sqlglot.tokens import TokenType
+from sqlglot.tokenizer_core import TokenType
 
 from horizon_broker._core.errors import InvalidArgument
 

@@ -47,7 +47,7 @@ class RewriteState:
     check_budget's walk; :mod:`horizon_broker.broker.sql.passes.check_value_sizes` runs only then)."""
 
 
-def state_of(tree: exp.Expression) -> RewriteState:
+def state_of(tree: exp.Expr) -> RewriteState:
     """The state attached to ``tree`` (created empty on first use)."""
     state = tree.meta.get(META_KEY)
     if state is None:

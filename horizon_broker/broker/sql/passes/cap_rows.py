@@ -7,7 +7,7 @@ from sqlglot import exp
 from horizon_broker.broker.sql.constants import integer_value
 
 
-def cap_rows(tree: exp.Expression, limit: int) -> exp.Expression:
+def cap_rows(tree: exp.Expr, limit: int) -> exp.Expr:
     """Give the outermost query a ``LIMIT`` of at most ``limit`` rows (the smaller of its own
     and ``limit``), so Spark plans the row cap instead of the broker counting rows it already
     computed. The broker asks for one row more than its cap, to tell "exactly the cap" from "over".

@@ -41,7 +41,7 @@ _MULTIPLYING = (exp.Join, exp.Lateral, exp.Stack, *EXPLODES)
 _MULTIPLYING_JOIN_KINDS = frozenset({"", "INNER", "CROSS", "OUTER", "FULL"})
 
 
-def check_budget(tree: exp.Expression, budget: WorkBudget) -> exp.Expression:
+def check_budget(tree: exp.Expr, budget: WorkBudget) -> exp.Expr:
     """Check ``tree`` against ``budget``; return it unchanged.
 
     Runs after :func:`~horizon_broker.broker.sql.passes.resolve_references`, whose references give each
@@ -94,7 +94,7 @@ def check_budget(tree: exp.Expression, budget: WorkBudget) -> exp.Expression:
     return tree
 
 
-def _walk(tree: exp.Expression) -> Iterator[exp.Expression]:
+def _walk(tree: exp.Expr) -> Iterator[exp.Expr]:
     """Every node, without entering hints (whose arguments name aliases, not tables)."""
     return tree.walk(prune=lambda node: isinstance(node, exp.Hint))
 
@@ -135,7 +135,7 @@ class _Estimator:
         self.ctes: dict[str, int] = {}
         self.cross_joins = 0
 
-    def query(self, node: exp.Expression) -> int:
+    def query(self, node: exp.Expr) -> int:
         if isinstance(node, (exp.Subquery, exp.Paren)):
             rows = self.query(node.this)
         else:
@@ -223,7 +223,7 @@ class _Estimator:
             return 1
         return estimate if sources else multiplier
 
-    def source(self, node: exp.Expression) -> _Source:
+    def source(self, node: exp.Expr) -> _Source:
         alias = node.alias_or_name.lower() if hasattr(node, "alias_or_name") else ""
         names = {alias} if alias else set()
         if isinstance(node, exp.Table):
@@ -253,7 +253,7 @@ class _Estimator:
 
     def _link(
         self,
-        condition: exp.Expression,
+        condition: exp.Expr,
         sources: list[_Source],
         links: _UnionFind,
         default: tuple[int, int] | None,
@@ -272,11 +272,11 @@ class _Estimator:
                 links.union(*default)
 
 
-def _is_column(node: exp.Expression) -> bool:
+def _is_column(node: exp.Expr) -> bool:
     return isinstance(node.unnest(), exp.Column)
 
 
-def _owner(node: exp.Expression, sources: list[_Source]) -> int | None:
+def _owner(node: exp.Expr, sources: list[_Source]) -> int | None:
     """Which source a column belongs to (by qualifier, else by a unique column name)."""
     if not isinstance(node, exp.Column):
         return None
@@ -290,9 +290,7 @@ def _owner(node: exp.Expression, sources: list[_Source]) -> int | None:
     return matches[0] if len(matches) == 1 else None
 
 
-def _own_nodes(
-    node: exp.Expression, kinds: tuple[type[exp.Expression], ...]
-) -> Iterator[exp.Expression]:
+def _own_nodes(node: exp.Expr, kinds: tuple[type[exp.Expr], ...]) -> Iterator[exp.Expr]:
     """Nodes of ``kinds`` in ``node`` (itself included) that belong to its own query level:
     nested queries and the insides of a found node are not entered."""
     stack = [node]

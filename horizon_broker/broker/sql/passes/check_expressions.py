@@ -19,7 +19,7 @@ from horizon_broker.broker.sql.functions import (
 )
 from horizon_broker.broker.sql.model import RewriteLimits
 
-_FORBIDDEN_NODES: dict[type[exp.Expression], str] = {
+_FORBIDDEN_NODES: dict[type[exp.Expr], str] = {
     exp.QueryTransform: "TRANSFORM ... USING (runs an external script)",
     exp.Into: "SELECT ... INTO (creates a table)",
     exp.Insert: "INSERT",
@@ -69,8 +69,8 @@ def _check_function(node: exp.Func, functions: FunctionPolicy) -> None:
 
 
 def check_expressions(
-    tree: exp.Expression, *, functions: FunctionPolicy, limits: RewriteLimits
-) -> exp.Expression:
+    tree: exp.Expr, *, functions: FunctionPolicy, limits: RewriteLimits
+) -> exp.Expr:
     """Walk the tree once (iteratively) checking every node; return the tree unchanged.
 
     Refuses write/session constructs nested anywhere (``SELECT ... INTO``, ``TRANSFORM USING``),
@@ -90,7 +90,7 @@ def check_expressions(
     horizon_broker.broker.sql.errors.FunctionNotAllowed: function reflect() is not allowed: ...
     """
     max_depth = limits.max_tree_depth
-    stack: list[tuple[exp.Expression, int]] = [(tree, 1)]
+    stack: list[tuple[exp.Expr, int]] = [(tree, 1)]
     while stack:
         node, depth = stack.pop()
         if depth > max_depth:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sqlglot.dialects.spark import Spark
 from sqlglot.errors import TokenError
-from sqlglot.tokens import Token, TokenType
+from sqlglot.tokenizer_core import Token, TokenType
 
 from horizon_broker.broker.sql.errors import QueryTooLarge, SqlSyntaxError
 from horizon_broker.broker.sql.model import RewriteLimits

@@ -9,7 +9,7 @@ from horizon_broker.broker.sql.errors import StatementNotAllowed
 _QUERY_ROOTS = (exp.Query, exp.Values)
 
 
-def _statement_name(statement: exp.Expression) -> str:
+def _statement_name(statement: exp.Expr) -> str:
     """A readable name of the statement, e.g. ``INSERT``, ``ADD JAR``, ``SET``."""
     if isinstance(statement, exp.Command):
         words = [statement.name.upper()]
@@ -21,7 +21,7 @@ def _statement_name(statement: exp.Expression) -> str:
     return " ".join(text.split()[:2]).upper() or type(statement).__name__.upper()
 
 
-def check_statement_kind(statements: list[exp.Expression | None]) -> exp.Expression:
+def check_statement_kind(statements: list[exp.Expr | None]) -> exp.Expr:
     """The one query among ``statements`` (the parser's output), or an error naming the offender.
 
     >>> import sqlglot

@@ -65,7 +65,7 @@ _STEPS_TRACED = 64
 extrapolated and any faster growth is refused."""
 
 
-def makes_values_larger(node: exp.Expression) -> bool:
+def makes_values_larger(node: exp.Expr) -> bool:
     """Whether ``node`` can make a value larger than its inputs (cheap: one isinstance)."""
     kind = type(node)  # exact types: a set lookup, on every node of every query
     if kind in _AMPLIFIERS:
@@ -104,7 +104,7 @@ def string(length: int) -> Size:
     return Size(max(0, length), None, True)
 
 
-def check_value_sizes(tree: exp.Expression, budget: WorkBudget) -> exp.Expression:
+def check_value_sizes(tree: exp.Expr, budget: WorkBudget) -> exp.Expr:
     """Check the size of every value ``tree`` computes; return it unchanged.
 
     Runs after :func:`~horizon_broker.broker.sql.passes.check_budget`, whose walk marks the trees that need it.
@@ -138,12 +138,12 @@ class _Sizer:
         self.budget = budget
         self.bound: dict[str, Size] = {}
 
-    def size(self, node: exp.Expression) -> Size:
+    def size(self, node: exp.Expr) -> Size:
         size = self._size(node)
         self._check(size, node)
         return size
 
-    def _check(self, size: Size, node: exp.Expression) -> None:
+    def _check(self, size: Size, node: exp.Expr) -> None:
         budget = self.budget
         if size.item is None and size.is_string and size.count > budget.max_string_length:
             raise OverBudget(
@@ -162,7 +162,7 @@ class _Sizer:
                 f"the limit [limits].max_value_size = {budget.max_value_size}"
             )
 
-    def _size(self, node: exp.Expression) -> Size:
+    def _size(self, node: exp.Expr) -> Size:
         if isinstance(node, exp.Literal):
             return string(len(node.this)) if node.is_string else ONE
         if isinstance(node, exp.Column):
@@ -224,20 +224,20 @@ class _Sizer:
             return _largest(children) or ONE
         return _summed(children)
 
-    def _children(self, node: exp.Expression) -> list[Size]:
+    def _children(self, node: exp.Expr) -> list[Size]:
         return [self.size(child) for child in node.iter_expressions()]
 
-    def _times(self, argument: exp.Expression | None) -> int:
+    def _times(self, argument: exp.Expr | None) -> int:
         """A constant count (check_budget has refused the others)."""
         if argument is not None:
             self.size(argument)
         value = integer_value(argument)
         return max(0, value) if value is not None else 1
 
-    def _text(self, node: exp.Expression) -> int:
+    def _text(self, node: exp.Expr) -> int:
         return self.size(node).total
 
-    def _format(self, node: exp.Expression) -> Size:
+    def _format(self, node: exp.Expr) -> Size:
         arguments = (
             [node.this, *node.expressions] if isinstance(node, exp.Format) else node.expressions
         )
@@ -257,7 +257,7 @@ class _Sizer:
         printed = sum(max(40, size.total) for size in sizes[1:])
         return string(len(pattern.this) + widths + printed * max(1, pattern.this.count("%")))
 
-    def _concat(self, node: exp.Expression) -> Size:
+    def _concat(self, node: exp.Expr) -> Size:
         parts = (
             [node.this, node.expression] if isinstance(node, exp.DPipe) else list(node.expressions)
         )
@@ -271,11 +271,11 @@ class _Sizer:
             return string(sum(size.total for size in sizes[1:]) + separator * pieces)
         return string(sum(size.total for size in sizes))
 
-    def _mapped(self, source: exp.Expression, function: exp.Expression) -> Size:
+    def _mapped(self, source: exp.Expr, function: exp.Expr) -> Size:
         array = self.size(source)
         return Size(array.count, self._lambda(function, [_item(array), ONE]))
 
-    def _lambda(self, function: exp.Expression, parameters: list[Size]) -> Size:
+    def _lambda(self, function: exp.Expr, parameters: list[Size]) -> Size:
         """The size of ``function``'s body with its parameters bound to ``parameters``."""
         if not isinstance(function, exp.Lambda):
             return self.size(function)
@@ -344,11 +344,11 @@ def _summed(sizes: list[Size]) -> Size:
     return Size(sum(size.total for size in sizes), None, any(size.is_string for size in sizes))
 
 
-def _named(node: exp.Expression, *names: str) -> bool:
+def _named(node: exp.Expr, *names: str) -> bool:
     return isinstance(node, exp.Anonymous) and node.name.lower() in names
 
 
-def _name(node: exp.Expression) -> str:
+def _name(node: exp.Expr) -> str:
     if isinstance(node, exp.DPipe):
         return "'||'"
     if isinstance(node, exp.Anonymous):

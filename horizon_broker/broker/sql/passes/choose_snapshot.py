@@ -62,7 +62,7 @@ def check_bounds(snapshot: int, reference: Reference) -> None:
         )
 
 
-def choose_snapshot(tree: exp.Expression) -> exp.Expression:
+def choose_snapshot(tree: exp.Expr) -> exp.Expr:
     """Set the state's snapshot: the explicit one (all explicit clauses must agree) or the lowest
     LWM of the upsert tables scanned, then check it against every scanned upsert table. Tables
     read only through ``table_changes`` and append-only tables do not take part.

@@ -32,7 +32,7 @@ NON_DETERMINISTIC = frozenset(
 _NOT_A_LOOKUP = (exp.AggFunc, exp.Window, exp.Join, exp.Group, exp.Having, exp.Union, exp.Lateral)
 
 
-def describe_shape(tree: exp.Expression) -> exp.Expression:
+def describe_shape(tree: exp.Expr) -> exp.Expr:
     """Set the rewrite state's :class:`~horizon_broker.broker.sql.model.QueryShape` (its ``key_lookup`` is
     :func:`~horizon_broker.broker.sql.passes.find_key_lookup`'s). Runs on the caller's tree, after references
     are resolved (their tables give the primary keys) and before they are substituted.
@@ -68,7 +68,7 @@ class _Census:
     uncacheable: str | None
 
 
-def _census(tree: exp.Expression) -> _Census:
+def _census(tree: exp.Expr) -> _Census:
     ordered = not_a_lookup = False
     selects = 0
     uncacheable: str | None = None
@@ -84,13 +84,13 @@ def _census(tree: exp.Expression) -> _Census:
     return _Census(ordered, selects, not_a_lookup, uncacheable)
 
 
-def is_ordered(tree: exp.Expression) -> bool:
+def is_ordered(tree: exp.Expr) -> bool:
     """True when the result's row order may be part of the answer (any ORDER BY: Spark keeps a
     sorted subquery's order through a projection, and clients rely on it)."""
     return _census(tree).ordered
 
 
-def is_key_lookup(tree: exp.Expression, primary_keys: Mapping[str, Sequence[str]]) -> bool:
+def is_key_lookup(tree: exp.Expr, primary_keys: Mapping[str, Sequence[str]]) -> bool:
     """True when ``tree`` selects from one table with every primary-key column fixed to
     literals (``primary_keys`` maps lower-case table names to their key columns). Joins,
     aggregates, windows, set operations and subqueries make a query not a lookup."""
@@ -98,7 +98,7 @@ def is_key_lookup(tree: exp.Expression, primary_keys: Mapping[str, Sequence[str]
 
 
 def _is_key_lookup(
-    tree: exp.Expression, primary_keys: Mapping[str, Sequence[str]], census: _Census
+    tree: exp.Expr, primary_keys: Mapping[str, Sequence[str]], census: _Census
 ) -> bool:
     if not isinstance(tree, exp.Select) or tree.args.get("distinct"):
         return False
@@ -114,7 +114,7 @@ def _is_key_lookup(
     return set(key) <= _fixed_columns(where.this)
 
 
-def uncacheable_reason(tree: exp.Expression) -> str | None:
+def uncacheable_reason(tree: exp.Expr) -> str | None:
     """Why the answer of ``tree`` may change at a fixed snapshot, or None.
 
     >>> import sqlglot
@@ -126,7 +126,7 @@ def uncacheable_reason(tree: exp.Expression) -> str | None:
     return _census(tree).uncacheable
 
 
-def _uncacheable_node(node: exp.Expression) -> str | None:
+def _uncacheable_node(node: exp.Expr) -> str | None:
     if isinstance(node, exp.TableSample):
         return "it calls tablesample"
     if isinstance(node, exp.StrToUnix) and node.this is None:
@@ -144,7 +144,7 @@ def _names(node: exp.Func) -> Iterable[str]:
     return (name.lower() for name in type(node).sql_names())
 
 
-def _fixed_columns(condition: exp.Expression) -> set[str]:
+def _fixed_columns(condition: exp.Expr) -> set[str]:
     """Columns a conjunction pins to literal values (``c = 1``, ``1 = c``, ``c IN (1, 2)``)."""
     fixed: set[str] = set()
     for part in condition.flatten() if isinstance(condition, exp.And) else (condition,):
@@ -162,7 +162,7 @@ def _fixed_columns(condition: exp.Expression) -> set[str]:
     return fixed
 
 
-def _is_literal(node: exp.Expression) -> bool:
+def _is_literal(node: exp.Expr) -> bool:
     node = node.unnest()
     if isinstance(node, exp.Neg):
         node = node.this

@@ -11,7 +11,7 @@ from horizon_broker.broker.sql.state import Reference, ReferenceKind, state_of
 from horizon_broker.broker.sql.timestamps import timestamp_to_hlc
 
 
-def _bound(argument: exp.Expression, which: str) -> int:
+def _bound(argument: exp.Expr, which: str) -> int:
     """An integer HLC, or a timestamp string meaning the last HLC of its millisecond."""
     value = integer_literal(argument)
     if value is not None:
@@ -57,7 +57,7 @@ def change_window(reference: Reference) -> tuple[int, int]:
     return start, end
 
 
-def expand_table_changes(tree: exp.Expression) -> exp.Expression:
+def expand_table_changes(tree: exp.Expr) -> exp.Expr:
     """Substitute every ``table_changes`` call in FROM with its change-feed derived table.
 
     >>> import sqlglot

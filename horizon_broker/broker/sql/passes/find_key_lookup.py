@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import Literal
 
 from sqlglot import exp
 
@@ -27,7 +28,7 @@ _SELECT_ARGS = frozenset({"expressions", "from_", "where", "limit"})
 _TABLE_ARGS = frozenset({"this", "alias", "version"})
 
 
-def find_key_lookup(tree: exp.Expression) -> exp.Expression:
+def find_key_lookup(tree: exp.Expr) -> exp.Expr:
     """Set the rewrite state's ``shape.key_lookup`` when ``tree`` is the plainest key lookup of
     its one table (before the reference is substituted; the text had no backslash).
 
@@ -52,7 +53,7 @@ def find_key_lookup(tree: exp.Expression) -> exp.Expression:
     return tree
 
 
-def key_lookup_of(tree: exp.Expression, table: str, primary_key: Sequence[str]) -> KeyLookup | None:
+def key_lookup_of(tree: exp.Expr, table: str, primary_key: Sequence[str]) -> KeyLookup | None:
     """The lookup ``tree`` describes, or None when it is not a plain key lookup of ``table``."""
     if not primary_key:
         return None
@@ -78,7 +79,7 @@ def key_lookup_of(tree: exp.Expression, table: str, primary_key: Sequence[str]) 
     )
 
 
-def _only_args(node: exp.Expression, allowed: frozenset[str]) -> bool:
+def _only_args(node: exp.Expr, allowed: frozenset[str]) -> bool:
     return all(key in allowed for key, value in node.args.items() if value)
 
 
@@ -95,7 +96,7 @@ def _table_names(node: exp.Table, table: str) -> set[str] | None:
     return names
 
 
-def _column(node: exp.Expression, names: set[str]) -> str | None:
+def _column(node: exp.Expr, names: set[str]) -> str | None:
     if not isinstance(node, exp.Column) or not isinstance(node.this, exp.Identifier):
         return None
     if node.args.get("db") or node.args.get("catalog"):
@@ -106,7 +107,9 @@ def _column(node: exp.Expression, names: set[str]) -> str | None:
     return node.name.lower()
 
 
-def _projection(items: Sequence[exp.Expression], names: set[str]) -> tuple[str, ...] | bool | None:
+def _projection(
+    items: Sequence[exp.Expr], names: set[str]
+) -> tuple[str, ...] | Literal[False] | None:
     """Source columns in order, None for a bare ``*``, False when not a plain projection."""
     if len(items) == 1 and isinstance(items[0], exp.Star) and not _only_args(items[0], frozenset()):
         return False
@@ -123,7 +126,7 @@ def _projection(items: Sequence[exp.Expression], names: set[str]) -> tuple[str, 
     return tuple(columns)
 
 
-def _predicates(condition: exp.Expression, names: set[str]) -> tuple[Predicate, ...] | None:
+def _predicates(condition: exp.Expr, names: set[str]) -> tuple[Predicate, ...] | None:
     parts = condition.flatten() if isinstance(condition, exp.And) else (condition,)
     predicates = []
     for part in parts:
@@ -149,7 +152,7 @@ def _predicates(condition: exp.Expression, names: set[str]) -> tuple[Predicate, 
     return tuple(predicates)
 
 
-def _literal(node: exp.Expression) -> Value | None:
+def _literal(node: exp.Expr) -> Value | None:
     """A string or a 64-bit integer literal (``-`` allowed); anything else is None."""
     negative = isinstance(node, exp.Neg)
     if negative:
@@ -165,7 +168,7 @@ def _literal(node: exp.Expression) -> Value | None:
     return value if _INT64[0] <= value <= _INT64[1] else None
 
 
-def _limit(node: exp.Expression | None) -> int | bool | None:
+def _limit(node: exp.Expr | None) -> int | bool | None:
     if node is None:
         return None
     if not isinstance(node, exp.Limit) or not _only_args(node, frozenset({"expression"})):

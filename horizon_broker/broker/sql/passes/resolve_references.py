@@ -67,11 +67,13 @@ def is_cte_reference(table: exp.Table, name: str) -> bool:
     reached from its query's body exposes all its CTEs. Inner WITHs shadow outer ones.
     """
     lowered = name.lower()
-    child: exp.Expression = table
+    child: exp.Expr = table
     node = table.parent
     while node is not None:
         if isinstance(node, exp.With):
-            index = child.index if isinstance(child, exp.CTE) else len(node.expressions)
+            index = child.index if isinstance(child, exp.CTE) else None
+            if index is None:
+                index = len(node.expressions)
             limit = index + 1 if node.args.get("recursive") else index
             if lowered in _cte_names(node, limit):
                 return True
@@ -143,7 +145,7 @@ def _change_feed_table(function: exp.Func, catalog: Catalog) -> CatalogTable:
     return found
 
 
-def resolve_references(tree: exp.Expression, catalog: Catalog) -> exp.Expression:
+def resolve_references(tree: exp.Expr, catalog: Catalog) -> exp.Expr:
     """Record every reference to a registered table in the tree's rewrite state.
 
     CTE names shadow tables in their scope; qualified names (``default.t``, ``horizon.t``) never

@@ -9,7 +9,7 @@ from horizon_broker.broker.sql.errors import NoLowWatermark
 from horizon_broker.broker.sql.state import ReferenceKind, state_of
 
 
-def substitute_tables(tree: exp.Expression) -> exp.Expression:
+def substitute_tables(tree: exp.Expr) -> exp.Expr:
     """Turn every scan reference into ``(SELECT cols, validFrom, validUntil FROM <source view>
     WHERE <visible at S>) AS <alias or table name>`` (append-only tables: no predicate, user
     columns only; a table with settled segments: the union of its two views, see
