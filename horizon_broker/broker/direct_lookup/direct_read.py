@@ -31,7 +31,6 @@ cannot read is left to Spark to judge.
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
@@ -41,7 +40,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from horizon_broker._core.byte_lru import ByteBoundedLru
+from horizon_broker._core.lru import Lru
 from horizon_broker.broker.direct_lookup.file_rows import FilePlan, read_file
 from horizon_broker.broker.direct_lookup.file_sets import (
     Decline,
@@ -112,16 +111,17 @@ class DirectReader:
         self.max_rows = max_rows
         self.key_sets = key_sets or KeySets()
         self.row_groups = row_groups or RowGroupCache()
-        self.combined: ByteBoundedLru[CombinedKeys] = ByteBoundedLru(
+        self.combined: Lru[tuple[Any, ...], CombinedKeys] = Lru(
             combined_max_bytes, lambda combined: combined.nbytes
         )
-        self.laid_out: ByteBoundedLru[ConcatenatedKeys] = ByteBoundedLru(
+        self.laid_out: Lru[tuple[Any, ...], ConcatenatedKeys] = Lru(
             combined_max_bytes, lambda laid: laid.nbytes
         )
         self.layouts = 0
         """Key sets laid end to end (a test probe: a set looked up again leaves it flat)."""
-        self._file_sets: OrderedDict[tuple[str, ...], FileSet] = OrderedDict()
+        self._file_sets: Lru[tuple[str, ...], FileSet] = Lru(FILE_SETS_KEPT)
         self._lock = threading.Lock()
+        """Guards :attr:`_building`."""
         self._builder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="combined-keys")
         self._building: dict[tuple[Any, ...], Future[None]] = {}
 
@@ -129,19 +129,12 @@ class DirectReader:
         """The index of ``files`` (built on first use); None when one of them is not a local
         file (only local sets are ever built, so a kept set needs no check)."""
         key = tuple(files)
-        with self._lock:
-            found = self._file_sets.get(key)
-            if found is not None:
-                self._file_sets.move_to_end(key)
-                return found
+        found = self._file_sets.get(key)
+        if found is not None:
+            return found
         if not all(is_local(path) for path in key):
             return None
-        found = FileSet(key, [self.footers.get(path) for path in key])
-        with self._lock:
-            self._file_sets[key] = found
-            while len(self._file_sets) > FILE_SETS_KEPT:
-                self._file_sets.popitem(last=False)
-        return found
+        return self._file_sets.keep(key, FileSet(key, [self.footers.get(path) for path in key]))
 
     def read(
         self, lookup: KeyLookup, files: Sequence[str], snapshot: int, schema: pa.Schema
@@ -158,67 +151,92 @@ class DirectReader:
     def _read(
         self, lookup: KeyLookup, file_set: FileSet, snapshot: int, schema: pa.Schema
     ) -> pa.Table | None:
-        sources = list(schema.names) if lookup.projection is None else list(lookup.projection)
-        if len(sources) != len(schema):
+        shapes = _file_shapes(file_set, lookup, schema)
+        if shapes is None:
             return None
-        shapes = [_file_shape(footer, lookup, sources, schema) for footer in file_set.kinds]
-        if any(shape is None for shape in shapes):
+        integer_keys = {p.column for shape in shapes for p in shape.int_keys}
+        chosen = self._row_groups_to_read(lookup, file_set, snapshot, integer_keys)
+        if chosen is None:
             return None
-        keep = visible(
-            file_set.column(VALID_FROM.lower()), file_set.column(VALID_UNTIL.lower()), snapshot
-        )
-        integer_keys = {p.column for shape in shapes if shape for p in shape.int_keys}
-        for predicate in lookup.predicates:
-            if predicate.column in integer_keys:
-                keep &= contains(file_set.column(predicate.column), predicate.values)  # type: ignore[arg-type]
-        if int(file_set.rows[keep].sum()) > self.max_rows:
-            return None
-        chosen = np.nonzero(keep)[0]
         keys = [
             (p.column, lookup_values(p.values))  # type: ignore[arg-type]
             for p in lookup.predicates
             if p.column in integer_keys
         ]
-        candidates, starts, ends = _runs(file_set.file[chosen])
-        use_key_sets = len(candidates) >= KEY_SETS_FROM_FILES and bool(keys)
-        holding = None
-        if use_key_sets and len(candidates) >= COMBINED_KEYS_FROM_FILES:
-            holding = self._files_holding(file_set, shapes, keys)
-            if holding is None:
-                holding = self._laid_out_holding(file_set, shapes, keys, candidates)
-                if holding is not None:
-                    file_set.checks += len(candidates) * LAID_OUT_CHECK_COST
-        if holding is not None:
-            kept = np.isin(candidates, holding)
-            candidates, starts, ends = candidates[kept], starts[kept], ends[kept]
-        check_each = use_key_sets and holding is None
-        if check_each:
-            file_set.checks += len(candidates)
+        candidates, starts, ends, check_each = self._files_to_read(file_set, shapes, keys, chosen)
         pieces = []
         for number, start, end in zip(
             candidates.tolist(), starts.tolist(), ends.tolist(), strict=True
         ):
             footer = file_set.footers[number]
             shape = shapes[file_set.kind[number]]
-            assert shape is not None
             if check_each and not self._may_hold(file_set.files[number], footer, shape, keys):
                 continue
             groups = tuple(file_set.group[chosen[start:end]].tolist())
             plan = FilePlan(footer, groups, shape.outputs, shape.filters)
+            path = file_set.files[number]
             pieces.append(
-                read_file(
-                    file_set.files[number],
-                    plan,
-                    lookup.predicates,
-                    snapshot,
-                    schema,
-                    self.row_groups,
-                )
+                read_file(path, plan, lookup.predicates, snapshot, schema, self.row_groups)
             )
         result = pa.concat_tables(pieces) if pieces else schema.empty_table()
         if lookup.limit is not None and result.num_rows > lookup.limit:
             result = result.slice(0, lookup.limit)
         return result
+
+    def _row_groups_to_read(
+        self, lookup: KeyLookup, file_set: FileSet, snapshot: int, integer_keys: set[str]
+    ) -> np.ndarray | None:
+        """The set's row groups (their numbers) whose statistics allow a row visible at
+        ``snapshot`` with a looked-up integer key; None when they hold more rows than
+        :attr:`max_rows` (a job for Spark)."""
+        keep = visible(
+            file_set.column(VALID_FROM.lower()), file_set.column(VALID_UNTIL.lower()), snapshot
+        )
+        for predicate in lookup.predicates:
+            if predicate.column in integer_keys:
+                keep &= contains(file_set.column(predicate.column), predicate.values)  # type: ignore[arg-type]
+        if int(file_set.rows[keep].sum()) > self.max_rows:
+            return None
+        return np.nonzero(keep)[0]
+
+    def _files_to_read(
+        self,
+        file_set: FileSet,
+        shapes: Sequence[_FileShape],
+        keys: Sequence[tuple[str, np.ndarray]],
+        chosen: np.ndarray,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
+        """The files of the ``chosen`` row groups, with where each one's run of them starts and
+        ends, less the files the set's combined or laid-out keys rule out; and whether each file
+        left must still be checked against its own key set (many files, keys not combined)."""
+        candidates, starts, ends = _runs(file_set.file[chosen])
+        use_key_sets = len(candidates) >= KEY_SETS_FROM_FILES and bool(keys)
+        holding = None
+        if use_key_sets and len(candidates) >= COMBINED_KEYS_FROM_FILES:
+            holding = self._set_holding(file_set, shapes, keys, candidates)
+        if holding is not None:
+            kept = np.isin(candidates, holding)
+            candidates, starts, ends = candidates[kept], starts[kept], ends[kept]
+        check_each = use_key_sets and holding is None
+        if check_each:
+            file_set.checks += len(candidates)
+        return candidates, starts, ends, check_each
+
+    def _set_holding(
+        self,
+        file_set: FileSet,
+        shapes: Sequence[_FileShape],
+        keys: Sequence[tuple[str, np.ndarray]],
+        candidates: np.ndarray,
+    ) -> np.ndarray | None:
+        """The files that may hold the keys by the set's combined keys, else by its laid-out
+        keys (their checks counted towards building the combined ones); None: by neither."""
+        holding = self._files_holding(file_set, shapes, keys)
+        if holding is None:
+            holding = self._laid_out_holding(file_set, shapes, keys, candidates)
+            if holding is not None:
+                file_set.checks += len(candidates) * LAID_OUT_CHECK_COST
+        return holding
 
     def _files_holding(
         self,
@@ -228,7 +246,7 @@ class DirectReader:
     ) -> np.ndarray | None:
         """The numbers of the set's files that may hold the looked-up keys (every key column's
         combined keys agree); None while they are not built (see :meth:`_build_later`)."""
-        if file_set.total_rows * _COMBINED_BYTES_PER_KEY > self.combined.max_bytes:
+        if file_set.total_rows * _COMBINED_BYTES_PER_KEY > self.combined.capacity:
             return None
         holding: np.ndarray | None = None
         for column, values in keys:
@@ -253,7 +271,7 @@ class DirectReader:
         end (:class:`ConcatenatedKeys`, built on the first lookup of a set that needs them and
         kept): every key column's keys agree; a file without an integer key column may hold
         any key. None when a set's keys would not fit in memory (files are checked one by one)."""
-        if file_set.total_rows * _LAID_OUT_BYTES_PER_KEY > self.laid_out.max_bytes:
+        if file_set.total_rows * _LAID_OUT_BYTES_PER_KEY > self.laid_out.capacity:
             return None
         holding = candidates
         for column, values in keys:
@@ -278,7 +296,9 @@ class DirectReader:
             arrays.append(self._keys_of(file_set.files[number], file_set.footers[number], name))
         laid = ConcatenatedKeys.of(numbers.tolist(), arrays)
         self.layouts += 1
-        self.laid_out.put((file_set.serial, names), laid)
+        # Not replacing a kept layout of fewer files (as before the generic Lru): this lookup
+        # uses its own.
+        self.laid_out.keep((file_set.serial, names), laid)
         return laid
 
     def _build_later(self, file_set: FileSet, names: tuple[str | None, ...]) -> None:
@@ -300,7 +320,7 @@ class DirectReader:
                     arrays[number] = self.key_sets.keys(
                         path, name, _opener(path, file_set.footers[number])
                     )
-            self.combined.put(key, CombinedKeys.of(arrays, len(file_set.files)))
+            self.combined.keep(key, CombinedKeys.of(arrays, len(file_set.files)))
         except (OSError, pa.ArrowException):
             pass  # not built: lookups check file by file, and report a file they cannot read
         finally:
@@ -376,6 +396,22 @@ class _FileShape:
     int_keys: tuple[Predicate, ...]
     """The key predicates on integer columns (their statistics prune row groups)."""
     int_key_columns: frozenset[str] = frozenset()
+
+
+def _file_shapes(
+    file_set: FileSet, lookup: KeyLookup, schema: pa.Schema
+) -> list[_FileShape] | None:
+    """How each kind of file of the set answers the lookup; None when one cannot (Spark must)."""
+    sources = list(schema.names) if lookup.projection is None else list(lookup.projection)
+    if len(sources) != len(schema):
+        return None
+    shapes = []
+    for footer in file_set.kinds:
+        shape = _file_shape(footer, lookup, sources, schema)
+        if shape is None:
+            return None
+        shapes.append(shape)
+    return shapes
 
 
 def _file_shape(

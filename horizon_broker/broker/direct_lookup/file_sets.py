@@ -12,7 +12,6 @@ from __future__ import annotations
 import itertools
 import os
 import threading
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -20,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from horizon_broker._core.lru import Lru
 from horizon_broker.broker.direct_lookup.reading import local_path
 from horizon_broker.broker.direct_lookup.row_groups import ColumnStats, column_stats, concatenated
 from horizon_broker.broker.spark.failures import UnreadableFiles
@@ -41,9 +41,7 @@ class FooterCache:
     """Parquet footers of segment files by path, least recently used dropped past ``capacity``."""
 
     def __init__(self, capacity: int = 50_000) -> None:
-        self._capacity = capacity
-        self._lock = threading.Lock()
-        self._footers: OrderedDict[str, Footer] = OrderedDict()
+        self._footers: Lru[str, Footer] = Lru(capacity)
         self.reads = 0
         """How many footers were read from disk (a test probe: a cache hit leaves it flat)."""
 
@@ -68,22 +66,15 @@ class FooterCache:
 
     def cached(self, path: str) -> Footer | None:
         """The file's footer when it is cached (no read)."""
-        with self._lock:
-            footer = self._footers.get(path)
-            if footer is not None:
-                self._footers.move_to_end(path)
-            return footer
+        return self._footers.get(path)
 
     def put(self, path: str, footer: Footer) -> Footer:
         """Keep ``footer``, read by the caller; returns the one kept (another thread's, when it
         read the file first)."""
-        with self._lock:
-            kept = self._footers.setdefault(path, footer)
-            if kept is footer:
-                self.reads += 1
-                while len(self._footers) > self._capacity:
-                    self._footers.popitem(last=False)
-            return kept
+        kept = self._footers.keep(path, footer)
+        if kept is footer:
+            self.reads += 1
+        return kept
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,8 +105,7 @@ class SchemaParts:
 
 SCHEMAS_KEPT = 1_024
 """Distinct file schemas whose :class:`SchemaParts` are shared (a table has a few)."""
-_schemas: OrderedDict[tuple[tuple[str, ...], tuple[pa.DataType, ...]], SchemaParts] = OrderedDict()
-_schemas_lock = threading.Lock()
+_schemas: Lru[tuple[tuple[str, ...], tuple[pa.DataType, ...]], SchemaParts] = Lru(SCHEMAS_KEPT)
 
 
 def schema_parts(metadata: pq.FileMetaData) -> SchemaParts:
@@ -124,17 +114,7 @@ def schema_parts(metadata: pq.FileMetaData) -> SchemaParts:
     each were most of the objects every full garbage collection walked (40 to 65 ms each)."""
     schema = metadata.schema.to_arrow_schema()
     key = (tuple(schema.names), tuple(schema.types))
-    with _schemas_lock:
-        found = _schemas.get(key)
-        if found is not None:
-            _schemas.move_to_end(key)
-            return found
-    found = SchemaParts.of(metadata, schema)
-    with _schemas_lock:
-        found = _schemas.setdefault(key, found)
-        while len(_schemas) > SCHEMAS_KEPT:
-            _schemas.popitem(last=False)
-    return found
+    return _schemas.get_or_load(key, lambda: SchemaParts.of(metadata, schema))
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from horizon_broker._core.byte_lru import ByteBoundedLru
+from horizon_broker._core.lru import Lru
 
 DEFAULT_MAX_BYTES = 256 * 1024 * 1024
 
@@ -47,21 +47,19 @@ class KeySets:
         self.max_bytes = max_bytes
         self.loads = 0
         """Arrays read from files (a test probe: a cached file leaves it flat)."""
-        self._arrays: ByteBoundedLru[np.ndarray] = ByteBoundedLru(max_bytes, lambda a: a.nbytes)
+        self._arrays: Lru[tuple[str, str], np.ndarray] = Lru(max_bytes, lambda a: a.nbytes)
 
     def keys(self, path: str, column: str, open_file: Callable[[], pq.ParquetFile]) -> np.ndarray:
         """The sorted non-null values of ``column`` in the file at ``path`` (``open_file``
         opens it when they are not cached; its errors pass through)."""
-        found = self._arrays.get((path, column))
-        if found is not None:
-            return found
+        return self._arrays.get_or_load((path, column), lambda: self._load(column, open_file))
+
+    def _load(self, column: str, open_file: Callable[[], pq.ParquetFile]) -> np.ndarray:
         values = open_file().read(columns=[column], use_threads=False).column(0)
         values = pc.drop_null(values)
         array = np.sort(values.to_numpy() if values.num_chunks else np.zeros(0, np.int64))
-        array = array.astype(np.int64, copy=False)
         self.loads += 1
-        self._arrays.put((path, column), array)
-        return array
+        return array.astype(np.int64, copy=False)
 
     @property
     def bytes(self) -> int:

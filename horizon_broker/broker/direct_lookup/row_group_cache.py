@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from horizon_broker._core.byte_lru import ByteBoundedLru
+from horizon_broker._core.lru import Lru
 from horizon_broker.broker.direct_lookup.key_sets import entries_for
 
 DEFAULT_MAX_BYTES = 256 * 1024 * 1024
@@ -71,8 +71,8 @@ class RowGroupCache:
         """Row groups decoded for the cache (a test probe: a kept row group leaves it flat)."""
         self.indexed = 0
         """Key positions built (a test probe)."""
-        self._groups: ByteBoundedLru[pa.Table] = ByteBoundedLru(max_bytes, lambda t: t.nbytes)
-        self._positions: ByteBoundedLru[KeyPositions] = ByteBoundedLru(
+        self._groups: Lru[tuple[str, int], pa.Table] = Lru(max_bytes, lambda t: t.nbytes)
+        self._positions: Lru[tuple[str, int, str], KeyPositions] = Lru(
             max(1, max_bytes // 4), lambda index: index.nbytes
         )
 
@@ -83,23 +83,23 @@ class RowGroupCache:
     def group(self, path: str, index: int, decode: Callable[[], pa.Table]) -> pa.Table:
         """Row group ``index`` of the file at ``path``, every column (``decode`` reads it when
         it is not kept; its errors pass through)."""
-        found = self._groups.get((path, index))
-        if found is not None:
-            return found
+        return self._groups.get_or_load((path, index), lambda: self._decoded(decode))
+
+    def _decoded(self, decode: Callable[[], pa.Table]) -> pa.Table:
         table = decode()
         self.decodes += 1
-        self._groups.put((path, index), table)
         return table
 
     def positions(self, path: str, index: int, column: str, table: pa.Table) -> KeyPositions:
         """The :class:`KeyPositions` of integer ``column`` of kept row group ``index`` of the
         file at ``path``, decoded as ``table`` (built on first use)."""
-        found = self._positions.get((path, index, column))
-        if found is None:
-            found = KeyPositions.of(table.column(column))
-            self.indexed += 1
-            self._positions.put((path, index, column), found)
-        return found
+        return self._positions.get_or_load(
+            (path, index, column), lambda: self._indexed(table.column(column))
+        )
+
+    def _indexed(self, column: pa.ChunkedArray) -> KeyPositions:
+        self.indexed += 1
+        return KeyPositions.of(column)
 
     @property
     def bytes(self) -> int:
