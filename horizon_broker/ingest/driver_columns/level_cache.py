@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from horizon_broker._core.byte_lru import ByteBoundedLru
+from horizon_broker._core.lru import Lru
 from horizon_broker.ingest.driver_columns.key_lookup import SortedKeys, supports
 from horizon_broker.ingest.table import TableDefinition
 
@@ -60,9 +60,7 @@ class CachedLevel:
             return self.keys
 
 
-_levels: ByteBoundedLru[CachedLevel] = ByteBoundedLru(
-    LEVEL_CACHE_BYTES, size=lambda level: level.nbytes
-)
+_levels: Lru[tuple[Any, ...], CachedLevel] = Lru(LEVEL_CACHE_BYTES, lambda level: level.nbytes)
 
 
 def _key(path: str, table: TableDefinition) -> tuple[Any, ...]:
@@ -73,14 +71,9 @@ def _key(path: str, table: TableDefinition) -> tuple[Any, ...]:
 def cached_level(path: str, table: TableDefinition, read: Callable[[], Any]) -> CachedLevel:
     """The level file at ``path`` (an operating system path): cached, or its entries ``read()``
     and kept."""
-    key = _key(path, table)
-    found = _levels.get(key)
-    if found is None:
-        found = CachedLevel(read())
-        _levels.put(key, found)
-    return found
+    return _levels.get_or_load(_key(path, table), lambda: CachedLevel(read()))
 
 
 def remember(path: str, table: TableDefinition, entries: Any) -> None:
     """Keep the entries of a level file just written."""
-    _levels.put(_key(path, table), CachedLevel(entries))
+    _levels.keep(_key(path, table), CachedLevel(entries))
