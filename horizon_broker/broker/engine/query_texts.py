@@ -15,9 +15,10 @@ enough, and keeping errors would keep their tracebacks.
 from __future__ import annotations
 
 import functools
+from collections.abc import Hashable
 
-from horizon_broker._core.byte_lru import ByteBoundedLru
 from horizon_broker._core.errors import InvalidArgument
+from horizon_broker._core.lru import Lru
 from horizon_broker.broker.sql import ParsedQuery, bind, parse_query
 from horizon_broker.broker.sql.catalog import Catalog, CatalogTable
 from horizon_broker.broker.sql.functions import FunctionPolicy
@@ -53,9 +54,9 @@ class QueryTexts:
         self, limits: RewriteLimits, functions: FunctionPolicy, kept_bytes: int = KEPT_BYTES
     ) -> None:
         self._parse = functools.partial(parse_query, limits=limits, functions=functions)
-        self._parsed: ByteBoundedLru[ParsedQuery] = ByteBoundedLru(kept_bytes, _parse_bytes)
-        self._bound: ByteBoundedLru[tuple[tuple[CatalogTable, ...], RewriteResult]] = (
-            ByteBoundedLru(kept_bytes, _rewrite_bytes)
+        self._parsed: Lru[str, ParsedQuery] = Lru(kept_bytes, _parse_bytes)
+        self._bound: Lru[Hashable, tuple[tuple[CatalogTable, ...], RewriteResult]] = Lru(
+            kept_bytes, _rewrite_bytes
         )
         self.parses = 0
         """Texts parsed (a probe: a repeated text leaves it flat)."""
@@ -73,7 +74,7 @@ class QueryTexts:
         if found is None:
             found = self._parse(sql)
             self.parses += 1
-            self._parsed.put(sql, found)
+            self._parsed.keep(sql, found)
         return found
 
     def bind(
@@ -98,5 +99,5 @@ class QueryTexts:
             return found[1]
         result = bind(parsed, catalog, budget=budget, row_cap=row_cap)
         self.binds += 1
-        self._bound.put(key, (entries, result))
+        self._bound.keep(key, (entries, result))
         return result
