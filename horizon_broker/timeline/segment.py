@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import operator
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, NoReturn
 
 from horizon_broker._core.errors import InvalidArgument
 from horizon_broker.timeline.interval import Interval
@@ -219,55 +219,86 @@ def _optional_int(value: Any, name: str) -> int | None:
 
 
 def _validate(segment: Segment) -> None:
-    def fail(reason: str) -> None:
-        raise InvalidArgument(f"invalid segment {segment.id}: {reason}")
+    """Refuse a segment whose fields cannot describe a stored file (the first rule broken)."""
+    _validate_identity(segment)
+    _validate_root_range(segment)
+    if segment.minor_version == 0:
+        _validate_first_generation(segment)
+    else:
+        _validate_overwrite(segment)
+    _validate_sizes_and_files(segment)
 
+
+def _fail(segment: Segment, reason: str) -> NoReturn:
+    raise InvalidArgument(f"invalid segment {segment.id}: {reason}")
+
+
+def _validate_identity(segment: Segment) -> None:
     if not segment.table:
-        fail("table name is empty")
+        _fail(segment, "table name is empty")
     if not isinstance(segment.interval, Interval):
-        fail(f"interval must be a timeline.Interval, got {type(segment.interval).__name__}")
+        _fail(
+            segment,
+            f"interval must be a timeline.Interval, got {type(segment.interval).__name__}",
+        )
     if segment.interval.is_empty:
-        fail("interval is empty")
+        _fail(segment, "interval is empty")
     if not isinstance(segment.version, str) or not segment.version:
-        fail("version must be a non-empty string")
+        _fail(segment, "version must be a non-empty string")
     if segment.core_partitions < 0:
-        fail(f"core_partitions {segment.core_partitions} is negative")
-    assert segment.root_start is not None and segment.root_end is not None
-    if not 0 <= segment.root_start < segment.root_end <= ROOT_PARTITION_LIMIT:
-        fail(
-            f"root range [{segment.root_start}, {segment.root_end}) is not a non-empty range "
-            f"inside [0, {ROOT_PARTITION_LIMIT})"
+        _fail(segment, f"core_partitions {segment.core_partitions} is negative")
+
+
+def _validate_root_range(segment: Segment) -> None:
+    root_start, root_end = segment.root_range
+    if not 0 <= root_start < root_end <= ROOT_PARTITION_LIMIT:
+        _fail(
+            segment,
+            f"root range [{root_start}, {root_end}) is not a non-empty range "
+            f"inside [0, {ROOT_PARTITION_LIMIT})",
         )
     if segment.minor_version < 0:
-        fail(f"minor_version {segment.minor_version} is negative")
-    if segment.minor_version == 0:
-        if not 0 <= segment.partition < ROOT_PARTITION_LIMIT:
-            fail(
-                f"first-generation partition {segment.partition} is outside "
-                f"[0, {ROOT_PARTITION_LIMIT})"
-            )
-        if (segment.root_start, segment.root_end) != (segment.partition, segment.partition + 1):
-            fail(
-                f"a first-generation segment's root range must be [{segment.partition}, "
-                f"{segment.partition + 1}), got [{segment.root_start}, {segment.root_end})"
-            )
-        if segment.atomic_update_group_size != 1:
-            fail("a first-generation segment's atomic_update_group_size must be 1")
-    else:
-        if not ROOT_PARTITION_LIMIT <= segment.partition < OVERWRITE_PARTITION_LIMIT:
-            fail(
-                f"overwrite partition {segment.partition} is outside "
-                f"[{ROOT_PARTITION_LIMIT}, {OVERWRITE_PARTITION_LIMIT})"
-            )
-        size = segment.atomic_update_group_size
-        if not (size > 0 or size == UNKNOWN_GROUP_SIZE):
-            fail(f"atomic_update_group_size {size} must be > 0 or -1 (unknown)")
+        _fail(segment, f"minor_version {segment.minor_version} is negative")
+
+
+def _validate_first_generation(segment: Segment) -> None:
+    """A segment written by ingestion: one root partition, its own group of one."""
+    if not 0 <= segment.partition < ROOT_PARTITION_LIMIT:
+        _fail(
+            segment,
+            f"first-generation partition {segment.partition} is outside "
+            f"[0, {ROOT_PARTITION_LIMIT})",
+        )
+    if segment.root_range != (segment.partition, segment.partition + 1):
+        _fail(
+            segment,
+            f"a first-generation segment's root range must be [{segment.partition}, "
+            f"{segment.partition + 1}), got [{segment.root_start}, {segment.root_end})",
+        )
+    if segment.atomic_update_group_size != 1:
+        _fail(segment, "a first-generation segment's atomic_update_group_size must be 1")
+
+
+def _validate_overwrite(segment: Segment) -> None:
+    """A segment written by compaction: an overwrite partition, a group of known or unknown size."""
+    if not ROOT_PARTITION_LIMIT <= segment.partition < OVERWRITE_PARTITION_LIMIT:
+        _fail(
+            segment,
+            f"overwrite partition {segment.partition} is outside "
+            f"[{ROOT_PARTITION_LIMIT}, {OVERWRITE_PARTITION_LIMIT})",
+        )
+    size = segment.atomic_update_group_size
+    if not (size > 0 or size == UNKNOWN_GROUP_SIZE):
+        _fail(segment, f"atomic_update_group_size {size} must be > 0 or -1 (unknown)")
+
+
+def _validate_sizes_and_files(segment: Segment) -> None:
     if segment.row_count < 0 or segment.size_bytes < 0:
-        fail("row_count and size_bytes must not be negative")
+        _fail(segment, "row_count and size_bytes must not be negative")
     for name in ("max_valid_from", "max_valid_until"):
         value = getattr(segment, name)
         if value is not None and value < 0:
-            fail(f"{name} {value} is negative (commit timestamps are not)")
+            _fail(segment, f"{name} {value} is negative (commit timestamps are not)")
     strays = [path for path in segment.open_files if path not in segment.location]
     if strays:
-        fail(f"open file(s) {', '.join(strays)} are not in the segment's location")
+        _fail(segment, f"open file(s) {', '.join(strays)} are not in the segment's location")

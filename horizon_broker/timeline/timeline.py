@@ -61,26 +61,11 @@ class Timeline:
         created: list[TimeChunk] = []
         try:
             for segment in batch:
-                key = _chunk_key(segment)
-                chunk = self._chunks.get(key)
-                if chunk is None:
-                    self._check_same_version_overlap(segment)
-                    chunk = TimeChunk(segment.interval, segment.version)
-                    self._insert_chunk(key, chunk)
-                    created.append(chunk)
-                    touched[id(chunk)] = (chunk, False, False)
-                elif id(chunk) not in touched:
-                    touched[id(chunk)] = (chunk, True, chunk.complete)
+                chunk = self._chunk_for(segment, touched, created)
                 if chunk.store(segment):
                     stored.append((chunk, segment))
         except Exception:
-            for chunk, segment in reversed(stored):
-                chunk.unstore(segment)
-            for chunk in created:
-                self._delete_chunk(chunk)
-            for chunk, existed, _ in touched.values():
-                if existed:
-                    chunk.refresh()
+            self._undo_add(touched, stored, created)
             raise
         for chunk, existed, was_complete in touched.values():
             chunk.refresh()
@@ -89,6 +74,41 @@ class Timeline:
             self._count += len(stored)
             self.generation += 1
         return len(stored)
+
+    def _chunk_for(
+        self,
+        segment: Segment,
+        touched: dict[int, tuple[TimeChunk, bool, bool]],
+        created: list[TimeChunk],
+    ) -> TimeChunk:
+        """The segment's time chunk (made if new); a batch's first touch of a chunk records
+        whether it existed and was complete, for settling the views once at the end."""
+        key = _chunk_key(segment)
+        chunk = self._chunks.get(key)
+        if chunk is None:
+            self._check_same_version_overlap(segment)
+            chunk = TimeChunk(segment.interval, segment.version)
+            self._insert_chunk(key, chunk)
+            created.append(chunk)
+            touched[id(chunk)] = (chunk, False, False)
+        elif id(chunk) not in touched:
+            touched[id(chunk)] = (chunk, True, chunk.complete)
+        return chunk
+
+    def _undo_add(
+        self,
+        touched: dict[int, tuple[TimeChunk, bool, bool]],
+        stored: list[tuple[TimeChunk, Segment]],
+        created: list[TimeChunk],
+    ) -> None:
+        """Take back a failed batch: its segments, its new chunks, and the old chunks' state."""
+        for chunk, segment in reversed(stored):
+            chunk.unstore(segment)
+        for chunk in created:
+            self._delete_chunk(chunk)
+        for chunk, existed, _ in touched.values():
+            if existed:
+                chunk.refresh()
 
     def remove(self, segment: Segment) -> bool:
         """Remove the stored segment with this id; False if there is none.

@@ -60,6 +60,13 @@ class TableDescriptor:
             raise InvalidArgument(
                 f"invalid table name {self.name!r}: letters, digits and underscores only"
             )
+        known = self._check_columns()
+        self._check_roles(known)
+        if self.key_partitions < 1:
+            raise InvalidArgument(f"table {self.name!r}: key_partitions must be >= 1")
+
+    def _check_columns(self) -> set[str]:
+        """The column names, lower-cased, once they are present, distinct and not reserved."""
         if not self.columns:
             raise InvalidArgument(f"table {self.name!r} has no columns")
         names = [column.name.lower() for column in self.columns]
@@ -70,7 +77,10 @@ class TableDescriptor:
             raise InvalidArgument(
                 f"table {self.name!r} declares a reserved column ({', '.join(VALIDITY_COLUMNS)})"
             )
-        known = set(names)
+        return set(names)
+
+    def _check_roles(self, known: set[str]) -> None:
+        """The key, comparison and time columns name declared columns; upsert needs a key."""
         for role, columns in (
             ("primary key", self.primary_key),
             ("comparison", self.comparison_columns),
@@ -86,8 +96,6 @@ class TableDescriptor:
             raise InvalidArgument(
                 f"table {self.name!r}: time column {self.time_column!r} is not a column"
             )
-        if self.key_partitions < 1:
-            raise InvalidArgument(f"table {self.name!r}: key_partitions must be >= 1")
 
     @property
     def column_names(self) -> tuple[str, ...]:

@@ -452,6 +452,19 @@ class ServerClient:
             self.clock.observe(floor)
         return floor
 
+    def _reclaim(self, execute: Execute, table: str, owned: set[int]) -> set[int]:
+        """Claim our partitions of ``table`` again; the ones kept (a lost one's progress goes)."""
+        kept = set()
+        for partition in sorted(owned):
+            try:
+                reply = execute("CLAIM", [table, str(self._heartbeat_timeout_ms), str(partition)])
+                self._observe_floor(reply)
+                kept.add(partition)
+            except FailedPrecondition as error:
+                log.warning("server %s lost partition on re-publish: %s", self.server_id, error)
+                self._progress.get(table, {}).pop(partition, None)
+        return kept
+
     def _republish(self, execute: Execute) -> None:
         """Publish our whole state again into a new data set, in causal order."""
         if not (
@@ -469,18 +482,7 @@ class ServerClient:
         if self._segments:
             execute("SEGMENTS", segment_args(list(self._segments.values()), []))
         for table, owned in list(self._owned.items()):
-            kept = set()
-            for partition in sorted(owned):
-                try:
-                    reply = execute(
-                        "CLAIM", [table, str(self._heartbeat_timeout_ms), str(partition)]
-                    )
-                    self._observe_floor(reply)
-                    kept.add(partition)
-                except FailedPrecondition as error:
-                    log.warning("server %s lost partition on re-publish: %s", self.server_id, error)
-                    self._progress.get(table, {}).pop(partition, None)
-            self._owned[table] = kept
+            self._owned[table] = self._reclaim(execute, table, owned)
         for table, progress in self._progress.items():
             if not progress:
                 continue

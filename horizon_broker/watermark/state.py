@@ -313,15 +313,25 @@ class ServerState:
         they replace removed in one batch, then all of them added in one (each time chunk
         settled once, not once per segment), or one by one when the batch is refused, so a
         conflicting announcement is rejected alone."""
-        stored = self.segments[table]
-        timeline = self.timelines[table]
-        descriptor = self.descriptors[table]
         segments = list(segments)
         keys = [segment_key(segment) for segment in segments]
         if len(set(keys)) != len(keys):  # one segment announced twice: each replaces the last
             for segment in segments:
                 self._add_segments(table, [segment], now_ms)
             return
+        replaced, added = self._store_announced(table, keys, segments, now_ms)
+        timeline = self.timelines[table]
+        if replaced:
+            timeline.remove_all(replaced)
+        self._show_added(table, added)
+
+    def _store_announced(
+        self, table: str, keys: list[str], segments: list[Segment], now_ms: int
+    ) -> tuple[list[Segment], list[tuple[str, Segment]]]:
+        """Store the announced segments; the readable ones they replace, and the ones to add
+        to the timeline (a segment outside the table's storage root is refused, kept out)."""
+        stored = self.segments[table]
+        descriptor = self.descriptors[table]
         replaced: list[Segment] = []
         added: list[tuple[str, Segment]] = []
         for key, segment in zip(keys, segments, strict=True):
@@ -344,8 +354,13 @@ class ServerState:
             if (table, key) in self.unreadable:
                 continue
             added.append((key, segment))
-        if replaced:
-            timeline.remove_all(replaced)
+        return replaced, added
+
+    def _show_added(self, table: str, added: list[tuple[str, Segment]]) -> None:
+        """Add the segments to the timeline in one batch, or one by one when the batch is
+        refused, so that a conflicting announcement is rejected alone."""
+        stored = self.segments[table]
+        timeline = self.timelines[table]
         try:
             timeline.add_all([segment for _, segment in added])
         except HorizonError:
