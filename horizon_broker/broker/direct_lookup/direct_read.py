@@ -431,15 +431,17 @@ def _file_shape(
         if found is None or found.type != pa.int64():
             return None
         filters[name.lower()] = found.name
+    int_keys = []
     for predicate in lookup.predicates:
         found = footer.fields.get(predicate.column)
         if found is None or not _literals_fit(found.type, predicate.values):
             return None
         filters[predicate.column] = found.name
-    int_keys = tuple(
-        p for p in lookup.predicates if pa.types.is_integer(footer.fields[p.column].type)
+        if pa.types.is_integer(found.type):
+            int_keys.append(predicate)
+    return _FileShape(
+        tuple(outputs), filters, tuple(int_keys), frozenset(p.column for p in int_keys)
     )
-    return _FileShape(tuple(outputs), filters, int_keys, frozenset(p.column for p in int_keys))
 
 
 def _same_type(stored: pa.DataType, expected: pa.DataType) -> bool:

@@ -82,13 +82,18 @@ def _read_kept_group(
         table = cache.group(path, group, decode)
     except (OSError, pa.ArrowException) as error:
         raise unreadable(path, f"cannot read the Parquet file: {error}") from None
-    integer_keys = [p for p in predicates if pa.types.is_integer(plan.footer.fields[p.column].type)]
+    integer_keys = [p for p in predicates if _is_integer_column(plan.footer, p.column)]
     if integer_keys:  # only the rows holding a looked-up key can match: no scan of the group
         key = integer_keys[0]
         index = cache.positions(path, group, plan.filters[key.column], table)
         table = table.take(pa.array(index.rows_holding(lookup_values(key.values))))  # type: ignore[arg-type]
     selected = table.filter(pc.fill_null(_condition(table, plan, predicates, snapshot), False))
     return _as_schema(selected.column, plan.outputs, schema)
+
+
+def _is_integer_column(footer: Footer, column: str) -> bool:
+    found = footer.fields.get(column)
+    return found is not None and pa.types.is_integer(found.type)
 
 
 def _as_schema(

@@ -161,8 +161,9 @@ class FileSet:
         """Names this set in caches (hashing its file names per lookup costs more)."""
         self.files = tuple(files)
         self.footers = tuple(footers)
-        self.checks = 0
-        """Files its lookups have checked one by one (their key sets), before combined keys."""
+        self.checks = 0.0
+        """Files its lookups have checked one by one (their key sets), before combined keys (a
+        check against laid-out keys counts as a fraction of one)."""
         counts = [footer.metadata.num_row_groups for footer in footers]
         self.file = np.repeat(np.arange(len(footers)), counts)
         self.group = np.concatenate([np.arange(n) for n in counts]) if counts else np.zeros(0)
