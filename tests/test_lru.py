@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import threading
 from dataclasses import dataclass, field
 
@@ -72,20 +73,32 @@ def test_peek_and_contains_neither_reorder_nor_count() -> None:
 
 
 def test_threads_putting_and_getting_keep_the_weight_equal_to_what_is_held() -> None:
-    cache: Lru[int, bytes] = Lru(1_000, weight=len)
+    """The caches are shared by query threads, the warming thread and the combined-keys
+    builder: their bookkeeping must not tear."""
+    cache: Lru[int, bytes] = Lru(60, weight=len)
+    errors: list[BaseException] = []
 
     def work(offset: int) -> None:
-        for i in range(2_000):
-            cache.put((i * 7 + offset) % 300, b"x" * (i % 40))
-            cache.get((i * 3) % 300)
+        try:
+            for i in range(20_000):
+                cache.put((i + offset) % 3, b"x" * (i % 40))
+                cache.get(i % 5)
+        except BaseException as error:  # a torn OrderedDict raises in the thread
+            errors.append(error)
 
-    threads = [threading.Thread(target=work, args=(n,)) for n in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert cache.weight == sum(len(cache.peek(key) or b"") for key in cache) <= 1_000
-    assert cache.hits + cache.misses == 4 * 2_000
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as possible: races show
+    try:
+        threads = [threading.Thread(target=work, args=(n,)) for n in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert not errors
+    assert cache.weight == sum(len(cache.peek(key) or b"") for key in cache) <= 60
+    assert cache.hits + cache.misses == 4 * 20_000
 
 
 @dataclass
