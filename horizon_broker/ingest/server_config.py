@@ -3,7 +3,9 @@
 Loaded from a TOML file (``horizon ingest --config server.toml``) or built from ``--table``
 options, and checked whole before the server writes anything: every table file must load, no
 table may be listed twice, and the key partitions must exist. All problems are reported at once,
-each naming the table and where it was declared::
+each naming the table and where it was declared. The file's keys, defaults and rules are declared
+once, on :class:`ServerFile` (a pydantic model, see :mod:`horizon_broker._config`);
+:class:`ServerConfig` is what the server runs, built from it::
 
     server_id = "ingest-1"
     redis = "redis://127.0.0.1:6379/0"
@@ -24,24 +26,24 @@ each naming the table and where it was declared::
 
 from __future__ import annotations
 
+import dataclasses
 import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
+from pydantic import BaseModel, BeforeValidator, Discriminator, Field, Tag, field_validator
+
+from horizon_broker._config import MODEL_CONFIG, refusing, validated
 from horizon_broker._core.errors import HorizonError, InvalidArgument
 from horizon_broker._core.keys import DEFAULT_PREFIX, check_prefix, check_server_id
-from horizon_broker.ingest.table import TableDefinition
+from horizon_broker.ingest.table import TableDefinition, TableFile
 from horizon_broker.locks.rules import STREAMING_INGESTION_PRIORITY
 
-SERVER_KEYS = frozenset(
-    {
-        "server_id", "redis", "prefix", "watch", "source_root", "format", "storage_root",
-        "concurrency", "heartbeat_s", "lock_priority", "spark", "tables",
-    }
-)  # fmt: skip
-TABLE_KEYS = frozenset({"definition", "source", "format", "partitions", "options"})
+DEFAULT_FORMAT = "json"
+Settings = dict[str, str | int | float | bool]
+"""A table of settings handed on as strings (Spark's, a changelog reader's)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +52,7 @@ class TableSource:
 
     definition: TableDefinition
     source: str | None = None
-    format: str = "json"
+    format: str = DEFAULT_FORMAT
     partitions: tuple[int, ...] | None = None
     """The key partitions this server owns (None: all)."""
     options: Mapping[str, str] = field(default_factory=dict)
@@ -63,21 +65,127 @@ class TableSource:
 
 @dataclass(frozen=True, slots=True)
 class ServerConfig:
-    """Everything ``horizon ingest`` needs to run one server of many tables."""
+    """Everything ``horizon ingest`` needs to run one server of many tables (built from a checked
+    :class:`ServerFile`, where each key's default and meaning are)."""
 
     server_id: str
     redis_url: str
     tables: tuple[TableSource, ...]
-    prefix: str = DEFAULT_PREFIX
-    watch_s: float | None = None
+    prefix: str
+    watch_s: float | None
     """Poll the sources this often (None: one pass, then park and exit)."""
-    spark_master: str = "local[*]"
-    spark_conf: Mapping[str, str] = field(default_factory=dict)
-    concurrency: int | None = None
+    spark_master: str
+    spark_conf: Mapping[str, str]
+    concurrency: int | None
     """Tables ingesting at once (None: every table, sharing the cores through Spark's FAIR
     scheduler)."""
-    heartbeat_s: float = 1.0
-    lock_priority: int = STREAMING_INGESTION_PRIORITY
+    heartbeat_s: float
+    lock_priority: int
+
+
+def _partition_list(value: Any) -> Any:
+    return [item for item in value.split(",") if item.strip()] if isinstance(value, str) else value
+
+
+class Placement(BaseModel):
+    """Where one ``[[tables]]`` entry's changelog is and which key partitions the server owns."""
+
+    model_config = MODEL_CONFIG
+
+    source: str | None = Field(
+        None, description="The changelog directory (default: ``<source_root>/<table name>``)."
+    )
+    format: str | None = Field(
+        None, description="The changelog format (default: the server's ``format``)."
+    )
+    partitions: Annotated[list[int] | None, BeforeValidator(_partition_list)] = Field(
+        None,
+        description='The key partitions this server owns, a list or ``"0,1"`` (default: all).',
+        json_schema_extra={"rule": "each in 0 .. key_partitions - 1"},
+    )
+    options: Settings = Field(
+        {}, description='Options of the changelog reader (``header = "true"`` for CSV ...).'
+    )
+
+
+class TableFileEntry(Placement):
+    """A ``[[tables]]`` entry naming a table definition file."""
+
+    definition: str = Field(description="The table definition file, relative to this file.")
+
+
+class InlineTableEntry(TableFile, Placement):
+    """A ``[[tables]]`` entry holding the table definition's keys inline."""
+
+
+def _entry_kind(entry: Any) -> str:
+    if isinstance(entry, dict):
+        return "file" if "definition" in entry else "inline"
+    return "file" if isinstance(entry, TableFileEntry) else "inline"
+
+
+TableEntry = Annotated[
+    Annotated[TableFileEntry, Tag("file")] | Annotated[InlineTableEntry, Tag("inline")],
+    Discriminator(_entry_kind),
+]
+
+
+class ServerSpark(BaseModel):
+    """The server's Spark session."""
+
+    model_config = MODEL_CONFIG
+
+    master: str = Field("local[*]", description="Embedded Spark, or ``spark://host:7077``.")
+    conf: Settings = Field({}, description="More Spark settings (``[spark.conf]``).")
+
+
+class ServerFile(BaseModel):
+    """An ingestion server's file: its identity, its state store, and the tables it serves."""
+
+    model_config = MODEL_CONFIG
+
+    server_id: str = Field(
+        description="The server's identity: 1-200 of letters, digits and ``_ . : @ -``."
+    )
+    redis: str = Field(min_length=1, description="The state store, ``redis://host:6379/0``.")
+    prefix: str = Field(DEFAULT_PREFIX, description="The Redis key prefix.")
+    watch: float | None = Field(
+        None,
+        gt=0,
+        description="Poll the sources every this many seconds (unset: one pass over every "
+        "source, then park and exit).",
+    )
+    source_root: str | None = Field(
+        None, description="A table's default source: ``<source_root>/<table name>``."
+    )
+    format: str = Field(DEFAULT_FORMAT, description="The default changelog format.")
+    storage_root: str | None = Field(None, description="Overrides every table's ``storage_root``.")
+    concurrency: int | None = Field(
+        None,
+        ge=1,
+        description="Tables ingesting at once (unset: every table, sharing the cores through "
+        "Spark's FAIR scheduler).",
+    )
+    heartbeat_s: float = Field(1.0, gt=0, description="How often the server beats.")
+    lock_priority: int = Field(
+        STREAMING_INGESTION_PRIORITY, description="The priority of the server's table locks."
+    )
+    spark: ServerSpark = Field(ServerSpark.model_validate({}), description="``[spark]``")
+    tables: list[TableEntry] = Field(
+        min_length=1, description="``[[tables]]``: one entry per table."
+    )
+
+    @field_validator("server_id")
+    @classmethod
+    def _server_id(cls, value: str) -> str:
+        with refusing(""):
+            return check_server_id(value)
+
+    @field_validator("prefix")
+    @classmethod
+    def _prefix(cls, value: str) -> str:
+        with refusing(""):
+            return check_prefix(value)
 
 
 def load_server_config(path: str | Path, **overrides: Any) -> ServerConfig:
@@ -95,38 +203,27 @@ def load_server_config(path: str | Path, **overrides: Any) -> ServerConfig:
 
 def server_config(data: Mapping[str, Any], *, base: Path, origin: str) -> ServerConfig:
     """Build and check a configuration from its TOML form (table files relative to ``base``)."""
-    unknown = sorted(set(data) - SERVER_KEYS)
-    if unknown:
-        raise InvalidArgument(f"{origin}: unknown keys {', '.join(unknown)}")
-    for key in ("server_id", "redis"):
-        if not data.get(key):
-            raise InvalidArgument(f"{origin}: {key} is missing")
-    server_id = check_server_id(str(data["server_id"]))
-    entries = data.get("tables") or []
-    if not isinstance(entries, list) or not entries:
-        raise InvalidArgument(f"{origin}: no tables: add a [[tables]] entry per table")
+    server = validated(ServerFile, dict(data), source=origin)
     tables, problems = [], []
-    for number, entry in enumerate(entries, 1):
+    for number, entry in enumerate(server.tables, 1):
         try:
-            tables.append(_table(entry, data, base))
+            tables.append(_table(entry, server, base))
         except HorizonError as error:
-            problems.append(f"table {_label(entry, number)}: {error}")
+            problems.append(f"[[tables]] #{number} ({_label(entry)}): {error}")
     problems += duplicate_tables(tables)
     if problems:
         raise InvalidArgument(f"{origin}: " + "; ".join(problems))
-    spark = data.get("spark") or {}
-    watch = data.get("watch")
     return ServerConfig(
-        server_id=server_id,
-        redis_url=str(data["redis"]),
+        server_id=server.server_id,
+        redis_url=server.redis,
         tables=tuple(tables),
-        prefix=check_prefix(str(data.get("prefix", DEFAULT_PREFIX))),
-        watch_s=_positive(watch, "watch", origin) if watch is not None else None,
-        spark_master=str(spark.get("master", "local[*]")),
-        spark_conf={str(k): str(v) for k, v in (spark.get("conf") or {}).items()},
-        concurrency=_count(data.get("concurrency"), origin),
-        heartbeat_s=_positive(data.get("heartbeat_s", 1.0), "heartbeat_s", origin),
-        lock_priority=int(data.get("lock_priority", STREAMING_INGESTION_PRIORITY)),
+        prefix=server.prefix,
+        watch_s=server.watch,
+        spark_master=server.spark.master,
+        spark_conf=_strings(server.spark.conf),
+        concurrency=server.concurrency,
+        heartbeat_s=server.heartbeat_s,
+        lock_priority=server.lock_priority,
     )
 
 
@@ -138,30 +235,23 @@ def duplicate_tables(tables: Sequence[TableSource]) -> list[str]:
     return [f"table {name!r} is listed {count} times" for name, count in seen.items() if count > 1]
 
 
-def _table(entry: Any, server: Mapping[str, Any], base: Path) -> TableSource:
-    if not isinstance(entry, dict):
-        raise InvalidArgument("each [[tables]] entry must be a table of keys")
-    storage_root = server.get("storage_root")
-    if "definition" in entry:
-        unknown = sorted(set(entry) - TABLE_KEYS)
-        if unknown:
-            raise InvalidArgument(f"unknown keys {', '.join(unknown)}")
-        definition = TableDefinition.load(
-            base / str(entry["definition"]), storage_root=storage_root
-        )
+def _table(entry: TableFileEntry | InlineTableEntry, server: ServerFile, base: Path) -> TableSource:
+    if isinstance(entry, TableFileEntry):
+        definition = TableDefinition.load(base / entry.definition, storage_root=server.storage_root)
     else:
-        inline = {k: v for k, v in entry.items() if k not in TABLE_KEYS}
-        definition = TableDefinition.from_dict(inline, storage_root=storage_root)
-    source = entry.get("source")
-    if source is None and server.get("source_root"):
-        source = f"{str(server['source_root']).rstrip('/')}/{definition.name}"
-    partitions = entry.get("partitions")
+        definition = entry.definition()
+        if server.storage_root:
+            definition = dataclasses.replace(definition, storage_root=server.storage_root)
+    source = entry.source
+    if source is None and server.source_root:
+        source = f"{server.source_root.rstrip('/')}/{definition.name}"
+    partitions = entry.partitions
     return TableSource(
         definition=definition,
-        source=None if source is None else str(source),
-        format=str(entry.get("format", server.get("format", "json"))),
+        source=source,
+        format=entry.format or server.format,
         partitions=None if partitions is None else owned_partitions(partitions, definition),
-        options={str(k): str(v) for k, v in (entry.get("options") or {}).items()},
+        options=_strings(entry.options),
     )
 
 
@@ -184,28 +274,11 @@ def owned_partitions(raw: Any, definition: TableDefinition) -> tuple[int, ...]:
     return tuple(numbers)
 
 
-def _label(entry: Any, number: int) -> str:
-    if isinstance(entry, dict):
-        if "definition" in entry:
-            return f"file {entry['definition']}"
-        if "name" in entry:
-            return repr(entry["name"])
-    return f"#{number}"
+def _label(entry: TableFileEntry | InlineTableEntry) -> str:
+    if isinstance(entry, TableFileEntry):
+        return f"file {entry.definition}"
+    return f"table {entry.name!r}"
 
 
-def _positive(value: Any, name: str, origin: str) -> float:
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        number = -1.0
-    if not number > 0:
-        raise InvalidArgument(f"{origin}: {name} must be a positive number of seconds")
-    return number
-
-
-def _count(value: Any, origin: str) -> int | None:
-    if value is None:
-        return None
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise InvalidArgument(f"{origin}: concurrency must be a positive integer")
-    return value
+def _strings(settings: Settings) -> dict[str, str]:
+    return {str(key): str(value) for key, value in settings.items()}

@@ -1,7 +1,12 @@
 """The ingestion table definition: one typed object loaded from TOML.
 
 It holds everything the pipeline needs (key, how versions compare, deletes, time chunks, key
-partitions, retention, storage) and derives the :class:`TableDescriptor` that brokers read.
+partitions, retention, storage) and derives the :class:`TableDescriptor` that brokers read. The
+file's keys, defaults and rules are declared once, on :class:`TableFile` (a pydantic model, see
+:mod:`horizon_broker._config`); :class:`TableDefinition` is what the pipeline reads, built from it.
+Each key has one spelling: ``retention_ms`` and ``gc_grace_ms`` are deprecated aliases of
+``retention`` and ``gc_grace`` (accepted with a warning), ``upsert`` and ``comparison_columns`` are
+refused with the key that replaced them.
 
 Example::
 
@@ -13,12 +18,12 @@ Example::
     time_column = "updated_at"      # optional; without it, rows are chunked by commit time
     granularity = "DAY"
     key_partitions = 4
-    retention = "7d"                # or retention_ms = 604800000
+    retention = "7d"                # optional: rewrites drop history older than this
     storage_root = "/data/horizon"  # any Hadoop URI Spark can write, e.g. s3a://bucket/horizon
     out_of_order = "store"          # or "drop"
     update_cadence = 1              # apply validUntil updates once N batches have some pending
     checkpoint_interval = 100       # checkpoint the commit log every N finished transactions
-    gc_grace = "10m"                # or gc_grace_ms: keep replaced segments' files this long
+    gc_grace = "10m"                # keep replaced segments' files this long
     transaction_column = "txn"      # optional: changes sharing a value commit together
     driver_batch_rows = 10000       # batches up to this size run on the driver, row by row
     driver_columnar_rows = 1000000  # and up to this size as Arrow columns (0: on Spark)
@@ -46,21 +51,35 @@ by different servers, or that spans batches, commits in several pieces.
 
 from __future__ import annotations
 
+import logging
 import re
 import tomllib
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, ClassVar, Literal
 
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    Field,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
+
+from horizon_broker._config import MODEL_CONFIG, Rule, RuleNote, refusing, validated
 from horizon_broker._core.errors import InvalidArgument
 from horizon_broker.ingest.granularity import Granularity
 from horizon_broker.timeline.interval import format_instant, parse_instant
 from horizon_broker.watermark.catalog import ColumnSpec, TableDescriptor
 
+log = logging.getLogger(__name__)
+
 DEFAULT_VERSION = "1970-01-01T00:00:00.000Z"
-_DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|h|d|w)\s*$")
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}
+_DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|h|d|w)\s*$")
 RESERVED_COLUMNS = frozenset(
     {
         *("_acc", "_bucket", "_carry", "_chain", "_chunk", "_cmp", "_del", "_deleted", "_file"),
@@ -87,87 +106,29 @@ class OutOfOrder(StrEnum):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TableDefinition:
+    """A table as the pipeline reads it, built from its checked file (:class:`TableFile`, where
+    each key's default and meaning are)."""
+
     name: str
     columns: tuple[ColumnSpec, ...]
-    primary_key: tuple[str, ...] = ()
-    upsert: bool = True
-    comparison_columns: tuple[str, ...] = ()
-    delete_column: str | None = None
-    time_column: str | None = None
-    granularity: Granularity = Granularity.DAY
-    key_partitions: int = 1
-    retention_ms: int | None = None
-    storage_root: str = "./horizon-data"
-    out_of_order: OutOfOrder = OutOfOrder.STORE
-    update_cadence: int = 1
-    checkpoint_interval: int = 100
-    """Checkpoint the commit log (and delete the records it covers) every N finished
-    transactions, so a restart or a handover reads a checkpoint and at most N transactions."""
-    gc_grace_ms: int = 600_000
-    """How long the files of a segment replaced by the updater outlive the replacement, so that
-    queries planned over it finish (0: delete at the next collection)."""
-    transaction_column: str | None = None
-    driver_batch_rows: int = 10_000
-    """Batches of at most this many rows (and updater runs as small, see :mod:`horizon_broker.ingest.driver_rows`)
-    run on the Spark driver without Spark jobs after the first; 0: every batch runs on Spark."""
-    driver_columnar_rows: int = 1_000_000
-    """Larger batches of at most this many rows run on the driver too, as Arrow columns (see
-    :mod:`horizon_broker.ingest.driver_columns`), where ``driver_batch_rows`` lets the driver take batches at all;
-    0: batches over ``driver_batch_rows`` rows run on Spark."""
-    version: str = DEFAULT_VERSION
+    primary_key: tuple[str, ...]
+    upsert: bool
+    comparison_columns: tuple[str, ...]
+    delete_column: str | None
+    time_column: str | None
+    granularity: Granularity
+    key_partitions: int
+    retention_ms: int | None
+    storage_root: str
+    out_of_order: OutOfOrder
+    update_cadence: int
+    checkpoint_interval: int
+    gc_grace_ms: int
+    transaction_column: str | None
+    driver_batch_rows: int
+    driver_columnar_rows: int
+    version: str
     properties: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
-
-    def __post_init__(self) -> None:
-        descriptor = self.descriptor()  # validates names, key, comparison and time columns
-        known = {column.name.lower(): column for column in self.columns}
-        reserved = {name.lower() for name in RESERVED_COLUMNS}
-        for column in self.columns:
-            name = column.name.lower()
-            if name in reserved or name.startswith(RESERVED_PREFIXES):
-                raise InvalidArgument(
-                    f"table {self.name!r}: column {column.name!r} has a name ingestion reserves "
-                    "for its own columns (those starting with an underscore that it uses, e.g. "
-                    "_ts, _kp, _chunk, _seg, and any starting with _i_ or _update_): rename it"
-                )
-        if self.delete_column is not None:
-            column = known.get(self.delete_column.lower())
-            if column is None:
-                raise InvalidArgument(
-                    f"table {self.name!r}: delete column {self.delete_column!r} is not a column"
-                )
-            if column.type.lower() != "boolean":
-                raise InvalidArgument(
-                    f"table {self.name!r}: delete column {self.delete_column!r} must be boolean, "
-                    f"not {column.type}"
-                )
-            if not self.upsert:
-                raise InvalidArgument(f"append-only table {self.name!r} cannot have deletes")
-        if self.transaction_column is not None and self.transaction_column.lower() not in known:
-            raise InvalidArgument(
-                f"table {self.name!r}: transaction column {self.transaction_column!r} is not a "
-                "column"
-            )
-        if self.update_cadence < 1:
-            raise InvalidArgument(f"table {self.name!r}: update_cadence must be >= 1")
-        if not 0 <= self.driver_batch_rows <= 1_000_000:
-            raise InvalidArgument(
-                f"table {self.name!r}: driver_batch_rows must be between 0 and 1000000"
-            )
-        if not 0 <= self.driver_columnar_rows <= 10_000_000:
-            raise InvalidArgument(
-                f"table {self.name!r}: driver_columnar_rows must be between 0 and 10000000"
-            )
-        if self.checkpoint_interval < 1:
-            raise InvalidArgument(f"table {self.name!r}: checkpoint_interval must be >= 1")
-        if self.gc_grace_ms < 0:
-            raise InvalidArgument(f"table {self.name!r}: gc_grace must not be negative")
-        if self.retention_ms is not None and self.retention_ms <= 0:
-            raise InvalidArgument(f"table {self.name!r}: retention must be positive")
-        if not self.storage_root:
-            raise InvalidArgument(f"table {self.name!r}: storage_root is empty")
-        if self.key_partitions > 32_767:
-            raise InvalidArgument(f"table {self.name!r}: at most 32767 key partitions")
-        del descriptor
 
     @property
     def column_names(self) -> tuple[str, ...]:
@@ -205,14 +166,16 @@ class TableDefinition:
         )
 
     @classmethod
-    def from_toml(cls, text: str, *, storage_root: str | None = None) -> TableDefinition:
+    def from_toml(
+        cls, text: str, *, storage_root: str | None = None, source: str | None = None
+    ) -> TableDefinition:
+        """A definition from TOML text (``source``: the file it came from, named in errors)."""
         try:
             data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as error:
-            raise InvalidArgument(f"table definition is not valid TOML: {error}") from None
-        if isinstance(data.get("table"), dict):
-            data = {**data["table"], **{k: v for k, v in data.items() if k != "table"}}
-        return cls.from_dict(data, storage_root=storage_root)
+            where = source or "table definition"
+            raise InvalidArgument(f"{where} is not valid TOML: {error}") from None
+        return cls.from_dict(data, storage_root=storage_root, source=source)
 
     @classmethod
     def load(cls, path: str | Path, *, storage_root: str | None = None) -> TableDefinition:
@@ -221,104 +184,252 @@ class TableDefinition:
             text = Path(path).read_text(encoding="utf-8")
         except OSError as error:
             raise InvalidArgument(f"cannot read table definition {path}: {error}") from None
-        return cls.from_toml(text, storage_root=storage_root)
+        return cls.from_toml(text, storage_root=storage_root, source=str(path))
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any], *, storage_root: str | None = None) -> TableDefinition:
-        known = {
-            "name", "columns", "mode", "upsert", "primary_key", "comparison", "comparison_columns",
-            "delete_column", "time_column", "granularity", "key_partitions", "retention",
-            "retention_ms", "storage_root", "out_of_order", "update_cadence", "version",
-            "properties", "transaction_column", "checkpoint_interval", "gc_grace", "gc_grace_ms",
-            "driver_batch_rows", "driver_columnar_rows",
-        }  # fmt: skip
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise InvalidArgument(f"unknown table definition keys: {', '.join(unknown)}")
-        if "name" not in data:
-            raise InvalidArgument("table definition has no name")
-        mode = str(data.get("mode", "upsert" if data.get("upsert", True) else "append")).lower()
-        if mode not in ("upsert", "append"):
-            raise InvalidArgument(f"table mode {mode!r}: expected 'upsert' or 'append'")
-        try:
-            out_of_order = OutOfOrder(str(data.get("out_of_order", "store")).lower())
-        except ValueError:
-            raise InvalidArgument(
-                f"out_of_order {data.get('out_of_order')!r}: expected 'store' or 'drop'"
-            ) from None
-        version = str(data.get("version", DEFAULT_VERSION))
-        return cls(
-            name=str(data["name"]),
-            columns=_columns(data.get("columns")),
-            primary_key=_names(data.get("primary_key", ()), "primary_key"),
-            upsert=mode == "upsert",
-            comparison_columns=_names(
-                data.get("comparison", data.get("comparison_columns", ())), "comparison"
-            ),
-            delete_column=data.get("delete_column"),
-            time_column=data.get("time_column"),
-            granularity=Granularity.parse(str(data.get("granularity", "DAY"))),
-            key_partitions=_int(data.get("key_partitions", 1), "key_partitions"),
-            retention_ms=_duration(data, "retention"),
-            storage_root=storage_root or str(data.get("storage_root", "./horizon-data")),
-            out_of_order=out_of_order,
-            update_cadence=_int(data.get("update_cadence", 1), "update_cadence"),
-            checkpoint_interval=_int(data.get("checkpoint_interval", 100), "checkpoint_interval"),
-            driver_batch_rows=_int(data.get("driver_batch_rows", 10_000), "driver_batch_rows"),
-            driver_columnar_rows=_int(
-                data.get("driver_columnar_rows", 1_000_000), "driver_columnar_rows"
-            ),
-            gc_grace_ms=_or_default(_duration(data, "gc_grace"), 600_000),
-            transaction_column=_optional_name(data.get("transaction_column"), "transaction_column"),
-            version=format_instant(parse_instant(version)) if "T" in version else version,
-            properties={str(k): str(v) for k, v in dict(data.get("properties", {})).items()},
+    def from_dict(
+        cls, data: dict[str, Any], *, storage_root: str | None = None, source: str | None = None
+    ) -> TableDefinition:
+        """A definition from the file's keys, checked whole (:class:`TableFile`)."""
+        if storage_root:
+            data = {**data, "storage_root": storage_root}
+        return validated(TableFile, data, source=source).definition()
+
+
+def _lowered(value: Any) -> Any:
+    return value.lower() if isinstance(value, str) else value
+
+
+def _one_or_more(value: Any) -> Any:
+    return [value] if isinstance(value, str) else value
+
+
+def _granularity(value: Any) -> Any:
+    if not isinstance(value, str):
+        return value
+    with refusing(""):
+        return Granularity.parse(value)
+
+
+def _duration(value: str) -> str:
+    if not _DURATION.match(value):
+        raise Rule(
+            "", f"must be a whole number and a unit (ms, s, m, h, d, w), e.g. '7d' (got {value!r})"
+        )
+    return value
+
+
+Duration = Annotated[
+    str,
+    AfterValidator(_duration),
+    WithJsonSchema({"type": "string", "pattern": _DURATION.pattern}),
+    RuleNote("a number and a unit: ms, s, m, h, d, w"),
+]
+"""A length of time: a whole number and a unit, ``500ms``, ``30s``, ``10m``, ``12h``, ``7d``, ``2w``."""
+ColumnNames = Annotated[list[str], BeforeValidator(_one_or_more)]
+"""Column names: a list, or one name."""
+_DEPRECATED = {"retention_ms": "retention", "gc_grace_ms": "gc_grace"}
+
+
+def duration_ms(text: str) -> int:
+    match = _DURATION.match(text)
+    assert match is not None  # the model's pattern checked it
+    return int(match.group(1)) * _UNIT_MS[match.group(2)]
+
+
+class TableFile(BaseModel):
+    """A table definition file: the table's name and columns, its key, how versions compare,
+    deletes, time chunks, key partitions, retention and storage."""
+
+    model_config = MODEL_CONFIG
+    RENAMED: ClassVar[dict[str, str]] = {"upsert": "mode", "comparison_columns": "comparison"}
+
+    name: str = Field(description="The table's name: letters, digits and underscores.")
+    columns: dict[str, str] = Field(
+        description='The user\'s columns, ``name = "spark type"`` (``[columns]``), in order.'
+    )
+    mode: Annotated[Literal["upsert", "append"], BeforeValidator(_lowered)] = Field(
+        "upsert",
+        description="``upsert``: versions per primary key, the newest visible; ``append``: no "
+        "versions, no validity filter.",
+    )
+    primary_key: ColumnNames = Field(
+        [], description="The key columns (an upsert table needs one); hashed into key partitions."
+    )
+    comparison: ColumnNames = Field(
+        [], description="The columns that order a key's versions: the newest wins; ties by "
+        "source order."
+    )  # fmt: skip
+    delete_column: str | None = Field(
+        None,
+        description="A boolean column: true ends the key's current version (upsert tables).",
+    )
+    time_column: str | None = Field(
+        None,
+        description="Chooses the time chunk of each version; without it, rows are chunked by "
+        "commit time.",
+    )
+    granularity: Annotated[Granularity, BeforeValidator(_granularity)] = Field(
+        Granularity.DAY, description="The time chunks' length (any case)."
+    )
+    key_partitions: int = Field(
+        1, ge=1, le=32_767, description="Partitions of the primary key's hash."
+    )
+    retention: Duration | None = Field(
+        None,
+        description="Rewrites drop history older than this below the LWM (unset: keep all). "
+        "Deprecated alias: ``retention_ms`` (milliseconds).",
+    )
+    storage_root: str = Field(
+        "./horizon-data",
+        min_length=1,
+        description="Where the table's files go, ``<storage_root>/<name>``: any Hadoop URI "
+        "Spark can write (``s3a://bucket/horizon``); the command line may override it.",
+    )
+    out_of_order: Annotated[OutOfOrder, BeforeValidator(_lowered)] = Field(
+        OutOfOrder.STORE,
+        description="A record older than its key's current version: ``store`` keeps it with an "
+        "empty interval (never visible, kept for history), ``drop`` drops it.",
+    )
+    update_cadence: int = Field(
+        1,
+        ge=1,
+        description="Apply superseded versions' validUntil once N batches have some pending.",
+    )
+    checkpoint_interval: int = Field(
+        100,
+        ge=1,
+        description="Checkpoint the commit log (and delete the records it covers) every N "
+        "finished transactions, so a restart or a handover reads a checkpoint and at most N.",
+    )
+    gc_grace: Duration = Field(
+        "10m",
+        description="How long the files of a segment replaced by the updater outlive the "
+        "replacement, so that queries planned over it finish (``0s``: delete at the next "
+        "collection). Deprecated alias: ``gc_grace_ms`` (milliseconds).",
+    )
+    transaction_column: str | None = Field(
+        None,
+        description="Changes sharing a value of this column commit together, at one timestamp "
+        "(per server and batch); a null value commits alone.",
+    )
+    driver_batch_rows: int = Field(
+        10_000,
+        ge=0,
+        le=1_000_000,
+        description="Batches of at most this many rows (and updater runs as small) run on the "
+        "Spark driver without Spark jobs after the first; 0: every batch runs on Spark.",
+    )
+    driver_columnar_rows: int = Field(
+        1_000_000,
+        ge=0,
+        le=10_000_000,
+        description="Larger batches of at most this many rows run on the driver too, as Arrow "
+        "columns, where ``driver_batch_rows`` lets the driver take batches at all; 0: batches "
+        "over ``driver_batch_rows`` rows run on Spark.",
+    )
+    version: str = Field(
+        DEFAULT_VERSION,
+        description="The definition's version; an instant (``2024-01-01T00:00:00Z``) is "
+        "normalized to milliseconds.",
+    )
+    properties: dict[str, str | int | float | bool] = Field(
+        {}, description="More properties registered with the table (as strings)."
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _deprecated_aliases(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or not set(data) & set(_DEPRECATED):
+            return data
+        data = dict(data)
+        for old, new in _DEPRECATED.items():
+            if old in data:
+                data[new] = _alias_value(data, old, new)
+        return data
+
+    @field_validator("version")
+    @classmethod
+    def _normalized_version(cls, value: str) -> str:
+        with refusing(""):
+            return format_instant(parse_instant(value)) if "T" in value else value
+
+    @model_validator(mode="after")
+    def _columns_agree(self) -> TableFile:
+        known = {name.lower(): type_ for name, type_ in self.columns.items()}
+        _check_reserved(self.columns)
+        _check_deletes(self, known)
+        if self.transaction_column is not None and self.transaction_column.lower() not in known:
+            raise Rule(
+                "transaction_column",
+                f"transaction column {self.transaction_column!r} is not a column",
+            )
+        with refusing(""):
+            self.definition().descriptor()  # names, key, comparison and time columns
+        return self
+
+    def definition(self) -> TableDefinition:
+        """The pipeline's view of this file."""
+        return TableDefinition(
+            name=self.name,
+            columns=tuple(ColumnSpec(name, type_) for name, type_ in self.columns.items()),
+            primary_key=tuple(self.primary_key),
+            upsert=self.mode == "upsert",
+            comparison_columns=tuple(self.comparison),
+            delete_column=self.delete_column,
+            time_column=self.time_column,
+            granularity=self.granularity,
+            key_partitions=self.key_partitions,
+            retention_ms=None if self.retention is None else duration_ms(self.retention),
+            storage_root=self.storage_root,
+            out_of_order=self.out_of_order,
+            update_cadence=self.update_cadence,
+            checkpoint_interval=self.checkpoint_interval,
+            gc_grace_ms=duration_ms(self.gc_grace),
+            transaction_column=self.transaction_column,
+            driver_batch_rows=self.driver_batch_rows,
+            driver_columnar_rows=self.driver_columnar_rows,
+            version=self.version,
+            properties={str(key): str(value) for key, value in self.properties.items()},
         )
 
 
-def _columns(raw: Any) -> tuple[ColumnSpec, ...]:
-    if isinstance(raw, dict):
-        return tuple(ColumnSpec(str(name), str(type_)) for name, type_ in raw.items())
-    if isinstance(raw, list):
-        try:
-            return tuple(ColumnSpec(str(item["name"]), str(item["type"])) for item in raw)
-        except (KeyError, TypeError):
-            raise InvalidArgument("columns must be a table of name = type, or a list of "
-                                  "{name, type}") from None  # fmt: skip
-    raise InvalidArgument("table definition has no columns")
+def _alias_value(data: dict[str, Any], old: str, new: str) -> str:
+    """A deprecated ``<key>_ms`` as its key's duration, with a warning."""
+    value = data.pop(old)
+    if new in data:
+        raise Rule(old, f"give {new} only ({old} is its deprecated alias)")
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise Rule(old, f"must be an integer number of milliseconds (got {value!r})")
+    log.warning(
+        'table definition %r: %s is deprecated, write %s = "%dms"',
+        data.get("name"),
+        old,
+        new,
+        value,
+    )
+    return f"{value}ms"
 
 
-def _names(raw: Any, role: str) -> tuple[str, ...]:
-    if isinstance(raw, str):
-        return (raw,)
-    if isinstance(raw, list | tuple) and all(isinstance(item, str) for item in raw):
-        return tuple(raw)
-    raise InvalidArgument(f"{role} must be a column name or a list of column names")
+def _check_reserved(columns: dict[str, str]) -> None:
+    reserved = {name.lower() for name in RESERVED_COLUMNS}
+    for name in columns:
+        if name.lower() in reserved or name.lower().startswith(RESERVED_PREFIXES):
+            raise Rule(
+                "columns",
+                f"column {name!r} has a name ingestion reserves for its own columns (those "
+                "starting with an underscore that it uses, e.g. _ts, _kp, _chunk, _seg, and any "
+                "starting with _i_ or _update_): rename it",
+            )
 
 
-def _optional_name(raw: Any, role: str) -> str | None:
-    if raw is None or isinstance(raw, str):
-        return raw
-    raise InvalidArgument(f"{role} must be a column name, got {raw!r}")
-
-
-def _int(raw: Any, role: str) -> int:
-    if isinstance(raw, bool) or not isinstance(raw, int):
-        raise InvalidArgument(f"{role} must be an integer, got {raw!r}")
-    return raw
-
-
-def _or_default(value: int | None, default: int) -> int:
-    return default if value is None else value
-
-
-def _duration(data: dict[str, Any], name: str) -> int | None:
-    """``<name>_ms`` (an integer) or ``<name>`` (e.g. "7d"), in milliseconds; None if absent."""
-    if f"{name}_ms" in data:
-        return _int(data[f"{name}_ms"], f"{name}_ms")
-    raw = data.get(name)
-    if raw is None:
-        return None
-    match = _DURATION.match(str(raw))
-    if not match:
-        raise InvalidArgument(f"{name} {raw!r}: expected e.g. '7d', '12h', '30m'")
-    return int(match.group(1)) * _UNIT_MS[match.group(2)]
+def _check_deletes(table: TableFile, known: dict[str, str]) -> None:
+    if table.delete_column is None:
+        return
+    type_ = known.get(table.delete_column.lower())
+    if type_ is None:
+        raise Rule("delete_column", f"{table.delete_column!r} is not a column")
+    if type_.lower() != "boolean":
+        raise Rule("delete_column", f"{table.delete_column!r} must be boolean, not {type_}")
+    if table.mode != "upsert":
+        raise Rule("delete_column", "an append-only table cannot have deletes")

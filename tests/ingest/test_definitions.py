@@ -77,7 +77,7 @@ def test_a_toml_definition_loads_into_one_typed_object_and_a_descriptor():
         ('granularity = "fortnight"', "unknown granularity"),
         ("update_cadence = 0", "update_cadence"),
         ('retention = "soon"', "retention"),
-        ("surprise = 1", "unknown table definition keys"),
+        ("surprise = 1", "surprise: unknown key"),
         ('transaction_column = "txn"', "transaction column 'txn' is not a column"),
     ],
 )
