@@ -175,3 +175,27 @@ def test_a_set_whose_keys_would_not_fit_is_checked_file_by_file_with_the_same_an
         ] * 2
     assert small.layouts == 0 and roomy.layouts == 1  # laid out once, kept for later lookups
     assert small.key_sets.loads == 20  # each file's key set, read once and checked one by one
+
+
+def test_a_lookup_whose_files_the_kept_layout_lacks_lays_out_its_own_and_finds_its_rows(
+    tmp_path: Path,
+) -> None:
+    """Statistics leave a lookup of 42 the twenty files of keys under 400 (their key sets are
+    laid out and kept), and a lookup of 1042 the twenty other files: the kept layout does not
+    cover those, so the lookup lays out its own and answers from it."""
+    low = [_write(tmp_path / f"low{n}.parquet", list(range(n, 400, 20))) for n in range(20)]
+    high = [
+        _write(tmp_path / f"high{n}.parquet", list(range(1000 + n, 1400, 20))) for n in range(20)
+    ]
+    reader = DirectReader()
+    schema = pa.schema([("id", pa.int64())])
+
+    def ids(key: int) -> list[int]:
+        lookup = KeyLookup("t", ("id",), (Predicate("id", (key,)),))
+        answer = reader.read(lookup, low + high, 10, schema)
+        assert answer is not None
+        return answer.column("id").to_pylist()
+
+    assert ids(42) == [42] and reader.layouts == 1
+    assert ids(1042) == [1042] and reader.layouts == 2
+    assert ids(42) == [42]
