@@ -10,10 +10,11 @@ lately are read before they become visible (:mod:`horizon_broker.broker.direct_l
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
-from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -22,8 +23,14 @@ from horizon_broker._core.lru import Lru
 from horizon_broker.broker.config import SparkConfig
 from horizon_broker.broker.direct_lookup.direct_read import DirectReader
 from horizon_broker.broker.direct_lookup.file_warming import warm_files
-from horizon_broker.broker.engine.execution import limited_batches
 from horizon_broker.broker.engine.prepared import Prepared
+from horizon_broker.broker.engine.route import (
+    DirectRead,
+    LookupTarget,
+    Route,
+    RouteKind,
+    decide_route,
+)
 
 log = logging.getLogger("horizon.broker.engine")
 
@@ -77,54 +84,43 @@ class DirectLookups:
             return None
         return self._schemas.get(key)
 
-    def answer_known_shape(
-        self,
-        prepared: Prepared,
-        direct: Callable[[pa.Schema], pa.Table | None] | None,
-        scope: Any,
-        limits: Any,
-        executor: Any,
-    ) -> Iterator[pa.Schema | pa.RecordBatch] | None:
-        """The answer of a lookup whose shape Spark analysed before, read from the files alone
-        (its schema, then its batches, the result ``limits`` checked), or None: Spark must run
-        it (a new shape, or the reader declined)."""
-        schema = self.known_schema(self.schema_key(prepared)) if direct is not None else None
-        if direct is None or schema is None:
-            return None
-        answer = executor.answer_directly(direct, schema, scope, prepared.files)
-        if answer is None:
-            return None
-        self.answers_without_spark += 1
-        return limited_batches(schema, answer, limits)
+    def route(self, prepared: Prepared, engine_line: str) -> Route:
+        """Where ``prepared``'s answer comes from (:func:`~horizon_broker.broker.engine.route.decide_route`,
+        with what this broker knows), the reader of its files, and where Spark's schema of its
+        shape is remembered: the one place a query asks whether the files answer it."""
+        key = self.schema_key(prepared)
+        route = decide_route(
+            prepared,
+            engine_line,
+            enabled=self.enabled,
+            bypassed=self.bypassed,
+            known_schema=self.known_schema(key),
+        )
+        if key is not None:
+            route.remember_schema = functools.partial(self.remember_schema, key)
+        if route.target is not None:
+            route.reader = self._reader(route, route.target)
+        return route
 
     def remember_schema(self, key: Hashable | None, schema: pa.Schema) -> None:
         if key is not None:
             self._schemas.put(key, schema)
 
-    def reader_for(
-        self, prepared: Prepared, route: list[str]
-    ) -> Callable[[pa.Schema], pa.Table | None] | None:
-        """A reader of ``prepared`` straight from its files, when it is a plain key lookup.
-        ``route`` gets a line saying so when the reader answered, or why it was bypassed."""
-        if len(prepared.tables) != 1 or len(prepared.plan.tables_read) != 1:
-            return None
-        table = prepared.tables[0]
-        lookup = prepared.plan.shape.key_lookup
-        if table.snapshot is None or lookup is None:
-            return None
-        if not self.enabled:
-            if self.bypassed:
-                route.append(f"direct key lookup bypassed: {self.bypassed}")
-            return None
-        snapshot = table.snapshot
-        files = table.files_visible_at(snapshot)
+    def _reader(self, route: Route, target: LookupTarget) -> DirectRead:
+        """Reads ``target`` from its files; an answer counts, rewrites ``route``'s notes and
+        marks the table as looked up (its new files are then read ahead)."""
+        without_spark = route.kind is RouteKind.FILES
 
         def read(schema: pa.Schema) -> pa.Table | None:
-            answer = self.reader.read(lookup, files, snapshot, schema)
+            answer = self.reader.read(target.lookup, target.files, target.snapshot, schema)
             if answer is not None:
                 self.answers += 1
-                route[:] = [DIRECT_ROUTE]
-                self._remember_lookup(table.table, [p.column for p in lookup.predicates])
+                if without_spark:
+                    self.answers_without_spark += 1
+                route.notes[:] = [DIRECT_ROUTE]
+                self._remember_lookup(
+                    target.table.table, [p.column for p in target.lookup.predicates]
+                )
             return answer
 
         return read

@@ -4,7 +4,7 @@ stream, and where the time went."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,6 +15,9 @@ from horizon_broker._core.errors import Unavailable
 from horizon_broker.broker.engine.prepared import Prepared
 from horizon_broker.broker.engine.result_cache import Recorder
 from horizon_broker.broker.spark.failures import UnreadableFiles
+
+Stream = Generator[Any, None, None]
+"""A query's answer as it is read: its schema, then its batches; closing it stops the work."""
 
 FIRST_FLUSH_BYTES = 4 * 1024 * 1024
 """Result bytes gathered before anything is sent: a smaller result is whole before the header
@@ -108,9 +111,7 @@ def first_batches(stream: Iterator[Any], limit_bytes: int) -> tuple[list[pa.Reco
     return head, False
 
 
-def limited_batches(
-    schema: pa.Schema, answer: pa.Table, limits: Any
-) -> Iterator[pa.Schema | pa.RecordBatch]:
+def limited_batches(schema: pa.Schema, answer: pa.Table, limits: Any) -> Stream:
     """A whole answer as the executor's stream would yield it (its schema, then its batches),
     with the result limits (:class:`horizon_broker.broker.spark.executor.ResultLimits`) checked."""
     yield schema
@@ -122,6 +123,6 @@ def limited_batches(
         yield batch
 
 
-def no_stream() -> Iterator[Any]:
+def no_stream() -> Stream:
     """A stream that yields nothing (closable like the others)."""
     yield from ()

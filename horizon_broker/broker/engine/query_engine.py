@@ -13,7 +13,7 @@ import functools
 import logging
 import time
 import uuid
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable
 from contextlib import ExitStack
 from typing import Any
 
@@ -33,28 +33,26 @@ from horizon_broker.pins.rules import Pin
 from .admission import admission_of
 from .catalog import CatalogEntries, build_catalog
 from .direct import DirectLookups
-from .execution import FIRST_FLUSH_BYTES, Execution, first_batches, no_stream
+from .execution import Execution
 from .fallbacks import check_fallbacks, drop_unreadable, retry_refused
 from .floor import SnapshotFloor
 from .freshness import check_prepared_staleness, required_snapshot, wait_for_snapshot
 from .pinning import check_pinned_tables, find_pin, pin_plan, pinned_views
 from .prepared import SNAPSHOT_LWM, Prepared, read_info
+from .query_cache import QueryCache, cached_execution
+from .query_limits import query_deadline, reprepare_after_queue, result_limits
 from .query_texts import QueryTexts
 from .read_options import DEFAULT as DEFAULT_READ
 from .read_options import ReadOptions
 from .registry import QueryRegistry
-from .result_cache import HIT, ResultCache, cache_decision
+from .result_cache import ResultCache
+from .retry import ATTEMPTS, Failure, failure_of, retries
+from .starting import Attempt, start_answer
 
 log = logging.getLogger("horizon.broker.engine")
 
 _EVERY_SNAPSHOT = 2**63 - 1
 """What a read of an upsert table that names no snapshot must be assumed to see."""
-
-CACHE_ROUTE = "answered from the result cache, no Spark job"
-
-REPREPARE_AFTER_QUEUE_S = 1.0
-"""A query that queued longer than this is prepared again on the newest state once admitted
-(what it was prepared on may have been replaced, and its files collected, meanwhile)."""
 
 
 class QueryEngine:
@@ -305,7 +303,8 @@ class QueryEngine:
         is_active: Callable[[], bool] = lambda: True,
         options: ReadOptions = DEFAULT_READ,
     ) -> Execution:
-        """Start a query under admission control, falling back once on unreadable segment files.
+        """Start a query: limits, deadline, preparation, the result cache, admission, then its
+        route, tried again once after a failure the engine repaired (:mod:`.retry`).
 
         Returns once the result's first :data:`FIRST_FLUSH_BYTES` (or all of it) came from Spark;
         the rest streams from :meth:`Execution.batches`. Until then a read failure can still be
@@ -313,36 +312,15 @@ class QueryEngine:
         :meth:`Execution.close` the execution (it holds an admission slot until then). An answer
         in the result cache is returned without a slot or Spark (grants were checked by prepare).
         """
-        limits = self.config.limits
-        if max_rows > 0 and max_rows < limits.max_result_rows:
-            rows_limit = ResultLimits(max_rows, limits.max_result_bytes, rows_limit_name="max_rows")
-        else:
-            rows_limit = ResultLimits(limits.max_result_rows, limits.max_result_bytes)
-        timeout_deadline = time.monotonic() + limits.query_timeout_s
-        scope.deadline = min(scope.deadline or timeout_deadline, timeout_deadline)
-        parsed = self.parse(sql)
-        gone = functools.partial(scope.why_stopped, is_active)
-        prepared = self.prepare(
-            parsed,
-            principal,
-            query_id=scope.query_id,
-            options=options,
-            deadline=scope.deadline,
-            row_cap=rows_limit.max_rows,
-            gone=gone,
-        )
-        key, cache_state = self._cache_key(prepared, rows_limit.max_rows, options)
-        answer = self.cache.get(key) if self.cache is not None and key is not None else None
+        limits = result_limits(self.config.limits, max_rows)
+        timeout_s = self.config.limits.query_timeout_s
+        scope.deadline = query_deadline(scope.deadline, timeout_s, time.monotonic())
+        prepare = self._preparation(sql, principal, scope, options, limits.max_rows, is_active)
+        prepared = prepare()
+        cache = QueryCache(self.cache, limits.max_rows, options.use_cache)
+        answer = cache.look_up(prepared)
         if answer is not None:
-            return Execution(
-                prepared=prepared,
-                schema=answer.schema,
-                head=list(answer.batches),
-                rest=None,
-                rewrite_s=prepared.rewrite_s,
-                cache=HIT,
-                route=CACHE_ROUTE,
-            )
+            return cached_execution(prepared, answer)
         check_engine_up(self.supervisor)
         generation = self.spark_generation
         with ExitStack() as held:
@@ -351,96 +329,95 @@ class QueryEngine:
                     deadline=scope.deadline, is_active=is_active, identity=principal.name
                 )
             )
-            unreadable: list[str] = []
-            for attempt in range(2):
-                if attempt > 0 or queued_s > REPREPARE_AFTER_QUEUE_S:
-                    prepared = self.prepare(
-                        parsed,
-                        principal,
-                        query_id=scope.query_id,
-                        options=options,
-                        deadline=scope.deadline,
-                        row_cap=rows_limit.max_rows,
-                        gone=gone,
-                    )
-                    key, cache_state = self._cache_key(prepared, rows_limit.max_rows, options)
-                route = [self.executor.mode.describe()]
-                direct = self.direct.reader_for(prepared, route)
-                stream: Iterator[Any] = no_stream()
-                try:
-                    spark_started = time.perf_counter()
-                    known = self.direct.answer_known_shape(
-                        prepared, direct, scope, rows_limit, self.executor
-                    )
-                    if known is not None:  # from the files: no view, no job, no call into Spark
-                        stream = known
-                        views_s = 0.0
-                        schema = next(stream)
-                        head, done = first_batches(stream, FIRST_FLUSH_BYTES)
-                    else:
-                        schema_key = self.direct.schema_key(prepared)
-                        tried = self.direct.known_schema(schema_key) is not None
-                        stream = self.executor.stream(
-                            prepared.run_sql,
-                            scope,
-                            rows_limit,
-                            files=prepared.files,
-                            views=prepared.view_names,
-                            lookup=prepared.plan.shape.point_lookup,
-                            ordered=prepared.plan.shape.ordered,
-                            direct=None if tried else direct,
-                            on_schema=lambda schema, key=schema_key: self.direct.remember_schema(
-                                key, schema
-                            ),
-                        )
-                        with self.views.lease(prepared.table_views) as (_, views_s):
-                            spark_started = time.perf_counter()
-                            schema = next(stream)
-                            head, done = first_batches(stream, FIRST_FLUSH_BYTES)
-                    spark_s = time.perf_counter() - spark_started
-                except ViewMissing as error:
-                    stream.close()
-                    self.views.forget(error.name)
-                    if attempt == 0:
-                        continue
-                    raise
-                except UnreadableFiles as error:
-                    stream.close()
-                    removed = drop_unreadable(self.follower, prepared, error)
-                    unreadable.extend(removed)
-                    if attempt == 0 and removed:
-                        log.warning(
-                            "query %s: %s; retrying on the new visible set", scope.query_id, error
-                        )
-                        continue
-                    raise retry_refused(error, removed) from None
-                except BaseException as error:
-                    stream.close()
-                    raise self._engine_failure(error, generation) from None
-                held.callback(stream.close)
-                return Execution(
-                    prepared=prepared,
-                    schema=schema,
-                    head=head,
-                    rest=None if done else stream,
-                    files=prepared.files,
-                    queued_s=queued_s,
-                    rewrite_s=prepared.rewrite_s,
-                    views_s=views_s,
-                    spark_s=spark_s,
-                    unreadable_segments=unreadable,
-                    retried=attempt > 0,
-                    cache=cache_state,
-                    route="; ".join(route),
-                    on_failure=lambda error: self._engine_failure(error, generation),
-                    recorder=(
-                        self.cache.recorder(key, schema)
-                        if self.cache is not None and key is not None
-                        else None
-                    ),
-                    _held=held.pop_all(),
-                )
+            if reprepare_after_queue(queued_s):
+                prepared = prepare()
+            attempt = self._start(prepare, prepared, scope, limits, generation)
+            held.callback(attempt.started.stream.close)
+            return attempt.execution(
+                cache,
+                queued_s=queued_s,
+                on_failure=lambda error: self._engine_failure(error, generation),
+                held=held.pop_all(),
+            )
+
+    def _preparation(
+        self,
+        sql: str,
+        principal: Principal,
+        scope: QueryScope,
+        options: ReadOptions,
+        row_cap: int,
+        is_active: Callable[[], bool],
+    ) -> Callable[[], Prepared]:
+        """``sql`` parsed once, and how to prepare it (again) on the newest state."""
+        return functools.partial(
+            self.prepare,
+            self.parse(sql),
+            principal,
+            query_id=scope.query_id,
+            options=options,
+            deadline=scope.deadline,
+            row_cap=row_cap,
+            gone=functools.partial(scope.why_stopped, is_active),
+        )
+
+    def _start(
+        self,
+        prepare: Callable[[], Prepared],
+        prepared: Prepared,
+        scope: QueryScope,
+        limits: ResultLimits,
+        generation: int,
+    ) -> Attempt:
+        """Start ``prepared`` on its route; after a failure :mod:`.retry` allows, prepare it
+        again (on the repaired state) and start that."""
+        unreadable: list[str] = []
+        for attempt in range(ATTEMPTS):
+            if attempt > 0:
+                prepared = prepare()
+            route = self.direct.route(prepared, self.executor.mode.describe())
+            try:
+                started = start_answer(route, prepared, scope, limits, self.executor, self.views)
+            except BaseException as error:
+                self._after_failure(error, prepared, attempt, generation, unreadable)
+                continue
+            return Attempt(prepared, route, started, attempt, unreadable)
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _after_failure(
+        self,
+        error: BaseException,
+        prepared: Prepared,
+        attempt: int,
+        generation: int,
+        unreadable: list[str],
+    ) -> None:
+        """Repair what ``error`` says is broken, then return to retry or raise the query's
+        error (the policies are :mod:`.retry`'s). Called while ``error`` is handled."""
+        failure = failure_of(error)
+        removed = self._repair(error, prepared)
+        unreadable.extend(removed)
+        if retries(failure, attempt, removed):
+            if failure is Failure.UNREADABLE_FILES:
+                log.warning(
+                    "query %s: %s; retrying on the new visible set", prepared.query_id, error
+                )
+            return
+        if failure is Failure.VIEW_MISSING:
+            raise error
+        if isinstance(error, UnreadableFiles):
+            raise retry_refused(error, removed) from None
+        raise self._engine_failure(error, generation) from None
+
+    def _repair(self, error: BaseException, prepared: Prepared) -> list[str]:
+        """Undo what ``error`` found broken before a retry: a vanished view is forgotten (the
+        retry registers it again), segments with files nobody can read leave the timeline
+        (their ids are returned)."""
+        if isinstance(error, ViewMissing):
+            self.views.forget(error.name)
+        elif isinstance(error, UnreadableFiles):
+            return drop_unreadable(self.follower, prepared, error)
+        return []
 
     def spark_jobs_running(self, handle: str) -> int | None:
         """How many Spark jobs of the query (its scope's handle) still run (None: unknown)."""
@@ -453,17 +430,10 @@ class QueryEngine:
         replaced = generation != self.spark_generation
         return engine_failure(error, self.supervisor, session_replaced=replaced)
 
-    def _cache_key(
-        self, prepared: Prepared, max_rows: int, options: ReadOptions
-    ) -> tuple[Hashable | None, str]:
-        return cache_decision(self.cache, prepared, max_rows, use_cache=options.use_cache)
-
     def cache_state(self, prepared: Prepared, options: ReadOptions = DEFAULT_READ) -> str:
         """What :meth:`execute` would do with the cache for ``prepared`` (explain's answer)."""
-        key, state = self._cache_key(prepared, self.config.limits.max_result_rows, options)
-        if key is not None and self.cache is not None and self.cache.contains(key):
-            return HIT
-        return state
+        max_rows = self.config.limits.max_result_rows
+        return QueryCache(self.cache, max_rows, options.use_cache).state(prepared)
 
     @property
     def direct_answers(self) -> int:
