@@ -55,6 +55,10 @@ test-fast: install
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict -d site
 
+# The configuration reference page, generated from the models (tests/packaging checks it is current).
+config-reference: $(STAMP)
+	$(BIN)/python -m horizon_broker.broker.config_reference > docs/reference/configuration.md
+
 demo: install
 	$(BIN)/horizon demo
 

@@ -124,6 +124,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser(
         "compact", help="compact a table (arguments go to the compaction CLI)", add_help=False
     )
+    config = sub.add_parser("config", help="the configuration files' schemas")
+    config.add_argument("action", choices=["schema"], help="schema: print a file's JSON Schema")
+    config.add_argument("file", choices=["broker", "table", "server"], help="which file")
     return parser
 
 
@@ -161,7 +164,17 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "serve":
         return _serve(args)
+    if args.command == "config":
+        return _config_schema(args.file)
     return _client_command(args)
+
+
+def _config_schema(file: str) -> int:
+    """``horizon config schema broker|table|server``: the file's JSON Schema, for editors."""
+    from horizon_broker.broker.config_reference import schema
+
+    print(json.dumps(schema(file), indent=2))
+    return 0
 
 
 def _demo(argv: list[str]) -> int:

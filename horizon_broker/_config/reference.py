@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import enum
 import inspect
+import json
 import typing
 from typing import Any
 
@@ -75,8 +76,8 @@ def default_text(info: FieldInfo) -> str:
         return f"`{str(value).lower()}`"
     if isinstance(value, str):
         return f'`"{value}"`'
-    if isinstance(value, tuple | list | dict) and not value:
-        return "none"
+    if isinstance(value, tuple | list | dict):
+        return f"`{json.dumps(value)}`" if value else "none"
     if types.is_model(type(value)):
         return "(below)"
     return f"`{value!r}`"
@@ -92,11 +93,19 @@ def rule_text(info: FieldInfo) -> str:
     ]
     rules += ["not empty" for item in info.metadata if isinstance(item, annotated_types.MinLen)]
     rules += [f"matches `{item.pattern}`" for item in info.metadata if hasattr(item, "pattern")]
-    rules += [item.text for item in info.metadata if isinstance(item, RuleNote)]
+    notes = [*info.metadata, *_nested_metadata(info.annotation)]
+    rules += [item.text for item in notes if isinstance(item, RuleNote)]
     extra = info.json_schema_extra
     if isinstance(extra, dict) and extra.get("rule"):
         rules.append(str(extra["rule"]))
     return _cell("; ".join(rules)) or "—"
+
+
+def _nested_metadata(kind: Any) -> list[Any]:
+    """The ``Annotated`` metadata of a union's members (``Duration | None``)."""
+    return [
+        item for member in typing.get_args(kind) for item in getattr(member, "__metadata__", ())
+    ]
 
 
 def _plural(text: str) -> str:

@@ -8,6 +8,7 @@ import typing
 from typing import Any
 
 from pydantic.fields import FieldInfo
+from pydantic_core import PydanticUndefined
 
 
 def input_type(info: FieldInfo) -> Any:
@@ -15,7 +16,7 @@ def input_type(info: FieldInfo) -> Any:
     entries that become grants), else the annotation."""
     for item in info.metadata:
         declared = getattr(item, "json_schema_input_type", Any)
-        if declared is not Any:
+        if declared is not Any and declared is not PydanticUndefined:
             return declared
     return info.annotation
 

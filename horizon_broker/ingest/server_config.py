@@ -115,7 +115,7 @@ class TableFileEntry(Placement):
 
 
 class InlineTableEntry(TableFile, Placement):
-    """A ``[[tables]]`` entry holding the table definition's keys inline."""
+    """A ``[[tables]]`` entry holding the table definition's keys inline"""
 
 
 def _entry_kind(entry: Any) -> str:
