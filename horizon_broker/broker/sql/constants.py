@@ -64,34 +64,41 @@ def _integer(node: exp.Expr | None) -> int | None:
     if isinstance(node, exp.Paren):
         return _integer(node.this)
     if isinstance(node, exp.Literal):
-        if node.is_string:
-            return None
-        match = _SUFFIXED_INTEGER.match(str(node.this))
-        return int(match.group(1)) if match else None
+        return None if node.is_string else _suffixed_integer(str(node.this))
     if isinstance(node, exp.Neg):
         inner = _integer(node.this)
         return None if inner is None else -inner
     if isinstance(node, (exp.Cast, exp.TryCast)) and node.to.is_type(*_INTEGER_TYPES):
         inner = node.this
         if isinstance(inner, exp.Literal) and inner.is_string:
-            match = _SUFFIXED_INTEGER.match(inner.name.strip())
-            return int(match.group(1)) if match else None
+            return _suffixed_integer(inner.name.strip())
         return _integer(inner)
     if isinstance(node, (exp.Add, exp.Sub, exp.Mul, exp.IntDiv, exp.Mod)):
         left, right = _integer(node.this), _integer(node.expression)
         if left is None or right is None:
             return None
-        if isinstance(node, exp.Add):
-            return left + right
-        if isinstance(node, exp.Sub):
-            return left - right
-        if isinstance(node, exp.Mul):
-            return left * right
-        if right == 0:
-            return None
-        quotient = abs(left) // abs(right) * (1 if (left >= 0) == (right >= 0) else -1)
-        return quotient if isinstance(node, exp.IntDiv) else left - quotient * right
+        return _arithmetic(node, left, right)
     return None
+
+
+def _suffixed_integer(text: str) -> int | None:
+    match = _SUFFIXED_INTEGER.match(text)
+    return int(match.group(1)) if match else None
+
+
+def _arithmetic(node: exp.Expr, left: int, right: int) -> int | None:
+    """``left <op> right`` with Spark's integer semantics (division truncates toward zero, the
+    remainder takes the dividend's sign); None when dividing by zero."""
+    if isinstance(node, exp.Add):
+        return left + right
+    if isinstance(node, exp.Sub):
+        return left - right
+    if isinstance(node, exp.Mul):
+        return left * right
+    if right == 0:
+        return None
+    quotient = abs(left) // abs(right) * (1 if (left >= 0) == (right >= 0) else -1)
+    return quotient if isinstance(node, exp.IntDiv) else left - quotient * right
 
 
 def instant_seconds(node: exp.Expr | None) -> float | None:

@@ -163,13 +163,33 @@ class _Estimator:
 
     def select(self, node: exp.Select) -> int:
         self._subqueries(node)
+        joins = node.args.get("joins") or []
+        sources = self._sources(node, joins)
+        links, conditioned = self._link_joins(joins, sources)
+        where = node.args.get("where")
+        if isinstance(where, exp.Where):
+            self._link(where.this, sources, links, default=None)
+        multiplier = self._generated_rows(node)
+        self._count_cross_joins(sources, links, conditioned)
+        estimate = self._estimate(sources, links, multiplier)
+        if node.args.get("group") is None and _aggregates(node) and multiplier == 1:
+            return 1
+        return estimate if sources else multiplier
+
+    def _sources(self, node: exp.Select, joins: list[exp.Join]) -> list[_Source]:
+        """The FROM source, then each joined one."""
         sources: list[_Source] = []
         from_ = node.args.get("from_")
         if isinstance(from_, exp.From):
             sources.append(self.source(from_.this))
-        joins = node.args.get("joins") or []
         for join in joins:
             sources.append(self.source(join.this))
+        return sources
+
+    def _link_joins(
+        self, joins: list[exp.Join], sources: list[_Source]
+    ) -> tuple[_UnionFind, list[bool]]:
+        """Which sources each join's condition links, and which joins have no condition."""
         links = _UnionFind(len(sources))
         conditioned = [True] * len(sources)
         for index, join in enumerate(joins, start=1):
@@ -184,15 +204,22 @@ class _Estimator:
                 conditioned[index] = False
             if kind in ("SEMI", "ANTI"):
                 links.union(index, index - 1)
-        where = node.args.get("where")
-        if isinstance(where, exp.Where):
-            self._link(where.this, sources, links, default=None)
+        return links, conditioned
+
+    def _generated_rows(self, node: exp.Select) -> int:
+        """How many rows each input row becomes through LATERAL VIEWs and generators."""
         multiplier = 1
         for lateral in node.args.get("laterals") or []:
             multiplier *= generator_rows(lateral.this, self.budget)
         for expression in node.expressions:
             for generator in _own_nodes(expression, (*EXPLODES, exp.Stack)):
                 multiplier *= generator_rows(generator, self.budget)
+        return multiplier
+
+    def _count_cross_joins(
+        self, sources: list[_Source], links: _UnionFind, conditioned: list[bool]
+    ) -> None:
+        """Count the joins of many rows to many rows that no condition links (cross products)."""
         for index in range(1, len(sources)):
             if conditioned[index] or any(
                 links.find(index) == links.find(other) for other in range(index)
@@ -206,6 +233,9 @@ class _Estimator:
                         f"(cross products), over the limit [limits].max_cross_joins = "
                         f"{self.budget.max_cross_joins}: add a join condition"
                     )
+
+    def _estimate(self, sources: list[_Source], links: _UnionFind, multiplier: int) -> int:
+        """Rows built from the sources: the largest source of each linked group, multiplied."""
         components: dict[int, int] = {}
         for index, source in enumerate(sources):
             root = links.find(index)
@@ -219,9 +249,7 @@ class _Estimator:
                 f"generators multiply), over the limit [limits].max_estimated_rows = "
                 f"{self.budget.max_estimated_rows}: add join conditions or filters"
             )
-        if node.args.get("group") is None and _aggregates(node) and multiplier == 1:
-            return 1
-        return estimate if sources else multiplier
+        return estimate
 
     def source(self, node: exp.Expr) -> _Source:
         alias = node.alias_or_name.lower() if hasattr(node, "alias_or_name") else ""

@@ -163,12 +163,24 @@ class _Sizer:
             )
 
     def _size(self, node: exp.Expr) -> Size:
+        for sized_by_kind in (self._leaf, self._repeated, self._array, self._text_built):
+            size = sized_by_kind(node)
+            if size is not None:
+                return size
+        return self._composite(node)
+
+    def _leaf(self, node: exp.Expr) -> Size | None:
+        """A literal, a column or a lambda's parameter; None for any other node."""
         if isinstance(node, exp.Literal):
             return string(len(node.this)) if node.is_string else ONE
         if isinstance(node, exp.Column):
             return ONE if node.table else self.bound.get(node.name.lower(), ONE)
         if isinstance(node, exp.Identifier):  # a lambda's parameter, inside its body
             return self.bound.get(node.name.lower(), ONE)
+        return None
+
+    def _repeated(self, node: exp.Expr) -> Size | None:
+        """A value sized by a count (repeat, space, pad, format, sequence, array_repeat)."""
         if isinstance(node, exp.Repeat):
             return string(self._times(node.args.get("times")) * self._text(node.this))
         if isinstance(node, exp.Space):
@@ -185,6 +197,10 @@ class _Sizer:
         if _named(node, "array_repeat") and len(node.expressions) == 2:
             item = self.size(node.expressions[0])
             return Size(self._times(node.expressions[1]), item)
+        return None
+
+    def _array(self, node: exp.Expr) -> Size | None:
+        """An array built or mapped from others (array, transform, zip_with, aggregate, flatten)."""
         if isinstance(node, exp.Array):
             items = [self.size(element) for element in node.expressions]
             return Size(len(items), _largest(items) or ONE)
@@ -199,11 +215,18 @@ class _Sizer:
         if isinstance(node, exp.Reduce):
             return self._aggregate(node)
         if isinstance(node, exp.Flatten):
-            outer = self.size(node.this)
-            inner = outer.item
-            if inner is None or inner.item is None:
-                return outer
-            return Size(outer.count * inner.count, inner.item)
+            return self._flattened(node)
+        return None
+
+    def _flattened(self, node: exp.Flatten) -> Size:
+        outer = self.size(node.this)
+        inner = outer.item
+        if inner is None or inner.item is None:
+            return outer
+        return Size(outer.count * inner.count, inner.item)
+
+    def _text_built(self, node: exp.Expr) -> Size | None:
+        """A string joined or replaced from others (concatenation, regexp_replace, replace)."""
         if isinstance(node, (exp.DPipe, exp.Concat, exp.ConcatWs)):
             return self._concat(node)
         if isinstance(node, (exp.RegexpReplace, exp.Replace)):
@@ -211,6 +234,11 @@ class _Sizer:
             self.size(node.expression)
             # An empty pattern matches between every two characters.
             return string(text.total + (text.total + 1) * replacement.total)
+        return None
+
+    def _composite(self, node: exp.Expr) -> Size:
+        """Any other node, from its children: a lambda's body, a scalar subquery's projection,
+        the largest branch of a choice, a number, or the sum of the children."""
         if isinstance(node, exp.Lambda):
             return self._lambda(node, [])
         if isinstance(node, exp.Subquery) and isinstance(node.this, exp.Select):
