@@ -12,6 +12,7 @@ import datetime as dt
 import decimal
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.flight as fl
@@ -95,6 +96,20 @@ def literal(value: pa.Scalar, position: int = 1) -> str:
         return literal(value.value, position)
     if pa.types.is_boolean(kind):
         return "TRUE" if python else "FALSE"
+    text = _number_literal(kind, python)
+    if text is None:
+        text = _text_or_time_literal(kind, python)
+    if text is not None:
+        return text
+    raise InvalidArgument(
+        f"parameter {position} has type {kind}, which has no SQL literal Horizon binds: send "
+        "booleans, integers, floating point numbers, decimals, strings, binary, dates or "
+        "timestamps"
+    )
+
+
+def _number_literal(kind: pa.DataType, python: Any) -> str | None:
+    """An integer, floating point or decimal value's literal; None for other types."""
     if pa.types.is_integer(kind):
         return str(int(python))  # Spark types it INT or BIGINT by size, as LIMIT needs
     if pa.types.is_floating(kind):
@@ -107,6 +122,11 @@ def literal(value: pa.Scalar, position: int = 1) -> str:
     if pa.types.is_decimal(kind):
         text = format(decimal.Decimal(python), "f")
         return f"CAST({_string(text)} AS DECIMAL({kind.precision}, {kind.scale}))"
+    return None
+
+
+def _text_or_time_literal(kind: pa.DataType, python: Any) -> str | None:
+    """A string, binary, date or timestamp value's literal; None for other types."""
     if pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_string_view(kind):
         return _string(python)
     if (
@@ -122,11 +142,7 @@ def literal(value: pa.Scalar, position: int = 1) -> str:
             instant = python.astimezone(dt.UTC).replace(tzinfo=None)
             return f"CAST({_string(instant.isoformat(sep=' ') + '+00:00')} AS TIMESTAMP)"
         return f"CAST({_string(python.isoformat(sep=' '))} AS TIMESTAMP_NTZ)"
-    raise InvalidArgument(
-        f"parameter {position} has type {kind}, which has no SQL literal Horizon binds: send "
-        "booleans, integers, floating point numbers, decimals, strings, binary, dates or "
-        "timestamps"
-    )
+    return None
 
 
 def _cast(text: str, spark_type: str) -> str:

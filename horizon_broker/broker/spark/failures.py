@@ -203,42 +203,57 @@ def classify(
     read = _read_failure(chain, files)
     if read is not None:
         return read
-    for link in chain:
-        if link.condition == "TABLE_OR_VIEW_NOT_FOUND":
-            name = link.parameters.get("relationName", "").strip("`")
-            if name.startswith(VIEW_PREFIX) and name in set(views):
-                return ViewMissing(name)
+    missing = _view_missing(chain, views)
+    if missing is not None:
+        return missing
     for link in reversed(chain):
-        state = link.sql_state or ""
-        if state[:2] in _CALLER_SQLSTATE_CLASSES:
-            return _caller_error(link)
-        if state[:2] in _LIMIT_SQLSTATE_CLASSES:
-            refused = ResourceExhausted(f"Spark refused the query: {_describe(link)}")
-            refused.condition = link.condition or ""
-            return refused
-        if link.java_class == "java.lang.OutOfMemoryError":
-            return OutOfMemory(
-                "the query ran Spark out of memory; it was stopped, other queries go on "
-                "(select less, or aggregate first)"
-            )
-        if link.java_class in _CALLER_JAVA_CLASSES or link.java_class.startswith(
-            _CALLER_JAVA_PREFIXES
-        ):
-            return _caller_error(link)
-        if link.condition is None and link.java_class in _PYTHON_CALLER_TYPES:
-            return _caller_error(link)
-        if link.condition == "SPARK_JOB_CANCELLED" or link.java_class.endswith(
-            "InterruptedException"
-        ):
-            return Unavailable("Spark cancelled the query's jobs (the engine is stopping)")
+        typed = _typed_cause(link)
+        if typed is not None:
+            return typed
     log.warning("Spark failed", exc_info=error)
     innermost = chain[-1] if chain else FailureLink(type(error).__name__)
     return Internal(f"Spark failed to run the query: {_describe(innermost)}")
 
 
+def _view_missing(chain: list[FailureLink], views: Iterable[str]) -> ViewMissing | None:
+    """One of the query's own views vanished (dropped under it), if the chain says so."""
+    for link in chain:
+        if link.condition == "TABLE_OR_VIEW_NOT_FOUND":
+            name = link.parameters.get("relationName", "").strip("`")
+            if name.startswith(VIEW_PREFIX) and name in set(views):
+                return ViewMissing(name)
+    return None
+
+
+def _typed_cause(link: FailureLink) -> HorizonError | None:
+    """Horizon's error for one cause by its SQLSTATE class, then its Java class; None when
+    neither decides."""
+    state = link.sql_state or ""
+    if state[:2] in _CALLER_SQLSTATE_CLASSES:
+        return _caller_error(link)
+    if state[:2] in _LIMIT_SQLSTATE_CLASSES:
+        refused = ResourceExhausted(f"Spark refused the query: {_describe(link)}")
+        refused.condition = link.condition or ""
+        return refused
+    if link.java_class == "java.lang.OutOfMemoryError":
+        return OutOfMemory(
+            "the query ran Spark out of memory; it was stopped, other queries go on "
+            "(select less, or aggregate first)"
+        )
+    if link.java_class in _CALLER_JAVA_CLASSES or link.java_class.startswith(_CALLER_JAVA_PREFIXES):
+        return _caller_error(link)
+    if link.condition is None and link.java_class in _PYTHON_CALLER_TYPES:
+        return _caller_error(link)
+    if link.condition == "SPARK_JOB_CANCELLED" or link.java_class.endswith("InterruptedException"):
+        return Unavailable("Spark cancelled the query's jobs (the engine is stopping)")
+    return None
+
+
 def read_failure_paths(error: BaseException, files: Sequence[str]) -> UnreadableFiles | None:
-    """The listed files a reader failed on, when ``error`` is a reader's failure of them."""
-    return _read_failure(failure_chain(error), files)
+    """The listed files a reader failed on, when ``error`` is a reader's failure of them (not
+    a read of a file this broker did not list: that is no file of ours to mark)."""
+    found = _read_failure(failure_chain(error), files)
+    return found if isinstance(found, UnreadableFiles) else None
 
 
 def _read_failure(chain: list[FailureLink], files: Sequence[str]) -> HorizonError | None:
