@@ -11,6 +11,7 @@ admission slot freed. The query pipeline is :mod:`horizon_broker.broker.engine`,
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 import uuid
@@ -186,6 +187,93 @@ def explain_query(
     return response
 
 
+def _execute_options(request: pb.ExecuteQueryRequest) -> ReadOptions:
+    """The read controls of an ExecuteQuery request, its row limit checked first."""
+    if request.max_rows < 0:
+        raise InvalidArgument("max_rows must not be negative")
+    return _read_options(request.read)
+
+
+def query_timeout(limit_s: float, remaining: float | None) -> float:
+    """How long a query may take: ``[limits].query_timeout_s``, or less when the call's own
+    deadline (``remaining`` seconds, None: none) is sooner."""
+    if remaining is not None and remaining < limit_s:
+        return remaining
+    return limit_s
+
+
+def produce_query(
+    engine: QueryEngine,
+    request: pb.ExecuteQueryRequest,
+    principal: Principal,
+    scope: QueryScope,
+    options: ReadOptions,
+    pipe: ResultPipe,
+    started: float,
+) -> None:
+    """The query's own thread: run it and put its messages into ``pipe``, which ends with END
+    or the error (the loop answers with it); the execution is closed either way."""
+    try:
+        execution = engine.execute(
+            request.sql,
+            principal,
+            scope,
+            max_rows=request.max_rows,
+            is_active=lambda: not pipe.closed,
+            options=options,
+        )
+        engine.queries.started(scope.handle, execution)
+        try:
+            for message in query_messages(execution, engine.config.limits.batch_bytes, started):
+                pipe.put(message)
+        finally:
+            execution.close()
+    except BaseException as error:  # handed to the loop, which answers with it
+        pipe.finish(error)
+    else:
+        pipe.finish(END)
+
+
+async def relay(
+    pipe: ResultPipe, context: grpc.aio.ServicerContext, deadline: float, query_id: str
+) -> pb.QueryTrailer | None:
+    """Write the query's messages to the call as they come until END (returns the trailer);
+    the query's error is raised, and so is DEADLINE_EXCEEDED for a client that does not read
+    its result before ``deadline`` (the loop's clock)."""
+    trailer: pb.QueryTrailer | None = None
+    while True:
+        item = await pipe.get(deadline)
+        if item is END:
+            return trailer
+        if isinstance(item, BaseException):
+            raise item
+        if item.WhichOneof("kind") == "trailer":
+            trailer = item.trailer
+        try:
+            # A timeout context, not ``wait_for``: no task per message.
+            async with asyncio.timeout_at(deadline):
+                await context.write(item)
+        except TimeoutError:
+            raise DeadlineExceeded(
+                f"query {query_id}: the client did not read the result before the query's "
+                "deadline; the query was stopped"
+            ) from None
+
+
+def stopped_as(error: BaseException, *, deadline_passed: bool) -> tuple[str, tuple[str, ...]]:
+    """How a query whose relay ended with ``error`` is stopped: the reason its scope is
+    cancelled with, and what the registry records (state, status, message...). An error of
+    the query's, or its deadline, is its own; anything else is gRPC ending the call, because
+    the client cancelled or (``deadline_passed``) its deadline passed."""
+    if isinstance(error, DeadlineExceeded):
+        return DEADLINE, ("deadline", "DEADLINE_EXCEEDED", str(error))
+    if isinstance(error, Exception):
+        return CANCELLED, ended_as(error)
+    if deadline_passed:
+        return DEADLINE, ("deadline", "DEADLINE_EXCEEDED", "the deadline passed")
+    return CANCELLED, ("cancelled", "CANCELLED", "the client cancelled")
+
+
 class QueryServicer(rpc.QueryServiceServicer):
     def __init__(self, engine: QueryEngine, auth: Authenticator, offload: Offload) -> None:
         self.engine = engine
@@ -196,87 +284,37 @@ class QueryServicer(rpc.QueryServiceServicer):
     async def ExecuteQuery(
         self, request: pb.ExecuteQueryRequest, context: grpc.aio.ServicerContext
     ) -> None:
+        """Run the query on a thread of its own; relay its messages as the client reads them."""
         started = time.perf_counter()
         principal = caller(self.auth, context)
-        if request.max_rows < 0:
-            raise InvalidArgument("max_rows must not be negative")
-        options = _read_options(request.read)
+        options = _execute_options(request)
         limits = self.engine.config.limits
-        timeout = limits.query_timeout_s
-        remaining = context.time_remaining()
-        if remaining is not None and remaining < timeout:
-            timeout = remaining
+        timeout = query_timeout(limits.query_timeout_s, context.time_remaining())
         scope = QueryScope(_query_id(request.query_id), deadline=time.monotonic() + timeout)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         pipe = ResultPipe(loop)
         registry = self.engine.queries
-
-        def produce() -> None:
-            try:
-                execution = self.engine.execute(
-                    request.sql,
-                    principal,
-                    scope,
-                    max_rows=request.max_rows,
-                    is_active=lambda: not pipe.closed,
-                    options=options,
-                )
-                registry.started(scope.handle, execution)
-                try:
-                    for message in query_messages(execution, limits.batch_bytes, started):
-                        pipe.put(message)
-                finally:
-                    execution.close()
-            except BaseException as error:  # handed to the loop, which answers with it
-                pipe.finish(error)
-            else:
-                pipe.finish(END)
-
         registry.begin(
             scope.handle, scope.query_id, principal.name, request.sql, rpc="ExecuteQuery"
         )
-        trailer: pb.QueryTrailer | None = None
+        produce = functools.partial(
+            produce_query, self.engine, request, principal, scope, options, pipe, started
+        )
         try:
             self.offload.start(produce, f"horizon-query-{scope.handle}")
         except BaseException as error:
             registry.end(scope.handle, *ended_as(error))
             raise
         try:
-            while True:
-                item = await pipe.get(deadline)
-                if item is END:
-                    registry.end(scope.handle, "done", "OK", **trailer_fields(trailer))
-                    return
-                if isinstance(item, BaseException):
-                    raise item
-                if item.WhichOneof("kind") == "trailer":
-                    trailer = item.trailer
-                try:
-                    # A timeout context, not ``wait_for``: no task per message.
-                    async with asyncio.timeout_at(deadline):
-                        await context.write(item)
-                except TimeoutError:
-                    raise DeadlineExceeded(
-                        f"query {scope.query_id}: the client did not read the result before the "
-                        "query's deadline; the query was stopped"
-                    ) from None
-        except DeadlineExceeded as error:
-            scope.cancel(DEADLINE)
-            registry.end(scope.handle, "deadline", "DEADLINE_EXCEEDED", str(error))
+            trailer = await relay(pipe, context, deadline, scope.query_id)
+        except BaseException as error:
+            reason, ended = stopped_as(error, deadline_passed=loop.time() >= deadline - 0.05)
+            scope.cancel(reason)
+            registry.end(scope.handle, *ended)
             raise
-        except Exception as error:
-            scope.cancel(CANCELLED)
-            registry.end(scope.handle, *ended_as(error))
-            raise
-        except BaseException:  # gRPC ended the call: the client cancelled, or its deadline passed
-            if loop.time() >= deadline - 0.05:
-                scope.cancel(DEADLINE)
-                registry.end(scope.handle, "deadline", "DEADLINE_EXCEEDED", "the deadline passed")
-            else:
-                scope.cancel(CANCELLED)
-                registry.end(scope.handle, "cancelled", "CANCELLED", "the client cancelled")
-            raise
+        else:
+            registry.end(scope.handle, "done", "OK", **trailer_fields(trailer))
         finally:
             pipe.close()
 
