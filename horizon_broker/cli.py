@@ -12,10 +12,16 @@ import json
 import os
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from horizon_broker._core.errors import HorizonError
+
+if TYPE_CHECKING:
+    from horizon_broker.broker.api.server import BrokerServer
+    from horizon_broker.broker.config import BrokerConfig
+    from horizon_broker.watermark.embedded_redis import EmbeddedRedis
 
 DEFAULT_TARGET = "127.0.0.1:50051"
 EXIT_ERROR = 1
@@ -43,7 +49,26 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser(
         "demo", help="run the end-to-end demo (arguments go to python -m demo)", add_help=False
     )
+    _add_serve(sub)
+    _add_read_commands(sub)
+    _add_pin(sub)
+    _add_inspection_commands(sub)
+    sub.add_parser(
+        "ingest", help="run the ingestion job (arguments go to the ingest CLI)", add_help=False
+    )
+    sub.add_parser(
+        "compact", help="compact a table (arguments go to the compaction CLI)", add_help=False
+    )
+    config = sub.add_parser("config", help="the configuration files' schemas")
+    config.add_argument("action", choices=["schema"], help="schema: print a file's JSON Schema")
+    config.add_argument("file", choices=["broker", "table", "server"], help="which file")
+    return parser
 
+
+Subcommands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+
+
+def _add_serve(sub: Subcommands) -> None:
     serve = sub.add_parser("serve", help="run the broker")
     serve.add_argument("--config", help="TOML configuration file (or HORIZON_CONFIG)")
     serve.add_argument("--listen", help="override [server].listen, e.g. 127.0.0.1:50051")
@@ -56,6 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("-v", "--verbose", action="store_true")
 
+
+def _add_read_commands(sub: Subcommands) -> None:
     query = sub.add_parser("query", help="run a SELECT and print its rows")
     query.add_argument("sql")
     query.add_argument("--max-rows", type=int, default=0, help="fail beyond this many rows")
@@ -76,6 +103,8 @@ def build_parser() -> argparse.ArgumentParser:
     _read_options(rewrite)
     _client_options(rewrite)
 
+
+def _add_pin(sub: Subcommands) -> None:
     pin = sub.add_parser(
         "pin", help="pin a snapshot of tables (retention and file deletion wait for it)"
     )
@@ -92,6 +121,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _client_options(pin)
 
+
+def _add_inspection_commands(sub: Subcommands) -> None:
     timeline = sub.add_parser("timeline", help="show a table's segment timeline")
     timeline.add_argument("table")
     timeline.add_argument("--interval", help="ISO-8601 start/end, e.g. 2026-01-01/2026-02-01")
@@ -117,17 +148,6 @@ def build_parser() -> argparse.ArgumentParser:
     queries = sub.add_parser("queries", help="show running and recent queries")
     queries.add_argument("--running", action="store_true", help="only the running ones")
     _client_options(queries)
-
-    sub.add_parser(
-        "ingest", help="run the ingestion job (arguments go to the ingest CLI)", add_help=False
-    )
-    sub.add_parser(
-        "compact", help="compact a table (arguments go to the compaction CLI)", add_help=False
-    )
-    config = sub.add_parser("config", help="the configuration files' schemas")
-    config.add_argument("action", choices=["schema"], help="schema: print a file's JSON Schema")
-    config.add_argument("file", choices=["broker", "table", "server"], help="which file")
-    return parser
 
 
 def _read_options(command: argparse.ArgumentParser) -> None:
@@ -207,8 +227,6 @@ def _ingest(argv: list[str]) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from dataclasses import replace
-
     from horizon_broker._core.heap import settle_startup_heap
     from horizon_broker.broker.api.server import BrokerServer
     from horizon_broker.broker.config import load_config
@@ -216,23 +234,13 @@ def _serve(args: argparse.Namespace) -> int:
 
     embedded = None
     try:
-        config = load_config(args.config)
-        if args.listen:
-            config = replace(config, server=replace(config.server, listen=args.listen))
+        config = _with_listen(load_config(args.config), args.listen)
         if args.redis and args.embedded_redis:
             raise _usage("give --redis or --embedded-redis, not both")
         if args.embedded_redis:
-            from horizon_broker.watermark.embedded_redis import EmbeddedRedis
-
-            embedded = EmbeddedRedis().start()
+            embedded = _start_embedded_redis()
             args.redis = embedded.url
-            print(
-                f"horizon state store (embedded, stops with the broker): {embedded.url}\n"
-                f"  ingest into it with: horizon ingest --redis {embedded.url} ...",
-                flush=True,
-            )
-        if args.redis:
-            config = replace(config, state=replace(config.state, redis_url=args.redis))
+        config = _with_redis(config, args.redis)
         configure_broker_logging(config, verbose=args.verbose)
         server = BrokerServer(config).start()
     except HorizonError as error:
@@ -241,14 +249,7 @@ def _serve(args: argparse.Namespace) -> int:
             embedded.close()
         return EXIT_ERROR
     settle_startup_heap()
-    print(f"horizon broker listening on {server.target}", flush=True)
-    if server.flight_target:
-        scheme = "grpc+tls" if config.server.tls else "grpc"
-        print(f"Arrow Flight SQL on {scheme}://{server.flight_target}", flush=True)
-    if server.observer is not None and server.observer.metrics_url:
-        print(f"metrics on {server.observer.metrics_url}", flush=True)
-    if server.console is not None:
-        print(f"web console on {server.console.url}", flush=True)
+    _print_endpoints(server, config)
 
     def shutdown(signum: int, frame: Any) -> None:
         server.stop()
@@ -262,6 +263,48 @@ def _serve(args: argparse.Namespace) -> int:
         if embedded is not None:
             embedded.close()
     return 0
+
+
+def _with_listen(config: BrokerConfig, listen: str | None) -> BrokerConfig:
+    """The configuration with ``--listen`` in place of the file's ``[server].listen``."""
+    from dataclasses import replace
+
+    if not listen:
+        return config
+    return replace(config, server=replace(config.server, listen=listen))
+
+
+def _with_redis(config: BrokerConfig, redis_url: str | None) -> BrokerConfig:
+    """The configuration with ``--redis`` (or the embedded one's URL) in place of the file's."""
+    from dataclasses import replace
+
+    if not redis_url:
+        return config
+    return replace(config, state=replace(config.state, redis_url=redis_url))
+
+
+def _start_embedded_redis() -> EmbeddedRedis:
+    from horizon_broker.watermark.embedded_redis import EmbeddedRedis
+
+    embedded = EmbeddedRedis().start()
+    print(
+        f"horizon state store (embedded, stops with the broker): {embedded.url}\n"
+        f"  ingest into it with: horizon ingest --redis {embedded.url} ...",
+        flush=True,
+    )
+    return embedded
+
+
+def _print_endpoints(server: BrokerServer, config: BrokerConfig) -> None:
+    """Where the broker answers: gRPC, then Flight SQL, metrics and the console when on."""
+    print(f"horizon broker listening on {server.target}", flush=True)
+    if server.flight_target:
+        scheme = "grpc+tls" if config.server.tls else "grpc"
+        print(f"Arrow Flight SQL on {scheme}://{server.flight_target}", flush=True)
+    if server.observer is not None and server.observer.metrics_url:
+        print(f"metrics on {server.observer.metrics_url}", flush=True)
+    if server.console is not None:
+        print(f"web console on {server.console.url}", flush=True)
 
 
 def _client_command(args: argparse.Namespace) -> int:
@@ -297,60 +340,78 @@ def _client_command(args: argparse.Namespace) -> int:
 
 def _run(client: Any, args: argparse.Namespace, console: Any, render: Any) -> Any:
     """Run one client command; returns the JSON to print (``--json``) or None after printing."""
-    command = args.command
-    if command == "query":
-        result = client.execute(args.sql, max_rows=args.max_rows, **_read_controls(args))
-        if args.json:
-            return render.result_json(result)
-        render.print_result(console, result)
-    elif command == "explain":
-        explain = client.explain(
-            args.sql, include_spark_plan=args.spark_plan, **_read_controls(args)
-        )
-        if args.json:
-            return render.to_dict(explain)
-        render.print_explain(console, explain)
-    elif command == "rewrite":
-        return render.to_dict(
-            client.rewrite(args.sql, pin_lease=args.pin_lease, **_read_controls(args))
-        )
-    elif command == "pin":
-        return _pin_command(client, args, console, render)
-    elif command == "timeline":
-        timeline = client.timeline(
-            args.table, interval=args.interval, include_overshadowed=args.overshadowed
-        )
-        if args.picture is not None:
-            if args.picture.suffix.lower() != ".svg":
-                raise _usage("--picture writes SVG: give a file name ending in .svg")
-            from horizon_broker.broker.api.timeline_picture import timeline_svg
+    return _CLIENT_COMMANDS[args.command](client, args, console, render)
 
-            args.picture.write_text(timeline_svg(timeline))
-        if args.json:
-            return render.to_dict(timeline)
-        render.print_timeline(console, timeline)
-        if args.picture is not None:
-            console.print(f"[dim]picture written to {args.picture}[/dim]")
-    elif command == "watermarks":
-        marks = client.watermarks(args.table)
-        if args.json:
-            return render.to_dict(marks)
-        render.print_watermarks(console, marks)
-    elif command == "locks":
-        held = client.locks(args.table)
-        if args.json:
-            return render.to_dict(held)
-        render.print_locks(console, held, table=args.table)
-    elif command == "tables":
-        tables = client.tables()
-        if args.json:
-            return [render.to_dict(table) for table in tables]
-        render.print_tables(console, tables)
-    elif command == "queries":
-        found = client.queries(running_only=args.running)
-        if args.json:
-            return [render.to_dict(query) for query in found]
-        render.print_queries(console, found)
+
+def _query_command(client: Any, args: argparse.Namespace, console: Any, render: Any) -> Any:
+    result = client.execute(args.sql, max_rows=args.max_rows, **_read_controls(args))
+    if args.json:
+        return render.result_json(result)
+    render.print_result(console, result)
+    return None
+
+
+def _explain_command(client: Any, args: argparse.Namespace, console: Any, render: Any) -> Any:
+    explain = client.explain(args.sql, include_spark_plan=args.spark_plan, **_read_controls(args))
+    if args.json:
+        return render.to_dict(explain)
+    render.print_explain(console, explain)
+    return None
+
+
+def _rewrite_command(client: Any, args: argparse.Namespace, console: Any, render: Any) -> Any:
+    return render.to_dict(
+        client.rewrite(args.sql, pin_lease=args.pin_lease, **_read_controls(args))
+    )
+
+
+def _timeline_command(client: Any, args: argparse.Namespace, console: Any, render: Any) -> Any:
+    timeline = client.timeline(
+        args.table, interval=args.interval, include_overshadowed=args.overshadowed
+    )
+    if args.picture is not None:
+        if args.picture.suffix.lower() != ".svg":
+            raise _usage("--picture writes SVG: give a file name ending in .svg")
+        from horizon_broker.broker.api.timeline_picture import timeline_svg
+
+        args.picture.write_text(timeline_svg(timeline))
+    if args.json:
+        return render.to_dict(timeline)
+    render.print_timeline(console, timeline)
+    if args.picture is not None:
+        console.print(f"[dim]picture written to {args.picture}[/dim]")
+    return None
+
+
+def _watermarks_command(client: Any, args: argparse.Namespace, console: Any, render: Any) -> Any:
+    marks = client.watermarks(args.table)
+    if args.json:
+        return render.to_dict(marks)
+    render.print_watermarks(console, marks)
+    return None
+
+
+def _locks_command(client: Any, args: argparse.Namespace, console: Any, render: Any) -> Any:
+    held = client.locks(args.table)
+    if args.json:
+        return render.to_dict(held)
+    render.print_locks(console, held, table=args.table)
+    return None
+
+
+def _tables_command(client: Any, args: argparse.Namespace, console: Any, render: Any) -> Any:
+    tables = client.tables()
+    if args.json:
+        return [render.to_dict(table) for table in tables]
+    render.print_tables(console, tables)
+    return None
+
+
+def _queries_command(client: Any, args: argparse.Namespace, console: Any, render: Any) -> Any:
+    found = client.queries(running_only=args.running)
+    if args.json:
+        return [render.to_dict(query) for query in found]
+    render.print_queries(console, found)
     return None
 
 
@@ -383,6 +444,20 @@ def _pin_command(client: Any, args: argparse.Namespace, console: Any, render: An
         highlight=False,
     )
     return None
+
+
+_CLIENT_COMMANDS: dict[str, Callable[[Any, argparse.Namespace, Any, Any], Any]] = {
+    "query": _query_command,
+    "explain": _explain_command,
+    "rewrite": _rewrite_command,
+    "pin": _pin_command,
+    "timeline": _timeline_command,
+    "watermarks": _watermarks_command,
+    "locks": _locks_command,
+    "tables": _tables_command,
+    "queries": _queries_command,
+}
+"""Each client command of the parser, by name."""
 
 
 def _usage(message: str) -> HorizonError:
