@@ -14,10 +14,11 @@ import ipaddress
 import math
 import threading
 import time
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Callable
 
 from horizon_broker._core.errors import ResourceExhausted
+from horizon_broker._core.lru import Lru
 
 WINDOW_S = 60.0
 MAX_ADDRESSES = 10_000
@@ -57,7 +58,8 @@ class SignInLimit:
         self.per_minute = per_minute
         self.max_addresses = max_addresses
         self._clock = clock
-        self._failures: OrderedDict[str, deque[float]] = OrderedDict()
+        self._failures: Lru[str, deque[float]] = Lru(max_addresses)
+        """By the address's last failure: the least recently failing dropped first."""
         self._lock = threading.Lock()
 
     def check(self, address: str) -> None:
@@ -65,7 +67,7 @@ class SignInLimit:
         key = client_key(address)
         now = self._clock()
         with self._lock:
-            failures = self._failures.get(key)
+            failures = self._failures.peek(key)
             if failures is None or len(failures) < self.per_minute:
                 return
             wait_s = failures[0] + WINDOW_S - now
@@ -81,15 +83,13 @@ class SignInLimit:
         key = client_key(address)
         now = self._clock()
         with self._lock:
-            failures = self._failures.pop(key, None) or deque(maxlen=self.per_minute)
+            failures = self._failures.peek(key) or deque(maxlen=self.per_minute)
             failures.append(now)
-            self._failures[key] = failures  # now the most recently failed
-            while len(self._failures) > self.max_addresses:
-                self._failures.popitem(last=False)
+            self._failures.put(key, failures)  # now the most recently failed
 
     def succeeded(self, address: str) -> None:
         with self._lock:
-            self._failures.pop(client_key(address), None)
+            self._failures.discard(client_key(address))
 
     def __len__(self) -> int:
         with self._lock:
