@@ -27,6 +27,9 @@ from horizon_broker.timeline.interval import Interval
 
 if TYPE_CHECKING:
     from horizon_broker.compaction.metrics import CompactionMetrics
+    from horizon_broker.compaction.plan import CompactionSettings
+    from horizon_broker.compaction.run import Compactor
+    from horizon_broker.watermark.server import ServerClient
 
 log = logging.getLogger("horizon.compact")
 
@@ -73,9 +76,6 @@ def main_compact(argv: Sequence[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from horizon_broker._core.spark_session import create_spark_session
-    from horizon_broker.compaction.collect import collect_replaced
-    from horizon_broker.compaction.plan import CompactionSettings
-    from horizon_broker.compaction.reclaim import ReclaimSettings, reclaim
     from horizon_broker.compaction.run import Compactor
     from horizon_broker.ingest.table import TableDefinition
     from horizon_broker.watermark.server import ServerClient
@@ -85,13 +85,7 @@ def _run(args: argparse.Namespace) -> int:
             raise InvalidArgument(f"--{name.replace('_', '-')} must be at least 1")
     table = TableDefinition.load(args.table, storage_root=args.storage_root)
     interval = Interval.parse(args.interval) if args.interval else None
-    settings = CompactionSettings(
-        target_rows=args.target_rows,
-        target_bytes=args.target_bytes,
-        min_segments=args.min_segments,
-        min_small_files=args.min_small_files,
-        small_file_bytes=args.small_file_bytes,
-    )
+    settings = _settings(args)
     spark = create_spark_session(
         master=args.spark_master, app_name=f"horizon-compact-{table.name}",
         conf=key_value_pairs(args.spark_conf, "--spark-conf"),
@@ -103,67 +97,117 @@ def _run(args: argparse.Namespace) -> int:
             spark, table, client, settings=settings, priority=args.priority, wait_s=args.wait,
             progress=lambda message: print(message, flush=True),
         )  # fmt: skip
+        one_pass = _major_pass if args.mode == "major" else _minor_pass
         while True:
-            if args.mode == "major":
-                report = compactor.compact_major(interval=interval, skip_newest=args.skip_newest)
-                if metrics is not None:
-                    metrics.observe_run(table.name, report)
-                print(f"{report.outcome}: {len(report.inputs)} -> {len(report.outputs)} segments "
-                      f"in new major versions {report.message}".rstrip(), flush=True)  # fmt: skip
-                if not args.watch:
-                    return 0 if report.outcome != "revoked" else 3
-                time.sleep(args.watch)
-                continue
-            targets = compactor.plan(interval=interval, skip_newest=args.skip_newest)
-            if args.dry_run:
-                for target in targets:
-                    print(
-                        f"{target.interval} roots [{target.root_range[0]}, "
-                        f"{target.root_range[1]}) <- {len(target.inputs)} segments, "
-                        f"{target.rows} rows, {target.size_bytes} bytes"
-                    )
+            outcome = one_pass(compactor, client, interval, args, metrics)
+            if outcome is None:  # a dry run: the plan was printed
                 return 0
-            report = compactor.compact(targets)
-            if metrics is not None:
-                metrics.observe_run(table.name, report)
-            print(
-                f"{report.outcome}: {len(report.inputs)} -> {len(report.outputs)} segments, "
-                f"{report.rows_in} -> {report.rows_out} rows {report.message}".rstrip(),
-                flush=True,
-            )
-            if args.reclaim:
-                history = reclaim(
-                    compactor,
-                    ReclaimSettings(
-                        max_rows_per_step=args.reclaim_rows, max_files_per_step=args.reclaim_files
-                    ),
-                )
-                if metrics is not None:
-                    metrics.observe_reclaim(table.name, history.rows_reclaimed)
-                print(
-                    f"reclaimed {history.rows_reclaimed} of {history.reclaimable_rows} versions "
-                    f"below horizon {history.horizon} in {len(history.steps)} steps: "
-                    f"{history.bytes_before} -> {history.bytes_after} bytes rewritten",
-                    flush=True,
-                )
-            collected = collect_replaced(
-                compactor.storage, client, table.name, compactor.root,
-                grace_ms=table.gc_grace_ms, now_ms=time.time_ns() // 1_000_000,
-            )  # fmt: skip
-            if metrics is not None:
-                metrics.observe_collected(table.name, collected.bytes_freed)
-            if collected.withdrawn or collected.deleted_files or collected.unpublished_runs:
-                print(
-                    f"collected: {collected.withdrawn} replaced segments withdrawn, "
-                    f"{collected.deleted_files} files ({collected.bytes_freed} bytes) deleted, "
-                    f"{collected.unpublished_runs} unpublished runs' directories deleted",
-                    flush=True,
-                )
             if not args.watch:
-                return 0 if report.outcome != "revoked" else 3
+                return 0 if outcome != "revoked" else 3
             time.sleep(args.watch)
     finally:
         client.close()
+
+
+def _settings(args: argparse.Namespace) -> CompactionSettings:
+    from horizon_broker.compaction.plan import CompactionSettings
+
+    return CompactionSettings(
+        target_rows=args.target_rows,
+        target_bytes=args.target_bytes,
+        min_segments=args.min_segments,
+        min_small_files=args.min_small_files,
+        small_file_bytes=args.small_file_bytes,
+    )
+
+
+def _major_pass(
+    compactor: Compactor,
+    client: ServerClient,
+    interval: Interval | None,
+    args: argparse.Namespace,
+    metrics: CompactionMetrics | None,
+) -> str:
+    """One major compaction (new major versions of the chunks); its outcome."""
+    report = compactor.compact_major(interval=interval, skip_newest=args.skip_newest)
+    if metrics is not None:
+        metrics.observe_run(compactor.table.name, report)
+    print(f"{report.outcome}: {len(report.inputs)} -> {len(report.outputs)} segments "
+          f"in new major versions {report.message}".rstrip(), flush=True)  # fmt: skip
+    return report.outcome
+
+
+def _minor_pass(
+    compactor: Compactor,
+    client: ServerClient,
+    interval: Interval | None,
+    args: argparse.Namespace,
+    metrics: CompactionMetrics | None,
+) -> str | None:
+    """One minor pass: compact the planned chunks, reclaim history if asked, collect what
+    earlier passes replaced; its outcome (None for a dry run, which only prints the plan)."""
+    targets = compactor.plan(interval=interval, skip_newest=args.skip_newest)
+    if args.dry_run:
+        for target in targets:
+            print(
+                f"{target.interval} roots [{target.root_range[0]}, "
+                f"{target.root_range[1]}) <- {len(target.inputs)} segments, "
+                f"{target.rows} rows, {target.size_bytes} bytes"
+            )
+        return None
+    report = compactor.compact(targets)
+    if metrics is not None:
+        metrics.observe_run(compactor.table.name, report)
+    print(
+        f"{report.outcome}: {len(report.inputs)} -> {len(report.outputs)} segments, "
+        f"{report.rows_in} -> {report.rows_out} rows {report.message}".rstrip(),
+        flush=True,
+    )
+    if args.reclaim:
+        _reclaim_history(compactor, args, metrics)
+    _collect_replaced(compactor, client, metrics)
+    return report.outcome
+
+
+def _reclaim_history(
+    compactor: Compactor, args: argparse.Namespace, metrics: CompactionMetrics | None
+) -> None:
+    from horizon_broker.compaction.reclaim import ReclaimSettings, reclaim
+
+    history = reclaim(
+        compactor,
+        ReclaimSettings(max_rows_per_step=args.reclaim_rows, max_files_per_step=args.reclaim_files),
+    )
+    if metrics is not None:
+        metrics.observe_reclaim(compactor.table.name, history.rows_reclaimed)
+    print(
+        f"reclaimed {history.rows_reclaimed} of {history.reclaimable_rows} versions "
+        f"below horizon {history.horizon} in {len(history.steps)} steps: "
+        f"{history.bytes_before} -> {history.bytes_after} bytes rewritten",
+        flush=True,
+    )
+
+
+def _collect_replaced(
+    compactor: Compactor, client: ServerClient, metrics: CompactionMetrics | None
+) -> None:
+    """Withdraw and delete what earlier compactions replaced, once the table's grace passed."""
+    from horizon_broker.compaction.collect import collect_replaced
+
+    table = compactor.table
+    collected = collect_replaced(
+        compactor.storage, client, table.name, compactor.root,
+        grace_ms=table.gc_grace_ms, now_ms=time.time_ns() // 1_000_000,
+    )  # fmt: skip
+    if metrics is not None:
+        metrics.observe_collected(table.name, collected.bytes_freed)
+    if collected.withdrawn or collected.deleted_files or collected.unpublished_runs:
+        print(
+            f"collected: {collected.withdrawn} replaced segments withdrawn, "
+            f"{collected.deleted_files} files ({collected.bytes_freed} bytes) deleted, "
+            f"{collected.unpublished_runs} unpublished runs' directories deleted",
+            flush=True,
+        )
 
 
 def _metrics(listen: str | None) -> CompactionMetrics | None:
