@@ -10,7 +10,7 @@ export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYSPARK_PYTHON ?= $(abspath $(BIN)/python)
 export PYTHONHASHSEED ?= 0
 
-.PHONY: all install system-deps proto lint test test-fast docs demo bench chaos clean
+.PHONY: all install system-deps proto lint test test-fast docs config-reference demo bench chaos clean
 
 all: test
 
