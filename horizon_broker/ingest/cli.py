@@ -29,10 +29,13 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from horizon_broker._core.commands import EXIT_INTERRUPTED, key_value_pairs, run_command
 from horizon_broker._core.errors import FailedPrecondition, InvalidArgument
+
+if TYPE_CHECKING:
+    from horizon_broker.ingest.server_config import ServerConfig
 
 log = logging.getLogger("horizon.ingest")
 EXIT_TABLE_FAILED = 1
@@ -79,7 +82,7 @@ def main_ingest(argv: Sequence[str] | None = None) -> int:
     return run_command("horizon ingest", build_parser(), _run, argv)
 
 
-def server_config_of(args: argparse.Namespace) -> Any:
+def server_config_of(args: argparse.Namespace) -> ServerConfig:
     """The :class:`~horizon_broker.ingest.server_config.ServerConfig` the arguments describe (checked whole)."""
     from horizon_broker.ingest.server_config import load_server_config, server_config
 
@@ -104,31 +107,9 @@ def server_config_of(args: argparse.Namespace) -> Any:
             raise InvalidArgument("give --config or --table, not both")
         config = load_server_config(args.config, **overrides)
     else:
-        if not args.table:
-            raise InvalidArgument("give --config server.toml, or one --table per table")
-        if not args.source and not args.source_format:
-            raise InvalidArgument("give --source (a changelog directory) or --source-format")
-        tables = []
-        for path in args.table:
-            entry: dict[str, Any] = {"definition": str(Path(path).resolve())}
-            if args.partitions:
-                entry["partitions"] = args.partitions
-            if len(args.table) == 1 and args.source:
-                entry["source"] = args.source
-            tables.append(entry)
-        data = {key: value for key, value in overrides.items() if value is not None}
-        data.update(tables=tables, spark=spark)
-        if len(args.table) > 1 and args.source:
-            data["source_root"] = args.source
+        data = _server_data_of_tables(args, overrides, spark)
         config = server_config(data, base=Path.cwd(), origin="the command line")
-    if spark or conf:
-        from dataclasses import replace
-
-        config = replace(
-            config,
-            spark_master=spark.get("master", config.spark_master),
-            spark_conf={**config.spark_conf, **conf},
-        )
+    config = _with_command_line_spark(config, spark, conf)
     if args.once:
         from dataclasses import replace
 
@@ -136,6 +117,44 @@ def server_config_of(args: argparse.Namespace) -> Any:
     if args.stream and not args.checkpoint:
         raise InvalidArgument("--stream needs --checkpoint")
     return config
+
+
+def _server_data_of_tables(
+    args: argparse.Namespace, overrides: dict[str, Any], spark: dict[str, str]
+) -> dict[str, Any]:
+    """A server file's contents, written from ``--table`` (one per table) and ``--source``."""
+    if not args.table:
+        raise InvalidArgument("give --config server.toml, or one --table per table")
+    if not args.source and not args.source_format:
+        raise InvalidArgument("give --source (a changelog directory) or --source-format")
+    tables = []
+    for path in args.table:
+        entry: dict[str, Any] = {"definition": str(Path(path).resolve())}
+        if args.partitions:
+            entry["partitions"] = args.partitions
+        if len(args.table) == 1 and args.source:
+            entry["source"] = args.source
+        tables.append(entry)
+    data = {key: value for key, value in overrides.items() if value is not None}
+    data.update(tables=tables, spark=spark)
+    if len(args.table) > 1 and args.source:
+        data["source_root"] = args.source
+    return data
+
+
+def _with_command_line_spark(
+    config: ServerConfig, spark: dict[str, str], conf: dict[str, str]
+) -> ServerConfig:
+    """The configuration with ``--spark-master`` and ``--spark-conf`` over the file's."""
+    if not spark and not conf:
+        return config
+    from dataclasses import replace
+
+    return replace(
+        config,
+        spark_master=spark.get("master", config.spark_master),
+        spark_conf={**config.spark_conf, **conf},
+    )
 
 
 def _run(args: argparse.Namespace) -> int:
