@@ -8,9 +8,8 @@ may not read exists: :func:`not_readable` is the one answer for both.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
 from horizon_broker._core.errors import InvalidArgument, NotFound, PermissionDenied
 
@@ -94,57 +93,3 @@ def check_inspect(principal: Principal, table: str | None = None) -> None:
         raise PermissionDenied(f"token {principal.name!r} may not inspect timelines and watermarks")
     if table is not None:
         check_read(principal, [table])
-
-
-def grants_from_entries(raw: Any) -> tuple[TokenGrant, ...]:
-    """The ``[[tokens]]`` entries of the configuration as grants (refusing malformed ones)."""
-    if not isinstance(raw, list):
-        raise InvalidArgument("tokens must be a list of {name, token, tables, inspect}")
-    grants = []
-    for index, entry in enumerate(raw):
-        if not isinstance(entry, Mapping) or not (entry.get("token") or entry.get("client_cn")):
-            raise InvalidArgument(
-                f"tokens[{index}] needs a non-empty 'token' or 'client_cn' (a client "
-                "certificate's common name)"
-            )
-        extra = set(entry) - {*_ENTRY_KEYS}
-        if extra:
-            raise InvalidArgument(f"tokens[{index}]: unknown key(s) {', '.join(sorted(extra))}")
-        tables = entry.get("tables", [ALL_TABLES])
-        if isinstance(tables, str) or not all(isinstance(t, str) for t in tables):
-            raise InvalidArgument(f"tokens[{index}].tables must be a list of table names")
-        grants.append(
-            TokenGrant(
-                name=str(entry.get("name", f"token{index}")),
-                token=str(entry.get("token", "")),
-                tables=frozenset(t.lower() for t in tables),
-                inspect=bool(entry.get("inspect", False)),
-                client_cn=str(entry.get("client_cn", "")),
-                max_concurrent=_positive(entry, index, "max_concurrent", int),
-                queries_per_second=_positive(entry, index, "queries_per_second", float),
-            )
-        )
-    return tuple(grants)
-
-
-_ENTRY_KEYS = (
-    "name",
-    "token",
-    "tables",
-    "inspect",
-    "client_cn",
-    "max_concurrent",
-    "queries_per_second",
-)
-
-
-def _positive(entry: Mapping[str, Any], index: int, key: str, kind: type) -> Any:
-    """An optional per-identity quota: absent, or a number above zero."""
-    value = entry.get(key)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-        raise InvalidArgument(f"tokens[{index}].{key} must be a number > 0, got {value!r}")
-    if kind is int and value != int(value):
-        raise InvalidArgument(f"tokens[{index}].{key} must be a whole number, got {value!r}")
-    return kind(value)
