@@ -211,6 +211,15 @@ def _granularity(value: Any) -> Any:
         return Granularity.parse(value)
 
 
+_GRANULARITY_SCHEMA = {
+    "type": "string",
+    "enum": [
+        spelling for member in Granularity for spelling in (member.value, member.value.lower())
+    ],
+}
+"""The loader takes any case; an editor offers the upper and lower spellings."""
+
+
 def _duration(value: str) -> str:
     if not _DURATION.match(value):
         raise Rule(
@@ -269,9 +278,9 @@ class TableFile(BaseModel):
         description="Chooses the time chunk of each version; without it, rows are chunked by "
         "commit time.",
     )
-    granularity: Annotated[Granularity, BeforeValidator(_granularity)] = Field(
-        Granularity.DAY, description="The time chunks' length (any case)."
-    )
+    granularity: Annotated[
+        Granularity, BeforeValidator(_granularity), WithJsonSchema(_GRANULARITY_SCHEMA)
+    ] = Field(Granularity.DAY, description="The time chunks' length (any case).")
     key_partitions: int = Field(
         1, ge=1, le=32_767, description="Partitions of the primary key's hash."
     )

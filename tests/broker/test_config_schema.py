@@ -138,3 +138,11 @@ def test_horizon_config_schema_prints_the_files_json_schema():
     with redirect_stdout(out):
         assert main(["config", "schema", "table"]) == 0
     assert json.loads(out.getvalue()) == schema("table")
+
+
+@pytest.mark.parametrize("spelling", ["hour", "HOUR"])
+def test_the_exported_table_schema_accepts_a_granularity_in_the_cases_the_loader_reads(spelling):
+    text = re.sub(r"(?m)^granularity = .*$", "", guide_table_toml())
+    text = f'granularity = "{spelling}"\n' + text
+    assert TableDefinition.from_toml(text).granularity.value == "HOUR"
+    jsonschema.Draft202012Validator(schema("table")).validate(tomllib.loads(text))
