@@ -262,42 +262,52 @@ class ManifestState:
         return state
 
     def apply_commit(self, record: Record) -> None:
-        body = record.body
+        """A transaction committed: what it changed, by its kind (it is unpublished until done)."""
         self.unpublished = record
         self.next_seq = max(self.next_seq, record.seq + 1)
         if record.kind == INGEST:
-            for partition in body.get("consumed_partitions", ()):
-                self.consumed.setdefault(int(partition), set()).update(body.get("sources", ()))
-            high = int(body["high"])
-            self.high = max(self.high, high)
-            for partition in body["partitions"]:
-                self.ingested[int(partition)] = high
-            for partition, levels in body.get("key_index", {}).items():
-                self.key_index[int(partition)] = KeyIndexVersion(key_index_levels(levels), high)
-            if body.get("updates"):
-                self.pending[record.seq] = {key: body[key] for key in _PENDING_KEYS if key in body}
+            self._apply_ingest(record)
         elif record.kind == UPDATE:
-            for seq in body["applied"]:
-                self.pending.pop(int(seq), None)
-            locations = tuple(
-                location for segment in body.get("remove", ()) for location in segment["location"]
-            )
-            if locations:
-                self.garbage[record.seq] = Garbage(locations)
-            self.retention_horizon = max(
-                self.retention_horizon, int(body.get("retention_horizon") or 0)
-            )
+            self._apply_update(record)
         elif record.kind == COLLECT:
-            for seq in body["collected"]:
+            for seq in record.body["collected"]:
                 self.garbage.pop(int(seq), None)
         elif record.kind == ABANDON:
             # An unpublished update whose segments another job replaced meanwhile: its updates
             # are pending again, and what it would have replaced is not its garbage.
-            for seq, item in body["pending"].items():
+            for seq, item in record.body["pending"].items():
                 self.pending[int(seq)] = dict(item)
-            self.garbage.pop(int(body["update"]), None)
+            self.garbage.pop(int(record.body["update"]), None)
         else:
             raise Internal(f"commit log record {record.seq} has unknown kind {record.kind!r}")
+
+    def _apply_ingest(self, record: Record) -> None:
+        """A batch: the sources it consumed, its high stamp, its key index, its pending updates."""
+        body = record.body
+        for partition in body.get("consumed_partitions", ()):
+            self.consumed.setdefault(int(partition), set()).update(body.get("sources", ()))
+        high = int(body["high"])
+        self.high = max(self.high, high)
+        for partition in body["partitions"]:
+            self.ingested[int(partition)] = high
+        for partition, levels in body.get("key_index", {}).items():
+            self.key_index[int(partition)] = KeyIndexVersion(key_index_levels(levels), high)
+        if body.get("updates"):
+            self.pending[record.seq] = {key: body[key] for key in _PENDING_KEYS if key in body}
+
+    def _apply_update(self, record: Record) -> None:
+        """An update rewrite: the batches it applied, the files it replaced, the horizon."""
+        body = record.body
+        for seq in body["applied"]:
+            self.pending.pop(int(seq), None)
+        locations = tuple(
+            location for segment in body.get("remove", ()) for location in segment["location"]
+        )
+        if locations:
+            self.garbage[record.seq] = Garbage(locations)
+        self.retention_horizon = max(
+            self.retention_horizon, int(body.get("retention_horizon") or 0)
+        )
 
     def apply_done(self, record: Record) -> None:
         """A transaction finished: it is published, and the grace of what it replaced starts."""
