@@ -144,52 +144,59 @@ def test_incremental_timeline_matches_from_scratch_reference_after_every_step(st
         before = timeline.generation
         if kind in ("add", "batch"):
             batch = [UNIVERSE[argument]] if kind == "add" else [UNIVERSE[i] for i in argument]
-            expected_error = None
-            try:
-                expected = reference.add_all(batch)
-            except SegmentConflict as error:
-                expected_error = error
-            if expected_error is not None:
-                try:
-                    timeline.add_all(batch)
-                except SegmentConflict:
-                    pass
-                else:
-                    raise AssertionError(f"timeline accepted {batch}: {expected_error}")
-                changed = False
-            else:
-                assert timeline.add_all(batch) == expected
-                changed = expected > 0
+            changed = _add_step(timeline, reference, batch)
         elif kind == "remove_batch":
-            batch = [UNIVERSE[i] for i in argument]
-            if any(
-                reference.stored.get(s.id) is not None and not reference.stored[s.id].same_shard(s)
-                for s in batch
-            ):
-                with pytest.raises(SegmentConflict):
-                    timeline.remove_all(batch)
-                changed = False
-            else:
-                expected = sum(reference.remove_id(i) for i in dict.fromkeys(s.id for s in batch))
-                assert timeline.remove_all(batch) == expected
-                changed = expected > 0
+            changed = _remove_batch_step(timeline, reference, [UNIVERSE[i] for i in argument])
         else:
-            segment = UNIVERSE[argument]
-            stored = reference.stored.get(segment.id)
-            if kind == "remove" and stored is not None and not stored.same_shard(segment):
-                try:
-                    timeline.remove(segment)
-                except SegmentConflict:
-                    changed = False
-                else:
-                    raise AssertionError("removing a different-shard twin must fail")
-            else:
-                call = timeline.remove if kind == "remove" else timeline.remove_unreadable
-                removed = call(segment)
-                assert removed == reference.remove_id(segment.id)
-                changed = removed
+            changed = _remove_one_step(timeline, reference, kind, UNIVERSE[argument])
         assert timeline.generation == before + (1 if changed else 0)
         _assert_same(timeline, reference)
+
+
+def _add_step(timeline: Timeline, reference: ReferenceTimeline, batch: list[Segment]) -> bool:
+    """Add a batch to both; the timeline refuses exactly what the reference refuses. Whether
+    anything changed."""
+    try:
+        expected = reference.add_all(batch)
+    except SegmentConflict as expected_error:
+        try:
+            timeline.add_all(batch)
+        except SegmentConflict:
+            return False
+        raise AssertionError(f"timeline accepted {batch}: {expected_error}") from None
+    assert timeline.add_all(batch) == expected
+    return expected > 0
+
+
+def _remove_batch_step(
+    timeline: Timeline, reference: ReferenceTimeline, batch: list[Segment]
+) -> bool:
+    """Remove a batch from both (a different-shard twin in it fails the whole batch)."""
+    if any(
+        reference.stored.get(s.id) is not None and not reference.stored[s.id].same_shard(s)
+        for s in batch
+    ):
+        with pytest.raises(SegmentConflict):
+            timeline.remove_all(batch)
+        return False
+    expected = sum(reference.remove_id(i) for i in dict.fromkeys(s.id for s in batch))
+    assert timeline.remove_all(batch) == expected
+    return expected > 0
+
+
+def _remove_one_step(
+    timeline: Timeline, reference: ReferenceTimeline, kind: str, segment: Segment
+) -> bool:
+    """Remove one segment (or mark it unreadable) in both."""
+    stored = reference.stored.get(segment.id)
+    if kind == "remove" and stored is not None and not stored.same_shard(segment):
+        with pytest.raises(SegmentConflict):
+            timeline.remove(segment)
+        return False
+    call = timeline.remove if kind == "remove" else timeline.remove_unreadable
+    removed = call(segment)
+    assert removed == reference.remove_id(segment.id)
+    return removed
 
 
 ONE_CHUNK = [

@@ -241,75 +241,91 @@ def test_the_lua_scripts_apply_the_pure_rules(steps, redis_server, make_server) 
     for client in clients.values():
         client.register()
     clients["s1"].register_table(table_descriptor())
-    model: dict[int, PartitionProgress] = {}
-    hb: dict[str, int] = {}
-    status = dict.fromkeys(SERVERS, "live")
-    served_floor = 0
-    counter = itertools.count(1)
-
-    def clocks() -> Clocks:
-        return Clocks(dict(hb), FIXED_MS)
-
+    replay = _Replay(direct, clients)
     for step in steps:
         kind, *args = step
-        if kind == "report":
-            name, partition, value, idle = args
-            entry = model.get(partition)
-            if entry is not None and entry.owner not in (None, name):
-                with pytest.raises(FailedPrecondition):
-                    clients[name].report("accounts", {partition: (_hlc(value), _hlc(value))})
-                continue
-            if status[name] != "live":
-                clients[name].register()
-                status[name] = "live"
-            quiet = [partition] if idle else []
-            clients[name].report("accounts", {partition: (_hlc(value), _hlc(value))}, idle=quiet)
-            model[partition], _ = reported(
-                entry, name, _hlc(value), _hlc(value), idle=idle, now_ms=FIXED_MS,
-                clocks=clocks(), served_floor=served_floor,
-            )  # fmt: skip
-        elif kind == "heartbeat":
-            name, value = args
-            if status[name] != "live":
-                continue
-            clients[name].clock.observe(_hlc(value) + next(counter))
-            clients[name].heartbeat()
-            hb[name] = max(hb.get(name, 0), clients[name].clock.last)
-        elif kind == "park":
-            name, stops = args
-            if status[name] != "live":
-                continue
-            clients[name].park(stop=stops)
-            for partition, entry in model.items():
-                if entry.owner == name and entry.state == IDLE:
-                    model[partition] = parked(entry, FIXED_MS, clocks())  # type: ignore[assignment]
-            if stops:
-                status[name] = "parked"
-        elif kind == "claim":
-            name, partition = args
-            owner = model.get(partition, PartitionProgress(None)).owner
-            if status[name] != "live":
-                continue
-            if owner not in (None, name) and status[owner] == "live":
-                with pytest.raises(FailedPrecondition, match="live server"):
-                    clients[name].claim_partitions("accounts", [partition])
-                continue
-            clients[name].claim_partitions("accounts", [partition])
-            entry, _ = claimed(model.get(partition), name, clocks(), served_floor)
-            model[partition] = entry
-        else:
-            served_floor = _hlc(args[0])
-            direct.hset("horizon:floor", "accounts", str(served_floor))
-        stored = clients["s1"].partition_progress("accounts")
-        for partition, entry in model.items():
+        getattr(replay, kind)(*args)
+        replay.check(step)
+    direct.close()
+
+
+class _Replay:
+    """The servers' calls through the Lua scripts beside the pure rules' model of them."""
+
+    def __init__(self, direct, clients) -> None:
+        self.direct = direct
+        self.clients = clients
+        self.model: dict[int, PartitionProgress] = {}
+        self.hb: dict[str, int] = {}
+        self.status = dict.fromkeys(SERVERS, "live")
+        self.served_floor = 0
+        self.counter = itertools.count(1)
+
+    def clocks(self) -> Clocks:
+        return Clocks(dict(self.hb), FIXED_MS)
+
+    def report(self, name: str, partition: int, value: int, idle: bool) -> None:
+        entry = self.model.get(partition)
+        client = self.clients[name]
+        if entry is not None and entry.owner not in (None, name):
+            with pytest.raises(FailedPrecondition):
+                client.report("accounts", {partition: (_hlc(value), _hlc(value))})
+            return
+        if self.status[name] != "live":
+            client.register()
+            self.status[name] = "live"
+        quiet = [partition] if idle else []
+        client.report("accounts", {partition: (_hlc(value), _hlc(value))}, idle=quiet)
+        self.model[partition], _ = reported(
+            entry, name, _hlc(value), _hlc(value), idle=idle, now_ms=FIXED_MS,
+            clocks=self.clocks(), served_floor=self.served_floor,
+        )  # fmt: skip
+
+    def heartbeat(self, name: str, value: int) -> None:
+        if self.status[name] != "live":
+            return
+        client = self.clients[name]
+        client.clock.observe(_hlc(value) + next(self.counter))
+        client.heartbeat()
+        self.hb[name] = max(self.hb.get(name, 0), client.clock.last)
+
+    def park(self, name: str, stops: bool) -> None:
+        if self.status[name] != "live":
+            return
+        self.clients[name].park(stop=stops)
+        for partition, entry in self.model.items():
+            if entry.owner == name and entry.state == IDLE:
+                self.model[partition] = parked(entry, FIXED_MS, self.clocks())  # type: ignore[assignment]
+        if stops:
+            self.status[name] = "parked"
+
+    def claim(self, name: str, partition: int) -> None:
+        owner = self.model.get(partition, PartitionProgress(None)).owner
+        if self.status[name] != "live":
+            return
+        if owner not in (None, name) and self.status[owner] == "live":
+            with pytest.raises(FailedPrecondition, match="live server"):
+                self.clients[name].claim_partitions("accounts", [partition])
+            return
+        self.clients[name].claim_partitions("accounts", [partition])
+        entry, _ = claimed(self.model.get(partition), name, self.clocks(), self.served_floor)
+        self.model[partition] = entry
+
+    def floor(self, value: int) -> None:
+        self.served_floor = _hlc(value)
+        self.direct.hset("horizon:floor", "accounts", str(self.served_floor))
+
+    def check(self, step) -> None:
+        """Every partition's stored progress, and the table's LWM, are the model's."""
+        stored = self.clients["s1"].partition_progress("accounts")
+        for partition, entry in self.model.items():
             got = stored[partition]
             assert (got.owner, got.ingested, got.applied, got.state, got.floor) == (
                 entry.owner, entry.ingested, entry.applied, entry.state, entry.floor
             ), (step, got, entry)  # fmt: skip
             assert got.since_ms == entry.since_ms
-        found = read_table_lwm(direct, "accounts")
-        expected = compute_lwm(model, clocks())
+        found = read_table_lwm(self.direct, "accounts")
+        expected = compute_lwm(self.model, self.clocks())
         assert (found is None) == (expected is None)
         if found is not None and expected is not None:
             assert found.lwm == expected.lwm
-    direct.close()
