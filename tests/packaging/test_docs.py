@@ -4,6 +4,8 @@ points outside the repository)."""
 
 from __future__ import annotations
 
+import argparse
+import html
 import os
 import re
 import shutil
@@ -37,7 +39,30 @@ def copy_of_docs(tmp_path: Path) -> Path:
     project.mkdir()
     shutil.copy(ROOT / "mkdocs.yml", project / "mkdocs.yml")
     shutil.copytree(ROOT / "docs", project / "docs")
+    (project / "scripts").mkdir()
+    shutil.copy(ROOT / "scripts" / "reference_pages.py", project / "scripts")
+    shutil.copytree(ROOT / "proto", project / "proto")
     return project
+
+
+@pytest.fixture(scope="module")
+def built_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    site = tmp_path_factory.mktemp("site")
+    result = build(ROOT, site)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return site
+
+
+def page_text(site: Path, page: str) -> str:
+    """A built page's text as a reader sees it: tags gone, entities decoded, whitespace single."""
+    markup = (site / page / "index.html").read_text()
+    article = markup.split("<article", 1)[1].split("</article>", 1)[0]
+    return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", article)).split())
+
+
+def spaced(text: str) -> str:
+    """``text`` as :func:`page_text` shows it (code spans lose their backquotes)."""
+    return " ".join(text.replace("``", "").replace("`", "").split())
 
 
 def test_the_docs_build_in_strict_mode(tmp_path: Path) -> None:
@@ -89,3 +114,92 @@ def test_no_doc_or_docstring_points_outside_the_repository() -> None:
         if OUTSIDE_POINTER.search(line) and path != Path(__file__)
     ]
     assert pointing_out == []
+
+
+def every_parser() -> dict[str, argparse.ArgumentParser]:
+    """``horizon``'s commands by name, each with the parser that reads its arguments (ingest and
+    compact hand theirs to their own CLIs)."""
+    from horizon_broker.cli import build_parser
+    from horizon_broker.compaction.cli import build_parser as compact_parser
+    from horizon_broker.ingest.cli import build_parser as ingest_parser
+
+    environment = {name: os.environ.pop(name, None) for name in ("HORIZON_TARGET", "HORIZON_TOKEN")}
+    try:
+        (commands,) = (
+            action
+            for action in build_parser()._actions
+            if isinstance(action, argparse._SubParsersAction)
+        )
+        parsers = dict(commands.choices)
+        parsers.update(ingest=ingest_parser(), compact=compact_parser())
+    finally:
+        os.environ.update({k: v for k, v in environment.items() if v is not None})
+    return parsers
+
+
+def test_the_cli_reference_shows_every_command_argument_default_and_help(built_site: Path) -> None:
+    """Generated from the parsers at build time: nothing the command accepts is missing."""
+    text = page_text(built_site, "reference/cli")
+    for name, parser in every_parser().items():
+        assert f"horizon {name}" in text
+        for action in parser._actions:
+            if isinstance(action, argparse._HelpAction):
+                continue
+            for option in action.option_strings:
+                assert option in text, f"horizon {name}: {option} is not in the CLI reference"
+            if action.help:
+                assert spaced(action.help) in text, f"horizon {name}: help {action.help!r}"
+            if action.option_strings and action.default not in (None, False, "", []):
+                row = f"{action.option_strings[-1]}"
+                assert re.search(
+                    re.escape(row) + r"(?: [A-Z_]+)? " + re.escape(str(action.default)), text
+                ), f"horizon {name}: {row}'s default {action.default!r}"
+
+
+def proto_comment_lines() -> list[str]:
+    """Every comment line of horizon.proto that documents an element (not the section banners:
+    a row of dashes and the title between two of them)."""
+    lines = (ROOT / "proto" / "horizon" / "v1" / "horizon.proto").read_text().splitlines()
+    comments = [line.split("//", 1)[1].strip() if "//" in line else None for line in lines]
+    banner = {i for i, c in enumerate(comments) if c is not None and set(c) == {"-"}}
+    titles = {i for i in range(len(comments)) if i - 1 in banner and i + 1 in banner}
+    return [c for i, c in enumerate(comments) if c and i not in banner | titles]
+
+
+def test_the_grpc_reference_shows_every_service_message_field_enum_and_comment(
+    built_site: Path,
+) -> None:
+    """Generated from the proto file at build time, its comments included."""
+    from horizon_broker.broker._proto.horizon.v1 import horizon_pb2
+
+    text = page_text(built_site, "reference/grpc-api")
+    unspaced = "".join(text.split())  # tags became spaces, so compare without any
+    described = horizon_pb2.DESCRIPTOR
+    for service in described.services_by_name.values():
+        assert f"service {service.name}" in text
+        for method in service.methods:
+            assert f"rpc {method.name} ( {method.input_type.name} ) returns" in text
+    for message in described.message_types_by_name.values():
+        assert f"message {message.name}" in text
+        for field in message.fields:
+            assert f"{field.name} " in text, f"{message.name}.{field.name}"
+    for enum in described.enum_types_by_name.values():
+        assert f"enum {enum.name}" in text
+        for value in enum.values:
+            assert f"{value.name} {value.number}" in text
+    for comment in proto_comment_lines():
+        as_prose_or_text = {"".join(spaced(comment).split()), "".join(comment.split())}
+        assert any(form in unspaced for form in as_prose_or_text), f"not shown: {comment!r}"
+
+
+def test_no_placeholder_is_left_in_the_built_pages(built_site: Path) -> None:
+    for page in built_site.rglob("*.html"):
+        assert "<!-- generated:" not in page.read_text(), page
+
+
+def test_an_unknown_placeholder_fails_the_build(copy_of_docs: Path, tmp_path: Path) -> None:
+    index = copy_of_docs / "docs" / "index.md"
+    index.write_text(index.read_text() + "\n<!-- generated: nothing-by-this-name -->\n")
+    result = build(copy_of_docs, tmp_path / "site")
+    assert result.returncode != 0
+    assert "nothing-by-this-name" in result.stdout + result.stderr
