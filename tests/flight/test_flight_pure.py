@@ -22,10 +22,10 @@ from horizon_broker._core.errors import (
 )
 from horizon_broker.broker._proto.arrow.flight.protocol import flight_actions_pb2 as fa
 from horizon_broker.broker._proto.arrow.flight.protocol.sql import flight_sql_pb2 as sql
-from horizon_broker.broker.config import TokenGrant
 from horizon_broker.broker.flight import catalog, commands, parameters, sessions, sql_info
 from horizon_broker.broker.flight.auth import handshake_token
 from horizon_broker.broker.flight.errors import flight_error, rich_status
+from horizon_broker.broker.grants import TokenGrant
 from horizon_broker.watermark import tokens
 
 # -- parameter binding --------------------------------------------------------------------------
