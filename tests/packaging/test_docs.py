@@ -203,3 +203,32 @@ def test_an_unknown_placeholder_fails_the_build(copy_of_docs: Path, tmp_path: Pa
     result = build(copy_of_docs, tmp_path / "site")
     assert result.returncode != 0
     assert "nothing-by-this-name" in result.stdout + result.stderr
+
+
+CODE_PATH = re.compile(r"`((?:[\w-]+/)*[\w-]+(?:\.py|\.lua|\.proto|/))`")
+NOT_CODE = {"horizon-data/", "bench/runs/"}
+"""Paths the pages name that are not modules: the walk-through's data directory, run notes."""
+
+
+def named_path_exists(named: str) -> bool:
+    """A path the docs name in code: from the checkout, the package or the broker, or (a bare
+    file or folder name, written after its room's path) anywhere in the package."""
+    package = ROOT / "horizon_broker"
+    bases = (ROOT, package, package / "broker", package / "ingest")
+    if any((base / named).exists() for base in bases):
+        return True
+    name = named.rstrip("/")
+    return "/" not in name and any(
+        found.is_dir() == named.endswith("/") for found in (ROOT / "horizon_broker").rglob(name)
+    )
+
+
+def test_every_module_the_docs_name_exists() -> None:
+    """Rooms get renamed (ingest/small became driver_rows): a page naming the old path fails."""
+    missing = [
+        f"{page.relative_to(ROOT)}: {named}"
+        for page in sorted((ROOT / "docs").rglob("*.md"))
+        for named in CODE_PATH.findall(page.read_text())
+        if named not in NOT_CODE and not named_path_exists(named)
+    ]
+    assert missing == []
