@@ -181,25 +181,9 @@ HOSTILE_SQL: list[tuple[str, str, tuple[str, ...]]] = [
 
 def hostile_run(target: str, root: Path, flight_target: str, exposure: Exposure) -> list[Outcome]:
     from horizon_broker.client import connect
-    from horizon_broker.watermark import tokens
 
-    outcomes: list[Outcome] = []
+    record = _Recorder(target, exposure)
     segment_file = str(root / "accounts" / "p0.parquet")
-
-    def record(kind: str, call: Callable[[], Any], expected: tuple[str, ...]) -> None:
-        started = time.perf_counter()
-        error = _error_of(call)
-        seconds = time.perf_counter() - started
-        code, message = _code(error), "" if error is None else str(error)
-        exposure.shown.append(message)
-        answered, next_seconds = _next_query(target)
-        detail = "" if code in expected else message[:300]
-        outcomes.append(Outcome(kind, code, seconds, answered, next_seconds, expected, detail))
-        print(
-            f"  {kind}: {code} in {seconds:.3f}s; next query {'answered' if answered else 'FAILED'}"
-            + (f"\n    UNEXPECTED: {detail}" if code not in expected else "")
-        )
-
     with connect(target, TOKEN, monotonic=False) as client:
         for kind, sql, expected in HOSTILE_SQL:
             text = sql.replace("{path}", segment_file)
@@ -209,71 +193,94 @@ def hostile_run(target: str, root: Path, flight_target: str, exposure: Exposure)
             lambda: client.query(SLOW_SQL, timeout=3, cache=False),
             ("DEADLINE_EXCEEDED",),
         )
-
-        far = tokens.encode({"accounts": LWM + 10**12})
-
-        def waiters() -> None:
-            clients = [connect(target, TOKEN, monotonic=False) for _ in range(50)]
-            calls = [
-                c.start_query(TRIVIAL, min_snapshot=far, timeout=30, cache=False) for c in clients
-            ]
-            time.sleep(2)
-            try:
-                if client.health() != "SERVING":
-                    raise RuntimeError("health starved")
-                client.query(TRIVIAL, cache=False)
-            finally:
-                for call in calls:
-                    call.cancel()
-                for c in clients:
-                    c.close()
-
-        record("50 callers waiting on a far min_snapshot (health + a query meanwhile)", waiters,
-               ("OK",))  # fmt: skip
-
-        def pins() -> None:
-            held = []
-            try:
-                while len(held) < 100:
-                    held.append(client.pin("accounts", lease=60, renew=False))
-            finally:
-                for pin in held:
-                    pin.release()
-
-        record("taking pins until refused", pins, ("RESOURCE_EXHAUSTED",))
+        record("50 callers waiting on a far min_snapshot (health + a query meanwhile)",
+               lambda: _far_waiters(client, target), ("OK",))  # fmt: skip
+        record("taking pins until refused", lambda: _pins_until_refused(client),
+               ("RESOURCE_EXHAUSTED",))  # fmt: skip
         record("a pin with a 1 ms lease", lambda: client.pin("accounts", lease=0.001, renew=False),
                ("INVALID_ARGUMENT",))  # fmt: skip
-
-        def pin_flood() -> None:
-            """2,000 pins at the 1 s minimum lease: the quota refuses most, the rest expire and
-            are dropped by later takes, so what stays live is what the quota allows."""
-            from horizon_broker._core.errors import ResourceExhausted
-
-            refused = 0
-            for _ in range(2_000):
-                try:
-                    client.pin("accounts", lease=1, renew=False)
-                except ResourceExhausted:
-                    refused += 1
-            live = len(client.watermarks("accounts").pins)
-            if live > 8 or not refused:  # [reads] max_pins_per_identity below
-                raise RuntimeError(f"{live} pins live after the flood, {refused} refused")
-
-        record("a flood of 2,000 pins at the minimum lease", pin_flood, ("OK",))
-
-        def slow_reader() -> None:
-            call = client.start_query(
-                "SELECT id, owner, balance FROM big WHERE id < 900000", cache=False
-            )
-            stream = iter(call._call)
-            next(stream)
-            time.sleep(25)  # past the broker's query timeout (20 s): the broker cuts it off
-            for _ in stream:
-                pass
-
-        record("a reader that stops reading", slow_reader, ("DEADLINE_EXCEEDED",))
+        record("a flood of 2,000 pins at the minimum lease", lambda: _pin_flood(client), ("OK",))
+        record("a reader that stops reading", lambda: _slow_reader(client), ("DEADLINE_EXCEEDED",))
         identity_run(client, target, flight_target, TOKEN, exposure, record)
-    return outcomes
+    return record.outcomes
+
+
+class _Recorder:
+    """Runs one hostile call, records its outcome and whether the next query still answers."""
+
+    def __init__(self, target: str, exposure: Exposure) -> None:
+        self.target = target
+        self.exposure = exposure
+        self.outcomes: list[Outcome] = []
+
+    def __call__(self, kind: str, call: Callable[[], Any], expected: tuple[str, ...]) -> None:
+        started = time.perf_counter()
+        error = _error_of(call)
+        seconds = time.perf_counter() - started
+        code, message = _code(error), "" if error is None else str(error)
+        self.exposure.shown.append(message)
+        answered, next_seconds = _next_query(self.target)
+        detail = "" if code in expected else message[:300]
+        self.outcomes.append(Outcome(kind, code, seconds, answered, next_seconds, expected, detail))
+        print(
+            f"  {kind}: {code} in {seconds:.3f}s; next query {'answered' if answered else 'FAILED'}"
+            + (f"\n    UNEXPECTED: {detail}" if code not in expected else "")
+        )
+
+
+def _far_waiters(client: Any, target: str) -> None:
+    """50 callers wait on a snapshot far ahead; health and a query must answer meanwhile."""
+    from horizon_broker.client import connect
+    from horizon_broker.watermark import tokens
+
+    far = tokens.encode({"accounts": LWM + 10**12})
+    clients = [connect(target, TOKEN, monotonic=False) for _ in range(50)]
+    calls = [c.start_query(TRIVIAL, min_snapshot=far, timeout=30, cache=False) for c in clients]
+    time.sleep(2)
+    try:
+        if client.health() != "SERVING":
+            raise RuntimeError("health starved")
+        client.query(TRIVIAL, cache=False)
+    finally:
+        for call in calls:
+            call.cancel()
+        for c in clients:
+            c.close()
+
+
+def _pins_until_refused(client: Any) -> None:
+    held = []
+    try:
+        while len(held) < 100:
+            held.append(client.pin("accounts", lease=60, renew=False))
+    finally:
+        for pin in held:
+            pin.release()
+
+
+def _pin_flood(client: Any) -> None:
+    """2,000 pins at the 1 s minimum lease: the quota refuses most, the rest expire and are
+    dropped by later takes, so what stays live is what the quota allows."""
+    from horizon_broker._core.errors import ResourceExhausted
+
+    refused = 0
+    for _ in range(2_000):
+        try:
+            client.pin("accounts", lease=1, renew=False)
+        except ResourceExhausted:
+            refused += 1
+    live = len(client.watermarks("accounts").pins)
+    if live > 8 or not refused:  # [reads] max_pins_per_identity below
+        raise RuntimeError(f"{live} pins live after the flood, {refused} refused")
+
+
+def _slow_reader(client: Any) -> None:
+    call = client.start_query("SELECT id, owner, balance FROM big WHERE id < 900000", cache=False)
+    stream = iter(call._call)
+    next(stream)
+    time.sleep(25)  # past the broker's query timeout (20 s): the broker cuts it off
+    for _ in stream:
+        pass
 
 
 def _spark_section(master: str) -> str:

@@ -230,128 +230,44 @@ def modes_side_by_side(
     return results
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="200k rows, fewer iterations")
-    parser.add_argument(
-        "--no-modes", action="store_true", help="skip the standalone cluster / Connect comparison"
-    )
-    args = parser.parse_args(argv)
-    rows = 200_000 if args.quick else 5_000_000
-    files = 4 if args.quick else 8
-    iterations = 40 if args.quick else 200
-
-    from horizon_broker._core.spark_session import create_spark_session
-    from horizon_broker.broker.api.server import BrokerServer
-    from horizon_broker.broker.config import config_from_mapping
-    from horizon_broker.client import connect
-    from tests.processes import RedisProcess
-
-    workdir = Path(tempfile.mkdtemp(prefix="horizon-bench-broker-"))
-    redis = RedisProcess().start()
-    spark = create_spark_session(app_name="horizon-bench-broker")
-    server = spark_server = None
-    try:
-        written = time.perf_counter()
-        paths = write_dataset(spark, workdir / TABLE, rows, files)
-        write_s = time.perf_counter() - written
-        server_client = publish(redis.url, paths, rows)
-        config = config_from_mapping(
-            {"server": {"listen": "127.0.0.1:0"}, "state": {"redis_url": redis.url}}
+def point_queries(
+    client: Any, on_spark: Any, rng: random.Random, rows: int, iterations: int
+) -> tuple[dict[str, list[float]], dict[str, list[float]], dict[str, list[float]]]:
+    """Timings of key lookups answered directly, the same run on Spark, and lookups written so
+    that they are not recognised as one (``id = k OR id = k``), interleaved."""
+    point: dict[str, list[float]] | None = None
+    point_spark: dict[str, list[float]] | None = None
+    unrecognised: dict[str, list[float]] | None = None
+    for _ in range(iterations):
+        key = rng.randrange(rows)
+        point = measure(client, lambda _, k=key: f"SELECT * FROM {TABLE} WHERE id = {k}", 1, point)
+        point_spark = measure(
+            on_spark,
+            lambda _, k=key: f"SELECT * FROM {TABLE} WHERE id = {k}",
+            1,
+            point_spark,
         )
-        server = BrokerServer(config, spark=spark).start()
-        spark_config = config_from_mapping(
-            {
-                "server": {"listen": "127.0.0.1:0"},
-                "state": {"redis_url": redis.url},
-                "spark": {"direct_lookups": False},
-            }
+        unrecognised = measure(
+            client,
+            lambda _: f"SELECT * FROM {TABLE} WHERE id = {(k := rng.randrange(rows))} OR id = {k}",
+            1,
+            unrecognised,
         )
-        spark_server = BrokerServer(spark_config, spark=spark, view_namespace="spark_").start()
-        rng = random.Random(7)
-        with connect(server.target) as client, connect(spark_server.target) as on_spark:
-            for _ in range(10):  # warm up: JIT, view build, code generation caches
-                key = rng.randrange(rows)
-                client.query(f"SELECT * FROM {TABLE} WHERE id = {key}")
-                on_spark.query(f"SELECT * FROM {TABLE} WHERE id = {key}")
-            point: dict[str, list[float]] | None = None
-            point_spark: dict[str, list[float]] | None = None
-            unrecognised: dict[str, list[float]] | None = None
-            direct_before = server.engine.direct_answers
-            for _ in range(iterations):
-                key = rng.randrange(rows)
-                point = measure(
-                    client, lambda _, k=key: f"SELECT * FROM {TABLE} WHERE id = {k}", 1, point
-                )
-                point_spark = measure(
-                    on_spark,
-                    lambda _, k=key: f"SELECT * FROM {TABLE} WHERE id = {k}",
-                    1,
-                    point_spark,
-                )
-                unrecognised = measure(
-                    client,
-                    lambda _: (
-                        f"SELECT * FROM {TABLE} WHERE id = {(k := rng.randrange(rows))} OR id = {k}"
-                    ),
-                    1,
-                    unrecognised,
-                )
-            direct_answers = server.engine.direct_answers - direct_before
-            assert point is not None and point_spark is not None and unrecognised is not None
-            aggregate = measure(
-                client,
-                lambda _: (
-                    f"SELECT count(*) AS n, sum(balance) AS s FROM {TABLE} "
-                    f"WHERE id BETWEEN {(start := rng.randrange(rows - 1000))} AND {start + 999}"
-                ),
-                iterations // 2,
-            )
-            check = client.query(f"SELECT * FROM {TABLE} WHERE id = 12345")
-            assert check.to_pylist() and check.to_pylist()[0]["owner"] == "owner12345", check
-            assert check == on_spark.query(f"SELECT * FROM {TABLE} WHERE id = 12345")
-            cache = cache_hit_vs_miss(client, iterations // 2)
-            modes = (
-                None
-                if args.no_modes
-                else modes_side_by_side(client, redis.url, workdir, rows, max(5, iterations // 10))
-            )
-            # Last: it moves the LWM (a new snapshot per commit).
-            ryw = read_your_writes(client, server_client, iterations // 2)
-        server_client.close()
-    finally:
-        for broker in (server, spark_server):
-            if broker is not None:
-                broker.stop(0)
-                broker.follower.stop()
-        spark.stop()
-        redis.close()
-        shutil.rmtree(workdir, ignore_errors=True)
+    assert point is not None and point_spark is not None and unrecognised is not None
+    return point, point_spark, unrecognised
 
-    results: dict[str, Any] = {
-        "rows": rows,
-        "files": files,
-        "iterations": iterations,
-        "dataset_write_s": round(write_s, 2),
-        "point_query": {name: summarize(values) for name, values in point.items()},
-        "point_query_direct_answers": direct_answers,
-        "point_query_on_spark": {name: summarize(values) for name, values in point_spark.items()},
-        "point_query_not_as_lookup": {
-            name: summarize(values) for name, values in unrecognised.items()
-        },
-        "range_aggregate_1k": {name: summarize(values) for name, values in aggregate.items()},
-        "target_point_p50_ms": 150,
-        "dashboard_cache": cache,
-        "read_your_writes": ryw,
-        "modes": modes,
-    }
+
+def _print_tables(
+    rows: int,
+    files: int,
+    latencies: tuple[tuple[str, dict[str, list[float]]], ...],
+    cache: dict[str, Any],
+    ryw: dict[str, Any],
+    modes: dict[str, Any] | None,
+) -> None:
+    """The run's tables: latencies by query, the read controls, the Spark modes if measured."""
     table_rows = []
-    for label, samples in (
-        ("point query by key", point),
-        ("same, on Spark", point_spark),
-        ("same, not as lookup", unrecognised),
-        ("1k-key aggregate", aggregate),
-    ):
+    for label, samples in latencies:
         for name, values in samples.items():
             stats = summarize(values)
             table_rows.append(
@@ -406,6 +322,120 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"cache: a hit is {cache['miss_over_hit_p50']}x faster than a miss at p50 "
         "(target >= 20x, hit p50 < 5 ms)"
+    )
+
+
+def _stop_all(brokers: tuple[Any, ...], spark: Any, redis: Any, workdir: Path) -> None:
+    for broker in brokers:
+        if broker is not None:
+            broker.stop(0)
+            broker.follower.stop()
+    spark.stop()
+    redis.close()
+    shutil.rmtree(workdir, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="200k rows, fewer iterations")
+    parser.add_argument(
+        "--no-modes", action="store_true", help="skip the standalone cluster / Connect comparison"
+    )
+    args = parser.parse_args(argv)
+    rows = 200_000 if args.quick else 5_000_000
+    files = 4 if args.quick else 8
+    iterations = 40 if args.quick else 200
+
+    from horizon_broker._core.spark_session import create_spark_session
+    from horizon_broker.broker.api.server import BrokerServer
+    from horizon_broker.broker.config import config_from_mapping
+    from horizon_broker.client import connect
+    from tests.processes import RedisProcess
+
+    workdir = Path(tempfile.mkdtemp(prefix="horizon-bench-broker-"))
+    redis = RedisProcess().start()
+    spark = create_spark_session(app_name="horizon-bench-broker")
+    server = spark_server = None
+    try:
+        written = time.perf_counter()
+        paths = write_dataset(spark, workdir / TABLE, rows, files)
+        write_s = time.perf_counter() - written
+        server_client = publish(redis.url, paths, rows)
+        config = config_from_mapping(
+            {"server": {"listen": "127.0.0.1:0"}, "state": {"redis_url": redis.url}}
+        )
+        server = BrokerServer(config, spark=spark).start()
+        spark_config = config_from_mapping(
+            {
+                "server": {"listen": "127.0.0.1:0"},
+                "state": {"redis_url": redis.url},
+                "spark": {"direct_lookups": False},
+            }
+        )
+        spark_server = BrokerServer(spark_config, spark=spark, view_namespace="spark_").start()
+        rng = random.Random(7)
+        with connect(server.target) as client, connect(spark_server.target) as on_spark:
+            for _ in range(10):  # warm up: JIT, view build, code generation caches
+                key = rng.randrange(rows)
+                client.query(f"SELECT * FROM {TABLE} WHERE id = {key}")
+                on_spark.query(f"SELECT * FROM {TABLE} WHERE id = {key}")
+            direct_before = server.engine.direct_answers
+            point, point_spark, unrecognised = point_queries(
+                client, on_spark, rng, rows, iterations
+            )
+            direct_answers = server.engine.direct_answers - direct_before
+            aggregate = measure(
+                client,
+                lambda _: (
+                    f"SELECT count(*) AS n, sum(balance) AS s FROM {TABLE} "
+                    f"WHERE id BETWEEN {(start := rng.randrange(rows - 1000))} AND {start + 999}"
+                ),
+                iterations // 2,
+            )
+            check = client.query(f"SELECT * FROM {TABLE} WHERE id = 12345")
+            assert check.to_pylist() and check.to_pylist()[0]["owner"] == "owner12345", check
+            assert check == on_spark.query(f"SELECT * FROM {TABLE} WHERE id = 12345")
+            cache = cache_hit_vs_miss(client, iterations // 2)
+            modes = (
+                None
+                if args.no_modes
+                else modes_side_by_side(client, redis.url, workdir, rows, max(5, iterations // 10))
+            )
+            # Last: it moves the LWM (a new snapshot per commit).
+            ryw = read_your_writes(client, server_client, iterations // 2)
+        server_client.close()
+    finally:
+        _stop_all((server, spark_server), spark, redis, workdir)
+
+    results: dict[str, Any] = {
+        "rows": rows,
+        "files": files,
+        "iterations": iterations,
+        "dataset_write_s": round(write_s, 2),
+        "point_query": {name: summarize(values) for name, values in point.items()},
+        "point_query_direct_answers": direct_answers,
+        "point_query_on_spark": {name: summarize(values) for name, values in point_spark.items()},
+        "point_query_not_as_lookup": {
+            name: summarize(values) for name, values in unrecognised.items()
+        },
+        "range_aggregate_1k": {name: summarize(values) for name, values in aggregate.items()},
+        "target_point_p50_ms": 150,
+        "dashboard_cache": cache,
+        "read_your_writes": ryw,
+        "modes": modes,
+    }
+    _print_tables(
+        rows,
+        files,
+        (
+            ("point query by key", point),
+            ("same, on Spark", point_spark),
+            ("same, not as lookup", unrecognised),
+            ("1k-key aggregate", aggregate),
+        ),
+        cache,
+        ryw,
+        modes,
     )
     path = write_results("broker", results)
     p50 = results["point_query"]["end_to_end_ms"]["p50"]

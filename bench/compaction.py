@@ -169,6 +169,50 @@ def write_rounds(
     }
 
 
+def ingest_batches(spark: Any, job: Any, keys: int, rows: int, batches: int) -> list[int]:
+    """Ingest the table's rows in ``batches`` batches; each batch's high snapshot."""
+    per_batch = math.ceil(rows / batches)
+    highs = []
+    for batch in range(batches):
+        result = job.run_batch(
+            rows_of(spark, keys, batch * per_batch, min(rows, (batch + 1) * per_batch))
+        )
+        highs.append(result.high)
+        if (batch + 1) % 10 == 0 or batch + 1 == batches:
+            print(f"  ingested batch {batch + 1}/{batches}", flush=True)
+    job.flush_updates()
+    return highs
+
+
+def compaction_figures(
+    spark: Any, report: Any, input_files: list[str], work: Path
+) -> dict[str, Any]:
+    """The compaction's sizes and speed, beside a bare read and write of the same files."""
+    bare_s = bare_read_write(spark, input_files, work / "bare")
+    bare_rows = spark.read.parquet(*input_files).count()
+    figures: dict[str, Any] = {
+        "seconds": round(report.seconds, 2),
+        "inputs": len(report.inputs),
+        "outputs": len(report.outputs),
+        "rows_in": report.rows_in,
+        "rows_out": report.rows_out,
+        "bytes_in": report.bytes_in,
+        "bytes_out": report.bytes_out,
+        "rows_per_s": round(report.rows_in / report.seconds),
+        "bare_read_write_seconds": round(bare_s, 2),
+        "bare_rows_per_s": round(bare_rows / bare_s),
+    }
+    figures["vs_bare"] = round(figures["rows_per_s"] / figures["bare_rows_per_s"], 2)
+    return figures
+
+
+def check_same_answers(before: dict[str, Any], after: dict[str, Any]) -> None:
+    """Every query answers the same after compaction as before it."""
+    for name in QUERIES:
+        if after[name]["answer"] != before[name]["answer"]:
+            raise SystemExit(f"{name}: the answer changed with compaction")
+
+
 def run(rows: int, batches: int, repeats: int, retention_s: int) -> dict[str, Any]:
     from horizon_broker._core.spark_session import create_spark_session
     from horizon_broker.ingest.job import IngestJob
@@ -178,7 +222,6 @@ def run(rows: int, batches: int, repeats: int, retention_s: int) -> dict[str, An
 
     keys = rows // VERSIONS_PER_KEY
     rows = keys * VERSIONS_PER_KEY
-    per_batch = math.ceil(rows / batches)
     redis_process = RedisProcess().start()
     spark = create_spark_session(
         master="local[2]", app_name="bench-compaction", conf={"spark.sql.shuffle.partitions": "4"}
@@ -193,15 +236,7 @@ def run(rows: int, batches: int, repeats: int, retention_s: int) -> dict[str, An
         table = definition(work / "table", retention_s)
         job = IngestJob(spark, table, server).start()
         started = time.perf_counter()
-        highs = []
-        for batch in range(batches):
-            result = job.run_batch(
-                rows_of(spark, keys, batch * per_batch, min(rows, (batch + 1) * per_batch))
-            )
-            highs.append(result.high)
-            if (batch + 1) % 10 == 0 or batch + 1 == batches:
-                print(f"  ingested batch {batch + 1}/{batches}", flush=True)
-        job.flush_updates()
+        highs = ingest_batches(spark, job, keys, rows, batches)
         results["ingest_seconds"] = round(time.perf_counter() - started, 1)
 
         latest_only(spark, keys, work / "latest")
@@ -223,23 +258,7 @@ def run(rows: int, batches: int, repeats: int, retention_s: int) -> dict[str, An
             spark, table, compactor_client, rows, follower
         )
         input_files = [location for segment in report.inputs for location in segment.location]
-        bare_s = bare_read_write(spark, input_files, work / "bare")
-        bare_rows = spark.read.parquet(*input_files).count()
-        results["compaction"] = {
-            "seconds": round(report.seconds, 2),
-            "inputs": len(report.inputs),
-            "outputs": len(report.outputs),
-            "rows_in": report.rows_in,
-            "rows_out": report.rows_out,
-            "bytes_in": report.bytes_in,
-            "bytes_out": report.bytes_out,
-            "rows_per_s": round(report.rows_in / report.seconds),
-            "bare_read_write_seconds": round(bare_s, 2),
-            "bare_rows_per_s": round(bare_rows / bare_s),
-        }
-        results["compaction"]["vs_bare"] = round(
-            results["compaction"]["rows_per_s"] / results["compaction"]["bare_rows_per_s"], 2
-        )
+        results["compaction"] = compaction_figures(spark, report, input_files, work)
         results["compaction"]["rounds"] = write_rounds(
             spark, compactor, targets, input_files, work, ROUNDS
         )
@@ -251,12 +270,7 @@ def run(rows: int, batches: int, repeats: int, retention_s: int) -> dict[str, An
             "layout": layout(after_view),
             "reads": reads(spark, after_view, repeats),
         }
-        for name in QUERIES:
-            if (
-                results["after"]["reads"][name]["answer"]
-                != results["before"]["reads"][name]["answer"]
-            ):
-                raise SystemExit(f"{name}: the answer changed with compaction")
+        check_same_answers(results["before"]["reads"], results["after"]["reads"])
 
         results["reclaim"] = reclaim_history(
             spark, job, compactor, follower, keys, retention_s, rows

@@ -110,6 +110,18 @@ def run_level(target: str, kind: str, clients: int, seconds: float, keys: int) -
     }
 
 
+def warm_up(target: str, keys: int) -> None:
+    """Five queries of each kind before measuring (JIT, views, code generation caches)."""
+    from horizon_broker.client import connect
+
+    with connect(target) as warm:
+        rng = random.Random(0)
+        for kind in KINDS:
+            for _ in range(5):
+                sql, cache = _sql(kind, rng, keys)
+                warm.execute(sql, cache=cache)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="fewer keys, shorter levels")
@@ -121,7 +133,6 @@ def main(argv: list[str] | None = None) -> int:
     from horizon_broker._core.spark_session import create_spark_session
     from horizon_broker.broker.api.server import BrokerServer
     from horizon_broker.broker.config import config_from_mapping
-    from horizon_broker.client import connect
     from horizon_broker.watermark.server import ServerClient
     from tests.processes import RedisProcess
 
@@ -151,12 +162,7 @@ def main(argv: list[str] | None = None) -> int:
             "max_concurrent": config.limits.max_concurrent,
             "queue_size": config.limits.queue_size,
         }
-        with connect(server.target) as warm:
-            rng = random.Random(0)
-            for kind in KINDS:
-                for _ in range(5):
-                    sql, cache = _sql(kind, rng, keys)
-                    warm.execute(sql, cache=cache)
+        warm_up(server.target, keys)
         spawn = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(max_workers=1, mp_context=spawn) as clients_process:
             for kind in KINDS:

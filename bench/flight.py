@@ -142,108 +142,86 @@ def driver_floor(rounds: int) -> dict[str, list[float]]:
     return samples
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="200k rows, fewer iterations")
-    args = parser.parse_args(argv)
-    rows = 200_000 if args.quick else 1_000_000
-    files = 4
-    big_rounds = 3 if args.quick else 7
-    point_rounds = 40 if args.quick else 300
-    cache_rounds = 20 if args.quick else 100
+def warm_up(native: Any, adbc: Any, lookups: Any, rng: random.Random, rows: int) -> None:
+    """JIT, views, code generation and connections, before anything is measured."""
+    for _ in range(3):
+        key = rng.randrange(rows)
+        native.query(f"SELECT * FROM {TABLE} WHERE id = {key}")
+        adbc_query(adbc, f"SELECT * FROM {TABLE} WHERE id = {key}")
+    native.query(FULL_SQL, cache=False)
+    adbc_query(lookups, FULL_SQL)
 
-    import adbc_driver_flightsql.dbapi as flight_sql
-    import pyarrow.flight as fl
 
-    from horizon_broker._core.spark_session import create_spark_session
-    from horizon_broker.broker.api.server import BrokerServer
-    from horizon_broker.broker.config import config_from_mapping
-    from horizon_broker.client import connect
-    from tests.processes import RedisProcess
+def large_results(
+    native: Any, lookups: Any, generic: Any, bypass: Any, rows: int, rounds: int
+) -> dict[str, list[float]]:
+    """The whole table through ExecuteQuery, ADBC and a generic Flight client, interleaved."""
+    big: dict[str, list[float]] = {"native_ms": [], "adbc_ms": [], "generic_ms": []}
+    for _ in range(rounds):
+        elapsed, answer = timed(lambda: native.query(FULL_SQL, cache=False))
+        assert answer.num_rows == rows, answer.num_rows
+        big["native_ms"].append(elapsed)
+        elapsed, answer = timed(lambda: adbc_query(lookups, FULL_SQL))
+        assert answer.num_rows == rows, answer.num_rows
+        assert answer.schema.metadata[b"horizon.cache"] != b"hit"
+        big["adbc_ms"].append(elapsed)
+        elapsed, answer = timed(lambda: flight_query(generic, FULL_SQL, bypass))
+        assert answer.num_rows == rows, answer.num_rows
+        big["generic_ms"].append(elapsed)
+    return big
 
-    workdir = Path(tempfile.mkdtemp(prefix="horizon-bench-flight-"))
-    redis = RedisProcess().start()
-    spark = create_spark_session(app_name="horizon-bench-flight")
-    server = None
-    try:
-        paths = write_dataset(spark, workdir / TABLE, rows, files)
-        server_client = publish(redis.url, paths, rows)
-        config = config_from_mapping(
-            {
-                "server": {"listen": "127.0.0.1:0"},
-                "state": {"redis_url": redis.url},
-                "limits": {"max_result_rows": rows},
-            }
+
+def point_queries(
+    native: Any, lookups: Any, rng: random.Random, rows: int, rounds: int
+) -> dict[str, list[float]]:
+    """One key at a time through ExecuteQuery, ADBC, and ADBC binding ``?`` on one statement
+    prepared once; each answer checked against ExecuteQuery's."""
+    point: dict[str, list[float]] = {"native_ms": [], "adbc_ms": [], "adbc_bound_ms": []}
+    bound = lookups.cursor()  # one statement prepared once, a new value bound each time
+    for _ in range(rounds):
+        key = rng.randrange(rows)
+        sql = f"SELECT * FROM {TABLE} WHERE id = {key}"
+        elapsed, expected = timed(lambda s=sql: native.query(s, cache=False))
+        point["native_ms"].append(elapsed)
+        elapsed, answer = timed(lambda s=sql: adbc_query(lookups, s))
+        point["adbc_ms"].append(elapsed)
+        assert answer.to_pylist() == expected.to_pylist(), (answer, expected)
+        elapsed, answer = timed(
+            lambda k=key: (
+                bound.execute(f"SELECT * FROM {TABLE} WHERE id = ?", (k,)),
+                bound.fetch_arrow_table(),
+            )[1]
         )
-        server = BrokerServer(config, spark=spark).start()
-        rng = random.Random(11)
-        uncached = {"adbc.flight.sql.rpc.call_header.x-horizon-bypass-cache": "true"}
-        with (
-            connect(server.target) as native,
-            flight_sql.connect(f"grpc://{server.flight_target}") as adbc,
-            flight_sql.connect(f"grpc://{server.flight_target}", db_kwargs=uncached) as lookups,
-        ):
-            generic = fl.connect(f"grpc://{server.flight_target}")
-            bypass = fl.FlightCallOptions(headers=[(b"x-horizon-bypass-cache", b"true")])
-            for _ in range(3):  # warm up: JIT, views, code generation, connections
-                key = rng.randrange(rows)
-                native.query(f"SELECT * FROM {TABLE} WHERE id = {key}")
-                adbc_query(adbc, f"SELECT * FROM {TABLE} WHERE id = {key}")
-            native.query(FULL_SQL, cache=False)
-            adbc_query(lookups, FULL_SQL)
+        point["adbc_bound_ms"].append(elapsed)
+        assert answer.to_pylist() == expected.to_pylist(), (answer, expected)
+    bound.close()
+    return point
 
-            big: dict[str, list[float]] = {"native_ms": [], "adbc_ms": [], "generic_ms": []}
-            for _ in range(big_rounds):
-                elapsed, answer = timed(lambda: native.query(FULL_SQL, cache=False))
-                assert answer.num_rows == rows, answer.num_rows
-                big["native_ms"].append(elapsed)
-                elapsed, answer = timed(lambda: adbc_query(lookups, FULL_SQL))
-                assert answer.num_rows == rows, answer.num_rows
-                assert answer.schema.metadata[b"horizon.cache"] != b"hit"
-                big["adbc_ms"].append(elapsed)
-                elapsed, answer = timed(lambda: flight_query(generic, FULL_SQL, bypass))
-                assert answer.num_rows == rows, answer.num_rows
-                big["generic_ms"].append(elapsed)
 
-            point: dict[str, list[float]] = {"native_ms": [], "adbc_ms": [], "adbc_bound_ms": []}
-            bound = lookups.cursor()  # one statement prepared once, a new value bound each time
-            for _ in range(point_rounds):
-                key = rng.randrange(rows)
-                sql = f"SELECT * FROM {TABLE} WHERE id = {key}"
-                elapsed, expected = timed(lambda s=sql: native.query(s, cache=False))
-                point["native_ms"].append(elapsed)
-                elapsed, answer = timed(lambda s=sql: adbc_query(lookups, s))
-                point["adbc_ms"].append(elapsed)
-                assert answer.to_pylist() == expected.to_pylist(), (answer, expected)
-                elapsed, answer = timed(
-                    lambda k=key: (
-                        bound.execute(f"SELECT * FROM {TABLE} WHERE id = ?", (k,)),
-                        bound.fetch_arrow_table(),
-                    )[1]
-                )
-                point["adbc_bound_ms"].append(elapsed)
-                assert answer.to_pylist() == expected.to_pylist(), (answer, expected)
-            bound.close()
+def cache_hits(native: Any, adbc: Any, rounds: int) -> dict[str, list[float]]:
+    """The dashboard query answered from the result cache, through both doors."""
+    native.query(DASHBOARD_SQL)  # fill the cache
+    cache: dict[str, list[float]] = {"native_ms": [], "adbc_ms": []}
+    for _ in range(rounds):
+        elapsed, result = timed(lambda: native.execute(DASHBOARD_SQL))
+        assert result.metadata.cache == "hit", result.metadata.cache
+        cache["native_ms"].append(elapsed)
+        elapsed, answer = timed(lambda: adbc_query(adbc, DASHBOARD_SQL))
+        assert answer.schema.metadata[b"horizon.cache"] == b"hit"
+        cache["adbc_ms"].append(elapsed)
+    return cache
 
-            native.query(DASHBOARD_SQL)  # fill the cache
-            cache: dict[str, list[float]] = {"native_ms": [], "adbc_ms": []}
-            for _ in range(cache_rounds):
-                elapsed, result = timed(lambda: native.execute(DASHBOARD_SQL))
-                assert result.metadata.cache == "hit", result.metadata.cache
-                cache["native_ms"].append(elapsed)
-                elapsed, answer = timed(lambda: adbc_query(adbc, DASHBOARD_SQL))
-                assert answer.schema.metadata[b"horizon.cache"] == b"hit"
-                cache["adbc_ms"].append(elapsed)
-            generic.close()
-        server_client.close()
-        floor = {name: summarize(values) for name, values in driver_floor(point_rounds).items()}
-    finally:
-        if server is not None:
-            server.stop(0)
-            server.follower.stop()
-        spark.stop()
-        redis.close()
-        shutil.rmtree(workdir, ignore_errors=True)
+
+def report(
+    rows: int,
+    big: dict[str, list[float]],
+    point: dict[str, list[float]],
+    cache: dict[str, list[float]],
+    floor: dict[str, Any],
+    big_rounds: int,
+    point_rounds: int,
+) -> dict[str, Any]:
+    """The run's figures against their targets, printed as one table."""
 
     def rows_per_s(samples: list[float]) -> float:
         return rows / (statistics.median(samples) / 1000)
@@ -320,6 +298,69 @@ def main(argv: list[str] | None = None) -> int:
             ),
         ],
     )
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="200k rows, fewer iterations")
+    args = parser.parse_args(argv)
+    rows = 200_000 if args.quick else 1_000_000
+    files = 4
+    big_rounds = 3 if args.quick else 7
+    point_rounds = 40 if args.quick else 300
+    cache_rounds = 20 if args.quick else 100
+
+    import adbc_driver_flightsql.dbapi as flight_sql
+    import pyarrow.flight as fl
+
+    from horizon_broker._core.spark_session import create_spark_session
+    from horizon_broker.broker.api.server import BrokerServer
+    from horizon_broker.broker.config import config_from_mapping
+    from horizon_broker.client import connect
+    from tests.processes import RedisProcess
+
+    workdir = Path(tempfile.mkdtemp(prefix="horizon-bench-flight-"))
+    redis = RedisProcess().start()
+    spark = create_spark_session(app_name="horizon-bench-flight")
+    server = None
+    try:
+        paths = write_dataset(spark, workdir / TABLE, rows, files)
+        server_client = publish(redis.url, paths, rows)
+        config = config_from_mapping(
+            {
+                "server": {"listen": "127.0.0.1:0"},
+                "state": {"redis_url": redis.url},
+                "limits": {"max_result_rows": rows},
+            }
+        )
+        server = BrokerServer(config, spark=spark).start()
+        rng = random.Random(11)
+        uncached = {"adbc.flight.sql.rpc.call_header.x-horizon-bypass-cache": "true"}
+        with (
+            connect(server.target) as native,
+            flight_sql.connect(f"grpc://{server.flight_target}") as adbc,
+            flight_sql.connect(f"grpc://{server.flight_target}", db_kwargs=uncached) as lookups,
+        ):
+            generic = fl.connect(f"grpc://{server.flight_target}")
+            bypass = fl.FlightCallOptions(headers=[(b"x-horizon-bypass-cache", b"true")])
+            warm_up(native, adbc, lookups, rng, rows)
+
+            big = large_results(native, lookups, generic, bypass, rows, big_rounds)
+            point = point_queries(native, lookups, rng, rows, point_rounds)
+            cache = cache_hits(native, adbc, cache_rounds)
+            generic.close()
+        server_client.close()
+        floor = {name: summarize(values) for name, values in driver_floor(point_rounds).items()}
+    finally:
+        if server is not None:
+            server.stop(0)
+            server.follower.stop()
+        spark.stop()
+        redis.close()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+    results = report(rows, big, point, cache, floor, big_rounds, point_rounds)
     path = write_results("flight", results)
     print(f"results in {path}")
     return 0

@@ -247,10 +247,7 @@ def client_process(
 
 
 def run(rows: int, batches: int, iterations: int) -> dict[str, Any]:
-    from horizon_broker._core.heap import settle_startup_heap
     from horizon_broker._core.spark_session import create_spark_session
-    from horizon_broker.broker.api.server import BrokerServer
-    from horizon_broker.broker.config import config_from_mapping
     from horizon_broker.watermark.server import ServerClient
     from tests.processes import RedisProcess
 
@@ -276,35 +273,10 @@ def run(rows: int, batches: int, iterations: int) -> dict[str, Any]:
     client = None
     commands, answers = context.Queue(), context.Queue()
     results: dict[str, Any] = {"rows": rows, "keys": keys, "batches": batches}
-
-    def live(running: bool) -> None:
-        if running:
-            signals.live.set()
-            return
-        signals.live.clear()
-        signals.idle.wait(600)
-
     try:
-        while not signals.history_written.wait(1.0):
-            if not ingestion.is_alive():
-                raise SystemExit(
-                    f"the ingestion process ended early: {report_queue.get(timeout=5)}"
-                )
-        sample_rng = random.Random(3)
-        sample = sorted({2 * sample_rng.randrange(keys // 2) for _ in range(2_000)})
-        expected = expected_answers(spark, keys, sample)
-        config = config_from_mapping(
-            {
-                "server": {"listen": "127.0.0.1:0"},
-                "state": {"redis_url": redis.url},
-                "reads": {"cache": False},
-                "metrics": {"listen": "127.0.0.1:0"},
-                "console": {"listen": "127.0.0.1:0"},
-                "flight": {"enabled": False},
-            }
-        )
-        broker = BrokerServer(config, spark=spark).start()
-        settle_startup_heap()  # as ``horizon serve`` does once its broker is up
+        _wait_for_history(signals, ingestion, report_queue)
+        expected = expected_answers(spark, keys, _sampled_keys(keys))
+        broker = _start_broker(redis.url, spark)
         follower = broker.follower
         client = context.Process(
             target=client_process,
@@ -312,22 +284,7 @@ def run(rows: int, batches: int, iterations: int) -> dict[str, Any]:
             name="bench-point-live-client",
         )
         client.start()
-
-        def phase(seed: int, running: bool) -> dict[str, Any]:
-            live(running)
-            commands.put((iterations, seed, running))
-            answer = answers.get(timeout=1200)
-            live(False)
-            if "error" in answer:
-                raise SystemExit(f"the client failed: {answer['error']}")
-            view = follower.view(TABLE)
-            return {
-                **answer,
-                "visible_segments": len(view.visible_segments),
-                "lwm_at_end": view.lwm,
-                "laggard_at_end": repr(view.laggard),
-            }
-
+        phase = _Phases(signals, commands, answers, follower, iterations)
         time.sleep(SETTLE_S)  # the ingestion process's upkeep after its last batch, the JIT
         results["before_quiet"] = phase(seed=1, running=False)
         results["before_live"] = phase(seed=2, running=True)
@@ -338,32 +295,117 @@ def run(rows: int, batches: int, iterations: int) -> dict[str, Any]:
         results["after_quiet"] = phase(seed=3, running=False)
         results["after_live"] = phase(seed=4, running=True)
         signals.stop.set()
-        facts = report_queue.get(timeout=600)
-        if "error" in facts:
-            raise SystemExit(f"the ingestion process failed: {facts['error']}")
-        results["history_seconds"] = facts["history_seconds"]
-        results["live_batches"] = signals.live_batches.value
-        seconds = facts["live_batch_seconds"]
-        results["live_batch_seconds"] = summarize(seconds) if seconds else {}
+        results.update(_ingestion_facts(report_queue, signals))
     finally:
         signals.stop.set()
         signals.live.set()
-        if client is not None:
-            commands.put(None)
-            client.join(timeout=60)
-            if client.is_alive():
-                client.kill()
+        _stop_client(client, commands)
         if broker is not None:
             broker.stop(0)
             broker.follower.stop()
-        ingestion.join(timeout=120)
-        if ingestion.is_alive():
-            ingestion.kill()
+        _stop_ingestion(ingestion)
         compactor_client.close()
         spark.stop()
         redis.close()
         shutil.rmtree(work, ignore_errors=True)
     return results
+
+
+def _sampled_keys(keys: int) -> list[int]:
+    """2,000 even keys (at most), the same on every run."""
+    sample_rng = random.Random(3)
+    return sorted({2 * sample_rng.randrange(keys // 2) for _ in range(2_000)})
+
+
+def _wait_for_history(signals: Signals, ingestion: Any, report_queue: Any) -> None:
+    """Until the ingestion process has written the table's history (or ended early)."""
+    while not signals.history_written.wait(1.0):
+        if not ingestion.is_alive():
+            raise SystemExit(f"the ingestion process ended early: {report_queue.get(timeout=5)}")
+
+
+class _Phases:
+    """One measured phase: the client's lookups with ingestion running or idle, and the
+    follower's view of the table when they ended."""
+
+    def __init__(
+        self, signals: Signals, commands: Any, answers: Any, follower: Any, iterations: int
+    ) -> None:
+        self.signals = signals
+        self.commands = commands
+        self.answers = answers
+        self.follower = follower
+        self.iterations = iterations
+
+    def __call__(self, seed: int, running: bool) -> dict[str, Any]:
+        self._live(running)
+        self.commands.put((self.iterations, seed, running))
+        answer = self.answers.get(timeout=1200)
+        self._live(False)
+        if "error" in answer:
+            raise SystemExit(f"the client failed: {answer['error']}")
+        view = self.follower.view(TABLE)
+        return {
+            **answer,
+            "visible_segments": len(view.visible_segments),
+            "lwm_at_end": view.lwm,
+            "laggard_at_end": repr(view.laggard),
+        }
+
+    def _live(self, running: bool) -> None:
+        if running:
+            self.signals.live.set()
+            return
+        self.signals.live.clear()
+        self.signals.idle.wait(600)
+
+
+def _ingestion_facts(report_queue: Any, signals: Signals) -> dict[str, Any]:
+    """What the ingestion process reports once stopped: its history's time, its live batches."""
+    facts = report_queue.get(timeout=600)
+    if "error" in facts:
+        raise SystemExit(f"the ingestion process failed: {facts['error']}")
+    seconds = facts["live_batch_seconds"]
+    return {
+        "history_seconds": facts["history_seconds"],
+        "live_batches": signals.live_batches.value,
+        "live_batch_seconds": summarize(seconds) if seconds else {},
+    }
+
+
+def _stop_client(client: Any, commands: Any) -> None:
+    if client is not None:
+        commands.put(None)
+        client.join(timeout=60)
+        if client.is_alive():
+            client.kill()
+
+
+def _stop_ingestion(ingestion: Any) -> None:
+    ingestion.join(timeout=120)
+    if ingestion.is_alive():
+        ingestion.kill()
+
+
+def _start_broker(redis_url: str, spark: Any) -> Any:
+    """A broker without result cache or Flight, with metrics and the console, settled."""
+    from horizon_broker._core.heap import settle_startup_heap
+    from horizon_broker.broker.api.server import BrokerServer
+    from horizon_broker.broker.config import config_from_mapping
+
+    config = config_from_mapping(
+        {
+            "server": {"listen": "127.0.0.1:0"},
+            "state": {"redis_url": redis_url},
+            "reads": {"cache": False},
+            "metrics": {"listen": "127.0.0.1:0"},
+            "console": {"listen": "127.0.0.1:0"},
+            "flight": {"enabled": False},
+        }
+    )
+    broker = BrokerServer(config, spark=spark).start()
+    settle_startup_heap()  # as ``horizon serve`` does once its broker is up
+    return broker
 
 
 PHASES = (

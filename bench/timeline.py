@@ -301,15 +301,7 @@ def main() -> None:
     report(console, lookup_rows, memory_rows, change_rows, replace_rows, quick, peak_rss_mib)
 
 
-def report(
-    console: Console,
-    lookup_rows: list[dict[str, Any]],
-    memory_rows: list[dict[str, Any]],
-    change_rows: list[dict[str, Any]],
-    replace_rows: list[dict[str, Any]],
-    quick: bool,
-    peak_rss_mib: float,
-) -> None:
+def _lookup_table(lookup_rows: list[dict[str, Any]]) -> Table:
     table = Table(title="lookup of 3 consecutive chunks, is_overshadowed (CPU time)")
     for column in (
         "granularity",
@@ -340,8 +332,10 @@ def report(
             f"{row['wall_lookups_per_s']:,.0f}",
             f"{row['is_overshadowed_per_s']:,.0f}",
         )
-    console.print(table)
+    return table
 
+
+def _memory_table(memory_rows: list[dict[str, Any]]) -> Table:
     memory = Table(title="memory per segment (tracemalloc)")
     for column in (
         "chunks",
@@ -363,7 +357,21 @@ def report(
             f"{row['timeline_bytes_per_segment']:.0f}",
             f"{row['total_bytes_per_segment']:.0f}",
         )
-    console.print(memory)
+    return memory
+
+
+def report(
+    console: Console,
+    lookup_rows: list[dict[str, Any]],
+    memory_rows: list[dict[str, Any]],
+    change_rows: list[dict[str, Any]],
+    replace_rows: list[dict[str, Any]],
+    quick: bool,
+    peak_rss_mib: float,
+) -> None:
+    console.print(_lookup_table(lookup_rows))
+
+    console.print(_memory_table(memory_rows))
 
     changes = Table(title="single changes (µs per operation; CPU unless marked wall)")
     keys = [key for key in change_rows[0] if key.endswith("_us")]

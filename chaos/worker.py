@@ -96,19 +96,8 @@ def main(argv: list[str] | None = None) -> int:
             if not pending or stop.is_set():
                 continue
             source = str(pending[0])
-            started = began = time.monotonic()
-            frame = spark.read.schema(SCHEMAS[table]).json(source)
-            result = server.run_batch(table, frame, sources=[source])
-            if result.skipped:  # committed before a crash: when it started is unknown
-                base, started = committed_base(server.job(table), source), None
-            else:
-                base = result.base
-            entry = {"table": table, "file": source, "base": base, "started": started}
-            acknowledge(acks, entry)
+            _ingest_one(spark, server, table, source, acks)
             acked.add(source)
-            took = time.monotonic() - began
-            print(f"{_now()} {table}{BATCH_MARK}{result.seq} of {result.rows} rows in {took:.1f} s",
-                  flush=True)  # fmt: skip
             worked = True
         if not worked:
             if not caught_up:
@@ -119,6 +108,24 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{_now()} {args.server_id} parked (not parked: {skipped})", flush=True)
     server.close()
     return 0
+
+
+def _ingest_one(spark: Any, server: Any, table: str, source: str, acks: Path) -> None:
+    """Ingest one inbox file as one batch and acknowledge it (with the base it was committed
+    at, and when it started unless a crash left that unknown)."""
+    started: float | None
+    started = began = time.monotonic()
+    frame = spark.read.schema(SCHEMAS[table]).json(source)
+    result = server.run_batch(table, frame, sources=[source])
+    if result.skipped:  # committed before a crash: when it started is unknown
+        base, started = committed_base(server.job(table), source), None
+    else:
+        base = result.base
+    entry = {"table": table, "file": source, "base": base, "started": started}
+    acknowledge(acks, entry)
+    took = time.monotonic() - began
+    print(f"{_now()} {table}{BATCH_MARK}{result.seq} of {result.rows} rows in {took:.1f} s",
+          flush=True)  # fmt: skip
 
 
 def _now() -> str:

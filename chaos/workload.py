@@ -294,16 +294,7 @@ class Readers:
         elif kind == "self_join":
             sql = SELF_JOIN_SQL
         elif kind == "changes" and len(seen) >= 2:
-            low, high = (
-                sorted(chooser.sample(seen[-20:], 2))
-                if len(set(seen[-20:])) > 1
-                else (seen[0], seen[-1])
-            )
-            window = (low, high)
-            sql = (
-                f"SELECT account, txn, _change_type FROM table_changes('bank', {low}, {high}) "
-                "WHERE _change_type IN ('insert', 'update_postimage')"
-            )
+            sql, window = _changes_query(seen, chooser)
         else:
             kind = "lwm"
         started = time.monotonic()
@@ -316,18 +307,7 @@ class Readers:
             return [Read(name, table, sql, kind, started, time.monotonic(), error=str(code),
                          message=str(error)[:500], window=window)]  # fmt: skip
         ended = time.monotonic()
-        rows = result.table.to_pylist()
-        if sql == BOTH_SQL:
-            per_table = {
-                BANK: tuple(Row(r["k"], r["v"], r["b"] or 0) for r in rows if r["t"] == BANK),
-                QUIET: tuple(Row(r["k"], int(r["v"]), r["b"]) for r in rows if r["t"] == QUIET),
-            }
-        elif table in (REGISTER, QUIET):
-            per_table = {table: tuple(Row(r["key"], r["value"], r["value"]) for r in rows)}
-        else:
-            per_table = {
-                table: tuple(Row(r["account"], r["txn"], r.get("balance") or 0) for r in rows)
-            }
+        per_table = _rows_by_table(sql, table, result.table.to_pylist())
         return [
             Read(name, read_table, sql, kind, started, ended, snapshot=result.snapshot,
                  rows=found, window=window)
@@ -345,3 +325,27 @@ def history(writer: Writer, readers: Readers, faults: list[Any]) -> History:
         bank_tables=frozenset({BANK}),
         bank_total=writer.total,
     )
+
+
+def _changes_query(seen: list[int], chooser: random.Random) -> tuple[str, tuple[int, int]]:
+    """A change-feed read of the bank between two snapshots already seen, and its window."""
+    low, high = (
+        sorted(chooser.sample(seen[-20:], 2)) if len(set(seen[-20:])) > 1 else (seen[0], seen[-1])
+    )
+    sql = (
+        f"SELECT account, txn, _change_type FROM table_changes('bank', {low}, {high}) "
+        "WHERE _change_type IN ('insert', 'update_postimage')"
+    )
+    return sql, (low, high)
+
+
+def _rows_by_table(sql: str, table: str, rows: list[dict[str, Any]]) -> dict[str, tuple[Row, ...]]:
+    """A read's answer as each table's rows (the query of both tables answers for two)."""
+    if sql == BOTH_SQL:
+        return {
+            BANK: tuple(Row(r["k"], r["v"], r["b"] or 0) for r in rows if r["t"] == BANK),
+            QUIET: tuple(Row(r["k"], int(r["v"]), r["b"]) for r in rows if r["t"] == QUIET),
+        }
+    if table in (REGISTER, QUIET):
+        return {table: tuple(Row(r["key"], r["value"], r["value"]) for r in rows)}
+    return {table: tuple(Row(r["account"], r["txn"], r.get("balance") or 0) for r in rows)}
