@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -35,6 +35,9 @@ from demo.pinot_example import show_pinot_example
 from demo.tour import ACCOUNTS, show_explain, show_flight_sql, show_time_travel, show_timeline
 from horizon_broker._core.errors import HorizonError, Internal
 from horizon_broker._core.hlc import format_snapshot
+
+if TYPE_CHECKING:
+    from horizon_broker.ingest.table import TableDefinition
 
 FAST, SLOW = "server-1", "server-2"
 INVARIANT_SQL = (
@@ -208,16 +211,10 @@ class Demo:
 
     # -- 2. accounts under a stream of changes ---------------------------------------------------
 
-    def _accounts(self) -> None:
-        from horizon_broker.ingest.job import IngestJob
-        from horizon_broker.ingest.partitioning import partitions_of
+    def _accounts_definition(self) -> TableDefinition:
         from horizon_broker.ingest.table import TableDefinition
 
-        options = self.options
-        self.heading(
-            "2. Accounts: transfers, closes and late records, one server lagging on purpose"
-        )
-        table = TableDefinition.from_dict(
+        return TableDefinition.from_dict(
             {
                 "name": ACCOUNTS,
                 "columns": {
@@ -235,10 +232,38 @@ class Demo:
                 "transaction_column": "txn",
                 "time_column": "event_time",
                 "granularity": "DAY",
-                "key_partitions": options.key_partitions,
+                "key_partitions": self.options.key_partitions,
                 "storage_root": str(self.storage),
             }
         )
+
+    def _start_jobs(self, table: TableDefinition) -> None:
+        """One ingestion job per server, each owning half of the key partitions."""
+        from horizon_broker.ingest.job import IngestJob
+
+        key_partitions = self.options.key_partitions
+        half = key_partitions // 2 or 1
+        owned = {
+            FAST: list(range(half)),
+            SLOW: list(range(half, key_partitions)) or [0],
+        }
+        self.jobs = {
+            name: IngestJob(self.spark, table, self.server_client(name), partitions=parts)
+            for name, parts in owned.items()
+        }
+        self.console.print(
+            f"  {FAST} owns key partitions {owned[FAST]}, {SLOW} owns {owned[SLOW]}; "
+            f"every transfer stays inside one key partition and is one source transaction"
+        )
+
+    def _accounts(self) -> None:
+        from horizon_broker.ingest.partitioning import partitions_of
+
+        options = self.options
+        self.heading(
+            "2. Accounts: transfers, closes and late records, one server lagging on purpose"
+        )
+        table = self._accounts_definition()
         with self.step("Assigning accounts to key partitions"):
             partition_of = partitions_of(
                 self.spark,
@@ -258,19 +283,7 @@ class Demo:
             partition_of,
         )
         self.accounts_table = table
-        half = options.key_partitions // 2 or 1
-        owned = {
-            FAST: list(range(half)),
-            SLOW: list(range(half, options.key_partitions)) or [0],
-        }
-        self.jobs = {
-            name: IngestJob(self.spark, table, self.server_client(name), partitions=parts)
-            for name, parts in owned.items()
-        }
-        self.console.print(
-            f"  {FAST} owns key partitions {owned[FAST]}, {SLOW} owns {owned[SLOW]}; "
-            f"every transfer stays inside one key partition and is one source transaction"
-        )
+        self._start_jobs(table)
         self.batch_files: list[Path] = []
         self.closes: list[int] = []
         expected_total = self.generator.config.total
