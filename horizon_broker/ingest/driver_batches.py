@@ -20,7 +20,7 @@ it.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from horizon_broker.ingest.driver_columns.batch import (
     DRIVER_COLUMNAR_BYTES,
@@ -30,6 +30,9 @@ from horizon_broker.ingest.driver_columns.batch import (
 from horizon_broker.ingest.driver_rows.batch import SmallBatch, driver_can_take, small_batch
 from horizon_broker.ingest.manifest import KeyIndexVersion
 
+if TYPE_CHECKING:
+    from horizon_broker.ingest.server_table import ServerTable
+
 COLLECT_ACTION = "collect on the driver"
 ARROW_EXPANSION = 16
 """Arrow bytes per byte of Spark's size estimate that a collect is assumed to take at most (a
@@ -37,7 +40,7 @@ ARROW_EXPANSION = 16
 
 
 def collect_on_driver(
-    server: Any, rows: Any, key_index: Mapping[int, KeyIndexVersion]
+    server: ServerTable, rows: Any, key_index: Mapping[int, KeyIndexVersion]
 ) -> SmallBatch | ColumnarBatch | None:
     """The batch, collected, when the driver takes it; None: the Spark path runs it."""
     table, storage, spark = server.table, server.storage, server.spark

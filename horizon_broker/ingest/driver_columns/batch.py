@@ -21,7 +21,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from horizon_broker._core.errors import Internal
 from horizon_broker.ingest import segment_files as files
@@ -55,6 +55,9 @@ from horizon_broker.ingest.storage import Storage
 from horizon_broker.ingest.table import TableDefinition
 from horizon_broker.watermark.catalog import VALID_FROM, VALID_UNTIL
 
+if TYPE_CHECKING:
+    from horizon_broker.ingest.server_table import ServerTable
+
 DRIVER_COLUMNAR_BYTES = 512 * 1024 * 1024
 """The most a collected batch may hold in memory for the driver to take it (its resolution and
 files take about as much again)."""
@@ -80,7 +83,7 @@ class ColumnarBatch:
 
     def write(
         self,
-        server: Any,
+        server: ServerTable,
         base: int,
         numbers: Mapping[tuple[int, int], int],
         seq: int,
@@ -287,7 +290,7 @@ def _local(storage: Storage) -> Callable[[str], str]:
 
 
 def columnar_batch(
-    server: Any, arrow: Any, key_index: Mapping[int, KeyIndexVersion]
+    server: ServerTable, arrow: Any, key_index: Mapping[int, KeyIndexVersion]
 ) -> ColumnarBatch | None:
     """The batch when the driver resolves it as columns; None: the Spark path runs it."""
     import pyarrow.compute as pc

@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from horizon_broker._core.errors import Internal
 from horizon_broker.ingest import key_index as levels_module
@@ -48,6 +48,9 @@ from horizon_broker.ingest.segments import WrittenSegment, collect_written
 from horizon_broker.ingest.storage import Storage
 from horizon_broker.ingest.table import TableDefinition
 from horizon_broker.watermark.catalog import VALID_FROM, VALID_UNTIL
+
+if TYPE_CHECKING:
+    from horizon_broker.ingest.server_table import ServerTable
 
 SMALL_LEVEL_ROWS = 8_192
 """Key index levels on top of a stack, up to this many rows in all, that a small batch folds
@@ -163,7 +166,7 @@ class SmallBatch:
 
     def write(
         self,
-        server: Any,
+        server: ServerTable,
         base: int,
         numbers: Mapping[tuple[int, int], int],
         seq: int,
@@ -248,7 +251,7 @@ class SmallBatch:
 
 
 def small_batch(
-    server: Any, arrow: Any, key_index: Mapping[int, KeyIndexVersion]
+    server: ServerTable, arrow: Any, key_index: Mapping[int, KeyIndexVersion]
 ) -> SmallBatch | None:
     """The batch when the driver takes it row by row (collected as Arrow by
     :func:`horizon_broker.ingest.driver_batches.collect_on_driver`); None: another path runs it."""
