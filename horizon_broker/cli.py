@@ -19,8 +19,13 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 from horizon_broker._core.errors import HorizonError
 
 if TYPE_CHECKING:
+    from types import ModuleType
+
+    from rich.console import Console
+
     from horizon_broker.broker.api.server import BrokerServer
     from horizon_broker.broker.config import BrokerConfig
+    from horizon_broker.client import HorizonClient
     from horizon_broker.watermark.embedded_redis import EmbeddedRedis
 
 DEFAULT_TARGET = "127.0.0.1:50051"
@@ -145,9 +150,35 @@ def _add_inspection_commands(sub: Subcommands) -> None:
     tables = sub.add_parser("tables", help="list the tables you may read")
     _client_options(tables)
 
+    _add_why(sub)
+
     queries = sub.add_parser("queries", help="show running and recent queries")
     queries.add_argument("--running", action="store_true", help="only the running ones")
     _client_options(queries)
+
+
+def _add_why(sub: Subcommands) -> None:
+    why = sub.add_parser(
+        "why",
+        help="why a key's row is (not) in a table: every stored version and its verdict",
+        description="Every stored version of one key (each copy in each segment) with its "
+        "validFrom/validUntil, segment, file and atomic update group, and at the snapshot the "
+        "one visible version or why each other is not read. Needs the inspect grant.",
+    )
+    why.add_argument("table")
+    why.add_argument(
+        "key",
+        help="the key: the value of a one-column primary key (42, alice), or, for any key, a "
+        'JSON object by key column (\'{"region": "eu", "id": 7}\') or a JSON list in '
+        "primary-key order ('[\"eu\", 7]')",
+    )
+    why.add_argument(
+        "--at",
+        default="",
+        help="the snapshot: a number (an HLC, as VERSION AS OF) or a snapshot token "
+        "(default: the one a query reads now, the table's LWM)",
+    )
+    _client_options(why)
 
 
 def _read_options(command: argparse.ArgumentParser) -> None:
@@ -338,12 +369,16 @@ def _client_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run(client: Any, args: argparse.Namespace, console: Any, render: Any) -> Any:
+def _run(
+    client: HorizonClient, args: argparse.Namespace, console: Console, render: ModuleType
+) -> Any:
     """Run one client command; returns the JSON to print (``--json``) or None after printing."""
     return _CLIENT_COMMANDS[args.command](client, args, console, render)
 
 
-def _query_command(client: Any, args: argparse.Namespace, console: Any, render: Any) -> Any:
+def _query_command(
+    client: HorizonClient, args: argparse.Namespace, console: Console, render: ModuleType
+) -> Any:
     result = client.execute(args.sql, max_rows=args.max_rows, **_read_controls(args))
     if args.json:
         return render.result_json(result)
@@ -351,7 +386,9 @@ def _query_command(client: Any, args: argparse.Namespace, console: Any, render: 
     return None
 
 
-def _explain_command(client: Any, args: argparse.Namespace, console: Any, render: Any) -> Any:
+def _explain_command(
+    client: HorizonClient, args: argparse.Namespace, console: Console, render: ModuleType
+) -> Any:
     explain = client.explain(args.sql, include_spark_plan=args.spark_plan, **_read_controls(args))
     if args.json:
         return render.to_dict(explain)
@@ -359,13 +396,17 @@ def _explain_command(client: Any, args: argparse.Namespace, console: Any, render
     return None
 
 
-def _rewrite_command(client: Any, args: argparse.Namespace, console: Any, render: Any) -> Any:
+def _rewrite_command(
+    client: HorizonClient, args: argparse.Namespace, console: Console, render: ModuleType
+) -> Any:
     return render.to_dict(
         client.rewrite(args.sql, pin_lease=args.pin_lease, **_read_controls(args))
     )
 
 
-def _timeline_command(client: Any, args: argparse.Namespace, console: Any, render: Any) -> Any:
+def _timeline_command(
+    client: HorizonClient, args: argparse.Namespace, console: Console, render: ModuleType
+) -> Any:
     timeline = client.timeline(
         args.table, interval=args.interval, include_overshadowed=args.overshadowed
     )
@@ -383,7 +424,9 @@ def _timeline_command(client: Any, args: argparse.Namespace, console: Any, rende
     return None
 
 
-def _watermarks_command(client: Any, args: argparse.Namespace, console: Any, render: Any) -> Any:
+def _watermarks_command(
+    client: HorizonClient, args: argparse.Namespace, console: Console, render: ModuleType
+) -> Any:
     marks = client.watermarks(args.table)
     if args.json:
         return render.to_dict(marks)
@@ -391,7 +434,9 @@ def _watermarks_command(client: Any, args: argparse.Namespace, console: Any, ren
     return None
 
 
-def _locks_command(client: Any, args: argparse.Namespace, console: Any, render: Any) -> Any:
+def _locks_command(
+    client: HorizonClient, args: argparse.Namespace, console: Console, render: ModuleType
+) -> Any:
     held = client.locks(args.table)
     if args.json:
         return render.to_dict(held)
@@ -399,7 +444,9 @@ def _locks_command(client: Any, args: argparse.Namespace, console: Any, render: 
     return None
 
 
-def _tables_command(client: Any, args: argparse.Namespace, console: Any, render: Any) -> Any:
+def _tables_command(
+    client: HorizonClient, args: argparse.Namespace, console: Console, render: ModuleType
+) -> Any:
     tables = client.tables()
     if args.json:
         return [render.to_dict(table) for table in tables]
@@ -407,7 +454,9 @@ def _tables_command(client: Any, args: argparse.Namespace, console: Any, render:
     return None
 
 
-def _queries_command(client: Any, args: argparse.Namespace, console: Any, render: Any) -> Any:
+def _queries_command(
+    client: HorizonClient, args: argparse.Namespace, console: Console, render: ModuleType
+) -> Any:
     found = client.queries(running_only=args.running)
     if args.json:
         return [render.to_dict(query) for query in found]
@@ -415,7 +464,19 @@ def _queries_command(client: Any, args: argparse.Namespace, console: Any, render
     return None
 
 
-def _pin_command(client: Any, args: argparse.Namespace, console: Any, render: Any) -> Any:
+def _why_command(
+    client: HorizonClient, args: argparse.Namespace, console: Console, render: ModuleType
+) -> Any:
+    answer = client.explain_key(args.table, args.key, at=args.at or None)
+    if args.json:
+        return render.to_dict(answer)
+    render.print_key_explanation(console, answer)
+    return None
+
+
+def _pin_command(
+    client: HorizonClient, args: argparse.Namespace, console: Console, render: ModuleType
+) -> Any:
     if args.release:
         released = client.release_pin(args.release)
         if args.json:
@@ -446,7 +507,9 @@ def _pin_command(client: Any, args: argparse.Namespace, console: Any, render: An
     return None
 
 
-_CLIENT_COMMANDS: dict[str, Callable[[Any, argparse.Namespace, Any, Any], Any]] = {
+_CLIENT_COMMANDS: dict[
+    str, Callable[[HorizonClient, argparse.Namespace, Console, ModuleType], Any]
+] = {
     "query": _query_command,
     "explain": _explain_command,
     "rewrite": _rewrite_command,
@@ -456,6 +519,7 @@ _CLIENT_COMMANDS: dict[str, Callable[[Any, argparse.Namespace, Any, Any], Any]] 
     "locks": _locks_command,
     "tables": _tables_command,
     "queries": _queries_command,
+    "why": _why_command,
 }
 """Each client command of the parser, by name."""
 
