@@ -26,6 +26,7 @@ Failed calls raise the Horizon error type matching the status code (``NotFound``
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -267,6 +268,17 @@ class HorizonClient:
 
     def watermarks(self, table: str) -> pb.GetWatermarksResponse:
         return self._unary(self._inspect.GetWatermarks, pb.GetWatermarksRequest(table=table))
+
+    def explain_key(
+        self, table: str, key: Any, *, at: str | int | None = None
+    ) -> pb.ExplainKeyResponse:
+        """Why ``key``'s row is (not) in ``table`` at the snapshot a query reads now, or ``at``
+        (an HLC or a snapshot token): every stored version of the key and its verdict. ``key``:
+        the value of a one-column key, or a dict by key column or a list in primary-key order
+        (sent as JSON)."""
+        text = key if isinstance(key, str) else json.dumps(key, default=str)
+        request = pb.ExplainKeyRequest(table=table, key=text, at="" if at is None else str(at))
+        return self._unary(self._inspect.ExplainKey, request)
 
     def locks(self, table: str = "") -> pb.ListLocksResponse:
         """The locks held on ``table`` (every table you may inspect when empty)."""

@@ -324,3 +324,42 @@ def print_pins(console: Console, pins: Any, *, title: str = "Snapshot pins") -> 
 
 
 # -- the timeline picture -------------------------------------------------------------------------
+
+
+KEY_REASON_NAMES = {
+    value: name.removeprefix("KEY_VERSION_REASON_").lower().replace("_", " ")
+    for name, value in pb.KeyVersionReason.items()
+}
+
+
+def print_key_explanation(console: Console, answer: pb.ExplainKeyResponse) -> None:
+    """``horizon why``: the snapshot, every stored version of the key and why it is (not) read."""
+    holder = (
+        f"; held back by server {answer.holder.server} partition {answer.holder.partition}"
+        if answer.HasField("holder")
+        else ""
+    )
+    console.print(
+        f"[bold]{answer.table}[/bold] key {answer.key_json} at snapshot {answer.snapshot} "
+        f"({answer.snapshot_reason}); LWM {_snapshot(answer, 'lwm')}{holder}; retention horizon "
+        f"{answer.retention_horizon}",
+        highlight=False,
+    )
+    view = Table(title="Stored versions, newest first")
+    for column in ("validFrom", "validUntil", "row", "segment", "group", "verdict", "why"):
+        view.add_column(column, overflow="fold")
+    for version in answer.versions:
+        verdict = KEY_REASON_NAMES.get(version.reason, "?")
+        view.add_row(
+            str(version.valid_from),
+            _opt(version, "valid_until"),
+            version.row_json,
+            f"{version.segment_id} ({version.segment_state})",
+            version.group,
+            f"[green]{verdict}[/green]" if verdict == "visible" else verdict,
+            version.detail,
+        )
+    console.print(view)
+    for lost in answer.not_listed:
+        console.print(f"[red]not listed[/red]: segment {lost.segment.id}: {lost.reason}")
+    console.print(answer.summary, highlight=False)

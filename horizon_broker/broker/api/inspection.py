@@ -12,7 +12,7 @@ from typing import Any
 
 from horizon_broker._core.errors import InvalidArgument, Unavailable
 from horizon_broker.broker._proto.horizon.v1 import horizon_pb2 as pb
-from horizon_broker.broker.api import messages
+from horizon_broker.broker.api import key_explanation, messages
 from horizon_broker.broker.engine import QueryEngine
 from horizon_broker.broker.grants import Principal, check_inspect, resolve_readable
 from horizon_broker.timeline.interval import Interval
@@ -140,6 +140,15 @@ class Inspection:
                 for record in records
             ]
         )
+
+    def explain_key(
+        self, principal: Principal, request: pb.ExplainKeyRequest
+    ) -> pb.ExplainKeyResponse:
+        """Why the request's key is (not) in its table at the snapshot a query would read
+        (:mod:`horizon_broker.broker.api.key_explanation`); needs inspect and read."""
+        check_inspect(principal)
+        table = self.table(principal, request.table)
+        return key_explanation.answer(self.engine, self.follower, principal, table, request)
 
     def table(self, principal: Principal, name: str) -> str:
         """The registered spelling of ``name`` (tables resolve case-insensitively, like SQL),

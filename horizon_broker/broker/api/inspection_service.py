@@ -59,3 +59,9 @@ class InspectionServicer(rpc.InspectionServiceServicer):
         self, request: pb.ListQueriesRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListQueriesResponse:
         return await self._answer(context, self.inspection.queries, request)
+
+    @unary_errors
+    async def ExplainKey(
+        self, request: pb.ExplainKeyRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ExplainKeyResponse:
+        return await self._answer(context, self.inspection.explain_key, request)

@@ -63,6 +63,7 @@ class Console:
                 Route("/login", self.login, methods=["GET", "POST"]),
                 Route("/logout", self.logout, methods=["POST"]),
                 Route("/tables/{table}", self.table),
+                Route("/tables/{table}/why", self.why),
                 Route("/locks", self.locks),
                 Route("/queries", self.queries),
                 Route("/query", self.query, methods=["GET", "POST"]),
@@ -148,6 +149,25 @@ class Console:
             end=end,
             now_ms=_now_ms(),
         )
+
+    async def why(self, request: Request) -> Response:
+        """Why a key's row is (not) in the table at a snapshot (the form asks for the key)."""
+        principal = self._who(request)
+        name = request.path_params["table"]
+        key = request.query_params.get("key", "")
+        at = request.query_params.get("at", "")
+        answer = None
+        if key:
+            answer = await run_in_threadpool(
+                self.inspection.explain_key,
+                principal,
+                pb.ExplainKeyRequest(table=name, key=key, at=at),
+            )
+        return self._page(
+            request, "why.html", principal, table=name, key=key, at=at, answer=answer,
+            reasons={value: name.removeprefix("KEY_VERSION_REASON_").lower().replace("_", " ")
+                     for name, value in pb.KeyVersionReason.items()},
+        )  # fmt: skip
 
     def locks(self, request: Request) -> Response:
         principal = self._who(request)
