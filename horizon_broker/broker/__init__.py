@@ -12,7 +12,8 @@ Along the query path, each room importing only the rooms after it:
 
 Beside them, used by all: :mod:`horizon_broker.broker.config` (the one typed configuration) and
 :mod:`horizon_broker.broker.grants` (what an identity may read); :mod:`horizon_broker.broker.flight` is the second door (Arrow
-Flight SQL) on the same engine. The order, checked by ``tests/test_layout.py``: sql < grants <
-config < spark < engine < api, flight. The client, its rendering and the ``horizon`` command live
-above the broker, in :mod:`horizon`.
+Flight SQL) on the same engine. The order, an import-linter contract in ``pyproject.toml``: sql <
+grants < config < observe < spark < direct_lookup < engine, explain_key < api, flight, console.
+The client, its rendering and the ``horizon`` command live above the broker, at the top of
+:mod:`horizon_broker`.
 """
