@@ -84,6 +84,14 @@ class PartitionProgress:
         return self.owner is not None and self.lwm is not None
 
     @property
+    def counted(self) -> tuple[str, int] | None:
+        """``(owner, lwm)`` when the partition :attr:`counts`, else None."""
+        owner, lwm = self.owner, self.lwm
+        if owner is None or lwm is None:
+            return None
+        return owner, lwm
+
+    @property
     def pending(self) -> bool:
         """Owned but not reported yet: the table has no computed LWM until it reports."""
         return self.owner is not None and self.lwm is None
@@ -192,8 +200,10 @@ class TableProgress:
             self._pending.add(partition)
         else:
             self._pending.discard(partition)
-        if progress.counts:
-            heapq.heappush(self._heap_of(progress), (progress.lwm, partition))  # type: ignore[arg-type]
+        counted = progress.counted
+        if counted is not None:
+            owner, lwm = counted
+            heapq.heappush(self._heap_of(progress.state, owner), (lwm, partition))
             self._pushed += 1
         if self._pushed > 2 * len(self._partitions) + 64:
             self._rebuild_heaps()
@@ -242,10 +252,10 @@ class TableProgress:
         entry = self._partitions[best[1]]
         return Laggard(entry.owner, best[1], best[0], entry.state)  # type: ignore[arg-type]
 
-    def _heap_of(self, entry: PartitionProgress) -> _Heap:
-        if entry.state == IDLE:
-            return self._idle.setdefault(entry.owner, [])  # type: ignore[arg-type]
-        return self._parked if entry.state == PARKED else self._active
+    def _heap_of(self, state: str, owner: str) -> _Heap:
+        if state == IDLE:
+            return self._idle.setdefault(owner, [])
+        return self._parked if state == PARKED else self._active
 
     def _top(self, heap: _Heap, state: str, owner: str | None = None) -> tuple[int, int] | None:
         """The heap's smallest entry that is still current (stale ones are dropped)."""
@@ -266,8 +276,10 @@ class TableProgress:
     def _rebuild_heaps(self) -> None:
         self._active, self._parked, self._idle = [], [], {}
         for partition, entry in self._partitions.items():
-            if entry.counts:
-                self._heap_of(entry).append((entry.lwm, partition))  # type: ignore[arg-type]
+            counted = entry.counted
+            if counted is not None:
+                owner, lwm = counted
+                self._heap_of(entry.state, owner).append((lwm, partition))
         for heap in (self._active, self._parked, *self._idle.values()):
             heapq.heapify(heap)
         self._pushed = len(self._partitions)
