@@ -52,6 +52,7 @@ by different servers, or that spans batches, commits in several pieces.
 from __future__ import annotations
 
 import logging
+import os
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -194,6 +195,19 @@ class TableDefinition:
         if storage_root:
             data = {**data, "storage_root": storage_root}
         return validated(TableFile, data, source=source).definition()
+
+
+def absolute_root(root: str) -> str:
+    """A local storage root written relative (the default ``./horizon-data``), made absolute
+    against the working directory, as Spark resolves it when it writes: the root is registered
+    for brokers, which run elsewhere and refuse every announced file outside it.
+
+    >>> absolute_root("s3a://bucket/horizon"), absolute_root("/data/horizon")
+    ('s3a://bucket/horizon', '/data/horizon')
+    """
+    if "://" in root or root.startswith("file:") or os.path.isabs(root):
+        return root
+    return os.path.abspath(root)
 
 
 def _lowered(value: Any) -> Any:
@@ -390,7 +404,7 @@ class TableFile(BaseModel):
             granularity=self.granularity,
             key_partitions=self.key_partitions,
             retention_ms=None if self.retention is None else duration_ms(self.retention),
-            storage_root=self.storage_root,
+            storage_root=absolute_root(self.storage_root),
             out_of_order=self.out_of_order,
             update_cadence=self.update_cadence,
             checkpoint_interval=self.checkpoint_interval,

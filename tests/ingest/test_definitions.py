@@ -205,3 +205,25 @@ def test_a_prepare_without_its_commit_is_a_dead_attempt_and_its_sources_stay_unc
     assert state.dangling is not None and state.dangling.seq == 2
     assert state.next_seq == 3
     assert not state.needs(0, ["f1"]) and state.needs(0, ["f2"])
+
+
+def test_a_relative_storage_root_is_registered_absolute_so_a_broker_elsewhere_reads_its_files(
+    tmp_path, monkeypatch
+):
+    """The default root is ``./horizon-data``: Spark writes under the server's working
+    directory, and a broker (running elsewhere) refused every file under a relative root."""
+    from horizon_broker.timeline.interval import Interval
+    from horizon_broker.timeline.segment import Segment
+    from horizon_broker.watermark.storage_root import outside_storage_root
+
+    monkeypatch.chdir(tmp_path)
+    text = re.sub(r"(?m)^storage_root = .*$", "", TOML)
+    descriptor = TableDefinition.from_toml(text).descriptor()
+    assert descriptor.storage_root == f"{tmp_path}/horizon-data/accounts"
+    written = f"file:{tmp_path}/horizon-data/accounts/p0/part-0.parquet"
+    segment = Segment(
+        table="accounts", interval=Interval(0, 1), version="v", partition=0, location=(written,)
+    )
+    assert outside_storage_root(descriptor, segment) is None
+    overridden = TableDefinition.from_toml(text, storage_root="data").descriptor()
+    assert overridden.storage_root == f"{tmp_path}/data/accounts"
