@@ -89,19 +89,19 @@ def _add_serve(sub: Subcommands) -> None:
 
 def _add_read_commands(sub: Subcommands) -> None:
     query = sub.add_parser("query", help="run a SELECT and print its rows")
-    query.add_argument("sql")
+    query.add_argument("sql", help="one Spark SQL SELECT over registered tables")
     query.add_argument("--max-rows", type=int, default=0, help="fail beyond this many rows")
     _read_options(query)
     _client_options(query)
 
     explain = sub.add_parser("explain", help="show the rewritten SQL, snapshot and segments")
-    explain.add_argument("sql")
+    explain.add_argument("sql", help="the SELECT to explain (it is not run)")
     explain.add_argument("--spark-plan", action="store_true", help="include Spark's plan")
     _read_options(explain)
     _client_options(explain)
 
     rewrite = sub.add_parser("rewrite", help="passthrough: rewritten SQL and file lists (JSON)")
-    rewrite.add_argument("sql")
+    rewrite.add_argument("sql", help="the SELECT to rewrite for your own Spark (it is not run)")
     rewrite.add_argument(
         "--pin-lease", type=float, default=0.0, help="also pin what it reads for SECONDS"
     )

@@ -51,7 +51,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--source", help="changelog directory (several tables: one subdirectory per table)"
     )
     parser.add_argument("--format", help="changelog format: json (default), parquet, csv")
-    parser.add_argument("--server-id")
+    parser.add_argument(
+        "--server-id",
+        help="this server's identity in the LWM (its commits and held-back partitions are "
+        "reported under it; keep it across restarts)",
+    )
     parser.add_argument("--redis", help="state store URL, redis://host:port/db")
     parser.add_argument("--prefix", help="Redis key prefix (default horizon)")
     parser.add_argument("--partitions", help="key partitions this server owns, e.g. 0,1 (all)")
@@ -64,7 +68,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--trigger", help='streaming processing-time trigger, e.g. "5 seconds"')
     parser.add_argument("--available-now", action="store_true", help="stream what is there, exit")
     parser.add_argument("--source-format", help="any Spark streaming source format (e.g. kafka)")
-    parser.add_argument("--source-option", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument(
+        "--source-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an option of the streaming source (repeatable), e.g. subscribe=orders",
+    )
     parser.add_argument("--lock-priority", type=int, help="priority of the batches' locks (75)")
     parser.add_argument(
         "--metrics-listen", help="serve Prometheus metrics on host:port (e.g. 127.0.0.1:9465)"
