@@ -13,6 +13,8 @@ by what went wrong:
 * ``phantom_row``: a key shown although it was deleted, or never written, by the snapshot;
 * ``unknown_version``: a version no write produced;
 * ``lwm_backwards``: a client's default (LWM) snapshot going down between two of its reads;
+* ``snapshot_below_served``: a default read of one table answered below a snapshot of it already
+  served to another client (the served LWM went down, or a restarted broker forgot its floor);
 * ``unrepeatable_read``: one query at one snapshot answering differently at two times;
 * ``commit_below_served``: a write committed at or below a snapshot of its table that a read had
   already been served before the write's batch began (a quiet partition resumed too low: the
@@ -89,6 +91,7 @@ def check(history: History, *, settle_s: float = 30.0) -> list[Anomaly]:
             if read.table in history.bank_tables:
                 anomalies += _bank_total(history, read)
     anomalies += _lwm_backwards(history.reads)
+    anomalies += _snapshot_below_served(history.reads)
     anomalies += _unrepeatable(history.reads)
     anomalies += _commit_below_served(history.writes, history.reads)
     return anomalies
@@ -235,26 +238,56 @@ def _error(history: History, read: Read, settle_s: float) -> list[Anomaly]:
 def _lwm_backwards(reads: Iterable[Read]) -> list[Anomaly]:
     """A client's default snapshot is never below one it was served by a read that ended
     before this one started."""
-    found = []
     per_client: dict[tuple[str, str], list[Read]] = defaultdict(list)
     for read in reads:
         if read.ok and read.kind == "lwm" and read.snapshot is not None:
             per_client[(read.client, read.table)].append(read)
-    for same in per_client.values():
-        by_end = sorted(same, key=lambda r: r.ended)
-        finished = 0
-        highest: Read | None = None
-        for read in sorted(same, key=lambda r: r.started):
-            while finished < len(by_end) and by_end[finished].ended <= read.started:
-                done = by_end[finished]
-                if highest is None or (done.snapshot or 0) > (highest.snapshot or 0):
-                    highest = done
-                finished += 1
-            if highest is not None and (read.snapshot or 0) < (highest.snapshot or 0):
-                found.append(
-                    Anomaly("lwm_backwards", f"snapshot {read.snapshot} after "
-                            f"{highest.snapshot} for client {read.client}", read)
-                )  # fmt: skip
+    return [
+        Anomaly("lwm_backwards", f"snapshot {read.snapshot} after {highest.snapshot} for "
+                f"client {read.client}", read)
+        for same in per_client.values()
+        for read, highest in _below_finished(same)
+    ]  # fmt: skip
+
+
+def _snapshot_below_served(reads: Iterable[Read]) -> list[Anomaly]:
+    """A default read of one table is never answered below a snapshot of that table served to
+    any client by a read that ended before it started (the broker's served LWM never goes down,
+    across clients and across its restarts: its floor). Queries of several tables read at their
+    lowest LWM and are left out."""
+    reads = list(reads)
+    tables_read: dict[tuple[str, float, str], int] = defaultdict(int)
+    for read in reads:
+        tables_read[(read.client, read.started, read.query)] += 1
+    per_table: dict[str, list[Read]] = defaultdict(list)
+    for read in reads:
+        alone = tables_read[(read.client, read.started, read.query)] == 1
+        if alone and read.ok and read.kind == "lwm" and read.snapshot is not None:
+            per_table[read.table].append(read)
+    return [
+        Anomaly("snapshot_below_served", f"snapshot {read.snapshot} after {highest.snapshot} "
+                f"was served to {highest.client}", read)
+        for same in per_table.values()
+        for read, highest in _below_finished(same)
+        if highest.client != read.client  # one client's own: lwm_backwards
+    ]  # fmt: skip
+
+
+def _below_finished(reads: list[Read]) -> list[tuple[Read, Read]]:
+    """Each read whose snapshot is below the highest of the reads that ended before it started,
+    with that read."""
+    found = []
+    by_end = sorted(reads, key=lambda r: r.ended)
+    finished = 0
+    highest: Read | None = None
+    for read in sorted(reads, key=lambda r: r.started):
+        while finished < len(by_end) and by_end[finished].ended <= read.started:
+            done = by_end[finished]
+            if highest is None or (done.snapshot or 0) > (highest.snapshot or 0):
+                highest = done
+            finished += 1
+        if highest is not None and (read.snapshot or 0) < (highest.snapshot or 0):
+            found.append((read, highest))
     return found
 
 

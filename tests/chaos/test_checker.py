@@ -139,7 +139,32 @@ def test_a_clients_snapshot_going_back_is_caught_but_not_for_overlapping_reads()
         read(REGISTER, 25, Row("k", 2), at=0),
         read(REGISTER, 15, Row("k", 1), at=1, client="c2"),
     ]
-    assert check(history) == [], "another client"
+    assert "lwm_backwards" not in kinds(history), "another client's (see the next test)"
+
+
+def test_a_default_snapshot_below_one_served_to_another_client_is_caught() -> None:
+    """The broker's served LWM never goes down (its floor, across clients and restarts); a
+    query of two tables reads at their lowest LWM and is left out."""
+    history = register_history()
+    history.reads = [
+        read(REGISTER, 25, Row("k", 2), at=0),
+        read(REGISTER, 15, Row("k", 1), at=1, client="c2"),
+    ]
+    found = check(history)
+    assert count_by_kind(found) == {"snapshot_below_served": 1}
+    assert "served to c1" in found[0].detail
+    history.reads = [
+        Read("c1", REGISTER, "q", "lwm", 0.0, 2.0, snapshot=25, rows=(Row("k", 2),)),
+        Read("c2", REGISTER, "q", "lwm", 1.0, 3.0, snapshot=15, rows=(Row("k", 1),)),
+    ]
+    assert check(history) == [], "concurrent reads may be served in either order"
+    both = "SELECT ... FROM register UNION ALL SELECT ... FROM bank"
+    history.reads = [
+        read(REGISTER, 25, Row("k", 2), at=0),
+        read(REGISTER, 15, Row("k", 1), at=1, client="c2", query=both),
+        read(BANK, 15, at=1, client="c2", query=both),
+    ]
+    assert "snapshot_below_served" not in kinds(history), "two tables: their lowest LWM"
 
 
 def test_one_query_at_one_snapshot_answering_differently_is_caught() -> None:
