@@ -64,7 +64,11 @@ class EmbeddedRedis:
             args += ["--appendonly", "yes", "--appendfsync", "always", "--save", ""]
         else:
             args += ["--appendonly", "no", "--save", ""]
-        self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        # A session of its own: Ctrl-C in the owner's terminal reaches the whole foreground
+        # group, and a store gone first made the stopping broker log that it lost its state.
+        self.process = subprocess.Popen(
+            args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+        )
         deadline = time.monotonic() + 10
         client = redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=0.5)
         while True:

@@ -207,5 +207,6 @@ def test_the_getting_started_page_runs_as_written(
             f"block {number} did not print {missing!r}:\n{blocks[number].text}\n---\n{output}"
         )
 
-    process.send_signal(signal.SIGINT)  # Ctrl-C in the broker's terminal
+    os.killpg(process.pid, signal.SIGINT)  # Ctrl-C: the terminal signals the whole group
     assert process.wait(timeout=BROKER_START_S) == 0, log.read_text()
+    assert "lost the state store" not in log.read_text(), log.read_text()
