@@ -72,6 +72,7 @@ from pydantic import (
 
 from horizon_broker._config import MODEL_CONFIG, Rule, RuleNote, refusing, validated
 from horizon_broker._core.errors import InvalidArgument
+from horizon_broker.ingest.debezium_settings import DebeziumOrder, check_debezium_order
 from horizon_broker.ingest.granularity import Granularity
 from horizon_broker.timeline.interval import format_instant, parse_instant
 from horizon_broker.watermark.catalog import ColumnSpec, TableDescriptor
@@ -130,6 +131,8 @@ class TableDefinition:
     driver_columnar_rows: int
     version: str
     properties: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
+    debezium_order: DebeziumOrder | None = None
+    max_dead_letters: int = 1000
 
     @property
     def column_names(self) -> tuple[str, ...]:
@@ -359,6 +362,19 @@ class TableFile(BaseModel):
     properties: dict[str, str | int | float | bool] = Field(
         {}, description="More properties registered with the table (as strings)."
     )
+    debezium_order: Annotated[DebeziumOrder | None, BeforeValidator(_lowered)] = Field(
+        None,
+        description="Debezium envelopes (format ``debezium``): the event's log position that "
+        "fills the table's one comparison column: ``lsn`` (Postgres), ``binlog`` (MySQL's file, "
+        "pos and row; a ``decimal(38,0)`` column), ``scn`` (Oracle), ``ts_ms``; unset: the "
+        "comparison columns come from the row image.",
+    )
+    max_dead_letters: int = Field(
+        1000,
+        ge=0,
+        description="Debezium envelopes: a batch with more malformed events than this fails "
+        "(they are dead-lettered to ``<table>/_dead_letters/<server>/`` either way).",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -387,6 +403,7 @@ class TableFile(BaseModel):
                 "transaction_column",
                 f"transaction column {self.transaction_column!r} is not a column",
             )
+        check_debezium_order(self.debezium_order, self.comparison, known)
         with refusing(""):
             self.definition().descriptor()  # names, key, comparison and time columns
         return self
@@ -414,6 +431,8 @@ class TableFile(BaseModel):
             driver_columnar_rows=self.driver_columnar_rows,
             version=self.version,
             properties={str(key): str(value) for key, value in self.properties.items()},
+            debezium_order=self.debezium_order,
+            max_dead_letters=self.max_dead_letters,
         )
 
 

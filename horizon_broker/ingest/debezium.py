@@ -1,0 +1,409 @@
+"""Debezium change events flattened into a table's rows: a pure verdict on each event.
+
+Debezium writes one envelope per change (``op``, the ``before`` and ``after`` row images,
+``source`` with the log position, ``ts_ms``, ``transaction``), with or without the
+``schema``/``payload`` wrapper, and a tombstone (a null value) after each delete. The pipeline
+downstream knows only rows of the table's columns, so the envelopes are flattened once, before a
+batch takes any of its roads (driver rows, driver columns, Spark), and every road sees the same
+rows. This module is that flattening and nothing else: :func:`verdict` judges one event's text,
+:func:`flatten` a sequence of them; reading files (:mod:`horizon_broker.ingest.debezium_files`)
+or a stream is the caller's business.
+
+How an event becomes a row of the table:
+
+- ``c`` (create), ``u`` (update), ``r`` (snapshot read): the ``after`` image;
+- ``d`` (delete): the ``before`` image (its key columns at least), with the table's
+  ``delete_column`` true, so it ends the key's current version;
+- a tombstone is skipped (counted); ``t`` (truncate) is refused (not supported yet);
+- the table's ``delete_column`` is ``op = d``, its ``transaction_column`` the source
+  transaction (``transaction.id``, else ``source.txId``), and with ``debezium_order`` its one
+  comparison column the event's log position (:func:`log_position`);
+- anything else wrong (not JSON, no or an unknown ``op``, no image, a key column missing, a
+  value of the wrong type) is a :class:`DeadLetter`, never silently dropped.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import decimal
+import json
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from horizon_broker._core.errors import Unimplemented
+from horizon_broker.ingest.debezium_settings import DebeziumOrder
+from horizon_broker.ingest.table import TableDefinition
+
+FORMAT = "debezium"
+"""The changelog format of Debezium envelopes (JSON, one event a line)."""
+IMAGE_OPS = frozenset({"c", "u", "r"})
+DELETE_OP = "d"
+TRUNCATE_OP = "t"
+_INTEGRAL_RANGE = {
+    "tinyint": 7, "byte": 7, "smallint": 15, "short": 15,
+    "int": 31, "integer": 31, "bigint": 63, "long": 63,
+}  # fmt: skip
+_DECIMAL = re.compile(r"^decimal\(\s*(\d+)\s*,\s*(\d+)\s*\)$")
+_SIMPLE_TYPES = frozenset({"string", "boolean", "double", "float", "real", "timestamp", "date"})
+_BINLOG_FILE = re.compile(r"(\d+)$")
+
+
+@dataclass(frozen=True, slots=True)
+class Place:
+    """Where an event was read: its source (a file's path, a stream's name) and its place
+    there (a file's line number from 1, a stream's entry)."""
+
+    source: str
+    position: int
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """An event that is a change of the table: its values by column name."""
+
+    values: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Tombstone:
+    """The null value Debezium sends after a delete (for log compaction): nothing to do."""
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """An event that cannot be a row: why, where, and its text as read."""
+
+    place: Place
+    reason: str
+    text: str
+
+    def as_json(self) -> str:
+        """One line of a dead-letter file."""
+        return json.dumps(
+            {
+                "source": self.place.source,
+                "position": self.place.position,
+                "reason": self.reason,
+                "event": self.text,
+            }
+        )
+
+
+class Malformed(ValueError):
+    """Why an event is dead-lettered (caught by :func:`verdict`)."""
+
+
+class TruncateRefused(Unimplemented):
+    """A truncate event: ending every current version of the table is not supported yet."""
+
+
+Verdict = Row | Tombstone | DeadLetter
+
+
+@dataclass(frozen=True, slots=True)
+class Flattened:
+    """A sequence of events as rows (each with its source), in event order."""
+
+    rows: list[dict[str, Any]]
+    sources: list[str]
+    """The source of each row (a changelog file's path), for the stored ``_sourceFile``."""
+    dead_letters: list[DeadLetter]
+    tombstones: int
+
+
+@dataclass(frozen=True, slots=True)
+class EnvelopeSpec:
+    """What flattening needs of a table: its columns, key, and the columns the envelope fills."""
+
+    columns: tuple[tuple[str, str], ...]
+    """(name, Spark type), in the table's order."""
+    primary_key: tuple[str, ...]
+    delete_column: str | None
+    transaction_column: str | None
+    position_column: str | None
+    """The comparison column the log position fills (None: the image's values compare)."""
+    order: DebeziumOrder | None
+
+    @classmethod
+    def of(cls, table: TableDefinition) -> EnvelopeSpec:
+        order = table.debezium_order
+        return cls(
+            columns=tuple((column.name, column.type.strip().lower()) for column in table.columns),
+            primary_key=table.primary_key,
+            delete_column=table.delete_column,
+            transaction_column=table.transaction_column,
+            position_column=table.comparison_columns[0] if order else None,
+            order=order,
+        )
+
+    def type_of(self, name: str) -> str:
+        return dict(self.columns)[name]
+
+    @property
+    def filled(self) -> frozenset[str]:
+        """The columns the envelope fills, not the row image."""
+        return frozenset(
+            name
+            for name in (self.delete_column, self.transaction_column, self.position_column)
+            if name
+        )
+
+
+def table_problems(table: TableDefinition) -> list[str]:
+    """Why ``table`` cannot take Debezium envelopes (empty: it can)."""
+    problems = []
+    if not table.upsert or not table.primary_key:
+        problems.append("format debezium needs an upsert table with a primary key")
+    if table.delete_column is None:
+        problems.append(
+            "format debezium needs a delete_column (a boolean column it sets for op = d)"
+        )
+    for column in table.columns:
+        if not _supported(column.type.strip().lower()):
+            problems.append(
+                f"format debezium cannot fill column {column.name!r} of type {column.type} "
+                "(it takes string, boolean, integral, float, double, decimal(p,s), timestamp, "
+                "date and binary columns)"
+            )
+    return [f"table {table.name!r}: {problem}" for problem in problems]
+
+
+def flatten(events: Iterable[tuple[Place, str]], spec: EnvelopeSpec) -> Flattened:
+    """The rows of ``events`` (each its place and text), in order; tombstones counted,
+    malformed events dead-lettered. A truncate raises :class:`TruncateRefused`."""
+    rows: list[dict[str, Any]] = []
+    sources: list[str] = []
+    dead: list[DeadLetter] = []
+    tombstones = 0
+    for place, text in events:
+        judged = verdict(place, text, spec)
+        if isinstance(judged, Row):
+            rows.append(judged.values)
+            sources.append(place.source)
+        elif isinstance(judged, DeadLetter):
+            dead.append(judged)
+        else:
+            tombstones += 1
+    return Flattened(rows, sources, dead, tombstones)
+
+
+def verdict(place: Place, text: str, spec: EnvelopeSpec) -> Verdict:
+    """What one event is: a row, a tombstone, or a dead letter (a truncate raises)."""
+    try:
+        value = json.loads(text)
+    except ValueError as error:
+        return DeadLetter(place, f"not JSON: {error}", text)
+    try:
+        payload = unwrapped(value)
+        if payload is None:
+            return Tombstone()
+        return Row(row_of(payload, spec, place))
+    except Malformed as error:
+        return DeadLetter(place, str(error), text)
+
+
+def unwrapped(value: Any) -> Mapping[str, Any] | None:
+    """The envelope without its ``schema``/``payload`` wrapper; None for a tombstone."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise Malformed(f"an event is a JSON object, not {type(value).__name__}")
+    if "payload" in value and "op" not in value:
+        return unwrapped(value["payload"])
+    return value
+
+
+def row_of(envelope: Mapping[str, Any], spec: EnvelopeSpec, place: Place) -> dict[str, Any]:
+    """The row one envelope makes (its image's columns, and those the envelope fills)."""
+    op = checked_op(envelope, place)
+    side = "before" if op == DELETE_OP else "after"
+    image = envelope.get(side)
+    if not isinstance(image, dict):
+        raise Malformed(f"op {op!r} needs a {side} image, got {_kind(image)}")
+    row = image_values(image, spec, side)
+    if spec.delete_column:
+        row[spec.delete_column] = op == DELETE_OP
+    if spec.transaction_column:
+        row[spec.transaction_column] = transaction_id(envelope)
+    if spec.position_column and spec.order:
+        position = log_position(envelope, spec.order)
+        row[spec.position_column] = column_value(
+            position, spec.type_of(spec.position_column), spec.position_column
+        )
+    return row
+
+
+def checked_op(envelope: Mapping[str, Any], place: Place) -> str:
+    """The event's ``op``: c, u, r or d (a truncate raises, anything else is malformed)."""
+    op = envelope.get("op")
+    if op is None:
+        raise Malformed("no op")
+    if op == TRUNCATE_OP:
+        raise TruncateRefused(
+            f"a truncate event (op = t) at {place.source}:{place.position}: truncating a table "
+            "is not supported yet; remove the event (or skip truncates in the connector: "
+            "skipped.operations = t)"
+        )
+    if op not in IMAGE_OPS and op != DELETE_OP:
+        raise Malformed(f"unknown op {op!r} (expected c, u, r, d or t)")
+    return str(op)
+
+
+def image_values(image: Mapping[str, Any], spec: EnvelopeSpec, side: str) -> dict[str, Any]:
+    """The table's columns from a row image (a missing non-key column is null)."""
+    row = {}
+    for name, type_ in spec.columns:
+        if name in spec.filled:
+            continue
+        value = image.get(name)
+        if value is None and name in spec.primary_key:
+            raise Malformed(f"key column {name!r} is missing from the {side} image")
+        row[name] = None if value is None else column_value(value, type_, name)
+    return row
+
+
+def transaction_id(envelope: Mapping[str, Any]) -> str | None:
+    """The source transaction of an event: ``transaction.id`` (Debezium's transaction
+    metadata), else ``source.txId``; None when neither is there (the change commits alone)."""
+    transaction = envelope.get("transaction")
+    if isinstance(transaction, dict) and transaction.get("id") is not None:
+        return str(transaction["id"])
+    source = envelope.get("source")
+    if isinstance(source, dict) and source.get("txId") is not None:
+        return str(source["txId"])
+    return None
+
+
+def log_position(envelope: Mapping[str, Any], order: DebeziumOrder) -> int:
+    """The event's place in the source database's log, as one comparable number.
+
+    ``lsn``: Postgres' ``source.lsn``; ``scn``: Oracle's ``source.scn`` (a string of digits);
+    ``binlog``: MySQL's ``source.file`` (its number), ``source.pos`` and ``source.row`` (the
+    row within a multi-row event) as ``file * 10**24 + pos * 10**5 + row``; ``ts_ms``:
+    ``source.ts_ms``, else the envelope's ``ts_ms``.
+
+    >>> log_position({"source": {"file": "mysql-bin.000003", "pos": 154, "row": 1}}, DebeziumOrder.BINLOG)
+    3000000000000000015400001
+    """
+    source = envelope.get("source")
+    source = source if isinstance(source, dict) else {}
+    if order is DebeziumOrder.TS_MS:
+        return _whole(source.get("ts_ms", envelope.get("ts_ms")), "ts_ms")
+    if order is DebeziumOrder.LSN:
+        return _whole(source.get("lsn"), "source.lsn")
+    if order is DebeziumOrder.SCN:
+        return _whole(source.get("scn"), "source.scn")
+    file = source.get("file")
+    number = _BINLOG_FILE.search(file) if isinstance(file, str) else None
+    if number is None:
+        raise Malformed(f"source.file {file!r} is not a binlog file name ending in its number")
+    pos = _whole(source.get("pos"), "source.pos")
+    row = _whole(source.get("row", 0), "source.row")
+    if pos >= 10**19 or row >= 10**5:
+        raise Malformed(f"binlog position {pos}/{row} is out of range")
+    return int(number.group(1)) * 10**24 + pos * 10**5 + row
+
+
+def column_value(value: Any, type_: str, name: str) -> Any:
+    """A JSON value as the Python value of a column of Spark type ``type_`` (raises
+    :class:`Malformed` naming the column when it is the wrong type)."""
+    try:
+        return _converted(value, type_)
+    except (ValueError, TypeError, ArithmeticError) as error:
+        raise Malformed(f"column {name!r} ({type_}): {error}") from None
+
+
+def _converted(value: Any, type_: str) -> Any:
+    if type_ == "string":
+        return _expect(value, str)
+    if type_ == "boolean":
+        return _expect(value, bool)
+    if type_ in _INTEGRAL_RANGE:
+        number = _expect(value, int)
+        bits = _INTEGRAL_RANGE[type_]
+        if not -(2**bits) <= number < 2**bits:
+            raise ValueError(f"{number} is out of range")
+        return number
+    if type_ in ("double", "float", "real"):
+        return float(_expect(value, (int, float)))
+    if type_ == "timestamp":
+        return _timestamp(value)
+    if type_ == "date":
+        return _date(value)
+    if type_ == "binary":
+        return base64.b64decode(_expect(value, str), validate=True)
+    match = _DECIMAL.match(type_)
+    if match is not None:
+        return _decimal(value, int(match.group(1)), int(match.group(2)))
+    raise ValueError(f"type {type_} is not supported")
+
+
+def _supported(type_: str) -> bool:
+    return (
+        type_ in _SIMPLE_TYPES
+        or type_ in _INTEGRAL_RANGE
+        or type_ == "binary"
+        or _DECIMAL.match(type_) is not None
+    )
+
+
+def _expect(value: Any, kinds: type | tuple[type, ...]) -> Any:
+    """``value`` if it is one of ``kinds`` (a bool is not a number)."""
+    if isinstance(value, bool) and bool not in (kinds if isinstance(kinds, tuple) else (kinds,)):
+        raise TypeError(f"expected {_names(kinds)}, got a boolean")
+    if not isinstance(value, kinds):
+        raise TypeError(f"expected {_names(kinds)}, got {_kind(value)}")
+    return value
+
+
+def _timestamp(value: Any) -> datetime.datetime:
+    """Epoch milliseconds (``io.debezium.time.Timestamp``) or an ISO-8601 string
+    (``ZonedTimestamp``; no zone is UTC)."""
+    if isinstance(value, str):
+        parsed = datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
+        return parsed if parsed.tzinfo else parsed.replace(tzinfo=datetime.UTC)
+    millis = _expect(value, int)
+    return datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC) + datetime.timedelta(
+        milliseconds=millis
+    )
+
+
+def _date(value: Any) -> datetime.date:
+    """Days since the epoch (``io.debezium.time.Date``) or an ISO date."""
+    if isinstance(value, str):
+        return datetime.date.fromisoformat(value)
+    return datetime.date(1970, 1, 1) + datetime.timedelta(days=_expect(value, int))
+
+
+def _decimal(value: Any, precision: int, scale: int) -> decimal.Decimal:
+    """A number or numeric string (``decimal.handling.mode`` ``string`` or ``double``)."""
+    if isinstance(value, str):
+        number = decimal.Decimal(value)
+    else:
+        number = decimal.Decimal(str(_expect(value, (int, float))))
+    if not number.is_finite():
+        raise ValueError(f"{value!r} is not a finite number")
+    quantized = number.quantize(decimal.Decimal(1).scaleb(-scale))
+    if quantized != number or len(quantized.as_tuple().digits) > precision:
+        raise ValueError(f"{value!r} does not fit decimal({precision},{scale})")
+    return quantized
+
+
+def _whole(value: Any, what: str) -> int:
+    """An integral log position (a number, or a string of digits as Oracle's SCN is)."""
+    if isinstance(value, str) and value.isdigit():
+        return int(value)
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    raise Malformed(f"{what} is {_kind(value)}, not a log position")
+
+
+def _kind(value: Any) -> str:
+    return "nothing" if value is None else f"{type(value).__name__} {value!r}"[:60]
+
+
+def _names(kinds: type | tuple[type, ...]) -> str:
+    return " or ".join(kind.__name__ for kind in (kinds if isinstance(kinds, tuple) else (kinds,)))
