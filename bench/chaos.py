@@ -11,19 +11,23 @@ compaction killed mid-flight). Then everything is brought back, the writes are a
 kind, faults by kind, availability by fault window and anomalies by kind; the exit code is 1 on
 any anomaly. Results go to ``bench/results/chaos.json``.
 
-Run: ``python -m bench.chaos --duration 60 --seed 1``.
+Run: ``python -m bench.chaos --duration 60 --seed 1``. ``--mutation NAME`` (or ``--mutations
+all``) plants bugs and reports which anomaly kinds caught them (:mod:`bench.chaos_mutations`).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import shutil
+import subprocess
 import sys
 import tempfile
 import threading
 import time
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -55,16 +59,28 @@ def key_owners(servers: dict[str, list[int]], keys: int) -> dict[int, str]:
     return {key: by_partition[partition] for key, partition in enumerate(found)}
 
 
-def run(duration: float, seed: int, work: Path, *, servers: int = 2) -> dict[str, Any]:
+def run(
+    duration: float,
+    seed: int,
+    work: Path,
+    *,
+    servers: int = 2,
+    mutation: str | None = None,
+    compaction_pass: bool = False,
+    inject_faults: bool = True,
+) -> dict[str, Any]:
+    """One run. ``mutation`` plants a bug (:mod:`chaos.mutations`) in the processes it names;
+    ``compaction_pass`` runs one compaction to its end halfway (mutated runs: compaction must
+    complete inside the window, not only be killed); ``inject_faults`` False injects none."""
     from chaos.checker import check, count_by_kind
     from chaos.cluster import BANK, Cluster
     from chaos.faults import Faults
-    from chaos.workload import Readers, Writer, history
+    from chaos.workload import Readers, Writer, commit_points, history
     from horizon_broker.client import connect
 
     owned = _partitions(servers)
     owners = key_owners(owned, ACCOUNTS)
-    cluster = Cluster(work, owned)
+    cluster = Cluster(work, owned, mutation=mutation)
     writer = Writer(work, owners, seed)
     started = time.monotonic()
     cluster.start()
@@ -76,18 +92,26 @@ def run(duration: float, seed: int, work: Path, *, servers: int = 2) -> dict[str
         writer.opening()
         bank_since = _wait_for_writes(client, writer, SETTLE_TIMEOUT_S)
         readers.since = bank_since
+        readers.commit_points = lambda: commit_points(work)
         startup_s = time.monotonic() - started
         print(f"cluster up and opening balances visible after {startup_s:.0f} s", flush=True)
         supervisor = threading.Thread(target=faults.supervise, daemon=True)
         supervisor.start()
         readers.start()
-        deadline = time.monotonic() + duration
-        injector = threading.Thread(target=faults.run, args=(deadline,), daemon=True)
-        injector.start()
+        reading_from = time.monotonic()
+        deadline = reading_from + duration
+        background = [
+            _started(faults.run, deadline, _faults_first(mutation)) if inject_faults else None,
+            _started(_compaction_pass, cluster, reading_from + duration / 2, deadline)
+            if compaction_pass
+            else None,
+        ]
         while time.monotonic() < deadline:
             writer.step()
             time.sleep(0.2)
-        injector.join()
+        for thread in background:
+            if thread is not None:
+                thread.join()
         faults.settle()
         final_high = _wait_for_writes(client, writer, SETTLE_TIMEOUT_S)
         time.sleep(2.0)  # a few reads at the final LWM
@@ -104,7 +128,12 @@ def run(duration: float, seed: int, work: Path, *, servers: int = 2) -> dict[str
     return {
         "duration_s": duration,
         "seed": seed,
+        "mutation": mutation,
+        "compaction_pass": _pass_outcome(cluster) if compaction_pass else None,
+        "first_anomaly_s": _first_anomaly_s(anomalies, reading_from),
+        "anomaly_kinds_first_s": _first_by_kind(anomalies, reading_from),
         "startup_s": round(startup_s, 1),
+        "run_s": round(time.monotonic() - started, 1),
         "files_written": len(writer.files),
         "operations": dict(writer.counts),
         "writes_acknowledged": len(recorded.writes),
@@ -126,6 +155,53 @@ def run(duration: float, seed: int, work: Path, *, servers: int = 2) -> dict[str
         "log_tails": _log_tails(cluster.logs) if anomalies else {},
         "bank_table": BANK,
     }
+
+
+def _faults_first(mutation: str | None) -> tuple[str, ...]:
+    """The fault kinds the planted bugs need early (none unmutated)."""
+    from chaos.mutations import mutations
+
+    return tuple(k for m in mutations(mutation) for k in m.faults) if mutation else ()
+
+
+def _started(target: Callable[..., None], *args: Any) -> threading.Thread:
+    thread = threading.Thread(target=target, args=args, daemon=True)
+    thread.start()
+    return thread
+
+
+def _compaction_pass(cluster: Any, at: float, deadline: float) -> None:
+    """At ``at``, one compaction pass of the bank, awaited to its end (a few minutes past the
+    workload's ``deadline`` at most)."""
+    time.sleep(max(0.0, at - time.monotonic()))
+    cluster.compaction_pass.start()
+    popen = cluster.compaction_pass.popen
+    with contextlib.suppress(subprocess.TimeoutExpired):  # still running: stopped with the rest
+        popen.wait(timeout=max(1.0, deadline + SETTLE_TIMEOUT_S - time.monotonic()))
+
+
+def _pass_outcome(cluster: Any) -> str:
+    """The compaction pass's last line (what it compacted), or why there is none."""
+    log = cluster.compaction_pass.log
+    if not log.exists():
+        return "not started"
+    lines = [line for line in log.read_text(errors="replace").splitlines() if line.strip()]
+    return lines[-1][:300] if lines else "no output"
+
+
+def _first_anomaly_s(anomalies: list[Any], since: float) -> float | None:
+    """Seconds from the readers' start to the first read an anomaly names."""
+    times = [a.read.started for a in anomalies if a.read is not None]
+    return round(min(times) - since, 1) if times else None
+
+
+def _first_by_kind(anomalies: list[Any], since: float) -> dict[str, float]:
+    first: dict[str, float] = {}
+    for anomaly in anomalies:
+        if anomaly.read is not None:
+            at = round(anomaly.read.started - since, 1)
+            first[anomaly.kind] = min(first.get(anomaly.kind, at), at)
+    return dict(sorted(first.items()))
 
 
 def _wait_for_writes(client: Any, writer: Any, timeout: float) -> int:
@@ -233,7 +309,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
     parser.add_argument("--no-results", action="store_true", help="do not write chaos.json")
     parser.add_argument("--json", type=Path, help="also write the results to this file")
+    parser.add_argument(
+        "--mutation", "--mutations", dest="mutations", metavar="NAME",
+        help="plant a bug (chaos/mutations.py; 'all': each in turn, 'none': the same run "
+        "unmutated) and report which anomaly kinds caught it",
+    )  # fmt: skip
+    parser.add_argument("--no-faults", action="store_true", help="inject no faults")
     args = parser.parse_args(argv)
+    if args.mutations:
+        return _mutations(args)
     work = Path(tempfile.mkdtemp(prefix="horizon-chaos-"))
     try:
         results = run(args.duration, args.seed, work, servers=args.servers)
@@ -248,6 +332,37 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_results:
         print(f"wrote {write_results('chaos', results)}")
     return 1 if results["anomalies"] else 0
+
+
+def _mutations(args: argparse.Namespace) -> int:
+    """Each requested mutation in its own run; the table of verdicts; 1 unless all caught."""
+    from bench.chaos_mutations import (
+        all_caught,
+        names,
+        needs_compaction,
+        print_verdicts,
+        run_mutation,
+    )
+
+    try:
+        chosen = names(args.mutations)
+    except ValueError as error:
+        raise SystemExit(str(error)) from None
+    outcomes = {}
+    for name in chosen:
+        print(f"-- {name}", flush=True)
+        outcomes[name] = results = run_mutation(
+            run, name, args.duration, args.seed, servers=args.servers,
+            inject_faults=not args.no_faults, compaction_pass=needs_compaction(chosen),
+            keep=args.keep,
+        )  # fmt: skip
+        print_report(results)
+        print_verdicts(outcomes)
+    if args.json is not None:
+        args.json.write_text(json.dumps(outcomes, indent=2, default=str))
+    if not args.no_results:
+        print(f"wrote {write_results('chaos_mutations', outcomes)}")
+    return 0 if all_caught(outcomes) else 1
 
 
 if __name__ == "__main__":

@@ -61,6 +61,10 @@ def table_definitions(storage: Path) -> dict[str, dict[str, Any]]:
             "columns": {"key": "bigint", "value": "bigint", "seq": "bigint", "deleted": "boolean"},
             "primary_key": ["key"],
             **common,
+            # Its rare batches run on Spark, the path of large batches (the others are small
+            # enough for the driver): seconds between taking commit timestamps and announcing.
+            "driver_batch_rows": 0,
+            "driver_columnar_rows": 0,
         },
     }
 
@@ -160,7 +164,15 @@ class Process:
 class Cluster:
     """Redis, the broker and the ingestion servers of one run, in ``work``."""
 
-    def __init__(self, work: Path, servers: dict[str, list[int]], *, recheck_s: float = 2.0):
+    def __init__(
+        self,
+        work: Path,
+        servers: dict[str, list[int]],
+        *,
+        recheck_s: float = 2.0,
+        mutation: str | None = None,
+    ):
+        """``mutation`` (:mod:`chaos.mutations`) is planted in the processes it names."""
         self.work = work
         self.storage = work / "storage"
         self.logs = work / "logs"
@@ -216,6 +228,27 @@ class Cluster:
              self.redis.url, "--spark-master", "local[1]"],
             self.logs / "compactor.log",
         )  # fmt: skip
+        self.compaction_pass = Process(
+            "compaction-pass", self.compactor.command, self.logs / "compaction-pass.log"
+        )
+        """One compaction pass run to its end (mutated runs: a compaction that completes)."""
+        if mutation is not None:
+            self._plant(mutation)
+
+    def _plant(self, names: str) -> None:
+        """Start the processes each mutation of ``names`` (``A`` or ``A+B``) names through
+        :mod:`chaos.mutant`."""
+        from chaos.mutant import mutated_command
+        from chaos.mutations import BROKER, COMPACTOR, SERVER, mutations
+
+        for planted in mutations(names):
+            targets = {
+                BROKER: [self.broker],
+                SERVER: list(self.servers.values()),
+                COMPACTOR: [self.compactor, self.compaction_pass],
+            }[planted.process]
+            for process in targets:
+                process.command = mutated_command(planted.name, process.command)
 
     @property
     def target(self) -> str:
@@ -228,7 +261,9 @@ class Cluster:
         self.broker.start()
 
     def stop(self) -> None:
-        for process in (self.compactor, self.broker, *self.servers.values()):
+        for process in (
+            self.compactor, self.compaction_pass, self.broker, *self.servers.values()
+        ):  # fmt: skip
             process.stop()
         self.redis.close()
 

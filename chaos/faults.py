@@ -11,7 +11,7 @@ import signal
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -54,11 +54,13 @@ class Faults:
 
     # -- the schedule ----------------------------------------------------------------------------
 
-    def run(self, deadline: float) -> None:
+    def run(self, deadline: float, first: Sequence[str] = ()) -> None:
         """Every kind once in a shuffled order, then at random, until ``deadline``; the kinds
-        not yet injected by then still are, one after another, so a short run has them all."""
+        not yet injected by then still are, one after another, so a short run has them all.
+        ``first`` are injected before the others (a planted bug that needs them early)."""
         kinds = list(FAULT_KINDS)
         self.random.shuffle(kinds)
+        kinds = [*first, *kinds]
         while not self.stop.is_set():
             left = deadline - time.monotonic()
             if left <= 0 and not kinds:

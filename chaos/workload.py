@@ -25,6 +25,7 @@ import random
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -222,6 +223,11 @@ def acknowledged(work: Path) -> set[str]:
     return {ack["file"] for ack in _acks(work)}
 
 
+def commit_points(work: Path, table: str = BANK) -> list[int]:
+    """The first commit timestamp of each acknowledged batch of ``table``, in order."""
+    return sorted(a["base"] for a in _acks(work) if a.get("table") == table and a.get("base"))
+
+
 def _acks(work: Path) -> list[dict[str, Any]]:
     entries = []
     for path in sorted((work / "acks").glob("*.jsonl")):
@@ -242,6 +248,9 @@ class Readers:
         self._threads: list[threading.Thread] = []
         self.since = 0
         """The earliest snapshot time travel may pick (every account opened by then)."""
+        self.commit_points: Callable[[], list[int]] = list
+        """Commit timestamps of bank writes (:func:`commit_points`): change feeds start at them
+        and time travel reads at them too, where a bound is exact or off by one."""
 
     def start(self) -> None:
         for number in range(self.count):
@@ -290,11 +299,15 @@ class Readers:
             sql = f"{BANK_SQL} VERSION AS OF {seen[-1]}"
         elif kind == "travel" and seen:
             old = [s for s in seen if s >= self.since] or seen
-            sql = f"{BANK_SQL} VERSION AS OF {chooser.choice(old[: max(1, len(old) // 2)])}"
+            old = old[: max(1, len(old) // 2)]
+            exact = [point for point in self.commit_points() if old[0] <= point <= seen[-1]]
+            if exact and chooser.random() < 0.5:  # a write's own instant: a boundary
+                old = exact
+            sql = f"{BANK_SQL} VERSION AS OF {chooser.choice(old)}"
         elif kind == "self_join":
             sql = SELF_JOIN_SQL
         elif kind == "changes" and len(seen) >= 2:
-            sql, window = _changes_query(seen, chooser)
+            sql, window = _changes_query(seen, chooser, self.commit_points())
         else:
             kind = "lwm"
         started = time.monotonic()
@@ -327,11 +340,17 @@ def history(writer: Writer, readers: Readers, faults: list[Any]) -> History:
     )
 
 
-def _changes_query(seen: list[int], chooser: random.Random) -> tuple[str, tuple[int, int]]:
-    """A change-feed read of the bank between two snapshots already seen, and its window."""
+def _changes_query(
+    seen: list[int], chooser: random.Random, commits: list[int]
+) -> tuple[str, tuple[int, int]]:
+    """A change-feed read of the bank between two snapshots already seen, or from a write's
+    commit timestamp to the last snapshot seen, and its window."""
     low, high = (
         sorted(chooser.sample(seen[-20:], 2)) if len(set(seen[-20:])) > 1 else (seen[0], seen[-1])
     )
+    starts = [point for point in commits if point < seen[-1]][-20:]
+    if starts and chooser.random() < 0.5:
+        low, high = chooser.choice(starts), seen[-1]
     sql = (
         f"SELECT account, txn, _change_type FROM table_changes('bank', {low}, {high}) "
         "WHERE _change_type IN ('insert', 'update_postimage')"
