@@ -71,7 +71,8 @@ def run(
 ) -> dict[str, Any]:
     """One run. ``mutation`` plants a bug (:mod:`chaos.mutations`) in the processes it names;
     ``compaction_pass`` runs one compaction to its end halfway (mutated runs: compaction must
-    complete inside the window, not only be killed); ``inject_faults`` False injects none."""
+    complete inside the window, not only be killed); ``inject_faults`` False injects none but
+    those the mutation asks for."""
     from chaos.checker import check, count_by_kind
     from chaos.cluster import BANK, Cluster
     from chaos.faults import Faults
@@ -101,7 +102,7 @@ def run(
         reading_from = time.monotonic()
         deadline = reading_from + duration
         background = [
-            _started(faults.run, deadline, _faults_first(mutation)) if inject_faults else None,
+            _started(faults.run, deadline, _faults_first(mutation), others=inject_faults),
             _started(_compaction_pass, cluster, reading_from + duration / 2, deadline)
             if compaction_pass
             else None,
@@ -164,8 +165,8 @@ def _faults_first(mutation: str | None) -> tuple[str, ...]:
     return tuple(k for m in mutations(mutation) for k in m.faults) if mutation else ()
 
 
-def _started(target: Callable[..., None], *args: Any) -> threading.Thread:
-    thread = threading.Thread(target=target, args=args, daemon=True)
+def _started(target: Callable[..., None], *args: Any, **kwargs: Any) -> threading.Thread:
+    thread = threading.Thread(target=target, args=args, kwargs=kwargs, daemon=True)
     thread.start()
     return thread
 
@@ -314,7 +315,9 @@ def main(argv: list[str] | None = None) -> int:
         help="plant a bug (chaos/mutations.py; 'all': each in turn, 'none': the same run "
         "unmutated) and report which anomaly kinds caught it",
     )  # fmt: skip
-    parser.add_argument("--no-faults", action="store_true", help="inject no faults")
+    parser.add_argument(
+        "--no-faults", action="store_true", help="inject no faults (but those a mutation asks for)"
+    )
     args = parser.parse_args(argv)
     if args.mutations:
         return _mutations(args)

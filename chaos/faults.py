@@ -54,13 +54,15 @@ class Faults:
 
     # -- the schedule ----------------------------------------------------------------------------
 
-    def run(self, deadline: float, first: Sequence[str] = ()) -> None:
+    def run(self, deadline: float, first: Sequence[str] = (), *, others: bool = True) -> None:
         """Every kind once in a shuffled order, then at random, until ``deadline``; the kinds
         not yet injected by then still are, one after another, so a short run has them all.
-        ``first`` are injected before the others (a planted bug that needs them early)."""
-        kinds = list(FAULT_KINDS)
+        ``first`` are injected before the others (a planted bug that needs them early);
+        ``others`` False injects those only."""
+        kinds = list(FAULT_KINDS) if others else []
         self.random.shuffle(kinds)
         kinds = [*first, *kinds]
+        all_kinds = FAULT_KINDS if others else ()
         while not self.stop.is_set():
             left = deadline - time.monotonic()
             if left <= 0 and not kinds:
@@ -70,8 +72,10 @@ class Faults:
                 return
             if kinds:
                 self.inject(kinds.pop(0))
+            elif not all_kinds:
+                return
             elif time.monotonic() < deadline:
-                self.inject(self.random.choice(FAULT_KINDS))
+                self.inject(self.random.choice(all_kinds))
 
     def inject(self, kind: str) -> Fault:
         started = time.monotonic()
