@@ -71,4 +71,4 @@ chaos: install
 	$(BIN)/python -m bench.chaos --duration $(DURATION) --seed $(SEED)
 
 clean:
-	rm -rf $(VENV) horizon_broker/broker/_proto .pytest_cache .ruff_cache .hypothesis site
+	rm -rf $(VENV) horizon_broker/broker/_proto .pytest_cache .ruff_cache .mypy_cache .import_linter_cache .hypothesis site

@@ -37,9 +37,14 @@ _KINDS = {
     "must be a table": ("dict_type", "model_type", "dataclass_type", "model_attributes_type"),
     "must be a list": ("list_type", "tuple_type"),
 }
-_RULES.update(
-    {kind: (lambda ctx, text=text: text) for text, kinds in _KINDS.items() for kind in kinds}
-)
+
+
+def _says(text: str) -> Callable[[Mapping[str, Any]], str]:
+    """A rule whose message needs nothing of the error's context."""
+    return lambda _ctx: text
+
+
+_RULES.update({kind: _says(text) for text, kinds in _KINDS.items() for kind in kinds})
 _UNKNOWN = ("unexpected_keyword_argument", "extra_forbidden")
 
 

@@ -35,8 +35,13 @@ def section_markdown(title: str, kind: Any, *, skip: tuple[str, ...] = ()) -> li
     lines += ["| key | type | default | rule | meaning |", "| --- | --- | --- | --- | --- |"]
     for name, info in fields_of(kind).items():
         if name not in skip:
-            cells = (f"`{name}`", type_text(types.input_type(info)), default_text(info))
-            cells += (rule_text(info), _cell(info.description or ""))
+            cells = (
+                f"`{name}`",
+                type_text(types.input_type(info)),
+                default_text(info),
+                rule_text(info),
+                _cell(info.description or ""),
+            )
             lines.append("| " + " | ".join(cells) + " |")
     return [*lines, ""]
 

@@ -74,12 +74,18 @@ def section(cls: type[T]) -> type[T]:
             raise refusal(error, made) from None
 
     made.__init__ = checked_init
-    return made  # type: ignore[no-any-return]
+    return made
 
 
-@functools.cache
-def _adapter(kind: Any) -> TypeAdapter[Any]:
-    return TypeAdapter(kind)
+_ADAPTERS: dict[Any, TypeAdapter[Any]] = {}
+"""One adapter per model (building one costs a schema walk); a race builds one twice."""
+
+
+def _adapter(kind: type[T]) -> TypeAdapter[T]:
+    found = _ADAPTERS.get(kind)
+    if found is None:
+        found = _ADAPTERS.setdefault(kind, TypeAdapter(kind))
+    return found
 
 
 def validated(
@@ -93,7 +99,7 @@ def validated(
     at once in one InvalidArgument naming ``source`` (the file), the section, key and rule.
     ``origins`` names the environment variable a value came from instead of the file."""
     try:
-        return _adapter(kind).validate_python(data)  # type: ignore[no-any-return]
+        return _adapter(kind).validate_python(data)
     except ValidationError as error:
         raise refusal(error, kind, source=source, origins=origins or {}) from None
 
