@@ -20,7 +20,7 @@ Modules, one idea each, in the order a batch meets them (``job`` ties them toget
   publish, report, done), ``recovery`` (a restart), ``update_run`` and ``updater`` (validUntil
   rewrites as overwrite segments, a transaction like a batch);
 - upkeep: ``upkeep`` (between transactions), ``garbage`` (what may be deleted), ``retention``
-  (the history horizon), ``compaction_records`` (what compactions replaced, read by both floors);
+  (the history horizon), ``compaction_records`` (what compactions replaced, read by both ingest and compaction);
 - foundations: ``table`` (TOML definition -> TableDefinition -> TableDescriptor), ``granularity``
   (time chunks), ``partitioning`` (key partition = pmod(xxhash64(pk), n)), ``storage`` (Hadoop
   FileSystem), ``local_frames`` (small driver tables).

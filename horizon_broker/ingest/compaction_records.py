@@ -1,4 +1,4 @@
-"""The records compactions leave under ``<table root>/_compaction/``, as both floors read them.
+"""The records compactions leave under ``<table root>/_compaction/``, as ingest and compaction both read them.
 
 A compaction (:mod:`horizon_broker.compaction.run`) writes one JSON record per published run naming its inputs
 and outputs; :mod:`horizon_broker.compaction.collect` withdraws and deletes the inputs from them once their grace

@@ -13,6 +13,6 @@ and :mod:`~horizon_broker.broker.direct_lookup.reading` checks the broker can re
 
 Sits above :mod:`horizon_broker.broker.spark`, whose failure types it raises (an unreadable file
 is one, whichever engine found it): may import that, :mod:`horizon_broker.broker.sql`,
-:mod:`horizon_broker.broker.config` and the floors below the broker; never
+:mod:`horizon_broker.broker.config` and the layers below the broker; never
 :mod:`horizon_broker.broker.engine` or the doors.
 """

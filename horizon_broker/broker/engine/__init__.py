@@ -10,7 +10,7 @@ catalog built from the follower (:mod:`~horizon_broker.broker.engine.catalog`), 
 (:mod:`~horizon_broker.broker.engine.explain`) and the query registry live here too.
 
 May import :mod:`horizon_broker.broker.sql`, :mod:`horizon_broker.broker.spark`, :mod:`horizon_broker.broker.config`, :mod:`horizon_broker.broker.grants`
-and the floors below the broker; never :mod:`horizon_broker.broker.api`.
+and the layers below the broker; never :mod:`horizon_broker.broker.api`.
 """
 
 from horizon_broker.broker.engine.execution import FIRST_FLUSH_BYTES, Execution

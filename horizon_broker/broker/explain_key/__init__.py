@@ -11,5 +11,5 @@ from the segment files (pyarrow) and the compaction records. The doors (the gRPC
 InspectionService, the console) reach it through :mod:`horizon_broker.broker.api.inspection`.
 
 Sits beside :mod:`horizon_broker.broker.engine` (neither imports the other): may import
-:mod:`horizon_broker.broker.direct_lookup` and the floors below the broker.
+:mod:`horizon_broker.broker.direct_lookup` and the layers below the broker.
 """

@@ -5,7 +5,7 @@ Public API: :func:`parse_query` and :func:`bind` (or both at once, :func:`rewrit
 :class:`WorkBudget`, :class:`RewriteResult`, :class:`QueryPlan` (with its :class:`QueryShape`),
 :class:`TableRead`. ``functions_from_spark.function_policy_from_spark(spark)`` builds the policy
 once at start-up. Pure (no I/O, no clocks); imports nothing of the broker but itself, and only
-the pure floors below (``horizon_broker._core.errors``, ``horizon_broker._core.hlc``, ``timeline``, ``horizon_broker.watermark.catalog``).
+the pure layers below (``horizon_broker._core.errors``, ``horizon_broker._core.hlc``, ``timeline``, ``horizon_broker.watermark.catalog``).
 
 Decisions where ``spec/sql.md`` is silent:
 
