@@ -1,6 +1,6 @@
 """The house rules of the layout that the tools do not keep.
 
-The import rules (the floors, the broker's rooms, no cycle, the package never importing the
+The import rules (the layers, the broker's rooms, no cycle, the package never importing the
 checkout's demo, chaos, bench or tests) are import-linter contracts in ``pyproject.toml``, run by
 ``lint-imports`` in ``make lint``, ``make test`` and ``make test-fast``. The size of a function is
 ruff's (C901, PLR0912, PLR0915). What is left here is one backstop on the size of a module."""
