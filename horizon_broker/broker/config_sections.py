@@ -295,6 +295,12 @@ class LimitsConfig(Section):
         "snapshot, a pin, a slow Redis); each waits on a thread of its own, so the bound keeps "
         "threads finite.",
     )
+    max_subscriptions_per_identity: int = Field(
+        8,
+        ge=0,
+        description="Subscribe streams one identity may hold open at once; one more is "
+        "RESOURCE_EXHAUSTED (0: subscriptions are off).",
+    )
 
     @property
     def budget(self) -> WorkBudget:

@@ -34,9 +34,18 @@ from horizon_broker.broker.engine.pinning import DEFAULT_LEASE_S, find_pin, reso
 from horizon_broker.broker.engine.read_options import ReadOptions
 from horizon_broker.broker.grants import Principal, check_read
 from horizon_broker.broker.spark.executor import CANCELLED, DEADLINE, QueryScope
+from horizon_broker.broker.subscribe import (
+    OpenSubscriptions,
+    produce_subscription,
+    relay_subscription,
+    subscription_plan,
+)
 from horizon_broker.watermark import tokens
 
 log = logging.getLogger("horizon.broker.api.query_service")
+
+SUBSCRIPTION_PIPE = 2
+"""Subscribe messages handed over and not yet written: a slow subscriber's deltas coalesce."""
 
 _QUERY_ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
 
@@ -279,6 +288,9 @@ class QueryServicer(rpc.QueryServiceServicer):
         self.engine = engine
         self.auth = auth
         self.offload = offload
+        self.subscriptions = OpenSubscriptions(
+            lambda: engine.config.limits.max_subscriptions_per_identity
+        )
 
     @stream_errors
     async def ExecuteQuery(
@@ -452,3 +464,22 @@ class QueryServicer(rpc.QueryServiceServicer):
         store = self.engine.pin_store()
         check_read(principal, store.pin_tables(pin_id))
         return pb.ReleaseSnapshotResponse(released=store.release(pin_id, owner=principal.name))
+
+    @stream_errors
+    async def Subscribe(
+        self, request: pb.SubscribeRequest, context: grpc.aio.ServicerContext
+    ) -> None:
+        """A standing query on a thread of its own (:mod:`horizon_broker.broker.subscribe`)."""
+        principal = caller(self.auth, context)
+        plan = subscription_plan(request)
+        subscriptions = self.subscriptions
+        with subscriptions.open(principal.name):
+            pipe = ResultPipe(asyncio.get_running_loop(), capacity=SUBSCRIPTION_PIPE)
+            produce = functools.partial(
+                produce_subscription, self.engine, principal, plan, pipe, subscriptions.stopping
+            )
+            self.offload.start(produce, "horizon-subscribe")
+            try:
+                await relay_subscription(pipe, context, subscriptions.stopping)
+            finally:
+                pipe.close()

@@ -69,6 +69,8 @@ class BrokerServer:
         self._functions = functions
         self._server: grpc.aio.Server | None = None
         self._health: Any = None
+        self._subscriptions: Any = None
+        """The query service's open subscriptions, ended (UNAVAILABLE) before the server stops."""
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: threading.Thread | None = None
         self.engine: QueryEngine | None = None
@@ -288,9 +290,9 @@ class BrokerServer:
             ],
         )
         auth = Authenticator(self.config.tokens)
-        rpc.add_QueryServiceServicer_to_server(
-            QueryServicer(self.engine, auth, self.offload), server
-        )
+        queries = QueryServicer(self.engine, auth, self.offload)
+        self._subscriptions = queries.subscriptions
+        rpc.add_QueryServiceServicer_to_server(queries, server)
         rpc.add_InspectionServiceServicer_to_server(
             InspectionServicer(self.inspection, auth, self.offload), server
         )
@@ -456,6 +458,8 @@ class BrokerServer:
     async def _shutdown(self, server: grpc.aio.Server, grace_s: float) -> None:
         if self._health is not None:
             await self._health.enter_graceful_shutdown()
+        if self._subscriptions is not None:
+            await self._subscriptions.end_all(grace_s)
         await server.stop(grace_s)
 
     def _stop_loop(self) -> None:

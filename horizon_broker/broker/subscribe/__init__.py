@@ -1,0 +1,14 @@
+"""Subscriptions: a standing query's first result, then its deltas from snapshot to snapshot.
+
+Pure parts: :mod:`.diff` (two answers to change rows by key, and back), :mod:`.coalesce` (message
+sizes and coalesced ranges), :mod:`.resume` (resume tokens on snapshot tokens),
+:mod:`.snapshot_sql` (the query at a snapshot), :mod:`.strategy` (how deltas are computed: the
+exact diff, and room for incremental ones), :mod:`.messages` (the Subscribe messages). The shell:
+:mod:`.stream` (one subscription's thread and its relay) and :mod:`.limits` (per-identity bound,
+the broker's stop).
+"""
+
+from .limits import OpenSubscriptions
+from .stream import produce_subscription, relay_subscription, subscription_plan
+
+__all__ = ["OpenSubscriptions", "produce_subscription", "relay_subscription", "subscription_plan"]

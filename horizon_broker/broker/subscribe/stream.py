@@ -1,0 +1,203 @@
+"""One subscription's thread: its first result, then a delta each time its tables' LWM moves.
+
+Every answer is an ExecuteQuery of the query at ``VERSION AS OF`` one snapshot, through the
+engine (grants, budgets, admission, the result cache). Between deltas the thread waits on the
+follower's change signal (the follower wakes it when the state store moves an LWM), never polling
+the store. Its messages go through a bounded pipe: while the subscriber does not read, the thread
+waits, and its next delta then covers every snapshot since the last one it sent (a coalesced
+range, :mod:`.coalesce`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from horizon_broker._core.errors import DeadlineExceeded, InvalidArgument, Unavailable
+from horizon_broker.broker._proto.horizon.v1 import horizon_pb2 as pb
+from horizon_broker.broker.engine import QueryEngine
+from horizon_broker.broker.grants import Principal
+from horizon_broker.broker.spark.executor import QueryScope
+
+from . import resume
+from .coalesce import DEFAULT_MAX_ROWS_PER_MESSAGE, MAX_ROWS_PER_MESSAGE, next_range
+from .limits import STOPPING_MESSAGE
+from .messages import delta_messages, first_result_messages, resumed_message
+from .snapshot_sql import at_snapshot
+from .strategy import DeltaStrategy, choose_strategy
+
+WAKE_S = 0.5
+"""How often a waiting subscription looks whether it was ended (the follower wakes it sooner)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionPlan:
+    """A checked Subscribe request."""
+
+    sql: str
+    resume_token: str
+    max_rows: int
+
+
+def subscription_plan(request: pb.SubscribeRequest) -> SubscriptionPlan:
+    """Check a request's fields (INVALID_ARGUMENT naming the one that is wrong)."""
+    if not request.sql.strip():
+        raise InvalidArgument("sql is required: the SELECT to subscribe to")
+    rows = request.max_rows_per_message or DEFAULT_MAX_ROWS_PER_MESSAGE
+    if not 0 < rows <= MAX_ROWS_PER_MESSAGE:
+        raise InvalidArgument(
+            f"max_rows_per_message must be between 1 and {MAX_ROWS_PER_MESSAGE} (0: "
+            f"{DEFAULT_MAX_ROWS_PER_MESSAGE}), got {request.max_rows_per_message}"
+        )
+    if request.resume_token:
+        resume.decode(request.resume_token, request.sql)
+    return SubscriptionPlan(request.sql, request.resume_token, rows)
+
+
+def result_key(columns: Sequence[str], primary_keys: Sequence[Sequence[str]]) -> tuple[str, ...]:
+    """The first read table's primary key whose columns are all in the result (none: ())."""
+    for key in primary_keys:
+        if key and set(key) <= set(columns):
+            return tuple(key)
+    return ()
+
+
+def answer_at(
+    engine: QueryEngine, principal: Principal, sql: str, is_active: Callable[[], bool]
+) -> pa.Table:
+    """``sql``'s whole answer, run as ExecuteQuery runs it."""
+    scope = QueryScope(
+        "subscribe", deadline=time.monotonic() + engine.config.limits.query_timeout_s
+    )
+    execution = engine.execute(sql, principal, scope, is_active=is_active)
+    try:
+        return pa.Table.from_batches(list(execution.batches()), schema=execution.schema)
+    finally:
+        execution.close()
+
+
+def newest_snapshot(follower: Any, tables: Sequence[str]) -> int | None:
+    """The snapshot a default read of ``tables`` would use now (None: not readable now)."""
+    try:
+        return min(follower.lwm(table) for table in tables)
+    except Exception:  # stale or no LWM yet: the wait goes on, a query would say why
+        return None
+
+
+class Subscription:
+    """The thread's side of one subscription: its strategy and where the stream stands."""
+
+    def __init__(
+        self, engine: QueryEngine, principal: Principal, plan: SubscriptionPlan, pipe: Any
+    ) -> None:
+        self.engine = engine
+        self.principal = principal
+        self.plan = plan
+        self.pipe = pipe
+        prepared = engine.prepare(plan.sql, principal)
+        self.tables = [t.table for t in prepared.tables if t.snapshot is not None]
+        if not self.tables or prepared.plan.snapshot is None:
+            raise InvalidArgument(
+                "a subscription follows the snapshots of upsert tables; this query reads none"
+            )
+        self.start_snapshot = prepared.plan.snapshot
+        follower = engine.follower
+        keys = [follower.descriptor(table).primary_key for table in self.tables]
+        self.key = result_key(engine.result_schema(prepared).names, keys)
+        self.strategy: DeltaStrategy = choose_strategy(self._run, self.key)
+
+    def _run(self, snapshot: int) -> pa.Table:
+        sql = at_snapshot(self.plan.sql, self.tables, snapshot)
+        return answer_at(self.engine, self.principal, sql, lambda: not self.pipe.closed)
+
+    def token(self, snapshot: int) -> str:
+        return resume.encode(self.plan.sql, {table: snapshot for table in self.tables})
+
+    def begin(self) -> int:
+        """Send the first result (or, resuming, the resumed header); the snapshot sent."""
+        if self.plan.resume_token:
+            at = resume.decode(self.plan.resume_token, self.plan.sql)
+            self.strategy.start(at)
+            self.pipe.put(resumed_message(self.strategy.name, at, self.token(at)))
+            return at
+        at = self.start_snapshot
+        rows = self.strategy.start(at)
+        name, token = self.strategy.name, self.token(at)
+        for message in first_result_messages(rows, name, self.key, at, token, self.plan.max_rows):
+            self.pipe.put(message)
+        return at
+
+    def wait_for_move(self, queried: int, stopping: Any) -> int | None:
+        """The newest snapshot once it is past ``queried`` (None: ended meanwhile)."""
+        follower = self.engine.follower
+
+        def moved(_: Any) -> bool:
+            if stopping.is_set() or self.pipe.closed:
+                return True
+            newest = newest_snapshot(follower, self.tables)
+            return newest is not None and newest > queried
+
+        while not follower.wait_for(moved, WAKE_S):
+            pass
+        if stopping.is_set() or self.pipe.closed:
+            return None
+        return newest_snapshot(follower, self.tables)
+
+    def send_delta(self, start: int, to: int) -> bool:
+        """Send the changes from ``start`` to ``to``; False when there were none (nothing is
+        sent: compaction and rewrites change no rows)."""
+        delta = self.strategy.advance(to)
+        if delta.empty:
+            return False
+        name, token = self.strategy.name, self.token(to)
+        for message in delta_messages(delta, name, start, to, token, self.plan.max_rows):
+            self.pipe.put(message)
+        return True
+
+    def follow(self, stopping: Any) -> None:
+        """Deltas until the subscriber leaves or the broker stops (then UNAVAILABLE)."""
+        sent_to = queried = self.begin()
+        while True:
+            newest = self.wait_for_move(queried, stopping)
+            if newest is None:
+                break
+            span = next_range(sent_to, newest)
+            if span is not None and self.send_delta(*span):
+                sent_to = span[1]
+            queried = newest
+        if stopping.is_set():
+            raise Unavailable(STOPPING_MESSAGE)
+
+
+def produce_subscription(
+    engine: QueryEngine, principal: Principal, plan: SubscriptionPlan, pipe: Any, stopping: Any
+) -> None:
+    """The subscription's own thread: its messages into ``pipe``, which ends with the error
+    that ended it (the loop answers with it)."""
+    try:
+        Subscription(engine, principal, plan, pipe).follow(stopping)
+    except BaseException as error:  # handed to the loop, which answers with it
+        pipe.finish(error)
+
+
+async def relay_subscription(pipe: Any, context: Any, stopping: Any) -> None:
+    """Write the subscription's messages to the call as the subscriber reads them; the
+    thread's error is raised, and UNAVAILABLE when the broker stops."""
+    loop = asyncio.get_running_loop()
+    while True:
+        try:
+            item = await pipe.get(loop.time() + WAKE_S)
+        except DeadlineExceeded:
+            if stopping.is_set():
+                raise Unavailable(STOPPING_MESSAGE) from None
+            continue
+        if isinstance(item, BaseException):
+            raise item
+        if not isinstance(item, pb.SubscribeResponse):
+            return
+        await context.write(item)
