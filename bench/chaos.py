@@ -70,7 +70,7 @@ def run(
     inject_faults: bool = True,
 ) -> dict[str, Any]:
     """One run. ``mutation`` plants a bug (:mod:`chaos.mutations`) in the processes it names;
-    ``compaction_pass`` runs one compaction to its end halfway (mutated runs: compaction must
+    ``compaction_pass`` runs one compaction to its end from a quarter in (mutated runs: it must
     complete inside the window, not only be killed); ``inject_faults`` False injects none but
     those the mutation asks for."""
     from chaos.checker import check, count_by_kind
@@ -100,15 +100,17 @@ def run(
         supervisor.start()
         readers.start()
         reading_from = time.monotonic()
+        quiet = threading.Event()  # no writes while the compaction pass runs
         deadline = reading_from + duration
         background = [
             _started(faults.run, deadline, _faults_first(mutation), others=inject_faults),
-            _started(_compaction_pass, cluster, reading_from + duration / 2, deadline)
+            _started(_compaction_pass, cluster, reading_from + duration / 4, deadline, quiet)
             if compaction_pass
             else None,
         ]
         while time.monotonic() < deadline:
-            writer.step()
+            if not quiet.is_set():
+                writer.step()
             time.sleep(0.2)
         for thread in background:
             if thread is not None:
@@ -171,14 +173,19 @@ def _started(target: Callable[..., None], *args: Any, **kwargs: Any) -> threadin
     return thread
 
 
-def _compaction_pass(cluster: Any, at: float, deadline: float) -> None:
+def _compaction_pass(cluster: Any, at: float, deadline: float, quiet: threading.Event) -> None:
     """At ``at``, one compaction pass of the bank, awaited to its end (a few minutes past the
-    workload's ``deadline`` at most)."""
+    workload's ``deadline`` at most). The writers hold off meanwhile: ingestion preempts a
+    compaction (its locks are revoked), and one that never publishes proves nothing."""
     time.sleep(max(0.0, at - time.monotonic()))
-    cluster.compaction_pass.start()
-    popen = cluster.compaction_pass.popen
-    with contextlib.suppress(subprocess.TimeoutExpired):  # still running: stopped with the rest
-        popen.wait(timeout=max(1.0, deadline + SETTLE_TIMEOUT_S - time.monotonic()))
+    quiet.set()
+    try:
+        cluster.compaction_pass.start()
+        popen = cluster.compaction_pass.popen
+        with contextlib.suppress(subprocess.TimeoutExpired):  # still running: stopped later
+            popen.wait(timeout=max(1.0, deadline + SETTLE_TIMEOUT_S - time.monotonic()))
+    finally:
+        quiet.clear()
 
 
 def _pass_outcome(cluster: Any) -> str:

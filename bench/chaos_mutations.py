@@ -2,7 +2,7 @@
 checker (:mod:`chaos.mutations`).
 
 Each mutation gets a short seeded run of its own (the same seed, duration and faults for all;
-when one of them needs it, one compaction pass run to its end halfway in every run), and
+when one of them needs it, one compaction pass run to its end in every run), and
 ``none`` the same run unmutated, which must find nothing (else a caught mutation proves
 nothing). A mutation is caught when the checker finds an anomaly of one of the kinds it is
 expected to cause. ``A+B`` plants two in one run (a test's way to pay for one run), each caught

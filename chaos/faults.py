@@ -78,8 +78,10 @@ class Faults:
                 self.inject(self.random.choice(all_kinds))
 
     def inject(self, kind: str) -> Fault:
+        """Inject ``kind``, or ``kind:variant`` (``segment_file:vanish``: not cut short)."""
+        kind, _, variant = kind.partition(":")
         started = time.monotonic()
-        getattr(self, f"_{kind}")()
+        getattr(self, f"_{kind}")(*([variant] if variant else []))
         fault = Fault(kind, started, time.monotonic())
         with self._lock:
             self.recorded.append(fault)
@@ -146,9 +148,9 @@ class Faults:
             self.cluster.broker.start()
             self.cluster.wait_for_broker(self.client)
 
-    def _segment_file(self) -> None:
+    def _segment_file(self, variant: str = "") -> None:
         """A file of a visible segment vanishes (or is cut in half) for a few seconds under the
-        running queries, then comes back."""
+        running queries, then comes back. ``variant`` ``vanish`` or ``truncate`` chooses."""
         try:
             timeline = self.client.timeline(BANK)
         except Exception:
@@ -164,7 +166,7 @@ class Faults:
             return
         path = Path(self.random.choice(files).removeprefix("file:"))
         aside = path.with_name(path.name + ".aside")
-        truncate = self.random.random() < 0.5
+        truncate = variant == "truncate" or (not variant and self.random.random() < 0.5)
         try:
             if truncate:
                 shutil.copy2(path, aside)

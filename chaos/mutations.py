@@ -31,10 +31,10 @@ class Mutation:
     """Anomaly kinds of :mod:`chaos.checker` that name what it breaks."""
     apply: Callable[[], None]
     faults: tuple[str, ...] = ()
-    """Fault kinds (:data:`chaos.faults.FAULT_KINDS`) its run injects first: the path it breaks
-    is only taken under them."""
+    """Fault kinds (:data:`chaos.faults.FAULT_KINDS`, or ``kind:variant``) its run injects
+    first: the path it breaks is only taken under them."""
     compaction: bool = False
-    """Its run needs a compaction that completes (one pass, halfway)."""
+    """Its run needs a compaction that completes (one pass, from a quarter of the run in)."""
 
 
 # -- the broker -----------------------------------------------------------------------------------
@@ -225,7 +225,7 @@ MUTATIONS: dict[str, Mutation] = {
             "the timeline's fallback after an unreadable segment read without the check",
             frozenset({"lost_write", "half_applied_transfer", "bank_total", "duplicate_key"}),
             _fallback_unchecked,
-            faults=("segment_file", "segment_file", "segment_file"),
+            faults=("segment_file:vanish",) * 3,
         ),
     )
 }  # fmt: skip

@@ -48,6 +48,9 @@ BOTH_SQL = (
     "UNION ALL SELECT 'quiet' AS t, key AS k, CAST(value AS STRING) AS v, value AS b FROM quiet"
 )
 QUIET_WRITE_CHANCE = 0.02
+EXACT_TRAVEL = 0.75
+"""Of time travel reads, those at a bank write's own commit timestamp (the others at a snapshot
+seen earlier): where a visibility bound off by one shows."""
 """Per writer step (one every 0.2 s): the quiet table gets a write about every ten seconds."""
 
 
@@ -301,7 +304,7 @@ class Readers:
             old = [s for s in seen if s >= self.since] or seen
             old = old[: max(1, len(old) // 2)]
             exact = [point for point in self.commit_points() if old[0] <= point <= seen[-1]]
-            if exact and chooser.random() < 0.5:  # a write's own instant: a boundary
+            if exact and chooser.random() < EXACT_TRAVEL:  # a write's own instant: a boundary
                 old = exact
             sql = f"{BANK_SQL} VERSION AS OF {chooser.choice(old)}"
         elif kind == "self_join":
