@@ -151,10 +151,31 @@ def _add_inspection_commands(sub: Subcommands) -> None:
     _client_options(tables)
 
     _add_why(sub)
+    _add_subscribe(sub)
 
     queries = sub.add_parser("queries", help="show running and recent queries")
     queries.add_argument("--running", action="store_true", help="only the running ones")
     _client_options(queries)
+
+
+def _add_subscribe(sub: Subcommands) -> None:
+    subscribe = sub.add_parser(
+        "subscribe",
+        help="a standing query: its result, then its changes as its tables move (Ctrl-C ends)",
+        description="Prints the query's result at the start snapshot, then, each time the "
+        "low-watermark of its tables moves, the rows that changed (with _change_type: insert, "
+        "delete, update_before, update_after) and the token to resume from.",
+    )
+    subscribe.add_argument(
+        "sql", help="the SELECT to follow (VERSION AS OF / TIMESTAMP AS OF: where to start)"
+    )
+    subscribe.add_argument(
+        "--resume", default="", help="go on after the message that printed this resume token"
+    )
+    subscribe.add_argument(
+        "--max-rows-per-message", type=int, default=0, help="change rows per message (0: 10,000)"
+    )
+    _client_options(subscribe)
 
 
 def _add_why(sub: Subcommands) -> None:
@@ -474,6 +495,25 @@ def _why_command(
     return None
 
 
+def _subscribe_command(
+    client: HorizonClient, args: argparse.Namespace, console: Console, render: ModuleType
+) -> Any:
+    """Print each message as it comes (one JSON line each with --json)."""
+    messages = client.subscribe(
+        args.sql, resume_token=args.resume, max_rows_per_message=args.max_rows_per_message
+    )
+    for message in messages:
+        if args.json:
+            print(render.dumps(render.subscription_json(message)), flush=True)
+            continue
+        span = f"{message.from_snapshot} -> " if message.kind == "delta" else ""
+        title = f"{message.kind} {span}{message.to_snapshot} ({message.strategy})"
+        console.print(render.result_table(message.rows, title=title))
+        if message.resume_token:
+            console.print(f"[dim]resume token: {message.resume_token}[/dim]", highlight=False)
+    return None
+
+
 def _pin_command(
     client: HorizonClient, args: argparse.Namespace, console: Console, render: ModuleType
 ) -> Any:
@@ -514,6 +554,7 @@ _CLIENT_COMMANDS: dict[
     "explain": _explain_command,
     "rewrite": _rewrite_command,
     "pin": _pin_command,
+    "subscribe": _subscribe_command,
     "timeline": _timeline_command,
     "watermarks": _watermarks_command,
     "locks": _locks_command,

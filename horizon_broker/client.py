@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -42,6 +42,7 @@ from horizon_broker.broker._proto.horizon.v1 import horizon_pb2 as pb
 from horizon_broker.broker._proto.horizon.v1 import horizon_pb2_grpc as rpc
 from horizon_broker.broker.api import arrow_ipc
 from horizon_broker.broker.api.status import error_from_rpc
+from horizon_broker.broker.subscribe.live import LiveResult, SubscriptionMessage
 from horizon_broker.timeline.interval import Interval
 from horizon_broker.watermark import tokens
 
@@ -175,6 +176,38 @@ class HorizonClient:
     def query(self, sql: str, **options: Any) -> pa.Table:
         """Run ``sql`` and return its rows as a ``pyarrow.Table``."""
         return self.execute(sql, **options).table
+
+    def subscribe(
+        self,
+        sql: str,
+        *,
+        resume_token: str = "",
+        max_rows_per_message: int = 0,
+        timeout: float | None = None,
+    ) -> Iterator[SubscriptionMessage]:
+        """A standing query: its first result (nothing when resuming from ``resume_token``),
+        then its changes each time its tables move, until the iterator is closed."""
+        request = pb.SubscribeRequest(
+            sql=sql, resume_token=resume_token, max_rows_per_message=max_rows_per_message
+        )
+        call = self._query.Subscribe(request, timeout=timeout, metadata=self._metadata)
+        try:
+            for message in call:
+                yield SubscriptionMessage.from_proto(message)
+        except grpc.RpcError as error:
+            raise error_from_rpc(error) from None
+        finally:
+            call.cancel()
+
+    def follow(
+        self, sql: str, *, live: LiveResult | None = None, **options: Any
+    ) -> Iterator[LiveResult]:
+        """``sql``'s answer kept up to date: yields ``live`` (a :class:`LiveResult`) after each
+        step; pass the same ``live`` again to resume where it stood."""
+        live = live if live is not None else LiveResult()
+        for message in self.subscribe(sql, resume_token=live.resume_token, **options):
+            if live.apply(message):
+                yield live
 
     def explain(
         self, sql: str, *, include_spark_plan: bool = False, **read: Any

@@ -94,6 +94,21 @@ def print_result(console: Console, result: Any) -> None:
         )
 
 
+def subscription_json(message: Any) -> dict[str, Any]:
+    """One Subscribe message (:class:`~horizon_broker.broker.subscribe.live.SubscriptionMessage`)
+    as JSON: its kind, snapshots, strategy, key, rows and resume token."""
+    return {
+        "kind": message.kind,
+        "strategy": message.strategy,
+        "from_snapshot": message.from_snapshot,
+        "to_snapshot": message.to_snapshot,
+        "key": list(message.key),
+        "rows": message.rows.to_pylist(),
+        "resume_token": message.resume_token,
+        "last_part": message.last_part,
+    }
+
+
 def result_json(result: Any) -> dict[str, Any]:
     return {
         "rows": result.table.to_pylist(),
