@@ -1,0 +1,416 @@
+"""QueryService.Subscribe over real gRPC, Spark and Redis: a standing query's first result and
+deltas, checked against ExecuteQuery at each delta's snapshot.
+
+One broker for the module. Each test has a table of its own whose whole history is written up
+front (rows with validFrom / validUntil, as ingestion writes them); the test moves its LWM step by
+step, as ingestion commits would, and the broker follows.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+import pytest
+
+from horizon_broker._core.errors import PermissionDenied, ResourceExhausted, Unavailable
+from horizon_broker.broker.api.server import BrokerServer
+from horizon_broker.broker.config import config_from_mapping
+from horizon_broker.broker.subscribe.live import LiveResult, SubscriptionMessage
+from horizon_broker.client import HorizonClient, connect
+from horizon_broker.timeline.segment import Segment
+from horizon_broker.watermark.server import ServerClient
+from tests.broker.data import CHUNK, VERSION, Row, descriptor, version, visible, write_rows
+from tests.processes import RedisProcess
+from tests.waiting import eventually
+
+pytestmark = [pytest.mark.spark, pytest.mark.redis]
+
+ADMIN, OTHER = "admin-token", "other-token"
+TOKENS = [
+    {"name": "admin", "token": ADMIN, "tables": ["*"], "inspect": True},
+    {"name": "other", "token": OTHER, "tables": ["nothing"], "inspect": False},
+]
+LIMIT = 3
+WAIT_S = 60.0
+"""How long a test waits for a message before it fails (a hang, not a timing check)."""
+
+
+def history() -> list[Row]:
+    """Ids 1..5 from 500; then at each step a change of every kind."""
+    rows = [version(i, f"o{i}", i * 10, 500, None) for i in range(1, 6)]
+    rows[0]["validUntil"] = 1500  # id 1 updated at 1500
+    rows.append(version(1, "o1", 11, 1500, None))
+    rows.append(version(6, "o6", 60, 1500, None))  # inserted at 1500
+    rows[1]["validUntil"] = 2500  # id 2 deleted at 2500
+    rows.append(version(7, "o7", 70, 2500, None))
+    rows[2]["validUntil"] = 3200  # id 3 updated twice within one step
+    rows.append(version(3, "o3", 31, 3200, 3400))
+    rows.append(version(3, "o3", 32, 3400, None))
+    rows[3]["validUntil"] = 4500  # id 4 deleted, id 8 inserted
+    rows.append(version(8, "o8", 80, 4500, None))
+    rows[4]["validUntil"] = 5800  # id 5 updated after a quiet step
+    rows.append(version(5, "o5", 51, 5800, None))
+    return rows
+
+
+STEPS = [2000, 3000, 4000, 5000]
+
+
+@dataclass
+class Env:
+    redis: RedisProcess
+    server: ServerClient
+    broker: BrokerServer
+    root: Path
+    count: int = 0
+    rows: dict[str, list[Row]] = field(default_factory=dict)
+
+    def client(self, token: str = ADMIN) -> HorizonClient:
+        return connect(self.broker.target, token=token)
+
+    def table(self, rows: list[Row] | None = None) -> str:
+        """A new table with ``rows`` (default :func:`history`) and its LWM at 1000."""
+        self.count += 1
+        name = f"ledger{self.count}"
+        rows = history() if rows is None else rows
+        desc = descriptor(name, storage_root=self.root)
+        segment = Segment(
+            table=name,
+            interval=CHUNK,
+            version=VERSION,
+            partition=0,
+            core_partitions=1,
+            location=(write_rows(self.root / name / "p0.parquet", desc, rows),),
+            row_count=len(rows),
+        )
+        self.server.register_table(desc)
+        self.server.announce([segment])
+        self.rows[name] = rows
+        self.move(name, 1000)
+        return name
+
+    def move(self, table: str, lwm: int) -> None:
+        """Commit up to ``lwm`` and wait until the broker serves it."""
+        self.server.report(table, {0: (lwm, lwm)})
+
+        def seen(follower) -> bool:  # type: ignore[no-untyped-def]
+            try:
+                return follower.lwm(table) >= lwm
+            except Exception:
+                return False
+
+        assert self.broker.follower.wait_for(seen, 30), f"the broker never saw {table} at {lwm}"
+
+
+@pytest.fixture(scope="module")
+def env(spark, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:  # type: ignore[no-untyped-def]
+    redis = RedisProcess().start()
+    server = ServerClient(redis.url, "srv-a")
+    server.register()
+    server.start_heartbeats(0.5)
+    config = config_from_mapping(
+        {
+            "server": {"listen": "127.0.0.1:0", "grace_s": 5.0},
+            "state": {"redis_url": redis.url, "max_staleness_s": 30.0},
+            "limits": {
+                "max_concurrent": 2,
+                "queue_size": 8,
+                "max_subscriptions_per_identity": LIMIT,
+            },
+            "tokens": TOKENS,
+        }
+    )
+    broker = BrokerServer(config, spark=spark).start()  # type: ignore[arg-type]
+    yield Env(redis, server, broker, tmp_path_factory.mktemp("subscribe"))
+    broker.stop(0)
+    broker.follower.stop()
+    server.close()
+    redis.close()
+
+
+class Reader:
+    """A subscription read on a thread of its own into a queue (its end: the error or None),
+    on a connection of its own (closing it ends the call)."""
+
+    def __init__(self, env: Env, sql: str, *, token: str = ADMIN, **options: object) -> None:
+        channel = grpc.insecure_channel(env.broker.target, options=CHANNEL_OPTIONS)
+        self.client = HorizonClient(channel, token=token)
+        self.messages: queue.Queue[SubscriptionMessage | BaseException | None] = queue.Queue()
+        self._stream = self.client.subscribe(sql, **options)  # type: ignore[arg-type]
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        try:
+            for message in self._stream:
+                self.messages.put(message)
+        except BaseException as error:  # handed to the test
+            self.messages.put(error)
+        else:
+            self.messages.put(None)
+
+    def next(self) -> SubscriptionMessage:
+        item = self.messages.get(timeout=WAIT_S)
+        if isinstance(item, BaseException):
+            raise item
+        assert item is not None, "the stream ended"
+        return item
+
+    def step(self) -> list[SubscriptionMessage]:
+        """The messages of one whole step (up to the one marked last_part)."""
+        parts = [self.next()]
+        while not parts[-1].last_part:
+            parts.append(self.next())
+        return parts
+
+    def close(self) -> None:
+        self.client.close()
+
+
+CHANNEL_OPTIONS = [
+    ("grpc.http2.bdp_probe", 0),  # the flow-control window stays small: a stalled reader stalls
+    ("grpc.max_receive_message_length", 16 * 1024 * 1024),
+]
+
+
+def answer(client: HorizonClient, sql: str, snapshot: int) -> Counter:
+    """ExecuteQuery's answer to ``sql`` at ``snapshot``."""
+    return rows_of(client.query(f"{sql} VERSION AS OF {snapshot}"))
+
+
+def rows_of(table) -> Counter:  # type: ignore[no-untyped-def]
+    return Counter(tuple(r.values()) for r in table.to_pylist())
+
+
+def oracle(rows: list[Row], snapshot: int) -> Counter:
+    return Counter((r["id"], r["owner"], r["balance"]) for r in visible(rows, snapshot))
+
+
+def applied(live: LiveResult, parts: list[SubscriptionMessage]) -> Counter:
+    for message in parts:
+        live.apply(message)
+    assert live.table is not None
+    return rows_of(live.table)
+
+
+def shown(parts: list[SubscriptionMessage]) -> list[tuple]:
+    """What a step says, whatever order Spark returned rows in."""
+    return [
+        (m.kind, m.from_snapshot, m.to_snapshot, m.key, sorted(rows_of(m.rows).elements()))
+        for m in parts
+    ]
+
+
+def test_first_result_plus_every_delta_is_the_query_answer_at_each_to(env: Env) -> None:
+    table = env.table()
+    sql = f"SELECT id, owner, balance FROM {table}"
+    reader = Reader(env, sql, max_rows_per_message=2)
+    try:
+        with env.client() as client:
+            first = reader.step()
+            assert [m.kind for m in first] == ["first_result"] * 3  # 5 rows, 2 a message
+            assert {m.strategy for m in first} == {"exact_diff"}
+            assert first[-1].to_snapshot == 1000 and first[-1].key == ("id",)
+            live = LiveResult()
+            assert (
+                applied(live, first) == oracle(env.rows[table], 1000) == answer(client, sql, 1000)
+            )
+            kinds: Counter = Counter()
+            previous = 1000
+            for lwm in STEPS:
+                env.move(table, lwm)
+                parts = reader.step()
+                assert {(m.kind, m.from_snapshot, m.to_snapshot) for m in parts} == {
+                    ("delta", previous, lwm)
+                }
+                assert applied(live, parts) == answer(client, sql, lwm)
+                assert rows_of(live.table) == oracle(env.rows[table], lwm)
+                assert live.snapshot == lwm and live.resume_token
+                kinds.update(k for m in parts for k in m.rows.column("_change_type").to_pylist())
+                previous = lwm
+            assert set(kinds) == {"insert", "delete", "update_before", "update_after"}
+    finally:
+        reader.close()
+
+
+def test_a_query_without_the_key_is_a_multiset_diff(env: Env) -> None:
+    table = env.table()
+    sql = f"SELECT balance FROM {table}"
+    reader = Reader(env, sql)
+    try:
+        with env.client() as client:
+            live = LiveResult()
+            first = reader.step()
+            assert first[-1].key == ()
+            assert applied(live, first) == answer(client, sql, 1000)
+            for lwm in STEPS[:2]:
+                env.move(table, lwm)
+                assert applied(live, reader.step()) == answer(client, sql, lwm)
+    finally:
+        reader.close()
+
+
+def test_resuming_from_a_token_mid_stream_gives_the_same_remaining_stream(env: Env) -> None:
+    table = env.table()
+    sql = f"SELECT id, owner, balance FROM {table}"
+    stopped, whole = Reader(env, sql), Reader(env, sql)
+    resumed = None
+    try:
+        stopped.step(), whole.step()
+        env.move(table, 2000)
+        token = stopped.step()[-1].resume_token
+        whole.step()
+        stopped.close()
+        resumed = Reader(env, sql, resume_token=token)
+        header = resumed.step()
+        assert shown(header) == [("resumed", 0, 2000, (), [])]
+        assert header[0].strategy == "exact_diff"
+        for lwm in STEPS[1:]:
+            env.move(table, lwm)
+            assert shown(resumed.step()) == shown(whole.step())
+    finally:
+        for reader in (stopped, whole, resumed):
+            if reader is not None:
+                reader.close()
+    with env.client() as client, pytest.raises(Exception, match="another query"):
+        next(iter(client.subscribe(f"SELECT id FROM {table}", resume_token=token)))
+
+
+def test_compaction_between_two_snapshots_sends_no_delta(env: Env) -> None:
+    table = env.table()
+    sql = f"SELECT id, owner, balance FROM {table}"
+    reader = Reader(env, sql)
+    try:
+        reader.step()
+        env.move(table, 5000)
+        assert shown(reader.step())[0][:3] == ("delta", 1000, 5000)
+        rows = env.rows[table]
+        desc = descriptor(table, storage_root=env.root)
+        compacted = Segment(
+            table=table,
+            interval=CHUNK,
+            version=VERSION,
+            partition=32_768,
+            core_partitions=1,
+            root_start=0,
+            root_end=1,
+            minor_version=1,
+            atomic_update_group_size=1,
+            location=(write_rows(env.root / table / "compacted.parquet", desc, rows),),
+            row_count=len(rows),
+        )
+        env.server.announce([compacted])
+        cache = env.broker.engine.cache
+        misses = cache.misses
+        env.move(table, 5500)
+        eventually(lambda: cache.misses > misses, "the subscription read the compacted snapshot")
+        env.move(table, 6000)
+        assert shown(reader.step()) == [
+            (
+                "delta",
+                5000,
+                6000,
+                ("id",),
+                [("update_after", 5, "o5", 51), ("update_before", 5, "o5", 50)],
+            )
+        ]
+        view = env.broker.follower.view(table)
+        assert {s.partition for s in view.visible_segments} == {32_768}
+    finally:
+        reader.close()
+
+
+def test_a_token_that_cannot_read_the_table_is_refused(env: Env) -> None:
+    table = env.table()
+    with connect(env.broker.target, token=OTHER) as client, pytest.raises(PermissionDenied):
+        next(iter(client.subscribe(f"SELECT * FROM {table}")))
+
+
+def test_an_identity_holds_at_most_its_limit_of_subscriptions(env: Env) -> None:
+    table = env.table()
+    sql = f"SELECT id FROM {table}"
+    held = [Reader(env, sql) for _ in range(LIMIT)]
+    try:
+        for reader in held:
+            reader.step()
+        with env.client() as client, pytest.raises(ResourceExhausted, match="max_subscriptions"):
+            next(iter(client.subscribe(sql)))
+        held.pop().close()
+        again = eventually(lambda: _first_or_none(env, sql), "a place freed by a closed stream")
+        assert again.kind == "first_result"
+    finally:
+        for reader in held:
+            reader.close()
+
+
+def _first_or_none(env: Env, sql: str) -> SubscriptionMessage | None:
+    with env.client() as client:
+        try:
+            return next(iter(client.subscribe(sql)))
+        except ResourceExhausted:
+            return None
+
+
+def test_a_subscriber_that_does_not_read_gets_coalesced_ranges(env: Env) -> None:
+    big = "x" * 400_000
+    steps = [1000 + 100 * k for k in range(1, 11)]
+    rows = [version(i, big, 0, 500, None) for i in (1, 2)]
+    for k, at in enumerate(steps, start=1):
+        rows[-2]["validUntil"] = at
+        rows.insert(-1, version(1, big, k, at, None))
+    table = env.table(rows)
+    sql = f"SELECT id, owner, balance FROM {table}"
+    reader = Reader(env, sql)
+    try:
+        live = LiveResult()
+        applied(live, reader.step())
+        for lwm in steps:  # the reader reads nothing meanwhile
+            env.move(table, lwm)
+        deltas = []
+        while live.snapshot != steps[-1]:
+            parts = reader.step()
+            assert parts[0].from_snapshot == live.snapshot, "the ranges are contiguous"
+            applied(live, parts)
+            deltas.append((parts[0].from_snapshot, parts[0].to_snapshot))
+        with env.client() as client:
+            assert rows_of(live.table) == answer(client, sql, steps[-1])
+        assert len(deltas) < len(steps)
+        assert any(sum(start < at <= to for at in steps) > 1 for start, to in deltas)
+    finally:
+        reader.close()
+
+
+def test_a_stopping_broker_ends_streams_unavailable_and_the_token_resumes_on_the_next(
+    env: Env,
+    spark,  # type: ignore[no-untyped-def]
+) -> None:
+    """Last in the module: it stops the module's broker and starts another."""
+    table = env.table()
+    sql = f"SELECT id, owner, balance FROM {table}"
+    reader = Reader(env, sql)
+    live = LiveResult()
+    applied(live, reader.step())
+    env.move(table, 2000)
+    applied(live, reader.step())
+    config = env.broker.config
+    env.broker.stop(5.0)
+    with pytest.raises(Unavailable, match="resume_token"):
+        reader.next()
+    reader.close()
+    env.broker = BrokerServer(config, spark=spark).start()
+    env.move(table, 3000)
+    resumed = Reader(env, sql, resume_token=live.resume_token)
+    try:
+        assert shown(resumed.step())[0][:3] == ("resumed", 0, 2000)
+        step = resumed.step()
+        assert (step[0].from_snapshot, step[-1].to_snapshot) == (2000, 3000)
+        with env.client() as client:
+            assert applied(live, step) == answer(client, sql, 3000)
+    finally:
+        resumed.close()
