@@ -13,6 +13,7 @@ import hashlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from horizon_broker._core.errors import InvalidArgument
 from horizon_broker.ingest.partitioning import key_partition
 from horizon_broker.ingest.resolve import SOURCE_FILE, SOURCE_POSITION
 from horizon_broker.ingest.storage import FileInfo, Storage
@@ -50,6 +51,11 @@ def _changelog_reader(
     reader: Any, table: TableDefinition, fmt: str, options: dict[str, str] | None
 ) -> Any:
     """A batch or streaming reader of changelog files in ``fmt`` (CSV files have a header)."""
+    if fmt == "debezium":
+        raise InvalidArgument(
+            f"table {table.name!r}: Debezium envelopes are read by directory passes (--watch "
+            "or --once), not as a Spark stream yet"
+        )
     reader = reader.format(fmt).schema(table.spark_schema_ddl())
     if fmt == "csv":
         reader = reader.option("header", "true")
@@ -93,9 +99,11 @@ def enrich(frame: Any, table: TableDefinition, partitions: Sequence[int]) -> Any
 
     columns = [F.col(f"`{c.name}`").cast(c.type).alias(c.name) for c in table.columns]
     position = F.monotonically_increasing_id()
+    # Rows flattened on the driver (Debezium envelopes) carry their changelog file themselves.
+    source_file = F.col(SOURCE_FILE) if SOURCE_FILE in frame.columns else F.input_file_name()
     enriched = frame.select(
         *columns,
-        F.input_file_name().alias(SOURCE_FILE),
+        source_file.alias(SOURCE_FILE),
         position.alias("_position"),
     )
     key = table.primary_key or table.column_names

@@ -33,7 +33,14 @@ from typing import Any, TypeVar
 
 from horizon_broker._core.errors import HorizonError, InvalidArgument
 from horizon_broker._core.hlc import HybridLogicalClock
-from horizon_broker.ingest import changelog, recovery, update_run, upkeep
+from horizon_broker.ingest import (
+    changelog,
+    debezium,
+    debezium_files,
+    recovery,
+    update_run,
+    upkeep,
+)
 from horizon_broker.ingest.batch import write_batch
 from horizon_broker.ingest.commit import CommitProtocol, IngestCommit
 from horizon_broker.ingest.locking import TransactionLocks
@@ -94,6 +101,8 @@ class BatchResult:
     """From the arrival of the batch's oldest changelog file (its modification time) to the
     batch's announcement, updates applied: how long its changes waited to become readable
     (directory sources only; the broker follows an announcement within milliseconds)."""
+    dead_letters: int = 0
+    """Malformed change events of the batch's files, dead-lettered (format ``debezium``)."""
 
 
 class IngestJob:
@@ -319,17 +328,30 @@ class IngestJob:
         result = None
         for infos in batches:
             names = [info.path for info in infos]
-            result = self.run_batch(
-                self.read_changelog(names, fmt, options),
-                sources=[changelog.file_source(name) for name in names],
-            )
+            frame, dead_letters = self._read_files(names, fmt, options)
+            result = self.run_batch(frame, sources=[changelog.file_source(name) for name in names])
             if not result.skipped:
                 arrived = min(info.modified_s for info in infos)
                 result = self._remember(
-                    dataclasses.replace(result, arrival_to_announced_s=time.time() - arrived)
+                    dataclasses.replace(
+                        result,
+                        arrival_to_announced_s=time.time() - arrived,
+                        dead_letters=dead_letters,
+                    )
                 )
         assert result is not None
         return result
+
+    def _read_files(
+        self, paths: Sequence[str], fmt: str, options: dict[str, str] | None
+    ) -> tuple[Any, int]:
+        """A batch's changelog files as a frame of the table's columns, and how many of their
+        events were dead-lettered (Debezium envelopes are flattened first, once, so every road
+        of the batch sees the same rows)."""
+        if fmt == debezium.FORMAT:
+            envelopes = debezium_files.read_envelopes(self.server, paths)
+            return envelopes.frame, envelopes.dead_letters
+        return self.read_changelog(paths, fmt, options), 0
 
     def read_changelog(
         self, paths: Sequence[str], fmt: str, options: dict[str, str] | None = None

@@ -72,6 +72,13 @@ class IngestMetrics:
             buckets=BATCH_BUCKETS,
             registry=r,
         )
+        self.dead_letters = Counter(
+            "horizon_ingest_dead_letters",
+            "Malformed change events dead-lettered (format debezium: not JSON, no or an unknown "
+            "op, no row image, a key column missing, a value of the wrong type)",
+            ["table"],
+            registry=r,
+        )
         self.updater_backlog = Gauge(
             "horizon_ingest_updater_backlog",
             "Batches whose validUntil updates are not applied yet (their tables' LWM waits "
@@ -93,6 +100,7 @@ class IngestMetrics:
         self.rows.labels(table).inc(result.rows)
         self.segments.labels(table).inc(len(result.segments))
         self.updated.labels(table).inc(result.updated_segments)
+        self.dead_letters.labels(table).inc(getattr(result, "dead_letters", 0))
         took = seconds if seconds is not None else getattr(result, "seconds", None)
         if took is not None:
             self.seconds.labels(table).observe(took)

@@ -12,6 +12,7 @@ import dataclasses
 from collections.abc import Iterable, Sequence
 
 from horizon_broker._core.keys import Keys
+from horizon_broker.ingest import debezium
 from horizon_broker.ingest.server_config import TableSource, duplicate_tables
 from horizon_broker.watermark.catalog import TableDescriptor
 from horizon_broker.watermark.server import ServerClient
@@ -28,6 +29,8 @@ def problems(
         if name.lower() in already:
             found.append(f"table {name!r} is already served by this server")
             continue
+        if table.format == debezium.FORMAT:
+            found += debezium.table_problems(table.definition)
         problem = definition_conflict(client, table.definition.descriptor())
         if problem:
             found.append(problem)
