@@ -50,7 +50,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--source", help="changelog directory (several tables: one subdirectory per table)"
     )
-    parser.add_argument("--format", help="changelog format: json (default), parquet, csv")
+    parser.add_argument(
+        "--format", help="changelog format: json (default), parquet, csv, debezium (change events)"
+    )
     parser.add_argument(
         "--server-id",
         help="this server's identity in the LWM (its commits and held-back partitions are "

@@ -24,6 +24,7 @@ from horizon_broker.ingest.debezium import (
     verdict,
 )
 from horizon_broker.ingest.debezium_settings import DebeziumOrder
+from horizon_broker.ingest.table import TableDefinition
 from tests.ingest.debezium_events import customers_table, mysql_event, postgres_event, wrapped
 
 HERE = Place("changes/001.json", 7)
@@ -177,3 +178,19 @@ def test_the_table_file_refuses_a_log_position_it_cannot_store(
 ) -> None:
     with pytest.raises(HorizonError, match=re.escape(message)):
         customers_table(Path("/tmp/x"), **overrides)
+
+
+def test_the_ingestion_guides_debezium_example_flattens_as_it_says() -> None:
+    guide = (Path(__file__).parents[2] / "docs" / "guides" / "ingestion.md").read_text()
+    section = guide.split("## Debezium change events", 1)[1]
+    toml_block = section.split("```toml\n", 1)[1].split("```", 1)[0]
+    json_block = section.split("```json\n", 1)[1].split("```", 1)[0]
+    table = TableDefinition.from_toml(toml_block, storage_root="/tmp/unused")
+    events = [(Place("0001.json", n), line) for n, line in enumerate(json_block.splitlines(), 1)]
+    flat = flatten(events, EnvelopeSpec.of(table))
+    assert (flat.tombstones, flat.dead_letters) == (1, [])
+    assert flat.rows == [
+        {"id": 1, "name": "alice", "email": "a@example.com", "lsn": 24023128, "deleted": False,
+         "txn": "555"},
+        {"id": 1, "name": None, "email": None, "lsn": 24023200, "deleted": True, "txn": "556"},
+    ]  # fmt: skip
