@@ -354,27 +354,27 @@ def print_key_explanation(console: Console, answer: pb.ExplainKeyResponse) -> No
         if answer.HasField("holder")
         else ""
     )
+    lwm = str(answer.lwm) if answer.HasField("lwm") else "none"
     console.print(
-        f"[bold]{answer.table}[/bold] key {answer.key_json} at snapshot {answer.snapshot} "
-        f"({answer.snapshot_reason}); LWM {_snapshot(answer, 'lwm')}{holder}; retention horizon "
-        f"{answer.retention_horizon}",
+        f"[bold]{answer.table}[/bold] key {answer.key_json}\n  snapshot {answer.snapshot} "
+        f"({answer.snapshot_reason})\n  LWM {lwm}{holder}; retention horizon "
+        f"{answer.retention_horizon}\n{len(answer.versions)} stored copies of its versions, "
+        "newest first:",
         highlight=False,
+        soft_wrap=True,
     )
-    view = Table(title="Stored versions, newest first")
-    for column in ("validFrom", "validUntil", "row", "segment", "group", "verdict", "why"):
-        view.add_column(column, overflow="fold")
     for version in answer.versions:
         verdict = KEY_REASON_NAMES.get(version.reason, "?")
-        view.add_row(
-            str(version.valid_from),
-            _opt(version, "valid_until"),
-            version.row_json,
-            f"{version.segment_id} ({version.segment_state})",
-            version.group,
-            f"[green]{verdict}[/green]" if verdict == "visible" else verdict,
-            version.detail,
+        shown = f"[green]{verdict}[/green]" if verdict == "visible" else f"[bold]{verdict}[/bold]"
+        console.print(
+            f"\n{shown}  validFrom {version.valid_from}  validUntil "
+            f"{_opt(version, 'valid_until')}\n  row      {version.row_json}\n  segment  "
+            f"{version.segment_id} ({version.segment_state})\n  group    {version.group}\n"
+            f"  why      {version.detail}",
+            highlight=False,
+            soft_wrap=True,
         )
-    console.print(view)
+    console.print()
     for lost in answer.not_listed:
         console.print(f"[red]not listed[/red]: segment {lost.segment.id}: {lost.reason}")
     console.print(answer.summary, highlight=False)

@@ -79,10 +79,9 @@ def explain_key(
     versions: list[StoredVersion] = []
     not_listed: list[tuple[str, str]] = []
     for segment in [*held, *(segment for segment, _ in lost)]:
-        try:
-            versions += segment_versions(segment, key, columns)
-        except KeyFilesUnreadable as error:
-            not_listed.append((str(segment.id), str(error)))
+        found, failures = segment_versions(segment, key, columns)
+        versions += found
+        not_listed += [(str(segment.id), why) for why in failures]
     verdicts = explain_versions(versions, places, point)
     return KeyExplanation(
         table, key, point, tuple(verdicts), summary(verdicts, point), tuple(not_listed)
@@ -95,11 +94,18 @@ class KeyFilesUnreadable(Exception):
 
 def segment_versions(
     segment: Segment, key: tuple[tuple[str, KeyValue], ...], columns: Sequence[str]
-) -> list[StoredVersion]:
-    """The key's rows in one segment's files."""
+) -> tuple[list[StoredVersion], list[str]]:
+    """The key's rows in one segment's files, and why each file that could not be read was not
+    (the others' rows are still listed)."""
     found: list[StoredVersion] = []
+    failures: list[str] = []
     for path in segment.location:
-        for row in _key_rows(path, key, columns):
+        try:
+            rows = _key_rows(path, key, columns)
+        except KeyFilesUnreadable as error:
+            failures.append(str(error))
+            continue
+        for row in rows:
             values = tuple((name, row.get(name)) for name in columns)
             found.append(
                 StoredVersion(
@@ -110,7 +116,7 @@ def segment_versions(
                     values,
                 )
             )
-    return found
+    return found, failures
 
 
 def _key_rows(
