@@ -168,6 +168,8 @@ def test_every_snapshot_of_an_ingested_debezium_history_is_the_newest_after_imag
 def test_malformed_events_are_dead_lettered_beside_the_commit_log_and_counted(
     spark: Any, server: Any, tmp_path: Path
 ) -> None:
+    import pyarrow.parquet as pq
+
     table = customers_table(tmp_path / "store", name="dead")
     client = server("dl")
     job = IngestJob(spark, table, client).start()
@@ -185,6 +187,12 @@ def test_malformed_events_are_dead_lettered_beside_the_commit_log_and_counted(
         (3, "not JSON"), (4, "key colu")
     ]  # fmt: skip
     assert all(w["source"].endswith("changes/001.json") for w in written)
+    stored = [
+        pq.read_table(location.removeprefix("file:"), columns=["_sourceFile"]).to_pylist()
+        for segment in result.segments
+        for location in segment.location
+    ]
+    assert [row["_sourceFile"][-16:] for rows in stored for row in rows] == ["changes/001.json"]
     metrics = IngestMetrics()
     metrics.observe_batch("dead", result)
     assert (
