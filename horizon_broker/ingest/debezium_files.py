@@ -30,7 +30,6 @@ from horizon_broker.ingest.table import TableDefinition
 if TYPE_CHECKING:
     from horizon_broker.ingest.server_table import ServerTable
 
-DEAD_LETTERS_DIR = "_dead_letters"
 _DECIMAL = re.compile(r"^decimal\(\s*(\d+)\s*,\s*(\d+)\s*\)$")
 
 
@@ -45,7 +44,7 @@ class EnvelopeBatch:
 
 def dead_letter_directory(root: str, server_id: str) -> str:
     """Where a server's dead letters of a table go: beside its commit log (``_manifest``)."""
-    return f"{root}/{DEAD_LETTERS_DIR}/{server_id}"
+    return f"{root}/_dead_letters/{server_id}"
 
 
 def read_envelopes(server: ServerTable, paths: Sequence[str]) -> EnvelopeBatch:
