@@ -141,6 +141,7 @@ def test_ingest_refuses_debezium_for_a_table_without_a_delete_column(
         'name = "nodel"\nprimary_key = ["id"]\n[columns]\nid = "bigint"\nname = "string"\n'
     )
     argv = ["--table", str(tmp_path / "t.toml"), "--source", str(tmp_path), "--format",
-            "debezium", "--server-id", "nd", "--redis", redis_server.url]  # fmt: skip
+            "debezium", "--server-id", "nd", "--redis", redis_server.url,
+            "--storage-root", str(tmp_path / "data")]  # fmt: skip
     assert main_ingest(argv) == 2
     assert "format debezium needs a delete_column" in capsys.readouterr().err
