@@ -8,6 +8,7 @@ step, as ingestion commits would, and the broker follows.
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 from collections import Counter
@@ -358,7 +359,7 @@ def _first_or_none(env: Env, sql: str) -> SubscriptionMessage | None:
 
 
 def test_a_subscriber_that_does_not_read_gets_coalesced_ranges(env: Env) -> None:
-    big = "x" * 400_000
+    big = "x" * 1_000_000
     steps = [1000 + 100 * k for k in range(1, 11)]
     rows = [version(i, big, 0, 500, None) for i in (1, 2)]
     for k, at in enumerate(steps, start=1):
@@ -366,22 +367,44 @@ def test_a_subscriber_that_does_not_read_gets_coalesced_ranges(env: Env) -> None
         rows.insert(-1, version(1, big, k, at, None))
     table = env.table(rows)
     sql = f"SELECT id, owner, balance FROM {table}"
-    reader = Reader(env, sql)
-    try:
+    channel = grpc.insecure_channel(env.broker.target, options=CHANNEL_OPTIONS)
+    with HorizonClient(channel, token=ADMIN) as client:
+        stream = client.subscribe(sql, timeout=WAIT_S)  # read here, only when the test asks
         live = LiveResult()
-        applied(live, reader.step())
-        for lwm in steps:  # the reader reads nothing meanwhile
+        live.apply(next(stream))
+        cache = env.broker.engine.cache
+        for lwm in steps:  # the subscriber reads nothing meanwhile
+            misses = cache.misses
             env.move(table, lwm)
+            # Give the broker the chance to send a delta for this one snapshot: it takes it
+            # unless its hand-over is full (then the wait gives up and the table moves on).
+            with contextlib.suppress(AssertionError):
+                eventually(lambda m=misses: cache.misses > m, "a query at the step", patience_s=3)
         deltas = []
         while live.snapshot != steps[-1]:
-            parts = reader.step()
-            assert parts[0].from_snapshot == live.snapshot, "the ranges are contiguous"
-            applied(live, parts)
-            deltas.append((parts[0].from_snapshot, parts[0].to_snapshot))
-        with env.client() as client:
-            assert rows_of(live.table) == answer(client, sql, steps[-1])
+            message = next(stream)
+            assert message.from_snapshot == live.snapshot, "the ranges are contiguous"
+            live.apply(message)
+            deltas.append((message.from_snapshot, message.to_snapshot))
+        assert rows_of(live.table) == answer(client, sql, steps[-1])
         assert len(deltas) < len(steps)
         assert any(sum(start < at <= to for at in steps) > 1 for start, to in deltas)
+
+
+def test_a_stream_starts_at_the_snapshot_its_version_as_of_names(env: Env) -> None:
+    table = env.table()
+    env.move(table, 3000)
+    sql = f"SELECT id, owner, balance FROM {table}"
+    reader = Reader(env, f"{sql} VERSION AS OF 1000")
+    try:
+        with env.client() as client:
+            live = LiveResult()
+            first = reader.step()
+            assert (first[0].kind, first[-1].to_snapshot) == ("first_result", 1000)
+            assert applied(live, first) == answer(client, sql, 1000)
+            catch_up = reader.step()
+            assert (catch_up[0].from_snapshot, catch_up[-1].to_snapshot) == (1000, 3000)
+            assert applied(live, catch_up) == answer(client, sql, 3000)
     finally:
         reader.close()
 
