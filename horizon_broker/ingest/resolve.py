@@ -1,18 +1,20 @@
 """Key resolution as Spark transformations: which record is a key's current version.
 
-The newest version of a key is the greatest by the comparison columns, ties broken by source order
-(equivalently commit timestamp: commit timestamps follow source order). A record is *accepted* when
-it compares ``>=`` everything before it: the key index's current entry and the key's earlier
-records in the batch. Accepted records form the key's chain: each one's ``validUntil`` is the next
+The newest version of a key is the greatest by the comparison columns, ties broken by commit order
+(commit timestamp, then source order). A record is *accepted* when it compares ``>=`` everything
+committed before it: the key index's current entry and the key's earlier records in the batch. Accepted records form the key's chain: each one's ``validUntil`` is the next
 accepted record's commit timestamp. A record that loses is out of order: stored with an empty
 interval or dropped. A delete that is accepted ends the chain and is never stored itself; it stays in
 the key index as a tombstone so an older record that arrives later still loses.
 
 Input columns of the batch: the user columns plus ``_ts`` (commit timestamp), ``_ord`` (unique,
 increasing in source order), ``_kp`` (key partition), ``_chunk`` (time chunk start) and the source
-position columns. Records of a key are ordered by ``_ord``: several records of one transaction share
-a ``_ts``, so an accepted record superseded inside its own transaction gets ``validUntil ==
-validFrom`` (never visible, like an out-of-order record: stored or dropped the same way). The key
+position columns. Records of a key are ordered by commit order (:func:`commit_order`): a
+transaction's records all take its first change's ``_ts``, so among a transaction's records of a key
+only the newest by comparison stays visible (an earlier accepted one gets ``validUntil ==
+validFrom``, never visible, like an out-of-order record: stored or dropped the same way), and a
+change from outside the transaction that commits later but compares below that newest one is out
+of order, wherever it sits in the source. The key
 index has one row per key: ``_cmp``, ``_validFrom``, ``_deleted``, ``_chunk``, ``_seg``
 (first-generation partition number of the segment holding the current version; null for
 tombstones) and ``_kp``.
@@ -145,6 +147,18 @@ def append_only(batch: Any, table: TableDefinition) -> Any:
     )
 
 
+def commit_order(table: TableDefinition) -> tuple[str, ...]:
+    """The order a key's records of a batch are resolved in: commit order, ties by source order.
+
+    Without a transaction column commit timestamps follow source order (``_ord`` alone). With
+    one, a transaction's changes all commit at its first change's timestamp, so a change from
+    outside it that sits between two of its changes in the source commits after both: resolved
+    in source order it would end the transaction's first version after the second began (two
+    visible) and be ended itself before it began (an inverted interval).
+    """
+    return ("_ts", "_ord") if table.transaction_column is not None else ("_ord",)
+
+
 def resolve(
     batch: Any,
     index: Any,
@@ -163,7 +177,7 @@ def resolve(
     and pending updates too. ``segments`` maps each ``(_chunk, _kp)`` of the batch to the
     partition number ``_seg`` of its new segment (``_newSeg``).
 
-    The batch's own records are ordered first (one sort, by key and source order), which needs no
+    The batch's own records are ordered first (one sort, by key and commit order), which needs no
     index: a record is on the batch's *chain* when it compares ``>=`` every earlier record of its
     key. Chain values never decrease, so the records the index lets through (``>=`` its entry) are
     a suffix of the chain: after the join, acceptance, the first accepted record (which ends the
@@ -184,7 +198,7 @@ def resolve(
     # Key first: Spark sorts by these columns in this order, and compares the first one's prefix
     # (a bucket ties on every comparison within a task).
     keys = [*pk, *cluster_by]
-    ordered = Window.partitionBy(*keys).orderBy("_ord")
+    ordered = Window.partitionBy(*keys).orderBy(*commit_order(table))
     cmp, prev = F.col("_cmp"), F.col("_prev")
     chained = (
         batch.withColumn("_cmp", comparison_struct(table))

@@ -40,7 +40,7 @@ import numpy as np
 from horizon_broker._core.errors import Internal
 from horizon_broker.ingest.driver_columns.arrays import numbers, valid
 from horizon_broker.ingest.driver_rows.resolution import UpdateSummary
-from horizon_broker.ingest.resolve import SOURCE_FILE, SOURCE_POSITION
+from horizon_broker.ingest.resolve import SOURCE_FILE, SOURCE_POSITION, commit_order
 from horizon_broker.ingest.table import OutOfOrder, TableDefinition
 from horizon_broker.watermark.catalog import VALID_FROM, VALID_UNTIL
 
@@ -121,14 +121,16 @@ def resolve_columns(
     segments: Mapping[tuple[int, int], int],
 ) -> Any:
     """The resolved frame of a batch's own keys (:func:`horizon_broker.ingest.resolve.resolve`, a left join):
-    one row per record, in key then source order. ``index`` holds the key and
+    one row per record, in key then commit order (:func:`horizon_broker.ingest.resolve.commit_order`).
+    ``index`` holds the key and
     :data:`ENTRY_COLUMNS` of (at least) every key of the batch, one row per key (None: none);
     ``segments`` maps ``(_chunk, _kp)`` to the new segment's partition number."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
     pk = list(table.primary_key)
-    order = pc.sort_indices(stamped, sort_keys=[(n, "ascending") for n in [*pk, "_ord"]])
+    by = [*pk, *commit_order(table)]
+    order = pc.sort_indices(stamped, sort_keys=[(n, "ascending") for n in by])
     rows = stamped.take(order)
     n = rows.num_rows
     starts = _key_starts(rows, pk)

@@ -13,8 +13,9 @@ Example::
     >>> from horizon_broker.ingest.table import TableDefinition
     >>> table = TableDefinition.from_dict({"name": "t", "columns": {"k": "string", "v": "int"},
     ...     "primary_key": ["k"], "comparison": ["v"]})
-    >>> rows = [{"k": "a", "v": 2, "_ts": 10, "_ord": 10, "_kp": 0, "_chunk": 0},
-    ...         {"k": "a", "v": 1, "_ts": 11, "_ord": 11, "_kp": 0, "_chunk": 0}]
+    >>> source = {"_kp": 0, "_chunk": 0, "_sourceFile": "f", "_sourcePosition": 0}
+    >>> rows = [{"k": "a", "v": 2, "_ts": 10, "_ord": 10, **source},
+    ...         {"k": "a", "v": 1, "_ts": 11, "_ord": 11, **source}]
     >>> [(row["v"], row["_acc"], row["_next"]) for row in resolve_rows(rows, {}, table, {})]
     [(2, True, None), (1, False, None)]
 """
@@ -29,7 +30,7 @@ from typing import Any
 from horizon_broker._core.errors import Internal
 from horizon_broker.ingest.commit_times import SourceSpan, span_bases
 from horizon_broker.ingest.granularity import chunk_start_ms
-from horizon_broker.ingest.resolve import SOURCE_FILE, SOURCE_POSITION
+from horizon_broker.ingest.resolve import SOURCE_FILE, SOURCE_POSITION, commit_order
 from horizon_broker.ingest.table import OutOfOrder, TableDefinition
 from horizon_broker.watermark.catalog import VALID_FROM, VALID_UNTIL
 
@@ -135,11 +136,13 @@ def resolve_rows(
     segments: Mapping[tuple[int, int], int],
 ) -> list[dict[str, Any]]:
     """The resolved frame of a batch's own keys (:func:`horizon_broker.ingest.resolve.resolve`, a left join):
-    one row per record, in key then source order. ``index`` holds the current entry of (at
+    one row per record, in key then commit order (:func:`horizon_broker.ingest.resolve.commit_order`:
+    a transaction's records of a key resolve together, at its timestamp). ``index`` holds the current entry of (at
     least) every key of the batch; ``segments`` maps ``(_chunk, _kp)`` to the new segment's
     partition number."""
     by_key: dict[Key, list[Mapping[str, Any]]] = {}
-    for row in sorted(stamped, key=lambda item: item["_ord"]):
+    order = commit_order(table)
+    for row in sorted(stamped, key=lambda item: tuple(item[name] for name in order)):
         by_key.setdefault(key_of(row, table), []).append(row)
     resolved = []
     for key in sorted(by_key, key=order_key):
