@@ -4,9 +4,11 @@
 against Spark's :mod:`horizon_broker.ingest.resolve` in ``test_driver_rows_resolution``) as vectorized passes. Both run
 here on the same random batches: few keys (often several records of a key in one batch), a
 narrow range of comparison values with nulls, deletes, tombstones and null comparison values in
-the index, transactions sharing a commit timestamp, several source files and Spark partitions, an
-event-time column with rows that have no time. Every derived result is compared: the count, the
-stamps, the resolved frame, the stored versions, the index entries and the update summary.
+the index, transactions sharing a commit timestamp (and touching a key several times around
+changes from outside them), several source files and Spark partitions, an event-time column with
+rows that have no time. Every derived result is compared: the count, the stamps, the resolved
+frame, the stored versions, the index entries and the update summary; the stored versions are also
+checked against the reference model (:mod:`tests.ingest.resolution_reference`).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from horizon_broker.ingest.driver_rows import resolution as rows
 from horizon_broker.ingest.driver_rows.batch import count_rows
 from horizon_broker.ingest.driver_rows.resolution import IndexEntry, order_key
 from horizon_broker.ingest.table import TableDefinition
+from tests.ingest.resolution_reference import check_against_reference
 
 KEYS = ["a", "b", "c", "d", "e"]
 HOUR = 3_600_000
@@ -72,6 +75,21 @@ record = st.fixed_dictionaries(
         "_pid": st.integers(0, 2),
     }
 )
+transaction_record = st.fixed_dictionaries(
+    {
+        "user_id": st.sampled_from(KEYS[:2]),
+        "part": st.just(0),
+        "balance": st.integers(0, 3),
+        "seq": st.integers(1, 4),
+        "deleted": st.just(False),
+        "tx": st.sampled_from([None, 0, 1]),
+        "at": st.just(None),
+        "_sourceFile": st.sampled_from(["file:/a", "file:/b"]),
+        "_pid": st.integers(0, 1),
+    }
+)
+"""Transactions touching a key several times, changes from outside them in between (by source
+and by comparison order), committed before or after them."""
 entry = st.fixed_dictionaries(
     {
         "seq": st.one_of(st.none(), st.integers(1, 4)),
@@ -161,7 +179,10 @@ VARIANTS = [
 @pytest.mark.parametrize(("variant", "out_of_order"), VARIANTS)
 @settings(max_examples=150, deadline=None)
 @given(
-    records=st.lists(record, min_size=1, max_size=14),
+    records=st.one_of(
+        st.lists(record, min_size=1, max_size=14),
+        st.lists(transaction_record, min_size=2, max_size=8),
+    ),
     entries=st.dictionaries(st.tuples(st.sampled_from(KEYS), st.integers(0, 1)), entry, max_size=6),
     base=st.integers(1 << 20, 1 << 40),
 )
@@ -192,7 +213,7 @@ def test_the_columnar_resolution_agrees_with_the_row_wise_one(
     segments = {(chunk, kp): 7 + kp for chunk in sorted(chunks)[:-1] or chunks for kp in (0, 1)}
     resolved = columnar.resolve_columns(stamped, _index_table(index, table), table, segments)
     expected = rows.resolve_rows(stamped_rows, index, table, segments)
-    assert resolved.to_pylist() == expected  # the same order too: key, then source order
+    assert resolved.to_pylist() == expected  # the same order too: key, then commit order
 
     try:
         expected_stored = rows.stored_rows(expected, table)
@@ -200,9 +221,9 @@ def test_the_columnar_resolution_agrees_with_the_row_wise_one(
         with pytest.raises(type(error), match="no segment was reserved"):
             columnar.stored_versions(resolved, table)
     else:
-        assert _sorted(columnar.stored_versions(resolved, table).to_pylist()) == _sorted(
-            expected_stored
-        )
+        stored = columnar.stored_versions(resolved, table).to_pylist()
+        assert _sorted(stored) == _sorted(expected_stored)
+        check_against_reference(stamped_rows, index, table, stored)
 
     untouched = {
         key: e for key, e in index.items() if key not in {_key(r, table) for r in batch_rows}

@@ -3,8 +3,11 @@
 :mod:`horizon_broker.ingest.driver_rows.resolution` restates :mod:`horizon_broker.ingest.resolve` for rows. Both run here on the same
 random records and index entries (few keys, a narrow range of comparison values, null comparison
 values, deletes, tombstones in the index, several records of a key in one batch, transactions
-sharing a commit timestamp), and every derived result is compared: the resolved frame, the stored
-versions, the index entries and the update summary.
+sharing a commit timestamp and touching a key several times around changes from outside them),
+and every derived result is compared: the resolved frame, the stored versions, the index entries
+and the update summary. Both roads' stored versions are also checked against the reference model
+(:mod:`tests.ingest.resolution_reference`): one version per key at every snapshot, no inverted
+interval.
 """
 
 from __future__ import annotations
@@ -12,13 +15,14 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from horizon_broker.ingest import resolve as spark_resolve
 from horizon_broker.ingest.driver_rows import resolution
 from horizon_broker.ingest.driver_rows.resolution import IndexEntry
 from horizon_broker.ingest.table import TableDefinition
+from tests.ingest.resolution_reference import check_against_reference
 
 KEYS = ["a", "b", "c", "d"]
 
@@ -47,6 +51,25 @@ record = st.fixed_dictionaries(
         "tx": st.one_of(st.none(), st.integers(0, 2)),
     }
 )
+transaction_record = st.fixed_dictionaries(
+    {
+        "user_id": st.sampled_from(KEYS[:2]),
+        "balance": st.integers(0, 3),
+        "seq": st.integers(1, 4),
+        "deleted": st.just(False),
+        "tx": st.sampled_from([None, 0, 1]),
+    }
+)
+"""Transactions touching a key several times, changes from outside them in between (by source
+and by comparison order), committed before or after them."""
+records_strategy = st.one_of(
+    st.lists(record, min_size=1, max_size=12), st.lists(transaction_record, min_size=2, max_size=8)
+)
+TRANSACTION_AROUND_AN_OUTSIDE_CHANGE = [
+    {"user_id": "a", "balance": 1, "seq": 1, "deleted": False, "tx": 0},
+    {"user_id": "a", "balance": 2, "seq": 2, "deleted": False, "tx": None},
+    {"user_id": "a", "balance": 3, "seq": 3, "deleted": False, "tx": 0},
+]
 entry = st.fixed_dictionaries(
     {
         "seq": st.one_of(st.none(), st.integers(1, 4)),
@@ -102,14 +125,17 @@ def _rows(rows: list[Any], columns: list[str]) -> list[tuple[Any, ...]]:
     return sorted((tuple(_plain(item[c]) for c in columns) for item in as_dicts), key=repr)
 
 
-@pytest.mark.parametrize(("variant", "out_of_order"), [("one", "store"), ("two", "drop")])
+@pytest.mark.parametrize(
+    ("variant", "out_of_order"), [("one", "store"), ("two", "drop"), ("two", "store")]
+)
 @settings(
     max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(
-    records=st.lists(record, min_size=1, max_size=12),
+    records=records_strategy,
     entries=st.dictionaries(st.sampled_from(KEYS), entry, max_size=4),
 )
+@example(records=TRANSACTION_AROUND_AN_OUTSIDE_CHANGE, entries={})
 def test_the_driver_resolves_a_batch_exactly_as_spark_does(
     spark: Any, variant: str, out_of_order: str, records: list[dict[str, Any]],
     entries: dict[str, dict[str, Any]],
@@ -143,8 +169,15 @@ def test_the_driver_resolves_a_batch_exactly_as_spark_does(
 
         stored_columns = ["user_id", "balance", "seq", "deleted", "tx", "validFrom", "validUntil",
                           "_sourceFile", "_sourcePosition", "_kp", "_chunk", "_seg"]  # fmt: skip
-        assert _rows(spark_resolve.stored_versions(resolved, table).collect(), stored_columns) == (
+        spark_stored = [
+            row.asDict() for row in spark_resolve.stored_versions(resolved, table).collect()
+        ]
+        assert _rows(spark_stored, stored_columns) == (
             _rows(resolution.stored_rows(expected_resolved, table), stored_columns)
+        )
+        check_against_reference(stamped, index, table, spark_stored)
+        check_against_reference(
+            stamped, index, table, resolution.stored_rows(expected_resolved, table)
         )
 
         spark_entries = spark_resolve.index_entries(resolved, table).collect()
