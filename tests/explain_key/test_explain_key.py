@@ -24,6 +24,7 @@ from horizon_broker.client import HorizonClient, connect
 from tests.broker.conftest import NO_INSPECT, READER
 from tests.explain_key.history import ADMIN, History, break_and_restore, build, compact_ledger
 from tests.observe.console_http import ConsoleHttp
+from tests.waiting import eventually
 
 pytestmark = [pytest.mark.spark, pytest.mark.redis]
 
@@ -55,6 +56,11 @@ def reasons(answer: pb.ExplainKeyResponse) -> list[tuple[int, str, str]]:
 def of(answer: pb.ExplainKeyResponse, reason: str) -> list[pb.KeyVersion]:
     wanted = pb.KeyVersionReason.Value(f"KEY_VERSION_REASON_{reason}")
     return [v for v in answer.versions if v.reason == wanted]
+
+
+def segments_read(answer: pb.ExplainKeyResponse) -> set[str]:
+    """The segments the answer's snapshot reads (their versions are in ``read`` state)."""
+    return {v.segment_id for v in answer.versions if v.segment_state == "read"}
 
 
 def assert_query_agrees(horizon: HorizonClient, answer: pb.ExplainKeyResponse, key: str) -> None:
@@ -168,7 +174,13 @@ def test_a_version_the_retention_horizon_passed_is_dropped_while_stored_and_by_c
     assert old.superseded_by == old.valid_until
     assert_query_agrees(horizon, stored, key)
     compact_ledger(spark, history)
-    compacted = horizon.explain_key("ledger", key)
+
+    def followed() -> pb.ExplainKeyResponse | None:
+        """The answer once the broker follows the compaction (it learns of it asynchronously)."""
+        answer = horizon.explain_key("ledger", key)
+        return None if old.segment_id in segments_read(answer) else answer
+
+    compacted = eventually(followed, "the broker follows the ledger's compaction")
     [dropped] = of(compacted, "DROPPED_BY_RETENTION")
     assert dropped.segment_state == "overshadowed" and dropped.compacted_into
     assert "which dropped this version" in dropped.detail
