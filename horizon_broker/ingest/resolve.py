@@ -2,10 +2,11 @@
 
 The newest version of a key is the greatest by the comparison columns, ties broken by commit order
 (commit timestamp, then source order). A record is *accepted* when it compares ``>=`` everything
-committed before it: the key index's current entry and the key's earlier records in the batch. Accepted records form the key's chain: each one's ``validUntil`` is the next
-accepted record's commit timestamp. A record that loses is out of order: stored with an empty
-interval or dropped. A delete that is accepted ends the chain and is never stored itself; it stays in
-the key index as a tombstone so an older record that arrives later still loses.
+committed before it: the key index's current entry and the key's earlier records in the batch.
+Accepted records form the key's chain: each one's ``validUntil`` is the next accepted record's
+commit timestamp. A record that loses is out of order: stored with an empty interval or dropped. A
+delete that is accepted ends the chain and is never stored itself; it stays in the key index as a
+tombstone so an older record that arrives later still loses.
 
 Input columns of the batch: the user columns plus ``_ts`` (commit timestamp), ``_ord`` (unique,
 increasing in source order), ``_kp`` (key partition), ``_chunk`` (time chunk start) and the source
@@ -13,11 +14,10 @@ position columns. Records of a key are ordered by commit order (:func:`commit_or
 transaction's records all take its first change's ``_ts``, so among a transaction's records of a key
 only the newest by comparison stays visible (an earlier accepted one gets ``validUntil ==
 validFrom``, never visible, like an out-of-order record: stored or dropped the same way), and a
-change from outside the transaction that commits later but compares below that newest one is out
-of order, wherever it sits in the source. The key
-index has one row per key: ``_cmp``, ``_validFrom``, ``_deleted``, ``_chunk``, ``_seg``
-(first-generation partition number of the segment holding the current version; null for
-tombstones) and ``_kp``.
+change from outside the transaction that commits later but compares below that newest one is out of
+order, wherever it sits in the source. The key index has one row per key: ``_cmp``, ``_validFrom``,
+``_deleted``, ``_chunk``, ``_seg`` (first-generation partition number of the segment holding the
+current version; null for tombstones) and ``_kp``.
 
 A batch writes its resolved frame once (:func:`resolution_file`), and that one write is also its
 key index level and its pending updates: :func:`stored_versions`, :func:`index_entries` and
