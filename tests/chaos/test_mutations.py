@@ -1,7 +1,8 @@
 """Planted bugs prove the checker (``python -m bench.chaos --mutations ...``): the cheapest ones,
 planted together in one short seeded run without faults, are each caught by an anomaly kind of
-their own, and the same run unmutated finds nothing (so a catch is not the checker firing on
-everything). ``--mutations all`` runs every one apart (see
+their own. The unmutated control of the suite is ``test_chaos_run`` (the same seed and workload,
+with every fault kind, and no anomaly), so a catch here is not the checker firing on everything;
+``--mutations all`` runs its own control before every bug apart (see
 ``docs/design/consistency-under-faults.md``).
 """
 
@@ -22,22 +23,20 @@ CHEAPEST = ("visibility_until_inclusive", "change_feed_off_by_one")
 timestamp, a change feed starting at one), with expected anomaly kinds that do not overlap."""
 
 
-def test_the_cheapest_planted_bugs_are_caught_and_the_unmutated_run_is_clean(
+def test_the_cheapest_planted_bugs_are_each_caught_by_their_own_anomaly_kinds(
     tmp_path: Path,
 ) -> None:
     results = tmp_path / "mutations.json"
     planted = "+".join(CHEAPEST)
     command = [
-        sys.executable, "-m", "bench.chaos", "--mutations", f"{CONTROL},{planted}",
+        sys.executable, "-m", "bench.chaos", "--mutations", planted,
         "--no-faults", "--duration", "20", "--seed", "1", "--servers", "1", "--no-results",
         "--json", str(results),
     ]  # fmt: skip
     run = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
     assert results.exists(), run.stdout[-3000:] + run.stderr[-3000:]
     outcomes = json.loads(results.read_text())
-    control = outcomes[CONTROL]
-    assert control["anomalies"] == {}, "\n".join(control["anomaly_details"])
-    assert control["writes_acknowledged"] > 0 and control["queries"]
+    assert outcomes[planted]["writes_acknowledged"] > 0 and outcomes[planted]["queries"]
     caught_by = outcomes[planted]["caught_by"]
     for name in CHEAPEST:
         assert caught_by[name], f"{name} not caught: {outcomes[planted]['anomalies']}"

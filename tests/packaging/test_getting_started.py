@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -89,21 +88,9 @@ def test_the_script_runs_every_command_block_in_order_and_marks_their_output() -
 
 
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def installed(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A fresh virtual environment with the wheel of a clean copy of the checkout installed by
     pip, dependencies and all; returns its ``bin``."""
-    source = tmp_path_factory.mktemp("source")
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy(ROOT / name, source / name)
-    shutil.copytree(
-        ROOT / "horizon_broker",
-        source / "horizon_broker",
-        ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"),
-    )
-    wheels = tmp_path_factory.mktemp("wheel")
-    pip = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(wheels)]
-    subprocess.run([*pip, str(source)], check=True, capture_output=True)
-    (wheel,) = wheels.glob("horizon_broker-*.whl")
     environment = tmp_path_factory.mktemp("env")
     venv.EnvBuilder(with_pip=True).create(environment)
     python = environment / "bin" / "python"
