@@ -36,18 +36,6 @@ Reason = Literal[
     "dropped_by_retention",
     "compacted",
 ]
-REASONS: tuple[Reason, ...] = (
-    "visible",
-    "superseded",
-    "deleted",
-    "written_after_snapshot",
-    "above_lwm",
-    "overshadowed",
-    "standby",
-    "unreadable_segment",
-    "dropped_by_retention",
-    "compacted",
-)
 
 PlaceState = Literal["read", "overshadowed", "standby", "unreadable"]
 
