@@ -36,6 +36,9 @@ Example::
     deleted = "boolean"
     txn = "string"
 
+    [partial_upsert]                # optional: records are events merged per column
+    balance = "increment"           # see horizon_broker.ingest.partial_upsert
+
 Transactions (``transaction_column``): all changes of one source transaction (one value of that
 column) that a server ingests in one batch share ONE commit timestamp, the one the transaction's
 first change would have had, so a reader at any snapshot sees all of the transaction or none of it.
@@ -74,6 +77,7 @@ from horizon_broker._config import MODEL_CONFIG, Rule, RuleNote, refusing, valid
 from horizon_broker._core.errors import InvalidArgument
 from horizon_broker.ingest.debezium_settings import DebeziumOrder, check_debezium_order
 from horizon_broker.ingest.granularity import Granularity
+from horizon_broker.ingest.partial_upsert import Strategy, check_strategies
 from horizon_broker.timeline.interval import format_instant, parse_instant
 from horizon_broker.watermark.catalog import ColumnSpec, TableDescriptor
 
@@ -133,6 +137,9 @@ class TableDefinition:
     properties: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
     debezium_order: DebeziumOrder | None = None
     max_dead_letters: int = 1000
+    partial_upsert: tuple[tuple[str, Strategy], ...] | None = None
+    """Per-column merge strategies (:mod:`horizon_broker.ingest.partial_upsert`); None: every
+    record is a whole row."""
 
     @property
     def column_names(self) -> tuple[str, ...]:
@@ -375,6 +382,13 @@ class TableFile(BaseModel):
         description="Debezium envelopes: a batch with more malformed events than this fails "
         "(they are dead-lettered to ``<table>/_dead_letters/<server>/`` either way).",
     )
+    partial_upsert: dict[str, Annotated[Strategy, BeforeValidator(_lowered)]] | None = Field(
+        None,
+        description='Partial upserts (``[partial_upsert]``, ``column = "strategy"``): records '
+        "are events merged into their key's row in comparison order, each column by its "
+        "strategy (``overwrite``, the default, ``overwrite_if_not_null``, ``increment``, "
+        "``append``, ``union``, ``max``, ``min``, ``ignore``); a late event re-derives the row.",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -404,6 +418,13 @@ class TableFile(BaseModel):
                 f"transaction column {self.transaction_column!r} is not a column",
             )
         check_debezium_order(self.debezium_order, self.comparison, known)
+        if self.partial_upsert is not None:
+            check_strategies(
+                self.partial_upsert,
+                types=known,
+                upsert=self.mode == "upsert",
+                fixed=_fixed_columns(self),
+            )
         with refusing(""):
             self.definition().descriptor()  # names, key, comparison and time columns
         return self
@@ -433,6 +454,9 @@ class TableFile(BaseModel):
             properties={str(key): str(value) for key, value in self.properties.items()},
             debezium_order=self.debezium_order,
             max_dead_letters=self.max_dead_letters,
+            partial_upsert=None
+            if self.partial_upsert is None
+            else tuple(self.partial_upsert.items()),
         )
 
 
@@ -463,6 +487,19 @@ def _check_reserved(columns: dict[str, str]) -> None:
                 "starting with an underscore that it uses, e.g. _ts, _kp, _chunk, _seg, and any "
                 "starting with _i_ or _update_): rename it",
             )
+
+
+def _fixed_columns(table: TableFile) -> dict[str, str]:
+    """The columns a partial upsert takes from each event as it is, by lowered name."""
+    fixed = {name.lower(): "primary key" for name in table.primary_key}
+    fixed |= {name.lower(): "comparison column" for name in table.comparison}
+    for name, role in (
+        (table.delete_column, "delete column"),
+        (table.transaction_column, "transaction column"),
+    ):
+        if name is not None:
+            fixed[name.lower()] = role
+    return fixed
 
 
 def _check_deletes(table: TableFile, known: dict[str, str]) -> None:
