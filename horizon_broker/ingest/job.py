@@ -103,6 +103,10 @@ class BatchResult:
     (directory sources only; the broker follows an announcement within milliseconds)."""
     dead_letters: int = 0
     """Malformed change events of the batch's files, dead-lettered (format ``debezium``)."""
+    stream_lag_events: int | None = None
+    """A stream table's entries not ingested yet after the batch (None: not a stream)."""
+    stream_lag_s: float | None = None
+    """How long the oldest of them has waited in the stream, in seconds."""
 
 
 class IngestJob:

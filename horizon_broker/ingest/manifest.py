@@ -38,6 +38,7 @@ from typing import Any
 
 from horizon_broker._core.errors import Internal, Unavailable
 from horizon_broker.ingest.storage import Storage
+from horizon_broker.ingest.stream_offsets import consumed_through, later, parse_batch_source
 
 PREPARE = "prepare"
 COMMIT = "commit"
@@ -220,6 +221,10 @@ class ManifestState:
     consumed: dict[int, set[str]] = field(default_factory=dict)
     """Key partition -> the sources whose rows of that partition were ingested (by this server,
     or by an earlier owner: handovers carry them)."""
+    offsets: dict[int, dict[str, str]] = field(default_factory=dict)
+    """Key partition -> Redis stream key -> the last entry ingested for that partition (a
+    stream batch's source is not kept in ``consumed``: its last entry id says it all, see
+    :mod:`horizon_broker.ingest.stream_offsets`)."""
     key_index: dict[int, KeyIndexVersion] = field(default_factory=dict)
     pending: dict[int, dict[str, Any]] = field(default_factory=dict)
     """Committed ingest batches (seq -> what the updater needs) not applied yet."""
@@ -285,7 +290,7 @@ class ManifestState:
         """A batch: the sources it consumed, its high stamp, its key index, its pending updates."""
         body = record.body
         for partition in body.get("consumed_partitions", ()):
-            self.consumed.setdefault(int(partition), set()).update(body.get("sources", ()))
+            self.consume(int(partition), body.get("sources", ()))
         high = int(body["high"])
         self.high = max(self.high, high)
         for partition in body["partitions"]:
@@ -294,6 +299,19 @@ class ManifestState:
             self.key_index[int(partition)] = KeyIndexVersion(key_index_levels(levels), high)
         if body.get("updates"):
             self.pending[record.seq] = {key: body[key] for key in _PENDING_KEYS if key in body}
+
+    def consume(self, partition: int, sources: Iterable[str]) -> None:
+        """``partition`` ingested ``sources``: a file is remembered, a stream batch moves the
+        partition's offset in its stream."""
+        for source in sources:
+            batch = parse_batch_source(source)
+            if batch is None:
+                self.consumed.setdefault(partition, set()).add(source)
+                continue
+            streams = self.offsets.setdefault(partition, {})
+            offset = later(streams.get(batch[0]), batch[2])
+            if offset is not None:
+                streams[batch[0]] = offset
 
     def _apply_update(self, record: Record) -> None:
         """An update rewrite: the batches it applied, the files it replaced, the horizon."""
@@ -329,6 +347,7 @@ class ManifestState:
             "kind": CHECKPOINT,
             "next_seq": self.next_seq,
             "consumed": {str(p): sorted(sources) for p, sources in sorted(self.consumed.items())},
+            "offsets": {str(p): dict(sorted(s.items())) for p, s in sorted(self.offsets.items())},
             "key_index": {
                 str(p): [list(version.levels), version.high]
                 for p, version in sorted(self.key_index.items())
@@ -349,6 +368,7 @@ class ManifestState:
         return cls(
             next_seq=max(int(body["next_seq"]), record.seq + 1),
             consumed={int(p): set(sources) for p, sources in body["consumed"].items()},
+            offsets={int(p): dict(streams) for p, streams in body.get("offsets", {}).items()},
             key_index={
                 int(p): KeyIndexVersion(key_index_levels(levels), int(high))
                 for p, (levels, high) in body["key_index"].items()
@@ -385,7 +405,14 @@ class ManifestState:
     def needs(self, partition: int, sources: Iterable[str]) -> bool:
         """Whether some of ``sources`` were not ingested for ``partition`` yet."""
         done = self.consumed.get(partition, set())
-        return any(source not in done for source in sources)
+        streams = self.offsets.get(partition, {})
+        for source in sources:
+            batch = parse_batch_source(source)
+            if batch is None and source not in done:
+                return True
+            if batch is not None and not consumed_through(streams.get(batch[0]), batch[2]):
+                return True
+        return False
 
     def pending_min(self) -> dict[int, int]:
         """Key partition -> the smallest commit timestamp of a validUntil update not applied yet."""

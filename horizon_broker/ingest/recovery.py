@@ -1,8 +1,8 @@
 """Recovery: what a (re)started server does with its commit log before its next transaction.
 
 :func:`recover` reads the log; deletes the files of a dead attempt (a prepare without a commit);
-adopts, for each owned key partition, the newest key index and the consumed sources of any
-server (a handover moves both, :func:`adopt_partition_state`); moves the clock above every
+adopts, for each owned key partition, the newest key index and the consumed sources (and stream
+offsets) of any server (a handover moves both, :func:`adopt_partition_state`); moves the clock above every
 timestamp handed out for those partitions; reports the retention horizon an update dropped
 history below; rolls an unpublished commit forward (or abandons an update whose segments a
 compaction replaced meanwhile, :func:`abandon_update`); and reports. Nothing is lost or announced
@@ -26,6 +26,7 @@ from horizon_broker.ingest.manifest import (
     read_records,
     wall_ms,
 )
+from horizon_broker.ingest.stream_offsets import batch_source
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +86,8 @@ def adopt_partition_state(protocol: CommitProtocol) -> None:
                 state.key_index[partition] = theirs
             consumed = other.consumed.get(partition, set())
             state.consumed.setdefault(partition, set()).update(consumed)
+            for stream, offset in other.offsets.get(partition, {}).items():
+                state.consume(partition, [batch_source(stream, offset, offset)])
             server.clock.observe(other.ingested.get(partition, 0))
 
 

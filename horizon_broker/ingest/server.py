@@ -33,7 +33,7 @@ from typing import Any, TypeVar
 from horizon_broker._core.errors import FailedPrecondition, InvalidArgument, NotFound
 from horizon_broker._core.keys import DEFAULT_PREFIX
 from horizon_broker._core.spark_session import INGESTION_CONF
-from horizon_broker.ingest import preflight
+from horizon_broker.ingest import preflight, redis_stream_batches
 from horizon_broker.ingest.job import BatchResult, IngestJob
 from horizon_broker.ingest.server_config import ServerConfig, TableSource, owned_partitions
 from horizon_broker.ingest.storage import require_classic_session
@@ -92,6 +92,7 @@ class IngestServer:
         self._spark_conf = dict(spark_conf or {})
         self._heartbeat_s = heartbeat_s
         self._sources: dict[str, TableSource] = {}
+        self._stream_clients = redis_stream_batches.StreamClients()
         self._jobs: dict[str, IngestJob] = {}
         self._broken: set[str] = set()
         self._workers: ThreadPoolExecutor | None = None
@@ -210,6 +211,17 @@ class IngestServer:
             table, lambda job: job.run_directory(directory, fmt or entry.format, options=reader)
         )
 
+    def run_source(self, table: str) -> BatchResult:
+        """Ingest what is new in the table's source: its Redis stream (every entry added so
+        far, in batches of ``max_events``) or its directory (:meth:`run_directory`)."""
+        stream = self._source(table).stream
+        if stream is None:
+            return self.run_directory(table)
+        client = self._stream_clients.of(stream)
+        return self._run(
+            table, lambda job: redis_stream_batches.run_stream_pass(job, stream, client)
+        )
+
     def run_stream(
         self,
         table: str,
@@ -248,12 +260,12 @@ class IngestServer:
         """One pass: every table with a source ingests what is new, tables at once (up to
         ``concurrency``), each in its own scheduler pool. A table's failure is its own: it is
         passed to ``on_error`` (and returned) while the others go on."""
-        names = [name for name, entry in sorted(self._sources.items()) if entry.source]
+        names = [name for name, entry in sorted(self._sources.items()) if _has_source(entry)]
         outcome: dict[str, BatchResult | Exception] = {}
         if not names:
             return outcome
         pool = self._worker_pool(min(len(names), self.concurrency or len(names)))
-        futures = {pool.submit(self.run_directory, name): name for name in names}
+        futures = {pool.submit(self.run_source, name): name for name in names}
         for future in as_completed(futures):
             name = futures[future]
             try:
@@ -328,6 +340,7 @@ class IngestServer:
                 self._state = "closed"
                 self.renewer.stop()
                 self.client.close()
+                self._stream_clients.close()
 
     def __enter__(self) -> IngestServer:
         return self
@@ -414,6 +427,10 @@ class IngestServer:
 
     def _source(self, table: str) -> TableSource:
         return self._sources[self._name(table)]
+
+
+def _has_source(entry: TableSource) -> bool:
+    return bool(entry.source) or entry.stream is not None
 
 
 def _definition(table: TableLike) -> TableDefinition:

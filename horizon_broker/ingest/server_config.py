@@ -22,6 +22,8 @@ once, on :class:`ServerFile` (a pydantic model, see :mod:`horizon_broker._config
     definition = "orders.toml"    # relative to this file (or the definition's keys inline)
     source = "/landing/orders"
     partitions = [0, 1]           # the key partitions this server owns (default: all)
+    # or: stream = "redis://127.0.0.1:6379/0#shop.public.orders"  (a Redis stream, see
+    # horizon_broker.ingest.redis_stream_source)
 """
 
 from __future__ import annotations
@@ -38,6 +40,11 @@ from pydantic import BaseModel, BeforeValidator, Discriminator, Field, Tag, fiel
 from horizon_broker._config import MODEL_CONFIG, refusing, validated
 from horizon_broker._core.errors import HorizonError, InvalidArgument
 from horizon_broker._core.keys import DEFAULT_PREFIX, check_prefix, check_server_id
+from horizon_broker.ingest.redis_stream_source import (
+    DEFAULT_MAX_EVENTS,
+    StreamSource,
+    stream_source,
+)
 from horizon_broker.ingest.table import TableDefinition, TableFile
 from horizon_broker.locks.rules import STREAMING_INGESTION_PRIORITY
 
@@ -57,6 +64,8 @@ class TableSource:
     """The key partitions this server owns (None: all)."""
     options: Mapping[str, str] = field(default_factory=dict)
     """Options of the changelog reader (``header = "true"`` for CSV ...)."""
+    stream: StreamSource | None = None
+    """The Redis stream the table reads instead of a directory."""
 
     @property
     def name(self) -> str:
@@ -105,6 +114,19 @@ class Placement(BaseModel):
     )
     options: Settings = Field(
         {}, description='Options of the changelog reader (``header = "true"`` for CSV ...).'
+    )
+    stream: str | None = Field(
+        None,
+        description="A Redis stream to read instead of a directory, "
+        "``redis://host:port/db#stream-key`` (format debezium or json).",
+    )
+    max_events: int = Field(
+        DEFAULT_MAX_EVENTS, ge=1, description="At most this many stream entries a batch."
+    )
+    stream_field: str | None = Field(
+        None,
+        description="The stream entry field holding the event (default: ``value``, else the "
+        "entry's only field, as Debezium Server's Redis sink writes them).",
     )
 
 
@@ -243,7 +265,17 @@ def _table(entry: TableFileEntry | InlineTableEntry, server: ServerFile, base: P
         if server.storage_root:
             definition = dataclasses.replace(definition, storage_root=server.storage_root)
     source = entry.source
-    if source is None and server.source_root:
+    stream = None
+    if entry.stream is not None:
+        if source is not None:
+            raise InvalidArgument("give source (a directory) or stream (a Redis stream), not both")
+        stream = stream_source(
+            entry.stream,
+            entry.format or server.format,
+            max_events=entry.max_events,
+            field=entry.stream_field,
+        )
+    elif source is None and server.source_root:
         source = f"{server.source_root.rstrip('/')}/{definition.name}"
     partitions = entry.partitions
     return TableSource(
@@ -252,6 +284,7 @@ def _table(entry: TableFileEntry | InlineTableEntry, server: ServerFile, base: P
         format=entry.format or server.format,
         partitions=None if partitions is None else owned_partitions(partitions, definition),
         options=_strings(entry.options),
+        stream=stream,
     )
 
 

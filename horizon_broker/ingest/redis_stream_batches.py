@@ -1,0 +1,161 @@
+"""A stream table's batches: entries read after the committed offsets, as one batch each.
+
+The imperative shell around :mod:`horizon_broker.ingest.redis_stream_read`. A pass of the server
+reads the entries after the table's offsets (at most ``max_events`` a batch, never past the
+stream's head as the pass began, never across an owned partition's offset), flattens them on the
+driver, dead-letters the malformed ones and hands the rows to :meth:`IngestJob.run_batch` as a
+local frame named by the entries it holds; the commit records that name, and with it the offset
+of every partition that consumed it. A crash before the commit leaves the offsets where they
+were: the restarted server reads the same entries again (a dead attempt's files are removed
+first), and a crash after it reads on after them. Nothing is lost or ingested twice.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import re
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from horizon_broker._core.errors import FailedPrecondition
+from horizon_broker._core.redis_calls import connect
+from horizon_broker.ingest.debezium_files import dead_letter_directory, rows_frame
+from horizon_broker.ingest.redis_stream_read import (
+    Entry,
+    Lag,
+    dead_letter_line,
+    head,
+    lag,
+    read_entries,
+    stream_rows,
+)
+from horizon_broker.ingest.redis_stream_source import StreamSource
+from horizon_broker.ingest.stream_offsets import batch_source, entry_key, entry_ms, read_bounds
+from horizon_broker.watermark import tokens
+
+if TYPE_CHECKING:
+    from horizon_broker.ingest.job import BatchResult, IngestJob
+    from horizon_broker.ingest.server_table import ServerTable
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
+
+
+@dataclass(frozen=True, slots=True)
+class StreamBatch:
+    """Entries of a stream read for one batch, as the batch's frame."""
+
+    name: str
+    """The batch's source name (the entries' first and last ids)."""
+    frame: Any
+    dead_letters: int
+    first_ms: int
+    """When the oldest entry was added (Unix ms): the batch's arrival."""
+
+
+def owned_offsets(job: IngestJob, key: str) -> dict[int, str | None]:
+    """Each owned partition's offset in stream ``key`` (None: it has read nothing of it)."""
+    return {p: job.state.offsets.get(p, {}).get(key) for p in job.partitions}
+
+
+def stream_batch(
+    server: ServerTable, source: StreamSource, entries: Sequence[Entry]
+) -> StreamBatch:
+    """The entries (at least one) as a batch: flattened, dead letters written beside the commit
+    log (the batch fails past the table's ``max_dead_letters``)."""
+    table = server.table
+    name = batch_source(source.key, entries[0].id, entries[-1].id)
+    flattened = stream_rows(entries, source, table, name)
+    letters = flattened.dead_letters
+    if letters:
+        directory = dead_letter_directory(server.root, server.server_id)
+        path = f"{directory}/{dead_letter_file(source.key, entries[0].id, entries[-1].id)}"
+        server.storage.write_atomically(
+            path, "".join(dead_letter_line(letter, source) + "\n" for letter in letters)
+        )
+        if len(letters) > table.max_dead_letters:
+            first = letters[0]
+            raise FailedPrecondition(
+                f"table {table.name!r}: {len(letters)} malformed events in entries "
+                f"{entries[0].id}..{entries[-1].id} of stream {source.key!r}, more than "
+                f"max_dead_letters = {table.max_dead_letters} (the first, entry "
+                f"{first.place.source}: {first.reason}); they are in {path}"
+            )
+    frame = rows_frame(server.spark, table, flattened)
+    return StreamBatch(name, frame, len(letters), entry_ms(entries[0].id))
+
+
+def dead_letter_file(key: str, first: str, last: str) -> str:
+    """A batch's dead-letter file: the stream key (made safe for a file name, with a hash of
+    it) and the batch's entry ids, so a batch read again writes the same file."""
+    digest = hashlib.sha1(key.encode()).hexdigest()[:10]
+    return f"{_UNSAFE.sub('_', key)}.{digest}.{first}..{last}.jsonl"
+
+
+def run_stream_pass(job: IngestJob, source: StreamSource, client: Any) -> BatchResult:
+    """Ingest every entry of the table's stream added before this pass, in batches of at most
+    ``max_events``; returns the last batch's result with the lag after it (a pass with nothing
+    new is a skipped result, and applies updates that are due, as a directory pass does)."""
+    job.start()
+    end = head(client, source.key)
+    result = None
+    while end is not None:
+        after, through = read_bounds(owned_offsets(job, source.key), job.partitions)
+        if after is not None and entry_key(after) >= entry_key(end):
+            break
+        if through is None or entry_key(through) > entry_key(end):
+            through = end
+        entries = read_entries(client, source.key, after, through, source.max_events)
+        if not entries:
+            break
+        batch = stream_batch(job.server, source, entries)
+        result = job.run_batch(batch.frame, sources=[batch.name])
+        result = dataclasses.replace(
+            result,
+            dead_letters=batch.dead_letters,
+            arrival_to_announced_s=None if result.skipped else time.time() - batch.first_ms / 1000,
+        )
+    if result is None:
+        state = job.state
+        if state.pending and len(state.pending) >= job.table.update_cadence:
+            job.flush_updates()
+        from horizon_broker.ingest.job import BatchResult
+
+        result = BatchResult(seq=0, rows=0, skipped=True, high=state.high, sources=())
+    return remembered(job, with_lag(result, table_lag(job, source, client)))
+
+
+def table_lag(job: IngestJob, source: StreamSource, client: Any) -> Lag:
+    """How far the table's slowest owned partition is behind the stream's head."""
+    after, _ = read_bounds(owned_offsets(job, source.key), job.partitions)
+    return lag(client, source.key, after, time.time_ns() // 1_000_000)
+
+
+def with_lag(result: BatchResult, behind: Lag) -> BatchResult:
+    return dataclasses.replace(result, stream_lag_events=behind.events, stream_lag_s=behind.seconds)
+
+
+def remembered(job: IngestJob, result: BatchResult) -> BatchResult:
+    """``result`` with its snapshot token, kept as the job's last result."""
+    token = tokens.encode({job.table.name: result.high}) if result.high else ""
+    job.last_result = dataclasses.replace(result, token=token)
+    return job.last_result
+
+
+class StreamClients:
+    """One Redis connection per stream server URL, shared by the tables reading from it."""
+
+    def __init__(self) -> None:
+        self._clients: dict[str, Any] = {}
+
+    def of(self, source: StreamSource) -> Any:
+        if source.url not in self._clients:
+            self._clients[source.url] = connect(source.url, socket_timeout=30.0)
+        return self._clients[source.url]
+
+    def close(self) -> None:
+        for client in self._clients.values():
+            client.close()
+        self._clients.clear()
