@@ -47,6 +47,7 @@ from horizon_broker.ingest.key_index import (
 )
 from horizon_broker.ingest.local_frames import local_frame
 from horizon_broker.ingest.manifest import INGEST
+from horizon_broker.ingest.partial_upsert_batch import merge_batch
 from horizon_broker.ingest.resolve import (
     PLAIN_RESOLUTION_COLUMNS,
     append_only,
@@ -86,6 +87,9 @@ def write_batch(
     # and foreachBatch frames do); the resolution counts them again and fails the batch loudly
     # otherwise.
     rows = enrich(frame, table, partitions)
+    # A partial table's records become their keys' merged rows before any road takes them.
+    merged = merge_batch(server, rows) if table.partial_upsert is not None else None
+    rows = rows if merged is None else merged.rows
     on_driver = collect_on_driver(server, rows, protocol.state.key_index)
     if on_driver is not None:
         count = on_driver.count
@@ -99,7 +103,10 @@ def write_batch(
     segments_directory = server.batch_directory(seq)
     # The resolved frame: also this batch's key index level and pending updates.
     resolution_dir = resolution_directory(server.root, server.server_id, seq)
-    protocol.prepare(seq, INGEST, sorted([segments_directory, resolution_dir]))
+    logged = [] if merged is None else [merged.directory(server, seq)]
+    protocol.prepare(seq, INGEST, sorted([segments_directory, resolution_dir, *logged]))
+    if merged is not None:
+        merged.write_events(server, seq, base)
     steps.step("after_prepare")
     slots = segment_slots(count.groups, table.granularity, base, high)
     allocation = allocate_partitions(server.client, table, protocol.transaction_locks(), slots)

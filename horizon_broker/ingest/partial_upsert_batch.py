@@ -1,0 +1,225 @@
+"""Partial upserts applied to a batch, once, before it takes its road.
+
+The imperative shell around :mod:`horizon_broker.ingest.partial_upsert`. A partial table's batch
+is collected on the driver right after its rows are enriched: each record becomes the row its key
+has once that record commits, the fold of the key's events committed up to it (this batch's,
+in commit order, and every earlier batch's, from the event log below) in comparison order. The
+row carries the fold's comparison value, which never decreases along the key's commits, so each
+road (driver rows, driver columns, Spark) accepts every record as the key's new version and ends
+the one before at its commit, the updater's ``validUntil`` rewrite included: a late event makes a
+new version from its commit on, snapshots before it keep what they showed. A delete's row keeps
+deleting; a late event below a delete gives the delete again. The transaction column keeps each
+event's own value, so commit timestamps are what they would be.
+
+The event log: each batch writes its events (the user columns as they came, which were absent,
+key partition, the batch's first commit timestamp ``_base`` and the event's commit order in it
+``_order``) to ``<table root>/_partial_events/<server>/b<seq>/``, a directory the batch's prepare
+record names, so a batch that never commits leaves none behind (a restart deletes it). A batch
+reads the log of its key partitions, written by any server (a handover moves a partition, not its
+events). Its cost grows with the history of the batch's keys: nothing compacts the log yet.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from horizon_broker.ingest.partial_upsert import Event, Strategy, comparison_rank, fold
+from horizon_broker.ingest.resolve import SOURCE_FILE
+from horizon_broker.ingest.table import TableDefinition
+
+if TYPE_CHECKING:
+    from horizon_broker.ingest.server_table import ServerTable
+
+EVENTS_DIRECTORY = "_partial_events"
+ABSENT = "_absent"
+"""A batch row's column names its source left out (a Debezium ``after`` without them)."""
+_EVENT_COLUMNS = ("_kp", "_base", "_order", ABSENT)
+
+
+@dataclass(frozen=True, slots=True)
+class MergedBatch:
+    """A partial table's batch: the merged rows the roads resolve, and the events to log."""
+
+    rows: Any
+    events: Any
+    """This batch's events (Arrow), in commit order, without ``_base`` (known at the commit)."""
+
+    def directory(self, server: ServerTable, seq: int) -> str:
+        return events_directory(server.root, server.server_id, seq)
+
+    def write_events(self, server: ServerTable, seq: int, base: int) -> None:
+        """Log the events as batch ``seq``'s, its commit timestamps starting at ``base``."""
+        import pyarrow as pa
+
+        if self.events.num_rows == 0:
+            return
+        events = self.events.append_column("_base", pa.array([base] * self.events.num_rows))
+        directory = self.directory(server, seq)
+        local = server.storage.local_path(directory)
+        if local is not None:
+            _write_local(events, local)
+        else:
+            server.spark.createDataFrame(events).write.mode("overwrite").parquet(directory)
+
+
+def events_directory(root: str, server_id: str, seq: int) -> str:
+    """Where batch ``seq`` of a server logs its partial events."""
+    return f"{root}/{EVENTS_DIRECTORY}/{server_id}/b{seq:010d}"
+
+
+def merge_batch(server: ServerTable, rows: Any) -> MergedBatch:
+    """The enriched ``rows`` of a partial table's batch with their merged values (a local frame
+    of the same columns, so every road reads the same rows), and the events they were."""
+    import pyarrow as pa
+
+    table = server.table
+    collected = rows.toArrow()
+    user = list(table.column_names)
+    records = collected.to_pylist()
+    absent = [set(record.pop(ABSENT, None) or ()) for record in records]
+    order = commit_order(records, table.transaction_column)
+    batch = [
+        event_of(records[index], absent[index], table, (1, 0, rank), index)
+        for rank, index in enumerate(order)
+    ]
+    touched = sorted({record["_kp"] for record in records})
+    history = read_history(server, touched) if records else []
+    merged = merged_rows(batch, history, table)
+    columns = {
+        name: pa.array([row[name] for row in merged], type=collected.schema.field(name).type)
+        for name in user
+    }
+    others = [name for name in collected.column_names if name not in user and name != ABSENT]
+    result = pa.table({**columns, **{name: collected[name] for name in others}})
+    schema = rows.drop(ABSENT).schema if ABSENT in rows.columns else rows.schema
+    frame = server.spark.createDataFrame(result.select(schema.names), schema=schema)
+    log = pa.table(
+        {
+            **{name: collected[name].take(order) for name in user},
+            "_kp": collected["_kp"].take(order),
+            "_order": pa.array(range(len(order)), type=pa.int64()),
+            ABSENT: pa.array([sorted(absent[index]) for index in order], pa.list_(pa.string())),
+        }
+    )
+    return MergedBatch(frame, log)
+
+
+def commit_order(records: Sequence[dict[str, Any]], transaction: str | None) -> list[int]:
+    """The records' indices in commit order: source order (file, Spark partition, row, as the
+    commit timestamps are handed out), a transaction's changes at its first change's place."""
+
+    def place(record: dict[str, Any]) -> tuple[str, int, int]:
+        return (record[SOURCE_FILE], record["_pid"], record["_row"])
+
+    first: dict[Any, tuple[str, int, int]] = {}
+    if transaction is not None:
+        for record in records:
+            value = record[transaction]
+            if value is not None:
+                first[value] = min(first.get(value, place(record)), place(record))
+
+    def key(index: int) -> tuple[tuple[str, int, int], tuple[str, int, int]]:
+        record = records[index]
+        own = place(record)
+        value = record[transaction] if transaction is not None else None
+        return (own if value is None else first[value], own)
+
+    return sorted(range(len(records)), key=key)
+
+
+def event_of(
+    record: dict[str, Any],
+    absent: set[str],
+    table: TableDefinition,
+    commit: tuple[int, int, int],
+    position: int,
+) -> Event:
+    """A record as the fold's event; ``commit``: its place in commit order across batches."""
+    values = {name: record[name] for name in table.column_names if name not in absent}
+    deleted = bool(table.delete_column is not None and record.get(table.delete_column))
+    rank = (comparison_rank(values, table.comparison_columns), commit)
+    return Event(values, deleted, rank, position)
+
+
+def merged_rows(
+    batch: Sequence[Event], history: Sequence[Event], table: TableDefinition
+) -> list[dict[str, Any]]:
+    """Each batch event's row (by its ``position``): the fold of its key's events up to it in
+    commit order (``batch`` is in commit order, after all of ``history``)."""
+    strategies: dict[str, Strategy] = dict(table.partial_upsert or ())
+    columns = table.column_names
+    key_of = _key_function(table.primary_key)
+    known: dict[tuple[Any, ...], list[Event]] = defaultdict(list)
+    for event in history:
+        known[key_of(event.values)].append(event)
+    rows: list[dict[str, Any]] = [{} for _ in batch]
+    for event in batch:
+        events = known[key_of(event.values)]
+        events.append(event)
+        row = fold(events, strategies, columns)
+        if row is None:  # deleted: the newest delete again, which the roads never store
+            newest = max(events, key=lambda item: item.rank)
+            row = {**dict.fromkeys(columns), **newest.values}
+        if table.transaction_column is not None:
+            row[table.transaction_column] = event.values.get(table.transaction_column)
+        rows[event.position] = row
+    return rows
+
+
+def _key_function(primary_key: Sequence[str]) -> Any:
+    def key(values: dict[str, Any]) -> tuple[Any, ...]:
+        return tuple(values.get(name) for name in primary_key)
+
+    return key
+
+
+def read_history(server: ServerTable, partitions: Sequence[int]) -> list[Event]:
+    """The logged events of the key partitions, from every server's committed batches."""
+    table = server.table
+    root = f"{server.root}/{EVENTS_DIRECTORY}"
+    if not server.storage.exists(root):
+        return []
+    local = server.storage.local_path(root)
+    if local is not None:
+        logged = _read_local(local, partitions)
+    else:
+        from pyspark.sql import functions as F
+
+        schema = f"{table.spark_schema_ddl()}, `_kp` int, `_order` bigint, "
+        schema += f"`{ABSENT}` array<string>, `_base` bigint"
+        frame = server.spark.read.schema(schema).parquet(f"{root}/*/*")
+        logged = frame.filter(F.col("_kp").isin(list(partitions))).toArrow()
+    events = []
+    for record in logged.to_pylist():
+        commit = (0, int(record["_base"]), int(record["_order"]))
+        events.append(event_of(record, set(record[ABSENT] or ()), table, commit, 0))
+    return events
+
+
+def _read_local(directory: str, partitions: Sequence[int]) -> Any:
+    from pathlib import Path
+
+    import pyarrow as pa
+    import pyarrow.dataset as ds
+    import pyarrow.parquet as pq
+
+    files = sorted(str(path) for path in Path(directory).glob("*/*/*.parquet"))
+    tables = [pq.read_table(path) for path in files]
+    if not tables:
+        return pa.table({})
+    logged = pa.concat_tables(tables, promote_options="default")
+    return ds.dataset(logged).to_table(filter=ds.field("_kp").isin(list(partitions)))
+
+
+def _write_local(events: Any, directory: str) -> None:
+    import os
+
+    import pyarrow.parquet as pq
+
+    os.makedirs(directory, exist_ok=True)
+    temporary = f"{directory}/.events.parquet.tmp"
+    pq.write_table(events, temporary)
+    os.replace(temporary, f"{directory}/events.parquet")
