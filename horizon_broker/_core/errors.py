@@ -93,6 +93,12 @@ class Unavailable(HorizonError):
     code = StatusCode.UNAVAILABLE
 
 
+class ReplicationShortfall(Unavailable):
+    """Fewer replicas than ``wait_replicas`` confirmed a write within ``wait_timeout_ms``: the
+    write may be on the primary alone, so it does not count as acknowledged (rule F2 of
+    ``docs/design/contract/failover.md``)."""
+
+
 class Cancelled(HorizonError):
     """The client cancelled the request."""
 

@@ -11,6 +11,8 @@ from typing import Any, TypeVar
 import redis
 
 from horizon_broker._core.errors import Unavailable
+from horizon_broker._core.redis_sentinel import call_acknowledged, open_store
+from horizon_broker._core.store_address import parse_store_url
 
 TRANSIENT = (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError)
 """Errors that a restarted or briefly unreachable Redis raises: retried, then UNAVAILABLE."""
@@ -44,18 +46,11 @@ def decode_reply(value: Any) -> Any:
     return value
 
 
-def connect(url: str, *, socket_timeout: float | None = 5.0) -> redis.Redis:
-    """A client without redis-py's hidden retries: our callers retry and notice restarts."""
-    from redis.backoff import NoBackoff
-    from redis.retry import Retry
-
-    return redis.Redis.from_url(
-        url,
-        socket_timeout=socket_timeout,
-        socket_connect_timeout=2.0,
-        retry=Retry(NoBackoff(), 0),
-        health_check_interval=0,
-    )
+def connect(url: str, *, socket_timeout: float | None = 5.0, strict: bool = False) -> redis.Redis:
+    """A client without redis-py's hidden retries: our callers retry and notice restarts. The
+    URL may name a Sentinel group (:mod:`horizon_broker._core.store_address`); ``strict``: see
+    :mod:`horizon_broker._core.redis_sentinel`."""
+    return open_store(parse_store_url(url), socket_timeout=socket_timeout, strict=strict)
 
 
 class ScriptClient:
@@ -71,19 +66,26 @@ class ScriptClient:
         prefix: str,
         retry_timeout_s: float,
         unreachable: str,
+        acknowledged: frozenset[str] = frozenset(),
     ) -> None:
         """``redis_`` is a URL (the client opens and closes its connection) or a connection
-        the caller owns; ``unreachable`` names the service in UNAVAILABLE errors."""
+        the caller owns; ``unreachable`` names the service in UNAVAILABLE errors; the scripts
+        named in ``acknowledged`` wait for the URL's ``wait_replicas`` (rule F2 of
+        ``docs/design/contract/failover.md``)."""
         self.owns_connection = isinstance(redis_, str)
         self.redis = connect(redis_) if isinstance(redis_, str) else redis_
         self.prefix = prefix
         self.retry_timeout_s = retry_timeout_s
         self.unreachable = unreachable
         self._scripts = {name: self.redis.register_script(text) for name, text in scripts.items()}
+        self._acknowledged = acknowledged
 
     def call(self, name: str, args: list[str]) -> Any:
         """Run script ``name`` with ``args`` after the prefix; the reply decoded."""
-        return self.retrying(lambda: self._scripts[name](args=[self.prefix, *args]))
+        script, full = self._scripts[name], [self.prefix, *args]
+        if name in self._acknowledged:
+            return self.retrying(lambda: call_acknowledged(self.redis, script, full, name.lower()))
+        return self.retrying(lambda: script(args=full))
 
     def retrying(self, operation: Callable[[], Any]) -> Any:
         """Any read of the same store, retried like the scripts; the reply decoded."""

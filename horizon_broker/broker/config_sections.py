@@ -14,8 +14,9 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, Field, PlainValidator, model_validator
 from pydantic.config import JsonDict
 
-from horizon_broker._config import Rule, Section, section
+from horizon_broker._config import Rule, Section, refusing, section
 from horizon_broker._core.errors import InvalidArgument
+from horizon_broker._core.store_address import check_store_url
 from horizon_broker.broker.sql.model import WorkBudget
 
 _BUDGET = WorkBudget()
@@ -51,6 +52,18 @@ def _listen(value: str) -> str:
 
 Listen = Annotated[str, AfterValidator(_listen)]
 """A ``host:port`` address; empty (where allowed) means the listener's default."""
+
+
+def _store_url(value: str) -> str:
+    with refusing(""):
+        return check_store_url(value)
+
+
+StoreUrl = Annotated[str, AfterValidator(_store_url)]
+"""A state-store URL (:mod:`horizon_broker._core.store_address`), refused when it does not parse."""
+STORE_URL_RULE: JsonDict = {
+    "rule": "redis://, rediss://, unix:// or redis+sentinel://host:port[,host:port...]/master[/db]"
+}
 
 
 def service_address(
@@ -117,7 +130,14 @@ class ServerConfig(Section):
 class StateConfig(Section):
     """The Redis state store the broker follows."""
 
-    redis_url: str = Field("redis://127.0.0.1:6379/0", description="The state store.")
+    redis_url: StoreUrl = Field(
+        "redis://127.0.0.1:6379/0",
+        description="The state store: ``redis://host:6379/0``, or a Sentinel group, "
+        "``redis+sentinel://h1:26379,h2:26379/mymaster/0`` (the broker follows its failovers). "
+        "``?wait_replicas=N&wait_timeout_ms=MS``: pins wait for N replicas (see the failover "
+        "contract, docs/design/contract/failover.md).",
+        json_schema_extra=STORE_URL_RULE,
+    )
     key_prefix: str = Field("horizon", description="The Redis key prefix.")
     heartbeat_timeout_s: float = Field(
         5.0, gt=0, description="An ingestion server without a heartbeat this long is stale."

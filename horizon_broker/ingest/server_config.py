@@ -40,6 +40,7 @@ from pydantic import BaseModel, BeforeValidator, Discriminator, Field, Tag, fiel
 from horizon_broker._config import MODEL_CONFIG, refusing, validated
 from horizon_broker._core.errors import HorizonError, InvalidArgument
 from horizon_broker._core.keys import DEFAULT_PREFIX, check_prefix, check_server_id
+from horizon_broker._core.store_address import check_store_url
 from horizon_broker.ingest.redis_stream_source import (
     DEFAULT_MAX_EVENTS,
     StreamSource,
@@ -169,7 +170,13 @@ class ServerFile(BaseModel):
     server_id: str = Field(
         description="The server's identity: 1-200 of letters, digits and ``_ . : @ -``."
     )
-    redis: str = Field(min_length=1, description="The state store, ``redis://host:6379/0``.")
+    redis: str = Field(
+        min_length=1,
+        description="The state store, ``redis://host:6379/0``, or a Sentinel group, "
+        "``redis+sentinel://h1:26379,h2:26379/mymaster/0`` (the server follows its failovers). "
+        "``?wait_replicas=N&wait_timeout_ms=MS``: announcements, reports and lock grants wait "
+        "for N replicas (docs/design/contract/failover.md).",
+    )
     prefix: str = Field(DEFAULT_PREFIX, description="The Redis key prefix.")
     watch: float | None = Field(
         None,
@@ -202,6 +209,12 @@ class ServerFile(BaseModel):
     def _server_id(cls, value: str) -> str:
         with refusing(""):
             return check_server_id(value)
+
+    @field_validator("redis")
+    @classmethod
+    def _redis(cls, value: str) -> str:
+        with refusing(""):
+            return check_store_url(value)
 
     @field_validator("prefix")
     @classmethod

@@ -117,6 +117,7 @@ class LockClient:
             prefix=self._keys.prefix,
             retry_timeout_s=retry_timeout_s,
             unreachable="Redis is unreachable for the lock service",
+            acknowledged=frozenset({"ACQUIRE"}),
         )
 
     def try_acquire(

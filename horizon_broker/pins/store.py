@@ -97,6 +97,7 @@ class PinStore:
             prefix=self._keys.prefix,
             retry_timeout_s=retry_timeout_s,
             unreachable="the pin store (Redis) is unreachable",
+            acknowledged=frozenset({"PIN"}),
         )
 
     def pin(

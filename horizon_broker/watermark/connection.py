@@ -5,6 +5,11 @@ into. When Redis has lost its data (the epoch changed or vanished), the connecti
 epoch and hands the server's ``republish`` callback a raw :meth:`StoreConnection.execute` to put
 its whole state back first, then runs the call. Transient errors are retried, then raised as
 UNAVAILABLE (:mod:`horizon_broker._core.redis_calls`).
+
+A change of primary (a promoted replica, a restarted Redis: rule F3 of
+``docs/design/contract/failover.md``) is treated the same way: the store may lack what this
+server saw acknowledged, so its state is re-published before any other call runs there (F4).
+Announcements and reports wait for the URL's ``wait_replicas`` (F2).
 """
 
 from __future__ import annotations
@@ -27,6 +32,11 @@ from horizon_broker._core.errors import (
 )
 from horizon_broker._core.keys import Keys
 from horizon_broker._core.redis_calls import connect, decode_reply, retrying
+from horizon_broker._core.redis_sentinel import (
+    PrimaryChanged,
+    call_acknowledged,
+    primary_generation,
+)
 from horizon_broker.watermark import scripts
 
 SCRIPTS = (
@@ -55,6 +65,8 @@ ERRORS: dict[str, type[HorizonError]] = {
 }
 
 Execute = Callable[[str, list[str]], list[Any]]
+ACKNOWLEDGED = frozenset({"SEGMENTS", "REPORT"})
+"""The calls that wait for replicas (rule F2 of ``docs/design/contract/failover.md``)."""
 
 
 class EpochChanged(Exception):
@@ -76,19 +88,25 @@ class StoreConnection:
         self.server_id = server_id
         self.keys = keys
         self.owns_connection = isinstance(redis_, str)
-        self.redis = connect(redis_) if isinstance(redis_, str) else redis_
+        self.redis = connect(redis_, strict=True) if isinstance(redis_, str) else redis_
         self._republish = republish
         self._retry_timeout_s = retry_timeout_s
         self._scripts = {
             name: self.redis.register_script(getattr(scripts, name)) for name in SCRIPTS
         }
         self._epoch: str | None = None
+        self._primary = primary_generation(self.redis)
+        self.republished_after_failover = 0
+        """How many times a change of primary made this server re-publish (F4)."""
 
     def run(self, name: str, args: list[str]) -> list[Any]:
-        """Run one script, re-publishing first whenever Redis's data set is not ours."""
+        """Run one script, re-publishing first whenever Redis's data set is not ours, or the
+        primary is not the one we last wrote to."""
 
         def attempt() -> list[Any]:
             for _ in range(5):
+                if self._primary != primary_generation(self.redis):
+                    self._epoch = None  # another Redis: re-publish before anything else
                 if self._epoch is None:
                     self._adopt_epoch()
                 try:
@@ -111,10 +129,14 @@ class StoreConnection:
     def execute(self, name: str, args: list[str]) -> list[Any]:
         """One script under the current epoch, no retry: ``{'OK', ...}`` minus the status, or
         the error the script named; :class:`EpochChanged` when the data set is not ours."""
-        prefix = self.keys.prefix
-        reply = decode_reply(
-            self._scripts[name](args=[prefix, self._epoch or "", self.server_id, *args])
-        )
+        full = [self.keys.prefix, self._epoch or "", self.server_id, *args]
+        if name in ACKNOWLEDGED:
+            raw = call_acknowledged(
+                self.redis, self._scripts[name], full, f"server {self.server_id}'s {name.lower()}"
+            )
+        else:
+            raw = self._scripts[name](args=full)
+        reply = decode_reply(raw)
         status = reply[0]
         if status == "EPOCH":
             raise EpochChanged(reply[1])
@@ -125,11 +147,20 @@ class StoreConnection:
     def _adopt_epoch(self) -> None:
         """Adopt the data set's epoch (creating it if absent), then publish everything again."""
         candidate = uuid.uuid4().hex
-        reply = decode_reply(
-            self._scripts["ADOPT_EPOCH"](args=[self.keys.prefix, candidate, self.server_id])
-        )
+        try:
+            reply = decode_reply(
+                self._scripts["ADOPT_EPOCH"](args=[self.keys.prefix, candidate, self.server_id])
+            )
+        except PrimaryChanged:
+            reply = decode_reply(
+                self._scripts["ADOPT_EPOCH"](args=[self.keys.prefix, candidate, self.server_id])
+            )
+        generation = primary_generation(self.redis)
+        if generation != self._primary:
+            self.republished_after_failover += 1
         self._epoch = reply[1]
         self._republish(self.execute)
+        self._primary = generation
 
     def close(self) -> None:
         if self.owns_connection:
