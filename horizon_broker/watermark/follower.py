@@ -7,6 +7,10 @@ changes its server made before it). Stream ids are ``<seq>-0``: a gap (trimmed l
 another epoch, or a changed epoch after a reconnect makes the follower rebuild from a fresh
 snapshot, built aside and swapped in atomically, so readers never see a half-built state.
 
+A change of primary (rule F3 of ``docs/design/contract/failover.md``) makes the follower check
+that the store still holds the event it applied last (:mod:`.generation`); a store that went back
+is resynchronised with what this broker served held (F5, :mod:`.carry`).
+
 Before a read's events are applied, *preparers* are shown the segments those events add
 (:meth:`Follower.add_preparer`): a broker reads what its lookups will need of their files while
 queries still run on the state before, so the first query after a change does not pay for it.
@@ -21,26 +25,27 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 import redis
 
 from horizon_broker._core.errors import FailedPrecondition, HorizonError, NotFound, Unavailable
 from horizon_broker._core.keys import DEFAULT_PREFIX, Keys
-from horizon_broker._core.redis_calls import connect
+from horizon_broker._core.redis_calls import connect, decode_reply
 from horizon_broker.timeline.segment import Segment
 from horizon_broker.watermark import scripts
 from horizon_broker.watermark.catalog import TableDescriptor
+from horizon_broker.watermark.follower_views import TableState, WatermarkReport
+from horizon_broker.watermark.generation import Fingerprint, fingerprint, fingerprint_at, history_at
 from horizon_broker.watermark.lwm import (
-    Laggard,
-    PartitionWatermark,
-    Regression,
     breakdown,
     no_lwm_error,
 )
-from horizon_broker.watermark.state import Fallback, ServerState, UnreadableMark, segment_ref
+from horizon_broker.watermark.state import ServerState, UnreadableMark, segment_ref
 from horizon_broker.watermark.storage_root import outside_storage_root
+
+__all__ = ["Follower", "TableState", "WatermarkReport"]
 
 log = logging.getLogger(__name__)
 
@@ -51,44 +56,6 @@ REGRESSION_POLICIES = ("keep", "fail")
 Preparer = Callable[[Mapping[str, Sequence[Segment]]], None]
 """Shown the segments about to be added, by table (:meth:`Follower.add_preparer`)."""
 _TRANSIENT = (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError, OSError)
-
-
-@dataclass(frozen=True, slots=True)
-class TableState:
-    """One table as a query sees it, taken atomically: segments to read and the snapshot LWM."""
-
-    table: str
-    descriptor: TableDescriptor
-    generation: int
-    visible_segments: tuple[Segment, ...]
-    lwm: int | None
-    retention_horizon: int
-    staleness_s: float
-    laggard: Laggard | None
-    fallbacks: tuple[Fallback, ...] = ()
-    """Segments this broker keeps out as unreadable, with what their chunks read instead."""
-
-
-@dataclass(frozen=True, slots=True)
-class WatermarkReport:
-    """A table's served LWM with its full breakdown, for the watermark endpoint."""
-
-    table: str
-    lwm: int | None
-    computed: int | None
-    laggard: Laggard | None
-    partitions: tuple[PartitionWatermark, ...]
-    stale_servers: tuple[str, ...]
-    regressions: tuple[Regression, ...]
-    active_regression: Regression | None
-    retention_horizon: int
-    staleness_s: float
-    server_clocks: Mapping[str, int] = field(default_factory=dict)
-    """Each owner's clock at its last heartbeat (what its idle partitions follow)."""
-    server_status: Mapping[str, str] = field(default_factory=dict)
-    """Each owner's status: ``live``, ``parked`` or ``decommissioned``."""
-    store_ms: int = 0
-    """The state store's clock as this broker knows it (what parked partitions follow)."""
 
 
 class Follower:
@@ -127,6 +94,10 @@ class Follower:
         self._preparers: list[Preparer] = []
         self.events_applied = 0
         self.full_syncs = 0
+        self.rewinds = 0
+        """How many times the store was found behind what this follower applied (F5)."""
+        self._applied: Fingerprint | None = None
+        self._rewound = False
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -311,6 +282,11 @@ class Follower:
                 self._changed.wait(min(remaining, 0.1))
             return True
 
+    def held(self) -> dict[str, int]:
+        """Tables held because the store went back, with their held segments (F5, F6)."""
+        with self._lock:
+            return {table: len(keys) for table, keys in sorted(self._state.held.items())}
+
     @property
     def state_epoch(self) -> str:
         with self._lock:
@@ -339,19 +315,23 @@ class Follower:
                     self._redis = connect(self._url, socket_timeout=BLOCK_MS / 1000 + 5)
                     self._snapshot_script = self._redis.register_script(scripts.SNAPSHOT)
                     self._clock_script = self._redis.register_script(scripts.CLOCK)
-                    need_sync = need_sync or self._epoch_changed()
-                if need_sync:
+                    need_sync = self._epoch_changed() or self._store_went_back() or need_sync
+                if need_sync or self._rewound:
                     self._full_sync()
                     need_sync = False
                 need_sync = self._read_once()
                 backoff = 0.05
+            except redis.ResponseError as error:
+                if "UNBLOCKED" not in str(error):
+                    raise
+                # Our primary was demoted while we blocked on it: reconnect through Sentinel.
+                log.warning("the state store's primary changed under the follower (%s)", error)
+                self._drop_connection()
             except _TRANSIENT as error:
                 if self._following:
                     log.warning("lost the state store (%s); serving the last state", error)
                 self._following = False
-                if self._redis is not None:
-                    self._redis.close()
-                    self._redis = None
+                self._drop_connection()
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, 2.0)
             except Exception:
@@ -359,6 +339,21 @@ class Follower:
                 need_sync = True
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, 2.0)
+
+    def _drop_connection(self) -> None:
+        if self._redis is not None:
+            self._redis.close()
+            self._redis = None
+
+    def _store_went_back(self) -> bool:
+        """On a new connection (after a failover, say): whether the store's log still holds the
+        event we applied last (F3); True when we must resync, held if it went back."""
+        assert self._redis is not None
+        with self._lock:
+            seq = self._state.seq
+        history = history_at(self._redis, self._keys, seq, self._applied)
+        self._rewound = self._rewound or history == "rewound"
+        return history != "same"
 
     def _epoch_changed(self) -> bool:
         assert self._redis is not None
@@ -371,12 +366,19 @@ class Follower:
 
     def _full_sync(self) -> None:
         assert self._redis is not None
-        reply = _decode(self._snapshot_script(args=[self._keys.prefix]))
+        reply = decode_reply(self._snapshot_script(args=[self._keys.prefix]))
+        applied = fingerprint_at(self._redis, self._keys, int(reply[1]))
         with self._lock:
             previous = self._state
             known_unreadable = dict(previous.unreadable)
+        rewound, self._rewound = self._rewound, False
+        if rewound:
+            self.rewinds += 1
+            log.warning("the state store went back below event %d: resyncing", previous.seq)
         # Built outside the lock (readers keep the old state), swapped in one assignment.
-        fresh = ServerState.from_snapshot(reply, unreadable=known_unreadable, previous=previous)
+        fresh = ServerState.from_snapshot(
+            reply, unreadable=known_unreadable, previous=previous, rewound=rewound
+        )
         with self._lock:
             # Marks set or cleared while the snapshot was being built.
             for ref, mark in self._state.unreadable.items():
@@ -385,6 +387,7 @@ class Follower:
             for ref in set(known_unreadable) - set(self._state.unreadable):
                 fresh.clear_unreadable(ref)
             self._state = fresh
+            self._applied = applied
             self.full_syncs += 1
             self._changed.notify_all()
         self._contact()
@@ -428,6 +431,7 @@ class Follower:
                     int(fields[b"t"]),
                 )
                 state.seq = entry_seq
+                self._applied = fingerprint(fields)
                 self.events_applied += 1
             self._changed.notify_all()
         self._notify(touched)
@@ -467,8 +471,11 @@ class Follower:
         """Nothing new in the log: read the store's clock with the log position (one round
         trip). At our position, parked partitions may follow it; True when the epoch changed."""
         assert self._redis is not None
-        current, current_seq, store_ms = _decode(self._clock_script(args=[self._keys.prefix]))
+        current, current_seq, store_ms = decode_reply(self._clock_script(args=[self._keys.prefix]))
         if current != epoch:
+            return True
+        if int(current_seq) < seq:
+            self._rewound = True  # the log went back below what we applied (F3)
             return True
         if int(current_seq) != seq:
             return False  # events arrived meanwhile: the clock moves with them
@@ -490,11 +497,3 @@ class Follower:
                     listener(table)
                 except Exception:
                     log.exception("follower listener failed for table %s", table)
-
-
-def _decode(value: Any) -> Any:
-    if isinstance(value, bytes):
-        return value.decode()
-    if isinstance(value, list):
-        return [_decode(item) for item in value]
-    return value

@@ -17,6 +17,7 @@ from typing import Any
 from horizon_broker._core.errors import HorizonError
 from horizon_broker.timeline.segment import Segment
 from horizon_broker.timeline.timeline import Timeline
+from horizon_broker.watermark.carry import carry_unpublished, hold_served, release_held
 from horizon_broker.watermark.catalog import TableDescriptor
 from horizon_broker.watermark.lwm import (
     ACTIVE,
@@ -92,6 +93,8 @@ class ServerState:
     retention: dict[str, dict[str, int]] = field(default_factory=dict)
     served: dict[str, MonotonicLwm] = field(default_factory=dict)
     unreadable: dict[SegmentRef, UnreadableMark] = field(default_factory=dict)
+    held: dict[str, set[str]] = field(default_factory=dict)
+    """table -> keys of served segments the store lost, kept until it has them again (F5)."""
     rejected: list[str] = field(default_factory=list)
     _fallbacks: dict[str, tuple[Any, tuple[Fallback, ...]]] = field(default_factory=dict)
 
@@ -104,12 +107,14 @@ class ServerState:
         *,
         unreadable: Mapping[SegmentRef, UnreadableMark] | None = None,
         previous: ServerState | None = None,
+        rewound: bool = False,
     ) -> ServerState:
         """Build from the SNAPSHOT script's decoded reply.
 
         ``previous`` (this broker's state before a resync) contributes the served LWM floors, so
         the served LWM stays monotonic, and, when the data set was lost (new epoch), the state of
-        servers that have not re-published yet, so their frozen contribution keeps holding.
+        servers that have not re-published yet, so their frozen contribution keeps holding; when
+        the store went back (``rewound``), the segments it lost are held (:mod:`.carry`).
         """
         epoch, seq, now_ms, tables, servers, heartbeats, per_table, *more = reply
         state = cls(epoch=epoch, seq=int(seq), unreadable=dict(unreadable or {}))
@@ -127,7 +132,8 @@ class ServerState:
             )
             state.retention[name] = {s: int(h) for s, h in _pairs(retention_pairs).items()}
         if previous is not None:
-            _carry_unpublished(previous, state, raw_segments)
+            carry_unpublished(previous, state, raw_segments)
+            hold_served(previous, state, raw_segments, rewound=rewound)
         for name in state.descriptors:
             state.segments.setdefault(name, {})
             timeline = state.timelines[name] = Timeline(name)
@@ -140,7 +146,8 @@ class ServerState:
             state._add_segments(name, raw_segments.get(name, []), int(now_ms))
             floor = previous.served.get(name) if previous is not None else None
             tracker = floor.copy() if floor is not None else MonotonicLwm(name)
-            tracker.observe(state.progress[name].minimum(state.clocks()), int(now_ms) / 1000)
+            if not state.held.get(name):
+                tracker.observe(state.progress[name].minimum(state.clocks()), int(now_ms) / 1000)
             state.served[name] = tracker
         return state
 
@@ -218,6 +225,8 @@ class ServerState:
             if table in self.timelines:
                 self._add_segments(table, segments, t_ms)
                 touched.add(table)
+        for table in release_held(self.held, data):
+            self._observe(table, t_ms)
         return touched
 
     def _on_report(self, data: Mapping[str, Any], server: str, t_ms: int) -> set[str]:
@@ -306,6 +315,8 @@ class ServerState:
         return {table}
 
     def _observe(self, table: str, t_ms: int) -> None:
+        if self.held.get(table):
+            return  # the hold keeps the served snapshot until the store caught up (F5)
         self.served[table].observe(self.progress[table].minimum(self.clocks()), t_ms / 1000)
 
     def _add_segments(self, table: str, segments: Iterable[Segment], now_ms: int) -> None:
@@ -449,48 +460,3 @@ class ServerState:
 
 def _pairs(flat: list[Any]) -> dict[str, Any]:
     return dict(zip(flat[0::2], flat[1::2], strict=True))
-
-
-def _carry_unpublished(
-    previous: ServerState, state: ServerState, raw_segments: dict[str, list[Segment]]
-) -> None:
-    """After a data loss, keep what servers that have not re-published yet had published.
-
-    Within one data set a server never leaves the server list, so a live server that the
-    snapshot lacks is one whose data set was lost. A re-publishing server registers last; until
-    then its old segments and progress keep holding, however many snapshots the broker takes
-    meanwhile (the first can even see no epoch at all).
-    """
-    missing = {
-        server
-        for server, status in previous.servers.items()
-        if status == "live" and server not in state.servers
-    }
-    if not missing:
-        return
-    log.warning(
-        "state store lost its data; carrying state of %s until they re-publish", sorted(missing)
-    )
-    for server in missing:
-        state.servers[server] = previous.servers[server]
-        if server in previous.heartbeats_ms:
-            state.heartbeats_ms[server] = previous.heartbeats_ms[server]
-        if server in previous.server_clocks:
-            state.server_clocks[server] = previous.server_clocks[server]
-    for name, descriptor in previous.descriptors.items():
-        state.descriptors.setdefault(name, descriptor)
-        present = {segment_key(s) for s in raw_segments.get(name, [])}
-        carried = [
-            s
-            for key, s in previous.segments.get(name, {}).items()
-            if s.server in missing and key not in present
-        ]
-        raw_segments.setdefault(name, []).extend(carried)
-        progress = state.progress.setdefault(name, TableProgress())
-        for partition, entry in previous.progress.get(name, TableProgress()).items():
-            if entry.owner in missing and progress.get(partition) is None:
-                progress.set(partition, entry)
-        for server in missing:
-            horizon = previous.retention.get(name, {}).get(server)
-            if horizon is not None:
-                state.retention.setdefault(name, {})[server] = horizon

@@ -1,0 +1,125 @@
+"""What a resync keeps of the state before it (pure).
+
+Two cases keep something the fresh snapshot lacks. After a lost data set (a new epoch) a server
+that has not re-published yet keeps its old segments and progress (:func:`carry_unpublished`).
+After the store *went back* (a promoted replica without the last acknowledged writes, rule F5 of
+``docs/design/contract/failover.md``) every segment this broker had applied and the store lost is
+*held*: kept in the timeline, with the table's served snapshot frozen, until the store has it
+again or the new history removes it (:func:`hold_served`, :func:`release_held`). Answers at a
+served snapshot therefore never lose a row, and nothing committed after it shows there.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from horizon_broker.timeline.segment import Segment
+from horizon_broker.watermark.lwm import TableProgress
+from horizon_broker.watermark.records import segment_key
+
+if TYPE_CHECKING:
+    from horizon_broker.watermark.state import ServerState
+
+log = logging.getLogger(__name__)
+
+
+def hold_served(
+    previous: ServerState,
+    state: ServerState,
+    raw_segments: dict[str, list[Segment]],
+    *,
+    rewound: bool,
+) -> None:
+    """Hold the segments ``previous`` served and the fresh snapshot lacks: all of them when the
+    store went back (``rewound``), else only those already held (a resync during a hold)."""
+    for name, descriptor in previous.descriptors.items():
+        served = previous.segments.get(name, {})
+        candidates = (
+            served
+            if rewound
+            else {k: served[k] for k in previous.held.get(name, ()) if k in served}
+        )
+        present = {segment_key(s) for s in raw_segments.get(name, [])}
+        carried = {key: segment for key, segment in candidates.items() if key not in present}
+        if not carried:
+            continue
+        state.descriptors.setdefault(name, descriptor)
+        raw_segments.setdefault(name, []).extend(carried.values())
+        state.held[name] = set(carried)
+        log.warning(
+            "state store is behind what this broker served: holding %d segment(s) of table %s "
+            "and its snapshot until the store has them again",
+            len(carried),
+            name,
+        )
+
+
+def release_held(held: dict[str, set[str]], event: Mapping[str, Any]) -> list[str]:
+    """A segments event of the new history: what it adds again or removes is no longer held.
+    Returns the tables whose hold it ended."""
+    if not held:
+        return []
+    ended = []
+    for raw in _raw_segments(event):
+        segment = Segment.from_dict(raw)
+        keys = held.get(segment.table)
+        if keys is None:
+            continue
+        keys.discard(segment_key(segment))
+        if not keys:
+            del held[segment.table]
+            ended.append(segment.table)
+            log.info("table %s: the state store caught up, the hold ends", segment.table)
+    return ended
+
+
+def _raw_segments(event: Mapping[str, Any]) -> Iterable[Any]:
+    yield from event.get("remove", ())
+    yield from event.get("add", ())
+
+
+def carry_unpublished(
+    previous: ServerState, state: ServerState, raw_segments: dict[str, list[Segment]]
+) -> None:
+    """After a data loss, keep what servers that have not re-published yet had published.
+
+    Within one data set a server never leaves the server list, so a live server that the
+    snapshot lacks is one whose data set was lost. A re-publishing server registers last; until
+    then its old segments and progress keep holding, however many snapshots the broker takes
+    meanwhile (the first can even see no epoch at all).
+    """
+    missing = {
+        server
+        for server, status in previous.servers.items()
+        if status == "live" and server not in state.servers
+    }
+    if not missing:
+        return
+    log.warning(
+        "state store lost its data; carrying state of %s until they re-publish", sorted(missing)
+    )
+    for server in missing:
+        state.servers[server] = previous.servers[server]
+        if server in previous.heartbeats_ms:
+            state.heartbeats_ms[server] = previous.heartbeats_ms[server]
+        if server in previous.server_clocks:
+            state.server_clocks[server] = previous.server_clocks[server]
+    for name, descriptor in previous.descriptors.items():
+        state.descriptors.setdefault(name, descriptor)
+        present = {segment_key(s) for s in raw_segments.get(name, [])}
+        carried = [
+            s
+            for key, s in previous.segments.get(name, {}).items()
+            if s.server in missing and key not in present
+        ]
+        raw_segments.setdefault(name, []).extend(carried)
+        progress = state.progress.setdefault(name, TableProgress())
+        for partition, entry in previous.progress.get(name, TableProgress()).items():
+            if entry.owner in missing and progress.get(partition) is None:
+                progress.set(partition, entry)
+        for server in missing:
+            horizon = previous.retention.get(name, {}).get(server)
+            if horizon is not None:
+                state.retention.setdefault(name, {})[server] = horizon

@@ -1,0 +1,48 @@
+"""Is the store's log still the history this follower applied? (rule F3 of
+``docs/design/contract/failover.md``).
+
+A promoted replica can lack the last events the follower already applied, and the events written
+after the failover then take the same sequence numbers (stream ids are ``<seq>-0``): reading on
+from the old position would skip them. So after a change of primary the follower compares the
+entry at its position with the one it applied there (its *fingerprint*: the event's store time
+and server), and after a sync it notes the fingerprint of the snapshot's position.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import redis
+
+from horizon_broker._core.keys import Keys
+
+Fingerprint = tuple[bytes, bytes]
+"""An applied event's store time and server: what tells two histories' events apart."""
+History = Literal["same", "rewound", "unknown"]
+
+
+def fingerprint(fields: dict[bytes, bytes]) -> Fingerprint:
+    return fields.get(b"t", b""), fields.get(b"s", b"")
+
+
+def fingerprint_at(client: redis.Redis, keys: Keys, seq: int) -> Fingerprint | None:
+    """The fingerprint of the log's event ``seq`` (None: none there, or trimmed)."""
+    if seq <= 0:
+        return None
+    entries: Any = client.xrange(keys.log, f"{seq}-0", f"{seq}-0")
+    return fingerprint(entries[0][1]) if entries else None
+
+
+def history_at(client: redis.Redis, keys: Keys, seq: int, applied: Fingerprint | None) -> History:
+    """``same``: the store's log holds the event this follower applied at ``seq`` (read on);
+    ``rewound``: the store went back below it or wrote another event there (resync, hold what
+    was served); ``unknown``: trimmed or never noted (resync)."""
+    if seq <= 0:
+        return "same"
+    found = fingerprint_at(client, keys, seq)
+    if found is None:
+        current: Any = client.get(keys.seq)
+        return "rewound" if int(current or 0) < seq else "unknown"
+    if applied is None:
+        return "unknown"
+    return "same" if found == applied else "rewound"
