@@ -45,6 +45,7 @@ def spark():  # type: ignore[no-untyped-def]
 PROCESS_TESTS = (
     "tests/chaos/",
     "tests/cluster/",
+    "tests/failover/",
     "tests/demo/test_demo_run.py",
     "tests/compaction/test_cli.py",
     "tests/ingest/test_server_processes.py",

@@ -68,6 +68,13 @@ class StoreLink:
     def on_connect(self, connection: Any) -> None:
         """redis-py's connect hook: the usual handshake, then the server's run id."""
         connection.on_connect()
+        if self.address.sentinel:
+            # A sentinel that has not heard of a failover yet names the demoted primary, whose
+            # reads still answer: never follow a replica.
+            connection.send_command("ROLE")
+            role = connection.read_response()
+            if not role or role[0] not in (b"master", "master"):
+                raise redis.ConnectionError("the state store's primary is now a replica")
         connection.send_command("INFO", "server")
         run_id = _field(connection.read_response(), "run_id")
         with self._lock:

@@ -1,0 +1,26 @@
+"""One real Sentinel group (a primary, a replica, three sentinels) for the failover tests; each
+test starts on an empty, fully replicated store (a failover swaps the roles, nothing else)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.failover.sentinel_group import SentinelGroup
+
+
+@pytest.fixture(scope="module")
+def sentinel_group() -> Iterator[SentinelGroup]:
+    group = SentinelGroup().start()
+    yield group
+    group.close()
+
+
+@pytest.fixture
+def group(sentinel_group: SentinelGroup) -> SentinelGroup:
+    sentinel_group.heal_replication()
+    with sentinel_group.client(sentinel_group.primary_port()) as primary:
+        primary.flushall()
+    sentinel_group.wait_until(sentinel_group.replicated, "an empty replicated store")
+    return sentinel_group
