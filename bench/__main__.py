@@ -22,6 +22,7 @@ from bench.report import RESULTS_DIR, code_commit, machine
 BENCHMARKS = (
     "timeline", "watermark", "rewrite", "ingest", "ingest_server", "broker", "point_query",
     "point_query_live", "concurrency", "flight", "query", "compaction", "abuse", "metrics",
+    "tpch",
 )  # fmt: skip
 
 
@@ -266,6 +267,23 @@ def _metrics(r: dict[str, Any]) -> list[Row]:
     ]  # fmt: skip
 
 
+def _tpch(r: dict[str, Any]) -> list[Row]:
+    rows = []
+    for phase in ("before", "after"):
+        figures = r.get(phase) or {}
+        if not figures:
+            continue
+        worst = "; ".join(
+            f"{w['query']} {_num(w['ratio'], 'x', 2)}" for w in figures.get("worst", [])
+        )
+        target = "each <= 1.3x, total <= 1.05x" if phase == "before" else "each <= 1.15x"
+        rows.append((f"22 queries at scale {r.get('scale')}, {phase} compaction: total / geometric mean, Horizon / plain Spark", f"{_num(figures.get('total_horizon_ms'), ' ms', 0)} vs {_num(figures.get('total_plain_ms'), ' ms', 0)} ({_num(figures.get('total_ratio'), 'x', 2)}) / {_num(figures.get('geomean_ratio'), 'x', 2)}", target))  # fmt: skip
+        rows.append((f"  worst three, {phase} compaction", worst, "-"))
+    ingest = r.get("ingest_seconds") or {}
+    rows.append(("ingestion of the eight tables, 3 batches each", _num(sum(ingest.values()), " s"), "-"))  # fmt: skip
+    return rows
+
+
 EXTRACTORS: dict[str, Extractor] = {
     "timeline": _timeline,
     "watermark": _watermark,
@@ -281,6 +299,7 @@ EXTRACTORS: dict[str, Extractor] = {
     "compaction": _compaction,
     "abuse": _abuse,
     "metrics": _metrics,
+    "tpch": _tpch,
     "chaos": _chaos,
 }
 
