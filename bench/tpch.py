@@ -243,7 +243,10 @@ def run(scale: float, numbers: list[int], rounds: int, compaction: bool) -> dict
 
     redis = RedisProcess().start()
     work = Path(tempfile.mkdtemp(prefix="horizon-bench-tpch-"))
-    spark = create_spark_session(master="local[2]", app_name="bench-tpch")
+    # Plans print their file lists and pushed filters whole (Spark cuts them at 100 characters).
+    spark = create_spark_session(
+        master="local[2]", app_name="bench-tpch", conf={"spark.sql.maxMetadataStringLength": "4000"}
+    )
     server = ServerClient(redis.url, "bench-tpch-ingest")
     broker = None
     results: dict[str, Any] = {"scale": scale, "rounds": rounds}

@@ -286,10 +286,14 @@ class _Estimator:
         links: _UnionFind,
         default: tuple[int, int] | None,
     ) -> None:
-        """Link the sources an equality between their columns relates."""
-        parts = condition.flatten() if isinstance(condition, exp.And) else (condition,)
-        for part in parts:
-            part = part.unnest()
+        """Link the sources an equality between their columns relates, also when every branch
+        of an OR requires it (TPC-H Q19 repeats its join condition in each branch; Spark
+        takes it out as the join's key)."""
+        for part in _conjuncts(condition):
+            if isinstance(part, exp.Or):
+                for left, right in _required_pairs(part, sources):
+                    links.union(left, right)
+                continue
             if not isinstance(part, exp.EQ):
                 continue
             left = _owner(part.left.unnest(), sources)
@@ -298,6 +302,30 @@ class _Estimator:
                 links.union(left, right)
             elif default is not None and _is_column(part.left) and _is_column(part.right):
                 links.union(*default)
+
+
+def _conjuncts(condition: exp.Expr) -> list[exp.Expr]:
+    """The ANDed parts of ``condition``, parentheses removed."""
+    condition = condition.unnest()
+    parts = condition.flatten() if isinstance(condition, exp.And) else (condition,)
+    return [part.unnest() for part in parts]
+
+
+def _required_pairs(condition: exp.Expr, sources: list[_Source]) -> set[tuple[int, int]]:
+    """The pairs of sources that an equality between their columns links in every row that
+    passes ``condition``: of an AND, those of any part; of an OR, those of every branch."""
+    condition = condition.unnest()
+    if isinstance(condition, exp.Or):
+        branches = [_required_pairs(branch, sources) for branch in condition.flatten()]
+        return set.intersection(*branches) if branches else set()
+    if isinstance(condition, exp.And):
+        return set().union(*(_required_pairs(part, sources) for part in _conjuncts(condition)))
+    if isinstance(condition, exp.EQ):
+        left = _owner(condition.left.unnest(), sources)
+        right = _owner(condition.right.unnest(), sources)
+        if left is not None and right is not None and left != right:
+            return {(min(left, right), max(left, right))}
+    return set()
 
 
 def _is_column(node: exp.Expr) -> bool:
