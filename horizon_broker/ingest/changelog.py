@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from horizon_broker._core.errors import InvalidArgument
+from horizon_broker.ingest.partial_upsert import ABSENT
 from horizon_broker.ingest.partitioning import key_partition
 from horizon_broker.ingest.resolve import SOURCE_FILE, SOURCE_POSITION
 from horizon_broker.ingest.storage import FileInfo, Storage
@@ -101,10 +102,13 @@ def enrich(frame: Any, table: TableDefinition, partitions: Sequence[int]) -> Any
     position = F.monotonically_increasing_id()
     # Rows flattened on the driver (Debezium envelopes) carry their changelog file themselves.
     source_file = F.col(SOURCE_FILE) if SOURCE_FILE in frame.columns else F.input_file_name()
+    # So are the columns a partial event left out (partial upserts keep their values).
+    absent = [ABSENT] if ABSENT in frame.columns else []
     enriched = frame.select(
         *columns,
         source_file.alias(SOURCE_FILE),
         position.alias("_position"),
+        *absent,
     )
     key = table.primary_key or table.column_names
     enriched = enriched.select(

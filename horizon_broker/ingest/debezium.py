@@ -30,7 +30,7 @@ import decimal
 import json
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from horizon_broker._core.errors import Unimplemented
@@ -65,6 +65,9 @@ class Row:
     """An event that is a change of the table: its values by column name."""
 
     values: dict[str, Any]
+    absent: frozenset[str] = frozenset()
+    """The image's columns the event left out (null in ``values``): a partial upsert keeps the
+    key's value of them (:mod:`horizon_broker.ingest.partial_upsert`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +115,8 @@ class Flattened:
     """The source of each row (a changelog file's path), for the stored ``_sourceFile``."""
     dead_letters: list[DeadLetter]
     tombstones: int
+    absent: list[frozenset[str]] = field(default_factory=list)
+    """Each row's absent columns (:attr:`Row.absent`); empty: none known."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,16 +183,18 @@ def flatten(events: Iterable[tuple[Place, str]], spec: EnvelopeSpec) -> Flattene
     sources: list[str] = []
     dead: list[DeadLetter] = []
     tombstones = 0
+    absent: list[frozenset[str]] = []
     for place, text in events:
         judged = verdict(place, text, spec)
         if isinstance(judged, Row):
             rows.append(judged.values)
             sources.append(place.source)
+            absent.append(judged.absent)
         elif isinstance(judged, DeadLetter):
             dead.append(judged)
         else:
             tombstones += 1
-    return Flattened(rows, sources, dead, tombstones)
+    return Flattened(rows, sources, dead, tombstones, absent)
 
 
 def verdict(place: Place, text: str, spec: EnvelopeSpec) -> Verdict:
@@ -200,7 +207,7 @@ def verdict(place: Place, text: str, spec: EnvelopeSpec) -> Verdict:
         payload = unwrapped(value)
         if payload is None:
             return Tombstone()
-        return Row(row_of(payload, spec, place))
+        return Row(row_of(payload, spec, place), absent_columns(payload, spec))
     except Malformed as error:
         return DeadLetter(place, str(error), text)
 
@@ -234,6 +241,16 @@ def row_of(envelope: Mapping[str, Any], spec: EnvelopeSpec, place: Place) -> dic
             position, spec.type_of(spec.position_column), spec.position_column
         )
     return row
+
+
+def absent_columns(envelope: Mapping[str, Any], spec: EnvelopeSpec) -> frozenset[str]:
+    """The columns an ``after`` image leaves out (a delete's ``before`` has only the key)."""
+    image = envelope.get("after")
+    if envelope.get("op") == DELETE_OP or not isinstance(image, dict):
+        return frozenset()
+    return frozenset(
+        name for name, _ in spec.columns if name not in spec.filled and name not in image
+    )
 
 
 def checked_op(envelope: Mapping[str, Any], place: Place) -> str:

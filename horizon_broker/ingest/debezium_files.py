@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from horizon_broker._core.errors import FailedPrecondition
 from horizon_broker.ingest.debezium import DeadLetter, EnvelopeSpec, Flattened, Place, flatten
+from horizon_broker.ingest.partial_upsert import ABSENT
 from horizon_broker.ingest.resolve import SOURCE_FILE
 from horizon_broker.ingest.table import TableDefinition
 
@@ -92,6 +93,9 @@ def rows_frame(spark: Any, table: TableDefinition, flattened: Flattened) -> Any:
         for column in table.columns
     }
     arrays[SOURCE_FILE] = pa.array(flattened.sources, type=pa.string())
+    if table.partial_upsert is not None and len(flattened.absent) == len(flattened.rows):
+        absent = [sorted(names) for names in flattened.absent]
+        arrays[ABSENT] = pa.array(absent, type=pa.list_(pa.string()))
     return spark.createDataFrame(pa.table(arrays))
 
 

@@ -28,6 +28,12 @@ from typing import Any
 
 from horizon_broker._config import Rule
 
+ABSENT = "_absent"
+"""A batch row's column naming the columns its source left out (a Debezium ``after`` image
+without them); only a partial table's batches have it."""
+EVENT_LOG_COLUMNS = ("_base", "_order", ABSENT)
+"""The columns the event log keeps beside the user's (reserved column names)."""
+
 
 class Strategy(StrEnum):
     """How a column's value in an event merges with the key's row."""

@@ -26,17 +26,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from horizon_broker.ingest.partial_upsert import Event, Strategy, comparison_rank, fold
+from horizon_broker.ingest.partial_upsert import ABSENT, Event, Strategy, comparison_rank, fold
 from horizon_broker.ingest.resolve import SOURCE_FILE
 from horizon_broker.ingest.table import TableDefinition
 
 if TYPE_CHECKING:
     from horizon_broker.ingest.server_table import ServerTable
-
-EVENTS_DIRECTORY = "_partial_events"
-ABSENT = "_absent"
-"""A batch row's column names its source left out (a Debezium ``after`` without them)."""
-_EVENT_COLUMNS = ("_kp", "_base", "_order", ABSENT)
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +62,12 @@ class MergedBatch:
 
 def events_directory(root: str, server_id: str, seq: int) -> str:
     """Where batch ``seq`` of a server logs its partial events."""
-    return f"{root}/{EVENTS_DIRECTORY}/{server_id}/b{seq:010d}"
+    return f"{events_root(root)}/{server_id}/b{seq:010d}"
+
+
+def events_root(root: str) -> str:
+    """The event log of a table (its root ``root``): one directory per server, then batch."""
+    return f"{root}/_partial_events"
 
 
 def merge_batch(server: ServerTable, rows: Any) -> MergedBatch:
@@ -163,6 +163,8 @@ def merged_rows(
         if row is None:  # deleted: the newest delete again, which the roads never store
             newest = max(events, key=lambda item: item.rank)
             row = {**dict.fromkeys(columns), **newest.values}
+            if table.delete_column is not None:
+                row[table.delete_column] = True
         if table.transaction_column is not None:
             row[table.transaction_column] = event.values.get(table.transaction_column)
         rows[event.position] = row
@@ -179,7 +181,7 @@ def _key_function(primary_key: Sequence[str]) -> Any:
 def read_history(server: ServerTable, partitions: Sequence[int]) -> list[Event]:
     """The logged events of the key partitions, from every server's committed batches."""
     table = server.table
-    root = f"{server.root}/{EVENTS_DIRECTORY}"
+    root = events_root(server.root)
     if not server.storage.exists(root):
         return []
     local = server.storage.local_path(root)

@@ -77,7 +77,7 @@ from horizon_broker._config import MODEL_CONFIG, Rule, RuleNote, refusing, valid
 from horizon_broker._core.errors import InvalidArgument
 from horizon_broker.ingest.debezium_settings import DebeziumOrder, check_debezium_order
 from horizon_broker.ingest.granularity import Granularity
-from horizon_broker.ingest.partial_upsert import Strategy, check_strategies
+from horizon_broker.ingest.partial_upsert import EVENT_LOG_COLUMNS, Strategy, check_strategies
 from horizon_broker.timeline.interval import format_instant, parse_instant
 from horizon_broker.watermark.catalog import ColumnSpec, TableDescriptor
 
@@ -94,6 +94,7 @@ RESERVED_COLUMNS = frozenset(
         *("_root", "_row", "_rows", "_seg", "_sourceFile", "_sourcePosition", "_tchunk", "_tmin"),
         *("_ts", "_updateFrom", "_validFrom", "_metadata", "_group", "_segment"),
         *("_row_count", "_row_max", "_row_min", "_tmin_min"),
+        *EVENT_LOG_COLUMNS,
     }
 )
 """Column names the ingestion pipeline gives its own columns beside the user's (and Spark's file

@@ -98,7 +98,11 @@ def _full(key: int, seq: int, **values: Any) -> Change:
 
 LATE_IN_A_LATER_BATCH = [
     [_full(1, 5, note="n5", status="s5", views=2, tags=["x"], labels=["x"], high=1, low=1)],
-    [_full(1, 3, note="n3", status="s3", views=3, tags=["y"], labels=["x", "y"], high=3, first="f")],
+    [
+        _full(
+            1, 3, note="n3", status="s3", views=3, tags=["y"], labels=["x", "y"], high=3, first="f"
+        )
+    ],
 ]
 """A late event in a later batch: it re-derives the key's row from its commit on (views 5, tags
 y then x, note and status stay those of the newer event, first is its value)."""
