@@ -1,7 +1,8 @@
-"""The row estimate of ``check_budget`` on join conditions inside OR (pure): an equality that
-every branch requires links its two tables as a top-level one does (TPC-H Q19 repeats its join
-condition in each branch, and was refused as a cross product of lineitem and part from scale
-factor 0.1 on); one that some branch lacks does not."""
+"""The row estimate of ``check_budget`` on TPC-H join conditions (pure). An equality that
+every branch of an OR requires links its two tables as a top-level one does (TPC-H Q19 repeats
+its join condition in each branch, and was refused as a cross product of lineitem and part from
+scale factor 0.1 on); one that some branch lacks does not. An equality on a CTE's or derived
+table's output column links it too (Q15 was refused so at scale factor 1)."""
 
 from __future__ import annotations
 
@@ -60,3 +61,17 @@ def test_an_equality_that_some_branch_lacks_is_still_a_cross_product(where: str)
     sql = f"SELECT sum(l_quantity) FROM lineitem, part WHERE {where}"
     with pytest.raises(OverBudget, match="max_estimated_rows"):
         rewrite(sql, CATALOG, functions=FUNCTIONS, budget=BUDGET)
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "WITH revenue AS (SELECT l_partkey AS part_no, sum(l_quantity) AS total FROM lineitem"
+        " GROUP BY l_partkey) SELECT p_size, total FROM part, revenue WHERE p_partkey = part_no",
+        "SELECT p_size, total FROM part, (SELECT l_partkey AS part_no, sum(l_quantity) AS total"
+        " FROM lineitem GROUP BY l_partkey) AS revenue WHERE part_no = p_partkey",
+    ],
+)
+def test_an_equality_on_a_derived_tables_output_column_links_the_join(sql: str) -> None:
+    """TPC-H Q15 joins supplier to its revenue CTE by the CTE's own column ``supplier_no``."""
+    rewrite(sql, CATALOG, functions=FUNCTIONS, budget=BUDGET)

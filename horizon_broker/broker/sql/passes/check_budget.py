@@ -133,6 +133,7 @@ class _Estimator:
         self.table_rows = table_rows
         self.table_columns = table_columns
         self.ctes: dict[str, int] = {}
+        self.cte_columns: dict[str, set[str]] = {}
         self.cross_joins = 0
 
     def query(self, node: exp.Expr) -> int:
@@ -143,6 +144,7 @@ class _Estimator:
             if isinstance(with_, exp.With):
                 for cte in with_.expressions:
                     self.ctes[cte.alias.lower()] = self.query(cte.this)
+                    self.cte_columns[cte.alias.lower()] = _output_columns(cte.this)
             if isinstance(node, exp.Union):
                 rows = self.query(node.this) + self.query(node.expression)
             elif isinstance(node, exp.Intersect):
@@ -264,9 +266,10 @@ class _Estimator:
             if isinstance(target, exp.Func):
                 return _Source(names, generator_rows(target, self.budget))
             names.add(node.name.lower())
-            return _Source(names, self.ctes.get(node.name.lower(), 1))
+            name = node.name.lower()
+            return _Source(names, self.ctes.get(name, 1), self.cte_columns.get(name, set()))
         if isinstance(node, (exp.Subquery, exp.Paren)):
-            return _Source(names, self.query(node))
+            return _Source(names, self.query(node), _output_columns(node.unnest()))
         if isinstance(node, exp.Values):
             return _Source(names, len(node.expressions))
         return _Source(names, 1)
@@ -325,6 +328,14 @@ def _required_pairs(condition: exp.Expr, sources: list[_Source]) -> set[tuple[in
         right = _owner(condition.right.unnest(), sources)
         if left is not None and right is not None and left != right:
             return {(min(left, right), max(left, right))}
+    return set()
+
+
+def _output_columns(query: exp.Expr) -> set[str]:
+    """The column names a derived table or CTE gives its readers (an equality on them links
+    it like a table's own columns: TPC-H Q15 joins supplier to its revenue CTE so)."""
+    if isinstance(query, exp.Query):
+        return {name.lower() for name in query.named_selects if name}
     return set()
 
 
