@@ -294,8 +294,8 @@ class _Estimator:
         takes it out as the join's key)."""
         for part in _conjuncts(condition):
             if isinstance(part, exp.Or):
-                for left, right in _required_pairs(part, sources):
-                    links.union(left, right)
+                for pair in _required_pairs(part, sources):
+                    links.union(*pair)
                 continue
             if not isinstance(part, exp.EQ):
                 continue
