@@ -8,6 +8,7 @@ small, latency-sensitive queries: few shuffle partitions, no UI, adaptive execut
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -63,6 +64,9 @@ def create_spark_session(
     ``remote`` selects Spark Connect; otherwise ``master`` is used (``local[*]`` or a cluster URL).
     """
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    # Python workers (a Python data source's reads: a Redis stream table) run this interpreter,
+    # which has the packages installed, not the first python3 on the PATH.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.appName(app_name)

@@ -111,12 +111,7 @@ def run_stream_pass(job: IngestJob, source: StreamSource, client: Any) -> BatchR
         if not entries:
             break
         batch = stream_batch(job.server, source, entries)
-        result = job.run_batch(batch.frame, sources=[batch.name])
-        result = dataclasses.replace(
-            result,
-            dead_letters=batch.dead_letters,
-            arrival_to_announced_s=None if result.skipped else time.time() - batch.first_ms / 1000,
-        )
+        result = with_arrival(job.run_batch(batch.frame, sources=[batch.name]), batch)
     if result is None:
         state = job.state
         if state.pending and len(state.pending) >= job.table.update_cadence:
@@ -131,6 +126,15 @@ def table_lag(job: IngestJob, source: StreamSource, client: Any) -> Lag:
     """How far the table's slowest owned partition is behind the stream's head."""
     after, _ = read_bounds(owned_offsets(job, source.key), job.partitions)
     return lag(client, source.key, after, time.time_ns() // 1_000_000)
+
+
+def with_arrival(result: BatchResult, batch: StreamBatch) -> BatchResult:
+    """``result`` with its batch's dead letters and how long its oldest entry waited."""
+    return dataclasses.replace(
+        result,
+        dead_letters=batch.dead_letters,
+        arrival_to_announced_s=None if result.skipped else time.time() - batch.first_ms / 1000,
+    )
 
 
 def with_lag(result: BatchResult, behind: Lag) -> BatchResult:

@@ -63,10 +63,10 @@ def _text(value: Any) -> str:
 
 
 def read_entries(
-    client: Any, key: str, after: str | None, through: str | None, count: int
+    client: Any, key: str, after: str | None, through: str | None, count: int | None
 ) -> list[Entry]:
-    """At most ``count`` entries of stream ``key`` after ``after`` (None: from its first) and
-    through ``through`` (None: up to its head), in stream order."""
+    """At most ``count`` (None: every) entries of stream ``key`` after ``after`` (None: from
+    its first) and through ``through`` (None: up to its head), in stream order."""
     low = "-" if after is None else f"({after}"
     high = "+" if through is None else through
     reply = client.xrange(key, min=low, max=high, count=count)

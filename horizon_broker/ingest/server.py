@@ -233,12 +233,26 @@ class IngestServer:
         on_batch: Callable[[BatchResult], None] | None = None,
     ) -> Any:
         """Run a Structured Streaming source into ``table`` (default: a stream over its source
-        directory), in its scheduler pool; returns the streaming query."""
+        directory, or over its Redis stream), in its scheduler pool; returns the streaming
+        query."""
         if not checkpoint:
             raise InvalidArgument("a stream needs a checkpoint directory")
         entry = self._source(table)
 
         def start(job: IngestJob) -> Any:
+            if source is None and entry.stream is not None:
+                from horizon_broker.ingest import redis_stream_spark
+
+                client = self._stream_clients.of(entry.stream)
+                return redis_stream_spark.run_query(
+                    job,
+                    entry.stream,
+                    client,
+                    checkpoint,
+                    available_now=available_now,
+                    processing_time=processing_time,
+                    on_batch=on_batch,
+                )
             frame = source
             if frame is None:
                 if not entry.source:

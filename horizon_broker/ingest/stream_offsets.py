@@ -21,7 +21,7 @@ whole batch or none of it.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 from horizon_broker._core.errors import InvalidArgument
 
@@ -90,3 +90,43 @@ def read_bounds(
         if offset is not None and (after is None or entry_key(offset) > entry_key(after))
     ]
     return after, min(ahead, key=entry_key, default=None)
+
+
+def unconsumed_runs(
+    ids: Sequence[str], offsets: Mapping[int, str | None], partitions: Iterable[int]
+) -> list[tuple[int, int]]:
+    """Index ranges ``[start, end)`` of the entries ``ids`` (in stream order) some owned
+    partition has not ingested, cut at every owned partition's offset (so each range is needed
+    whole by the partitions that need it); entries every partition ingested are left out.
+
+    >>> unconsumed_runs(["1-0", "2-0", "3-0", "4-0"], {0: "1-0", 1: "3-0"}, [0, 1])
+    [(1, 3), (3, 4)]
+    """
+    owned = list(partitions)
+    after, _ = read_bounds(offsets, owned)
+    stops = sorted(
+        {entry_key(o) for p in owned if (o := offsets.get(p)) is not None},
+    )
+    runs: list[tuple[int, int]] = []
+    start: int | None = None
+    for index, entry_id in enumerate(ids):
+        key = entry_key(entry_id)
+        if after is not None and key <= entry_key(after):
+            continue
+        if start is None:
+            start = index
+        if key in stops or (
+            index + 1 < len(ids) and _crosses(key, entry_key(ids[index + 1]), stops)
+        ):
+            runs.append((start, index + 1))
+            start = None
+    if start is not None:
+        runs.append((start, len(ids)))
+    return runs
+
+
+def _crosses(
+    key: tuple[int, int], following: tuple[int, int], stops: Sequence[tuple[int, int]]
+) -> bool:
+    """Whether an owned partition's offset lies between two consecutive entries."""
+    return any(key < stop < following for stop in stops)
