@@ -39,6 +39,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("horizon.ingest")
 EXIT_TABLE_FAILED = 1
+STREAM_SCHEMES = ("redis://", "rediss://", "unix://")
+"""A ``--source`` starting so names a Redis stream, not a directory."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -48,7 +50,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--table", action="append", default=[], help="a table definition (TOML); repeat for more"
     )
     parser.add_argument(
-        "--source", help="changelog directory (several tables: one subdirectory per table)"
+        "--source",
+        help="changelog directory (several tables: one subdirectory per table), or one table's "
+        "Redis stream, redis://host:port/db#stream-key",
     )
     parser.add_argument(
         "--format", help="changelog format: json (default), parquet, csv, debezium (change events)"
@@ -145,7 +149,7 @@ def _server_data_of_tables(
         if args.partitions:
             entry["partitions"] = args.partitions
         if len(args.table) == 1 and args.source:
-            entry["source"] = args.source
+            entry["stream" if args.source.startswith(STREAM_SCHEMES) else "source"] = args.source
         tables.append(entry)
     data = {key: value for key, value in overrides.items() if value is not None}
     data.update(tables=tables, spark=spark)

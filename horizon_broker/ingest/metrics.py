@@ -86,6 +86,19 @@ class IngestMetrics:
             ["table"],
             registry=r,
         )
+        self.stream_lag_events = Gauge(
+            "horizon_ingest_stream_lag_events",
+            "Entries of a stream table's Redis stream not ingested yet, after its last batch",
+            ["table"],
+            registry=r,
+        )
+        self.stream_lag_seconds = Gauge(
+            "horizon_ingest_stream_lag_seconds",
+            "How long the oldest entry not ingested yet has waited in a stream table's Redis "
+            "stream (0: caught up), after its last batch",
+            ["table"],
+            registry=r,
+        )
         self.high = Gauge(
             "horizon_ingest_high_seconds",
             "The newest commit time announced, as Unix time (lag: time() minus this)",
@@ -114,5 +127,9 @@ class IngestMetrics:
         since_event = getattr(result, "event_to_announced_s", None)
         if since_event is not None:
             self.event_to_announced.labels(table).observe(max(0.0, since_event))
+        behind = getattr(result, "stream_lag_events", None)
+        if behind is not None:
+            self.stream_lag_events.labels(table).set(behind)
+            self.stream_lag_seconds.labels(table).set(getattr(result, "stream_lag_s", 0.0) or 0.0)
         if result.high:
             self.high.labels(table).set(hlc_physical_ms(result.high) / 1000)
