@@ -321,6 +321,13 @@ class LimitsConfig(Section):
         description="Subscribe streams one identity may hold open at once; one more is "
         "RESOURCE_EXHAUSTED (0: subscriptions are off).",
     )
+    subscription_max_lag_s: float = Field(
+        300.0,
+        ge=0,
+        description="How long a subscription's next message may wait for a subscriber that "
+        "does not read before the stream is ended with RESOURCE_EXHAUSTED naming the last "
+        "resume token sent, to subscribe again from (0: never; meanwhile its deltas coalesce).",
+    )
 
     @property
     def budget(self) -> WorkBudget:

@@ -35,6 +35,7 @@ from horizon_broker.broker.engine.read_options import ReadOptions
 from horizon_broker.broker.grants import Principal, check_read
 from horizon_broker.broker.spark.executor import CANCELLED, DEADLINE, QueryScope
 from horizon_broker.broker.subscribe import (
+    HandOver,
     OpenSubscriptions,
     produce_subscription,
     relay_subscription,
@@ -473,13 +474,13 @@ class QueryServicer(rpc.QueryServiceServicer):
         principal = caller(self.auth, context)
         plan = subscription_plan(request)
         subscriptions = self.subscriptions
-        with subscriptions.open(principal.name):
-            pipe = ResultPipe(asyncio.get_running_loop(), capacity=SUBSCRIPTION_PIPE)
-            produce = functools.partial(
-                produce_subscription, self.engine, principal, plan, pipe, subscriptions.stopping
-            )
-            self.offload.start(produce, "horizon-subscribe")
-            try:
-                await relay_subscription(pipe, context, subscriptions.stopping)
-            finally:
-                pipe.close()
+        max_lag_s = self.engine.config.limits.subscription_max_lag_s
+        pipe = HandOver(SUBSCRIPTION_PIPE, max_lag_s, asyncio.get_running_loop())
+        produce = functools.partial(
+            produce_subscription, self.engine, principal, plan, pipe, subscriptions, "Subscribe"
+        )
+        self.offload.start(produce, "horizon-subscribe")
+        try:
+            await relay_subscription(pipe, context, subscriptions.stopping)
+        finally:
+            pipe.close()

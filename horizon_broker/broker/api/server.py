@@ -234,6 +234,8 @@ class BrokerServer:
 
         assert self.engine is not None
         self.flight = start_flight_server(self.config, self.engine)
+        if self._subscriptions is not None:  # one per-identity count for both doors
+            self.flight.share_subscriptions(self._subscriptions)
         parts.callback(lambda: self.flight.stop(self._stop_grace_s))
 
     def _start_supervisor(self, parts: ExitStack) -> None:

@@ -44,6 +44,7 @@ from horizon_broker.broker.flight.auth import principal as authenticate
 from horizon_broker.broker.flight.buffered import read_whole
 from horizon_broker.broker.flight.catalog_answers import CatalogAnswers
 from horizon_broker.broker.flight.errors import flight_error, install_quiet_tracebacks
+from horizon_broker.broker.flight.exchange import SubscribeByExchange
 from horizon_broker.broker.flight.recording import FlightQueries
 from horizon_broker.broker.flight.results import (
     PendingResult,
@@ -98,7 +99,7 @@ def answering(method: _F) -> _F:
     return wrapper  # type: ignore[return-value]
 
 
-class FlightSqlServer(fl.FlightServerBase):
+class FlightSqlServer(SubscribeByExchange, fl.FlightServerBase):
     """Horizon's Flight SQL service on its own listener (:func:`start_flight_server`)."""
 
     def __init__(
@@ -444,6 +445,7 @@ class FlightSqlServer(fl.FlightServerBase):
         if self._stopped.is_set():
             return
         self._stopped.set()
+        self.end_subscriptions()
         self.results.close()
         finished = threading.Event()
 

@@ -4,11 +4,20 @@ Pure parts: :mod:`.diff` (two answers to change rows by key, and back), :mod:`.c
 sizes and coalesced ranges), :mod:`.resume` (resume tokens on snapshot tokens),
 :mod:`.snapshot_sql` (the query at a snapshot), :mod:`.strategy` (how deltas are computed: the
 exact diff, and room for incremental ones), :mod:`.messages` (the Subscribe messages). The shell:
-:mod:`.stream` (one subscription's thread and its relay) and :mod:`.limits` (per-identity bound,
-the broker's stop).
+:mod:`.stream` (one subscription's thread and its relay), :mod:`.handover` (the bounded hand-over
+to the call, and the lag past which a subscriber is told to resubscribe), :mod:`.limits`
+(per-identity bound, the broker's stop) and :mod:`.recording` (its record in ListQueries).
 """
 
+from .handover import HandOver, SubscriberBehind
 from .limits import OpenSubscriptions
 from .stream import produce_subscription, relay_subscription, subscription_plan
 
-__all__ = ["OpenSubscriptions", "produce_subscription", "relay_subscription", "subscription_plan"]
+__all__ = [
+    "HandOver",
+    "OpenSubscriptions",
+    "SubscriberBehind",
+    "produce_subscription",
+    "relay_subscription",
+    "subscription_plan",
+]

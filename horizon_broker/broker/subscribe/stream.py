@@ -26,13 +26,17 @@ from horizon_broker.broker.spark.executor import QueryScope
 
 from . import resume
 from .coalesce import DEFAULT_MAX_ROWS_PER_MESSAGE, MAX_ROWS_PER_MESSAGE, next_range
-from .limits import STOPPING_MESSAGE
+from .handover import HandOver, SubscriberBehind
+from .limits import STOPPING_MESSAGE, OpenSubscriptions
 from .messages import delta_messages, first_result_messages, resumed_message
+from .recording import RecordedSubscription
 from .snapshot_sql import at_snapshot
 from .strategy import DeltaStrategy, choose_strategy
 
 WAKE_S = 0.5
 """How often a waiting subscription looks whether it was ended (the follower wakes it sooner)."""
+RESUME_TOKEN_TRAILER = "x-horizon-resume-token"
+"""The trailer naming the last resume token a stream sent, when it ends with an error."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,12 +97,18 @@ class Subscription:
     """The thread's side of one subscription: its strategy and where the stream stands."""
 
     def __init__(
-        self, engine: QueryEngine, principal: Principal, plan: SubscriptionPlan, pipe: Any
+        self,
+        engine: QueryEngine,
+        principal: Principal,
+        plan: SubscriptionPlan,
+        pipe: Any,
+        record: RecordedSubscription | None = None,
     ) -> None:
         self.engine = engine
         self.principal = principal
         self.plan = plan
         self.pipe = pipe
+        self.record = record
         prepared = engine.prepare(plan.sql, principal)
         self.tables = [t.table for t in prepared.tables if t.snapshot is not None]
         if not self.tables or prepared.plan.snapshot is None:
@@ -110,6 +120,8 @@ class Subscription:
         keys = [follower.descriptor(table).primary_key for table in self.tables]
         self.key = result_key(engine.result_schema(prepared).names, keys)
         self.strategy: DeltaStrategy = choose_strategy(self._run, self.key)
+        if record is not None:
+            record.following(self.tables)
 
     def _run(self, snapshot: int) -> pa.Table:
         sql = at_snapshot(self.plan.sql, self.tables, snapshot)
@@ -124,13 +136,19 @@ class Subscription:
             at = resume.decode(self.plan.resume_token, self.plan.sql)
             self.strategy.start(at)
             self.pipe.put(resumed_message(self.strategy.name, at, self.token(at)))
+            self._sent(at, 0)
             return at
         at = self.start_snapshot
         rows = self.strategy.start(at)
         name, token = self.strategy.name, self.token(at)
         for message in first_result_messages(rows, name, self.key, at, token, self.plan.max_rows):
             self.pipe.put(message)
+        self._sent(at, rows.num_rows)
         return at
+
+    def _sent(self, snapshot: int, rows: int) -> None:
+        if self.record is not None:
+            self.record.sent(snapshot, rows)
 
     def wait_for_move(self, queried: int, stopping: Any) -> int | None:
         """The newest snapshot once it is past ``queried`` (None: ended meanwhile)."""
@@ -157,6 +175,7 @@ class Subscription:
         name, token = self.strategy.name, self.token(to)
         for message in delta_messages(delta, name, start, to, token, self.plan.max_rows):
             self.pipe.put(message)
+        self._sent(to, delta.rows.num_rows)
         return True
 
     def follow(self, stopping: Any) -> None:
@@ -175,28 +194,49 @@ class Subscription:
 
 
 def produce_subscription(
-    engine: QueryEngine, principal: Principal, plan: SubscriptionPlan, pipe: Any, stopping: Any
+    engine: QueryEngine,
+    principal: Principal,
+    plan: SubscriptionPlan,
+    pipe: HandOver,
+    subscriptions: OpenSubscriptions,
+    source: str,
 ) -> None:
-    """The subscription's own thread: its messages into ``pipe``, which ends with the error
-    that ended it (the loop answers with it)."""
+    """The subscription's own thread: it holds one of the identity's subscriptions and its
+    record in the query registry while it runs; its messages go into ``pipe``, which ends with
+    the error that ended it (the call answers with it)."""
+    record = RecordedSubscription(engine.queries, principal.name, plan.sql, source)
     try:
-        Subscription(engine, principal, plan, pipe).follow(stopping)
-    except BaseException as error:  # handed to the loop, which answers with it
+        with subscriptions.open(principal.name):
+            subscription = Subscription(engine, principal, plan, pipe, record)
+            subscription.follow(subscriptions.stopping)
+    except BaseException as error:  # handed to the call, which answers with it
+        record.ended(error)
         pipe.finish(error)
+    else:
+        record.ended(None)
 
 
-async def relay_subscription(pipe: Any, context: Any, stopping: Any) -> None:
+def ending_trailers(error: BaseException, pipe: HandOver) -> tuple[tuple[str, str], ...]:
+    """The trailers of a stream ended by ``error``: the last resume token it sent."""
+    token = error.resume_token if isinstance(error, SubscriberBehind) else pipe.last_token
+    return ((RESUME_TOKEN_TRAILER, token),) if token else ()
+
+
+async def relay_subscription(pipe: HandOver, context: Any, stopping: Any) -> None:
     """Write the subscription's messages to the call as the subscriber reads them; the
-    thread's error is raised, and UNAVAILABLE when the broker stops."""
+    thread's error is raised (the last resume token sent in its trailers), and UNAVAILABLE
+    when the broker stops."""
     loop = asyncio.get_running_loop()
     while True:
         try:
             item = await pipe.get(loop.time() + WAKE_S)
         except DeadlineExceeded:
             if stopping.is_set():
-                raise Unavailable(STOPPING_MESSAGE) from None
-            continue
+                item = Unavailable(STOPPING_MESSAGE)
+            else:
+                continue
         if isinstance(item, BaseException):
+            context.set_trailing_metadata(ending_trailers(item, pipe))
             raise item
         if not isinstance(item, pb.SubscribeResponse):
             return
