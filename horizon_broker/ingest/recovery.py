@@ -4,7 +4,8 @@
 adopts, for each owned key partition, the newest key index and the consumed sources (and stream
 offsets) of any server (a handover moves both, :func:`adopt_partition_state`); moves the clock above every
 timestamp handed out for those partitions; reports the retention horizon an update dropped
-history below; rolls an unpublished commit forward (or abandons an update whose segments a
+history below; announces again what the log calls done and a failed-over store lost
+(:mod:`.reconcile`); rolls an unpublished commit forward (or abandons an update whose segments a
 compaction replaced meanwhile, :func:`abandon_update`); and reports. Nothing is lost or announced
 twice, whichever step a crash interrupted.
 """
@@ -26,6 +27,7 @@ from horizon_broker.ingest.manifest import (
     read_records,
     wall_ms,
 )
+from horizon_broker.ingest.reconcile import reconcile
 from horizon_broker.ingest.stream_offsets import batch_source
 
 log = logging.getLogger(__name__)
@@ -46,6 +48,8 @@ def recover(protocol: CommitProtocol) -> None:
         # Before any roll-forward publishes history dropped below it (and into a Redis that
         # may have lost it).
         server.client.report_retention_horizon(server.table.name, state.retention_horizon)
+    # A store that failed over may lack batches the log calls done (before the report below).
+    reconcile(protocol, unpublished=state.unpublished)
     if state.unpublished is not None:
         try:
             protocol.publish(state.unpublished)  # a collect has nothing to publish
