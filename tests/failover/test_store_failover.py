@@ -8,6 +8,7 @@ from __future__ import annotations
 import threading
 import time
 
+from horizon_broker.broker.observe.state_metrics import BrokerParts, BrokerStateCollector
 from horizon_broker.watermark.follower import Follower
 from horizon_broker.watermark.server import ServerClient
 from tests.failover.sentinel_group import SentinelGroup
@@ -19,6 +20,16 @@ TABLE = "accounts"
 def _segment_json(group: SentinelGroup, key_field: str) -> bytes | None:
     with group.client(group.primary_port()) as primary:
         return primary.hget(f"horizon:t:{TABLE}:segs", key_field)
+
+
+def _failover_metrics(follower: Follower) -> dict[str, float]:
+    """The broker's failover families as a scrape reads them."""
+    parts = BrokerParts(follower, lambda: None, lambda: None, lambda: None)
+    return {
+        family.name: family.samples[0].value
+        for family in BrokerStateCollector(parts).collect()
+        if family.name.startswith("horizon_state_store_") and "primary" not in family.name
+    }
 
 
 class Watcher:
@@ -74,6 +85,11 @@ def test_a_batch_the_promoted_replica_lost_is_announced_again_and_the_broker_nev
             assert _segment_json(group, key) is None  # the promoted replica lost the batch
             assert follower.wait_for(lambda f: f.rewinds >= 1, 30)
             assert follower.held() == {TABLE: 1}  # said so while it lasts
+            assert _failover_metrics(follower) == {
+                "horizon_state_store_held_tables": 1,
+                "horizon_state_store_held_segments": 1,
+                "horizon_state_store_rewinds": 1,
+            }
             view = follower.view(TABLE)
             assert view.lwm == 2000 and len(view.visible_segments) == 2
 
@@ -81,6 +97,7 @@ def test_a_batch_the_promoted_replica_lost_is_announced_again_and_the_broker_nev
             assert _segment_json(group, key) == announced  # same segment, same timestamps
             assert follower.wait_for(lambda f: not f.held(), 10)
             assert follower.view(TABLE).lwm == 2000
+            assert _failover_metrics(follower)["horizon_state_store_held_tables"] == 0
         assert server._store.republished_after_failover == 1
     finally:
         follower.stop()

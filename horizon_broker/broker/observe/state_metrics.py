@@ -23,6 +23,7 @@ from prometheus_client.registry import Collector
 
 from horizon_broker._core.errors import HorizonError
 from horizon_broker._core.hlc import hlc_physical_ms
+from horizon_broker._core.redis_sentinel import STATS as REPLICATION
 
 log = logging.getLogger(__name__)
 
@@ -220,6 +221,38 @@ def _follower(follower: Any) -> Iterator[Metric]:
         follower.full_syncs,
     )
     yield _gauge("horizon_tables", "Registered tables", len(follower.tables()))
+    yield from _failover(follower)
+
+
+def _failover(follower: Any) -> Iterator[Metric]:
+    """The store's failovers as this broker saw them (docs/design/contract/failover.md, F6)."""
+    held = follower.held()
+    yield _gauge(
+        "horizon_state_store_held_tables",
+        "Tables whose served snapshot and segments the broker holds because the state store "
+        "went back (a failover lost acknowledged writes); 0 once it caught up",
+        len(held),
+    )
+    yield _gauge(
+        "horizon_state_store_held_segments",
+        "Served segments the state store lost and the broker holds until it has them again",
+        sum(held.values()),
+    )
+    yield _counter(
+        "horizon_state_store_rewinds",
+        "Times the follower found the state store behind what it had applied",
+        follower.rewinds,
+    )
+    yield _counter(
+        "horizon_state_store_primary_changes",
+        "Times a connection of this process reached another Redis process than before",
+        REPLICATION.primary_changes,
+    )
+    yield _counter(
+        "horizon_state_replication_shortfalls",
+        "Writes fewer replicas than wait_replicas confirmed in time (refused as UNAVAILABLE)",
+        REPLICATION.shortfalls,
+    )
 
 
 def _spark(supervisor: Any) -> Iterator[Metric]:
