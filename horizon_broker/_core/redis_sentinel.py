@@ -35,7 +35,8 @@ class PrimaryChanged(redis.ConnectionError):
 
 
 class ReplicationStats:
-    """What the ``WAIT`` of acknowledged writes found, for metrics (thread-safe)."""
+    """What the ``WAIT`` of acknowledged writes found, and how often this process reached
+    another Redis process than before (any client of any store), for metrics (thread-safe)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -77,8 +78,12 @@ class StoreLink:
                 raise redis.ConnectionError("the state store's primary is now a replica")
         connection.send_command("INFO", "server")
         run_id = _field(connection.read_response(), "run_id")
+        store = self.address.describe()
         with self._lock:
-            previous, self.run_id = self.run_id, run_id
+            # A client opened anew (a follower reconnecting) compares with what this process
+            # saw of the same store last.
+            previous = self.run_id if self.run_id is not None else _LAST_SEEN.get(store)
+            self.run_id = _LAST_SEEN[store] = run_id
             changed = previous is not None and run_id != previous
             if changed:
                 self.generation += 1
@@ -95,6 +100,8 @@ class StoreLink:
                 raise PrimaryChanged(f"the state store's primary changed ({previous} -> {run_id})")
 
 
+_LAST_SEEN: dict[str, str] = {}
+"""The run id this process last reached, by store (its address without passwords)."""
 _LINKS: weakref.WeakKeyDictionary[redis.Redis, StoreLink] = weakref.WeakKeyDictionary()
 
 

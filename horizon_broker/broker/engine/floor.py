@@ -19,6 +19,7 @@ import redis
 from horizon_broker._core.keys import LUA_KEYS, padded_hlc
 from horizon_broker._core.lua import lua_file
 from horizon_broker._core.redis_calls import TRANSIENT
+from horizon_broker._core.redis_sentinel import STATS
 
 log = logging.getLogger("horizon.broker.floor")
 
@@ -36,6 +37,7 @@ class SnapshotFloor:
         self._loaded: dict[str, int] | None = None if client is not None else {}
         self._stored: dict[str, int] = {}
         self._raise = client.register_script(RAISE) if client is not None else None
+        self._generation = STATS.primary_changes
 
     def floor(self) -> Mapping[str, int]:
         """``{table (lowercase): snapshot}`` read back from the store (once, at the first call
@@ -54,6 +56,7 @@ class SnapshotFloor:
     def record(self, served: Mapping[str, int]) -> None:
         """Remember that ``served`` (``{table: snapshot}``) was handed out."""
         with self._lock:
+            self._forget_if_primary_changed()
             moved = {t.lower(): s for t, s in served.items() if s > self._stored.get(t.lower(), -1)}
             if not moved:
                 return
@@ -69,4 +72,20 @@ class SnapshotFloor:
                     # query after it is back records the floor.
                     log.warning("could not record the served-snapshot floor: %s", error)
                     return
+            if self._forget_if_primary_changed():
+                self._stored = dict(moved)  # written to the new primary: all it surely has
+                return
             self._stored.update(moved)
+
+    def _forget_if_primary_changed(self) -> bool:
+        """After a change of primary the store may have lost floors we wrote: forget what we
+        believed stored, so each table's is written again when next served (rule F7 of
+        ``docs/design/contract/failover.md``)."""
+        if self._redis is None:
+            return False
+        generation = STATS.primary_changes  # any client of this process (the follower's)
+        if generation == self._generation:
+            return False
+        self._generation = generation
+        self._stored.clear()
+        return True
