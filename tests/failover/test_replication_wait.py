@@ -1,13 +1,14 @@
-"""What a write needs before it counts (rules F2 and F8 of docs/design/contract/failover.md), on a
+"""What a write needs before it counts (rules F2, F8 and F9 of docs/design/contract/failover.md), on a
 real Sentinel group: with ``wait_replicas`` an announcement, a lock grant and a pin that no
 replica confirmed are refused with the shortfall named; a lock grant the failover lost anyway
-fails closed (its renewal says MISSING, a publish under it is refused)."""
+fails closed (its renewal says MISSING, a publish under it is refused), and a lost pin is
+reported unknown at its renewal, never silently honoured."""
 
 from __future__ import annotations
 
 import pytest
 
-from horizon_broker._core.errors import LockLost, ReplicationShortfall
+from horizon_broker._core.errors import LockLost, NotFound, ReplicationShortfall
 from horizon_broker._core.redis_sentinel import STATS
 from horizon_broker.locks.client import LockClient
 from horizon_broker.locks.rules import Granularity, LockRequest, PublishGuard
@@ -71,4 +72,21 @@ def test_a_lock_grant_the_failover_lost_fails_closed(group: SentinelGroup):
             server.announce([segment(TABLE, chunk=0, version="v2")], guard=_guard("job-1"))
     finally:
         locks.close()
+        server.close()
+
+
+def test_a_pin_the_failover_lost_is_reported_unknown_at_its_renewal(group: SentinelGroup):
+    server = ServerClient(group.url, "s1")
+    pins = PinStore(group.url)
+    try:
+        server.register_table(table_descriptor(TABLE))
+        kept = pins.pin([TABLE], 1000, lease_s=60)
+        group.cut_replication()
+        lost = pins.pin([TABLE], 2000, lease_s=60)  # acknowledged by the primary alone
+        group.fail_over()
+        assert pins.renew(kept.pin_id, lease_s=60) > 0  # the control: a replicated pin holds
+        with pytest.raises(NotFound, match="does not exist"):
+            pins.renew(lost.pin_id, lease_s=60)
+    finally:
+        pins.close()
         server.close()
