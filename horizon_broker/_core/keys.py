@@ -18,6 +18,9 @@ Everything lives under one prefix (default ``horizon``):
 ``{p}:clock``                  the state store's clock: the time (ms) of the last event, so the
                                store's time as scripts see it never goes back
 ``{p}:floor``                  hash table -> the highest snapshot a broker served (read-only here)
+``{p}:last``                   ``t|s`` of the last event (its store time and server): each event
+                               carries its predecessor's, so a follower notices a log that went
+                               back under it (docs/design/contract/failover.md, F5)
 ``{p}:t:{table}:segs``         hash segment key -> segment JSON (every announced segment)
 ``{p}:t:{table}:prog``         hash partition -> ``owner|ingested|applied|reported_ms|member|state|
                                since_ms|floor`` (``""`` = none; state ``""`` active, ``idle`` or

@@ -7,9 +7,8 @@ changes its server made before it). Stream ids are ``<seq>-0``: a gap (trimmed l
 another epoch, or a changed epoch after a reconnect makes the follower rebuild from a fresh
 snapshot, built aside and swapped in atomically, so readers never see a half-built state.
 
-A change of primary (rule F3 of ``docs/design/contract/failover.md``) makes the follower check
-that the store still holds the event it applied last (:mod:`.generation`); a store that went back
-is resynchronised with what this broker served held (F5, :mod:`.carry`).
+A store that went back under the follower (a failover, :mod:`.generation`) is resynchronised
+with what it served held (F5 of ``docs/design/contract/failover.md``, :mod:`.carry`).
 
 Before a read's events are applied, *preparers* are shown the segments those events add
 (:meth:`Follower.add_preparer`): a broker reads what its lookups will need of their files while
@@ -34,14 +33,11 @@ from horizon_broker._core.errors import FailedPrecondition, HorizonError, NotFou
 from horizon_broker._core.keys import DEFAULT_PREFIX, Keys
 from horizon_broker._core.redis_calls import connect, decode_reply
 from horizon_broker.timeline.segment import Segment
+from horizon_broker.watermark import generation as history
 from horizon_broker.watermark import scripts
 from horizon_broker.watermark.catalog import TableDescriptor
 from horizon_broker.watermark.follower_views import TableState, WatermarkReport
-from horizon_broker.watermark.generation import Fingerprint, fingerprint, fingerprint_at, history_at
-from horizon_broker.watermark.lwm import (
-    breakdown,
-    no_lwm_error,
-)
+from horizon_broker.watermark.lwm import breakdown, no_lwm_error
 from horizon_broker.watermark.state import ServerState, UnreadableMark, segment_ref
 from horizon_broker.watermark.storage_root import outside_storage_root
 
@@ -96,7 +92,7 @@ class Follower:
         self.full_syncs = 0
         self.rewinds = 0
         """How many times the store was found behind what this follower applied (F5)."""
-        self._applied: Fingerprint | None = None
+        self._applied: history.Fingerprint | None = None
         self._rewound = False
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -351,9 +347,9 @@ class Follower:
         assert self._redis is not None
         with self._lock:
             seq = self._state.seq
-        history = history_at(self._redis, self._keys, seq, self._applied)
-        self._rewound = self._rewound or history == "rewound"
-        return history != "same"
+        found = history.history_at(self._redis, self._keys, seq, self._applied)
+        self._rewound = self._rewound or found == "rewound"
+        return found != "same"
 
     def _epoch_changed(self) -> bool:
         assert self._redis is not None
@@ -367,7 +363,7 @@ class Follower:
     def _full_sync(self) -> None:
         assert self._redis is not None
         reply = decode_reply(self._snapshot_script(args=[self._keys.prefix]))
-        applied = fingerprint_at(self._redis, self._keys, int(reply[1]))
+        applied = history.fingerprint_at(self._redis, self._keys, int(reply[1]))
         with self._lock:
             previous = self._state
             known_unreadable = dict(previous.unreadable)
@@ -424,6 +420,10 @@ class Follower:
                     )
                     discontinuity = True
                     break
+                if not history.follows(fields, self._applied):  # the store went back under us (F5)
+                    log.warning("event %d does not follow the one applied: rebuilding", entry_seq)
+                    discontinuity = self._rewound = True
+                    break
                 touched |= state.apply(
                     fields[b"k"].decode(),
                     json.loads(fields[b"d"]),
@@ -431,7 +431,7 @@ class Follower:
                     int(fields[b"t"]),
                 )
                 state.seq = entry_seq
-                self._applied = fingerprint(fields)
+                self._applied = history.fingerprint(fields)
                 self.events_applied += 1
             self._changed.notify_all()
         self._notify(touched)

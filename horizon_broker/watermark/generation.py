@@ -25,6 +25,13 @@ def fingerprint(fields: dict[bytes, bytes]) -> Fingerprint:
     return fields.get(b"t", b""), fields.get(b"s", b"")
 
 
+def follows(fields: dict[bytes, bytes], applied: Fingerprint | None) -> bool:
+    """Whether an event names the one applied last as its predecessor (its ``p`` field; an
+    event written before it existed, or no event applied yet, passes)."""
+    previous = fields.get(b"p")
+    return previous is None or applied is None or previous == b"|".join(applied)
+
+
 def fingerprint_at(client: redis.Redis, keys: Keys, seq: int) -> Fingerprint | None:
     """The fingerprint of the log's event ``seq`` (None: none there, or trimmed)."""
     if seq <= 0:

@@ -7,6 +7,7 @@ local K_SERVERS = P .. ':servers'
 local K_HB = P .. ':hb'
 local K_HBCLOCK = P .. ':hbclock'
 local K_CLOCK = P .. ':clock'
+local K_LAST = P .. ':last'
 local K_FLOOR = P .. ':floor'
 local function k_segs(t) return P .. ':t:' .. t .. ':segs' end
 local function k_prog(t) return P .. ':t:' .. t .. ':prog' end

@@ -7,8 +7,10 @@ end
 local function emit(kind, data)
   local seq = redis.call('INCR', K_SEQ)
   redis.call('SET', K_CLOCK, NOW)
+  local previous = redis.call('GET', K_LAST) or ''
+  redis.call('SET', K_LAST, NOW .. '|' .. SERVER)
   redis.call('XADD', K_LOG, 'MAXLEN', '~', LOG_MAXLEN, tostring(seq) .. '-0',
-             'k', kind, 'd', data, 't', NOW, 'e', EPOCH, 's', SERVER)
+             'k', kind, 'd', data, 't', NOW, 'e', EPOCH, 's', SERVER, 'p', previous)
   return seq
 end
 local function split(s)
