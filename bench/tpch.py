@@ -24,6 +24,8 @@ import shutil
 import statistics
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -127,7 +129,7 @@ def _median_ms(samples: list[float]) -> float:
 
 
 def measure_query(
-    number: int, client: Any, plain: Any, expected: list[Any], rounds: int, token: str
+    number: int, client: Any, plain: Any, expected: list[Any], rounds: int, token: Any
 ) -> dict[str, Any]:
     """One query: both answers checked, then ``rounds`` alternating timed runs of each."""
     sql = QUERIES[number]
@@ -158,7 +160,7 @@ def measure_query(
     return figures
 
 
-def plans(number: int, client: Any, plain: Any, token: str) -> tuple[str, str]:
+def plans(number: int, client: Any, plain: Any, token: Any) -> tuple[str, str]:
     """Spark's physical plans of query ``number``: through the broker, and on plain tables."""
     sql = QUERIES[number]
     ours = client.explain(sql, include_spark_plan=True, min_snapshot=token).spark_plan
@@ -168,7 +170,7 @@ def plans(number: int, client: Any, plain: Any, token: str) -> tuple[str, str]:
 
 def measure(
     client: Any, plain: Any, numbers: list[int], expected: dict[int, Any], rounds: int,
-    token: str, phase: str,
+    token: Any, phase: str, plans_dir: Path,
 ) -> dict[str, Any]:  # fmt: skip
     """Every chosen query measured, its plans written to ``tpch_plans_<phase>.md``."""
     per_query: dict[str, Any] = {}
@@ -183,8 +185,8 @@ def measure(
         sections.append(side_by_side(number, figures, horizon_plan, plain_plan))
         print(f"  Q{number:02d}: {figures['horizon_ms']:.0f} ms vs {figures['plain_ms']:.0f} ms "
               f"({figures['ratio']:.2f}x); plans differ in {figures['plans_differ_in']}", flush=True)  # fmt: skip
-    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    (RESULTS_DIR / f"tpch_plans_{phase}.md").write_text("\n".join(sections))
+    plans_dir.mkdir(parents=True, exist_ok=True)
+    (plans_dir / f"tpch_plans_{phase}.md").write_text("\n".join(sections))
     return {"queries": per_query, **totals(per_query)}
 
 
@@ -235,45 +237,77 @@ def compact(spark: Any, redis_url: str, definitions: dict[str, Any], follower: A
     return outcomes
 
 
-def run(scale: float, numbers: list[int], rounds: int, compaction: bool) -> dict[str, Any]:
-    from horizon_broker._core.spark_session import create_spark_session
+def run(
+    scale: float,
+    numbers: list[int],
+    rounds: int,
+    compaction: bool,
+    *,
+    spark: Any = None,
+    redis_url: str | None = None,
+    plans_dir: Path = RESULTS_DIR,
+) -> dict[str, Any]:
+    """The whole benchmark; a test passes its own Spark session and Redis (kept running) and
+    a directory of its own for the plans."""
     from horizon_broker.client import connect
     from horizon_broker.watermark.server import ServerClient
+
+    with _services(spark, redis_url) as (spark, redis_url):
+        work = Path(tempfile.mkdtemp(prefix="horizon-bench-tpch-"))
+        server = ServerClient(redis_url, f"bench-tpch-ingest-{os.getpid()}-{time.monotonic_ns()}")
+        broker = None
+        results: dict[str, Any] = {"scale": scale, "rounds": rounds}
+        try:
+            tables = generate(scale)
+            results["rows"] = {name: table.num_rows for name, table in tables.items()}
+            expected = reference_answers(tables, {number: QUERIES[number] for number in numbers})
+            plain = plain_session(spark, tables, work)
+            ingested = ingest(spark, server, tables, work)
+            results["ingest_seconds"] = ingested["seconds"]
+            print(f"ingested in {sum(ingested['seconds'].values()):.0f} s: {ingested['seconds']}")
+            broker = start_broker(redis_url, spark)
+            token = ingested["tokens"]
+            with connect(broker.target) as client:
+                phases = [("before", None)] + ([("after", ingested)] if compaction else [])
+                for phase, compact_first in phases:
+                    if compact_first is not None:
+                        results["compaction"] = compact(
+                            spark, redis_url, compact_first["definitions"], broker.follower
+                        )
+                    results[phase] = measure(
+                        client, plain, numbers, expected, rounds, token, phase, plans_dir
+                    )
+        finally:
+            if broker is not None:
+                broker.stop(0)
+                broker.follower.stop()
+            server.close()
+            shutil.rmtree(work, ignore_errors=True)
+    return results
+
+
+@contextmanager
+def _services(spark: Any, redis_url: str | None) -> Iterator[tuple[Any, str]]:
+    """The Spark session and Redis to use: the given ones, or ones of its own (then stopped)."""
+    from horizon_broker._core.spark_session import create_spark_session
     from tests.processes import RedisProcess
 
-    redis = RedisProcess().start()
-    work = Path(tempfile.mkdtemp(prefix="horizon-bench-tpch-"))
-    # Plans print their file lists and pushed filters whole (Spark cuts them at 100 characters).
-    spark = create_spark_session(
-        master="local[2]", app_name="bench-tpch", conf={"spark.sql.maxMetadataStringLength": "4000"}
-    )
-    server = ServerClient(redis.url, "bench-tpch-ingest")
-    broker = None
-    results: dict[str, Any] = {"scale": scale, "rounds": rounds}
+    redis = RedisProcess().start() if redis_url is None else None
+    own_spark = spark is None
+    if own_spark:
+        # Plans print their file lists and filters whole (Spark cuts them at 100 characters).
+        spark = create_spark_session(
+            master="local[2]",
+            app_name="bench-tpch",
+            conf={"spark.sql.maxMetadataStringLength": "4000"},
+        )
     try:
-        tables = generate(scale)
-        results["rows"] = {name: table.num_rows for name, table in tables.items()}
-        expected = reference_answers(tables, {number: QUERIES[number] for number in numbers})
-        plain = plain_session(spark, tables, work)
-        ingested = ingest(spark, server, tables, work)
-        results["ingest_seconds"] = ingested["seconds"]
-        print(f"ingested in {sum(ingested['seconds'].values()):.0f} s: {ingested['seconds']}")
-        broker = start_broker(redis.url, spark)
-        token = ingested["tokens"]
-        with connect(broker.target) as client:
-            results["before"] = measure(client, plain, numbers, expected, rounds, token, "before")
-            if compaction:
-                results["compaction"] = compact(spark, redis.url, ingested["definitions"], broker.follower)  # fmt: skip
-                results["after"] = measure(client, plain, numbers, expected, rounds, token, "after")
+        yield spark, redis.url if redis is not None else str(redis_url)
     finally:
-        if broker is not None:
-            broker.stop(0)
-            broker.follower.stop()
-        server.close()
-        spark.stop()
-        redis.close()
-        shutil.rmtree(work, ignore_errors=True)
-    return results
+        if own_spark:
+            spark.stop()
+        if redis is not None:
+            redis.close()
 
 
 def report(results: dict[str, Any]) -> None:

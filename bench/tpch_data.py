@@ -136,7 +136,8 @@ class Sizes:
     @staticmethod
     def at(scale: float) -> Sizes:
         return Sizes(
-            suppliers=max(20, round(10_000 * scale)),
+            # At least 100: with fewer, partsupp's supplier formula repeats pairs.
+            suppliers=max(100, round(10_000 * scale)),
             customers=max(30, round(150_000 * scale)),
             parts=max(40, round(200_000 * scale)),
             orders=max(150, round(1_500_000 * scale)),

@@ -1,0 +1,126 @@
+"""The pure parts of ``bench.tpch``: the query texts, the generator, the changelog batches, the
+plan summaries and the answer comparison (no Spark, no Redis)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+import sqlglot
+from sqlglot import exp
+
+from bench.tpch_answers import WrongAnswer, check, reference_answers
+from bench.tpch_data import DELETED, KEYS, SEQUENCE, batches, generate, money
+from bench.tpch_plans import summarize
+from bench.tpch_queries import QUERIES, parse_numbers
+
+TINY = 0.002
+
+
+@pytest.fixture(scope="module")
+def tables() -> dict[str, pa.Table]:
+    return generate(TINY)
+
+
+@pytest.mark.parametrize("number", sorted(QUERIES))
+def test_each_query_text_parses_in_sparks_dialect_and_reads_only_tpch_tables(number: int) -> None:
+    tree = sqlglot.parse_one(QUERIES[number], read="spark")
+    ctes = {cte.alias for cte in tree.find_all(exp.CTE)}
+    read = {table.name for table in tree.find_all(exp.Table)} - ctes
+    assert read and read <= set(KEYS)
+
+
+def test_all_22_queries_are_there_and_a_subset_is_chosen_by_number() -> None:
+    assert sorted(QUERIES) == list(range(1, 23))
+    assert parse_numbers("3, 17,21") == [3, 17, 21]
+    assert parse_numbers(None) == list(range(1, 23))
+    with pytest.raises(ValueError, match="1 to 22"):
+        parse_numbers("23")
+
+
+def test_the_generator_is_deterministic_and_the_seed_changes_it() -> None:
+    first, again, other = generate(TINY), generate(TINY), generate(TINY, seed=7)
+    assert all(first[name].equals(again[name]) for name in KEYS)
+    assert not first["lineitem"].equals(other["lineitem"])
+
+
+def test_every_query_has_an_answer_on_the_generated_data() -> None:
+    """The value domains reach every query's filters at the default scale (an empty answer
+    checks nothing)."""
+    answers = reference_answers(generate(0.01), QUERIES)
+    assert [number for number, rows in answers.items() if not rows] == []
+
+
+def test_keys_are_unique_and_every_lineitem_has_its_part_and_supplier(
+    tables: dict[str, pa.Table],
+) -> None:
+    for name, keys in KEYS.items():
+        table = tables[name]
+        assert table.group_by(list(keys)).aggregate([]).num_rows == table.num_rows, name
+    pairs = set(zip(*(tables["partsupp"][c].to_pylist() for c in KEYS["partsupp"]), strict=True))
+    lines = zip(tables["lineitem"]["l_partkey"].to_pylist(), tables["lineitem"]["l_suppkey"].to_pylist(), strict=True)  # fmt: skip
+    assert set(lines) <= pairs
+
+
+def _replay(name: str, changes: list[pa.Table]) -> list[dict[str, object]]:
+    """Upsert semantics: per key the row of the greatest sequence wins; a delete removes it."""
+    newest: dict[tuple[object, ...], dict[str, object]] = {}
+    for batch in changes:
+        for row in batch.to_pylist():
+            key = tuple(row[k] for k in KEYS[name])
+            if key not in newest or row[SEQUENCE] >= newest[key][SEQUENCE]:  # type: ignore[operator]
+                newest[key] = row
+    kept = [row for row in newest.values() if not row[DELETED]]
+    for row in kept:
+        del row[SEQUENCE], row[DELETED]
+    return sorted(kept, key=lambda row: tuple(str(row[k]) for k in KEYS[name]))
+
+
+@pytest.mark.parametrize("name", sorted(KEYS))
+def test_the_batches_replay_to_the_final_state_with_history_on_the_way(
+    name: str, tables: dict[str, pa.Table]
+) -> None:
+    final = tables[name]
+    changes = batches(name, final)
+    expected = sorted(final.to_pylist(), key=lambda row: tuple(str(row[k]) for k in KEYS[name]))
+    assert _replay(name, changes) == expected
+    if final.num_rows >= 100:  # history: corrections, deletes of ghosts and real rows, late rows
+        assert changes[1].num_rows > 0 and any(changes[1][DELETED].to_pylist())
+        assert changes[2].num_rows > 0
+        assert sum(batch.num_rows for batch in changes) > final.num_rows
+
+
+def test_money_is_exact_cents_as_decimal() -> None:
+    values = money(np.array([12345, -1, 0, -99999])).to_pylist()
+    assert [str(value) for value in values] == ["123.45", "-0.01", "0.00", "-999.99"]
+
+
+PLAN = """AdaptiveSparkPlan isFinalPlan=false
++- BroadcastHashJoin [o_orderkey#1L], [l_orderkey#2L], Cross, BuildRight, false, false
+   :- FileScan parquet [o_orderkey#1L] Batched: true, Location: InMemoryFileIndex(3 paths)[file:/a], PushedFilters: [IsNotNull(o_orderkey)], ReadSchema: struct<>
+   +- BroadcastExchange HashedRelationBroadcastMode(List(input[0, bigint, true]),false), [plan_id=1]
+      +- Union
+         :- FileScan parquet [l_orderkey#2L,validFrom#3L] Batched: true, Location: InMemoryFileIndex(2 paths)[file:/b], PushedFilters: [LessThanOrEqual(validFrom,5)], ReadSchema: struct<>
+         +- FileScan parquet [l_orderkey#4L] Batched: true, Location: InMemoryFileIndex(1 paths)[file:/c], PushedFilters: [], ReadSchema: struct<>
+"""
+
+
+def test_a_plan_summary_names_joins_scans_files_and_pushed_filters_per_table() -> None:
+    rows = summarize(PLAN).rows()
+    assert rows["joins (strategy, keys, build side)"] == (
+        "BroadcastHash [o_orderkey] [l_orderkey] Inner BuildRight"
+    )
+    assert rows["broadcasts / shuffles / unions"] == "1 / 0 / 1"
+    assert rows["scans per table"] == "lineitem 2, orders 1"
+    assert rows["files listed per table"] == "lineitem 3, orders 3"
+    assert "lineitem: (validity) LessThanOrEqual(validFrom,5)" in rows["filters pushed to Parquet"]
+
+
+def test_answers_compare_as_numbers_within_a_tolerance_and_in_any_order() -> None:
+    from decimal import Decimal
+
+    check(1, "test", [("b", Decimal("2.00")), ("a", 1.0000000000001)], [("a", 1), ("b", 2.0)])
+    with pytest.raises(WrongAnswer, match="Q01 from test: row"):
+        check(1, "test", [("a", Decimal("1.01"))], [("a", 1.0)])
+    with pytest.raises(WrongAnswer, match="1 rows, DuckDB 2"):
+        check(1, "test", [("a", 1)], [("a", 1), ("b", 2)])

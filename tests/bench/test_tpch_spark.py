@@ -1,0 +1,35 @@
+"""``bench.tpch`` end to end at a tiny scale: three TPC-H queries through a real broker over
+tables that real ingestion batches built (corrections, deletes, re-inserts, late rows), before
+and after a compaction, each answer equal to DuckDB's on the final state (the run raises
+``WrongAnswer`` otherwise), and the plans written side by side."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from bench.tpch import run
+from tests.processes import RedisProcess
+
+QUERIES = [3, 19, 21]
+"""A three-table join with a limit, the OR-of-joins query, EXISTS and NOT EXISTS on lineitem."""
+
+
+def test_three_queries_through_horizon_answer_as_duckdb_before_and_after_compaction(
+    spark: Any, redis_server: RedisProcess, tmp_path: Path
+) -> None:
+    results = run(
+        0.005,
+        QUERIES,
+        rounds=1,
+        compaction=True,
+        spark=spark,
+        redis_url=redis_server.url,
+        plans_dir=tmp_path,
+    )
+    for phase in ("before", "after"):
+        assert sorted(results[phase]["queries"]) == ["Q03", "Q19", "Q21"]
+        assert all(q["rows"] > 0 for q in results[phase]["queries"].values())
+        plans = (tmp_path / f"tpch_plans_{phase}.md").read_text()
+        assert plans.count("<summary>Horizon plan</summary>") == len(QUERIES)
+    assert all(outcome.startswith("published") for outcome in results["compaction"].values())
