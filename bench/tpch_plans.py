@@ -102,9 +102,7 @@ def _join(text: str, operator: str) -> str:
     parts = [part.strip() for part in re.split(r",(?![^\[]*\])", body)]
     # A comma join comes back from the rewriter as CROSS JOIN; with its condition Spark runs it
     # as the inner join it is (same strategy, same reordering), so it does not count as a difference.
-    kept = [
-        "Inner" if p == "Cross" else p for p in parts[:4] if p and p not in ("false", "true")
-    ]
+    kept = ["Inner" if p == "Cross" else p for p in parts[:4] if p and p not in ("false", "true")]
     return f"{operator.replace('Join', '')} " + " ".join(kept)
 
 
