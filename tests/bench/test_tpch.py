@@ -68,7 +68,7 @@ def _replay(name: str, changes: list[pa.Table]) -> list[dict[str, object]]:
     for batch in changes:
         for row in batch.to_pylist():
             key = tuple(row[k] for k in KEYS[name])
-            if key not in newest or row[SEQUENCE] >= newest[key][SEQUENCE]:  # type: ignore[operator]
+            if key not in newest or row[SEQUENCE] >= newest[key][SEQUENCE]:
                 newest[key] = row
     kept = [row for row in newest.values() if not row[DELETED]]
     for row in kept:
