@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from horizon_broker._core.errors import FailedPrecondition
 from horizon_broker.ingest.partial_upsert import ABSENT, Event, Strategy, comparison_rank, fold
 from horizon_broker.ingest.resolve import SOURCE_FILE
 from horizon_broker.ingest.table import TableDefinition
@@ -89,7 +90,7 @@ def merge_batch(server: ServerTable, rows: Any) -> MergedBatch:
     history = read_history(server, touched) if records else []
     merged = merged_rows(batch, history, table)
     columns = {
-        name: pa.array([row[name] for row in merged], type=collected.schema.field(name).type)
+        name: merged_column(table, name, [row[name] for row in merged], collected.schema)
         for name in user
     }
     others = [name for name in collected.column_names if name not in user and name != ABSENT]
@@ -105,6 +106,21 @@ def merge_batch(server: ServerTable, rows: Any) -> MergedBatch:
         }
     )
     return MergedBatch(frame, log)
+
+
+def merged_column(table: TableDefinition, name: str, values: list[Any], schema: Any) -> Any:
+    """A column of merged values as Arrow, in the batch's type; a value the type cannot hold
+    (an increment past the integer's range) fails the batch naming the column."""
+    import pyarrow as pa
+
+    type_ = schema.field(name).type
+    try:
+        return pa.array(values, type=type_)
+    except (pa.ArrowInvalid, OverflowError) as error:
+        raise FailedPrecondition(
+            f"table {table.name!r}: column {name!r} merged to a value its type {type_} cannot "
+            f"hold ({error}): widen the column"
+        ) from None
 
 
 def commit_order(records: Sequence[dict[str, Any]], transaction: str | None) -> list[int]:

@@ -177,3 +177,35 @@ def test_an_append_only_table_cannot_have_partial_upserts() -> None:
         table(mode="append", delete_column=None, primary_key=[], comparison=[])
     with pytest.raises(InvalidArgument, match="transaction column"):
         table(transaction_column="txn", partial_upsert={"txn": "overwrite"})
+
+
+def test_an_increment_past_the_columns_range_fails_the_batch_naming_the_column() -> None:
+    import pyarrow as pa
+
+    from horizon_broker._core.errors import FailedPrecondition
+    from horizon_broker.ingest.partial_upsert_batch import merged_column
+
+    schema = pa.schema([("views", pa.int32())])
+    with pytest.raises(FailedPrecondition, match="column 'views' merged to a value its type"):
+        merged_column(table(), "views", [2**31], schema)
+
+
+def test_the_ingestion_guides_partial_upsert_example_folds_as_it_says() -> None:
+    import json
+    import re
+
+    guide = (Path(__file__).parents[2] / "docs" / "guides" / "ingestion.md").read_text()
+    section = guide.split("## Partial upserts", 1)[1].split("\n## ", 1)[0]
+    toml_block = section.split("```toml\n", 1)[1].split("```", 1)[0]
+    defined = TableDefinition.from_toml(toml_block, storage_root="/tmp/unused")
+    said = re.search(r"With the table above, (.*?) give the row", section, re.S)
+    assert said is not None
+    texts = re.findall(r"`(\{.*?\})`", said.group(1).replace("\n", " "))
+    events = [
+        Event(values, False, (((True, values["lsn"]),), commit), commit)
+        for commit, values in enumerate(json.loads(text) for text in texts)
+    ]
+    row = fold(events, dict(defined.partial_upsert or ()), defined.column_names)
+    assert row is not None
+    assert (row["status"], row["visits"], row["tags"], row["lsn"]) == ("paid", 7, ["a", "b"], 30)
+    assert 'status = "paid", visits = 7, tags = ["a", "b"], lsn = 30' in section

@@ -2,7 +2,9 @@
 every snapshot answers a reference model that folds each key's events committed by then in
 comparison order (ties: commit order) with the columns' strategies, late events (a lower
 comparison value, in a later batch too) included. A deleted key is absent; the events before a
-delete (in comparison order) no longer count.
+delete (in comparison order) no longer count. A transaction's events commit at its first
+event's timestamp, so an event from outside it that sits between them in the file commits after
+all of them. A Debezium ``after`` image without a column leaves it as it was.
 """
 
 from __future__ import annotations
@@ -13,12 +15,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from horizon_broker.ingest.job import IngestJob
 from horizon_broker.ingest.table import TableDefinition
 from tests.ingest.conftest import broker_view
+from tests.ingest.debezium_events import lines, postgres_event
 
 ROADS = {
     "driver rows": {},
@@ -46,22 +50,26 @@ COLUMNS = {
     "high": "bigint",
     "low": "bigint",
     "first": "string",
+    "txn": "string",
 }
-MERGED = [name for name in COLUMNS if name not in ("id", "seq", "deleted")]
+MERGED = [name for name in COLUMNS if name not in ("id", "seq", "deleted", "txn")]
 _example = itertools.count()
 
 
 @dataclass(frozen=True)
 class Change:
-    """One drawn event: its key, comparison value, delete flag and values (None: null)."""
+    """One drawn event: its key, comparison value, delete flag, values (None: null) and
+    transaction (None: alone)."""
 
     id: int
     seq: int
     deleted: bool
     values: tuple[tuple[str, Any], ...]
+    txn: str | None = None
 
     def as_row(self) -> dict[str, Any]:
-        return {"id": self.id, "seq": self.seq, "deleted": self.deleted, **dict(self.values)}
+        row = {"id": self.id, "seq": self.seq, "deleted": self.deleted, "txn": self.txn}
+        return {**row, **dict(self.values)}
 
 
 def _value(name: str) -> Any:
@@ -84,6 +92,7 @@ def histories(draw: Any) -> list[list[Change]]:
             draw(st.integers(1, 6)),
             draw(st.integers(0, 5)) == 0,
             tuple((name, draw(_value(name))) for name in MERGED),
+            draw(st.sampled_from([None, None, "t0", "t1"])),
         )
         for _ in range(count)
     ]
@@ -107,11 +116,35 @@ LATE_IN_A_LATER_BATCH = [
 """A late event in a later batch: it re-derives the key's row from its commit on (views 5, tags
 y then x, note and status stay those of the newer event, first is its value)."""
 
+A_TRANSACTION_AROUND_AN_OUTSIDE_CHANGE = [
+    [
+        Change(1, 2, False, _full(1, 2, views=1, note="t0 first").values, "t0"),
+        Change(1, 3, False, _full(1, 3, views=10, note="outside").values, None),
+        Change(1, 1, False, _full(1, 1, views=100, note="t0 second").values, "t0"),
+    ]
+]
+"""The outside change commits after both of the transaction's (which share its first's
+timestamp): its row is the fold of all three, the transaction's the fold of its two."""
+
+
+def commit_times(batch: list[Change], base: int) -> list[tuple[int, Change]]:
+    """Each event's commit timestamp in a one-file batch: base + its place, or that of its
+    transaction's first event."""
+    first: dict[str, int] = {}
+    stamped = []
+    for place, change in enumerate(batch):
+        if change.txn is not None:
+            place = first.setdefault(change.txn, place)
+        stamped.append((base + place, change))
+    return stamped
+
 
 def reference(log: list[tuple[int, Change]], snapshot: int) -> dict[int, dict[str, Any]]:
     """Per key, the fold of its events committed by ``snapshot``, by (seq, commit order)."""
     rows: dict[int, dict[str, Any] | None] = {}
-    for _, change in sorted(((c.seq, ts), c) for ts, c in log if ts <= snapshot):
+    ordered = sorted((c.seq, ts, place) for place, (ts, c) in enumerate(log) if ts <= snapshot)
+    for _, _, place in ordered:
+        change = log[place][1]
         if change.deleted:
             rows[change.id] = None
             continue
@@ -175,6 +208,7 @@ def partial_table(root: Path, name: str, **overrides: Any) -> TableDefinition:
             "key_partitions": 2,
             "storage_root": str(root),
             "partial_upsert": STRATEGIES,
+            "transaction_column": "txn",
             **overrides,
         }
     )
@@ -189,6 +223,9 @@ def partial_table(root: Path, name: str, **overrides: Any) -> TableDefinition:
 @example(history=LATE_IN_A_LATER_BATCH, road="driver rows")
 @example(history=LATE_IN_A_LATER_BATCH, road="driver columns")
 @example(history=LATE_IN_A_LATER_BATCH, road="spark")
+@example(history=A_TRANSACTION_AROUND_AN_OUTSIDE_CHANGE, road="driver rows")
+@example(history=A_TRANSACTION_AROUND_AN_OUTSIDE_CHANGE, road="driver columns")
+@example(history=A_TRANSACTION_AROUND_AN_OUTSIDE_CHANGE, road="spark")
 def test_every_snapshot_of_a_partial_table_is_the_fold_of_the_events_committed_by_then(
     spark: Any, server: Any, follower: Any, tmp_path: Path, history: Any, road: str
 ) -> None:
@@ -204,8 +241,69 @@ def test_every_snapshot_of_a_partial_table_is_the_fold_of_the_events_committed_b
         text = "".join(json.dumps(change.as_row()) + "\n" for change in batch)
         (changes / f"{number:04d}.json").write_text(text)
         result = job.run_directory(str(changes), "json")
-        log += [(result.base + place, change) for place, change in enumerate(batch)]
+        log += commit_times(batch, result.base)
         view = broker_view(follower, client, name)
         rows = stored_rows(view)
         for snapshot in sorted({ts for ts, _ in log if ts <= view.lwm} | {view.lwm}):
             assert table_at(rows, snapshot) == reference(log, snapshot), (road, snapshot)
+
+
+@pytest.mark.parametrize("road", sorted(ROADS))
+def test_a_debezium_status_event_without_the_other_columns_keeps_their_values(
+    spark: Any, server: Any, follower: Any, tmp_path: Path, road: str
+) -> None:
+    name = "orders_" + road.replace(" ", "_")
+    table = TableDefinition.from_dict(
+        {
+            "name": name,
+            "columns": {"id": "bigint", "status": "string", "visits": "bigint",
+                        "lsn": "bigint", "deleted": "boolean"},
+            "primary_key": ["id"],
+            "comparison": ["lsn"],
+            "delete_column": "deleted",
+            "debezium_order": "lsn",
+            "storage_root": str(tmp_path / "store"),
+            "partial_upsert": {"visits": "increment"},
+            **ROADS[road],
+        }
+    )  # fmt: skip
+    client = server(name)
+    job = IngestJob(spark, table, client).start()
+    changes = tmp_path / "changes"
+    changes.mkdir()
+    batches = [
+        [
+            postgres_event("c", lsn=10, after={"id": 1, "status": "new", "visits": 1}),
+            postgres_event("u", lsn=30, after={"id": 1, "status": "paid"}),
+        ],
+        [postgres_event("u", lsn=20, after={"id": 1, "visits": 2})],  # late, in a later batch
+    ]
+    seen = []
+    for number, events in enumerate(batches):
+        (changes / f"{number:04d}.json").write_text(lines(events))
+        result = job.run_directory(str(changes), "debezium")
+        view = broker_view(follower, client, name)
+        assert view.lwm >= result.high
+        seen.append(table_of(stored_debezium_rows(view), view.lwm))
+    assert seen == [{1: ("paid", 1, 30)}, {1: ("paid", 3, 30)}]
+
+
+def stored_debezium_rows(view: Any) -> list[dict[str, Any]]:
+    import pyarrow.parquet as pq
+
+    columns = ["id", "status", "visits", "lsn", "validFrom", "validUntil"]
+    return [
+        row
+        for segment in view.visible_segments
+        for location in segment.location
+        for row in pq.read_table(location.removeprefix("file:"), columns=columns).to_pylist()
+    ]
+
+
+def table_of(rows: list[dict[str, Any]], snapshot: int) -> dict[int, tuple[Any, ...]]:
+    return {
+        row["id"]: (row["status"], row["visits"], row["lsn"])
+        for row in rows
+        if row["validFrom"] <= snapshot
+        and (row["validUntil"] is None or row["validUntil"] > snapshot)
+    }
