@@ -41,6 +41,7 @@ from horizon_broker.broker.subscribe import (
     relay_subscription,
     subscription_plan,
 )
+from horizon_broker.broker.subscribe.strategy import explain_choice
 from horizon_broker.watermark import tokens
 
 log = logging.getLogger("horizon.broker.api.query_service")
@@ -192,6 +193,11 @@ def explain_query(
         metadata=messages.metadata_message(prepared, cache=engine.cache_state(prepared, options)),
         tables=tables,
     )
+    upsert = [
+        engine.follower.descriptor(t.table) for t in prepared.tables if t.snapshot is not None
+    ]
+    choice = explain_choice(request.sql, upsert)
+    response.subscribe_strategy, response.subscribe_strategy_reason = choice.strategy, choice.text
     if request.include_spark_plan:
         response.spark_plan = engine.spark_plan(prepared, deadline=deadline)
     return response

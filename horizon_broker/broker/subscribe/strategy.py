@@ -1,21 +1,44 @@
 """How a subscription computes its deltas: a :class:`DeltaStrategy`, chosen per subscription.
 
 The exact one (:class:`ExactDiff`) runs the query at both snapshots and takes the difference by
-key; it is right for every query. Cheaper incremental strategies (a table's change feed for
-filters and projections, changed groups for aggregates) plug in beside it in :data:`STRATEGIES`.
+key; it is right for every query. The incremental ones read the table's change feed between the
+two snapshots: :class:`~.change_feed.ChangeFeed` for filters and projections,
+:class:`~.changed_groups.ChangedGroups` for GROUP BY aggregates. :mod:`.choose` picks the
+cheapest one that is exact for the query; every one of them gives the same answers.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 import pyarrow as pa
 
+from horizon_broker._core.errors import InvalidArgument
+
+from .change_feed import ChangeFeed
+from .changed_groups import ChangedGroups
+from .choose import CHANGE_FEED, CHANGED_GROUPS, EXACT_DIFF, Choice, TableFacts, choose
 from .diff import Delta, diff
 
 Run = Callable[[int], pa.Table]
 """The query's answer at a snapshot (through the engine, with every limit a query has)."""
+Query = Callable[[str], pa.Table]
+"""Any SQL's answer, run through the engine as the subscriber's query (grants, budgets, admission)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Reads:
+    """What a strategy may read: the subscription's query and the engine."""
+
+    sql: str
+    tables: tuple[str, ...]
+    """The upsert tables the query reads (for ``VERSION AS OF``)."""
+    key: tuple[str, ...]
+    """The result's key (:func:`.stream.result_key`; empty: the whole row)."""
+    run: Run
+    query: Query
 
 
 class DeltaStrategy(Protocol):
@@ -27,6 +50,10 @@ class DeltaStrategy(Protocol):
         """The answer at ``snapshot``, the stream's base."""
         ...
 
+    def resume(self, snapshot: int) -> None:
+        """Go on from ``snapshot``, whose answer the subscriber already holds."""
+        ...
+
     def advance(self, to: int) -> Delta:
         """The changes from the last snapshot to ``to`` (which becomes the last)."""
         ...
@@ -35,16 +62,19 @@ class DeltaStrategy(Protocol):
 class ExactDiff:
     """Run the query at the new snapshot and diff it with the answer at the last one."""
 
-    name = "exact_diff"
+    name = EXACT_DIFF
 
-    def __init__(self, run: Run, key: Sequence[str]) -> None:
-        self._run = run
-        self._key = tuple(key)
+    def __init__(self, reads: Reads) -> None:
+        self._run = reads.run
+        self._key = reads.key
         self._answer: pa.Table | None = None
 
     def start(self, snapshot: int) -> pa.Table:
         self._answer = self._run(snapshot)
         return self._answer
+
+    def resume(self, snapshot: int) -> None:
+        self.start(snapshot)
 
     def advance(self, to: int) -> Delta:
         assert self._answer is not None, "start() first"
@@ -54,9 +84,45 @@ class ExactDiff:
         return delta
 
 
-STRATEGIES: dict[str, Callable[[Run, Sequence[str]], DeltaStrategy]] = {ExactDiff.name: ExactDiff}
+def table_facts(descriptor: Any) -> TableFacts:
+    """A table descriptor's part the chooser reads."""
+    return TableFacts(descriptor.name, tuple(descriptor.primary_key), bool(descriptor.upsert))
 
 
-def choose_strategy(run: Run, key: Sequence[str]) -> DeltaStrategy:
-    """The strategy for a query: the exact diff (the only one so far)."""
-    return STRATEGIES[ExactDiff.name](run, key)
+def _fits_key(choice: Choice, key: Sequence[str]) -> str | None:
+    """Why the stream's key does not suit ``choice`` (None: it does)."""
+    if choice.strategy == CHANGE_FEED and [k.lower() for k in key] != [
+        k.lower() for k in choice.primary_key
+    ]:
+        return f"the result's key ({', '.join(key) or 'the whole row'}) is not the primary key"
+    return None
+
+
+def make_strategy(choice: Choice, reads: Reads, forced: bool = False) -> DeltaStrategy:
+    """The strategy ``choice`` names, over ``reads`` (the exact diff when the result's key does
+    not suit it; INVALID_ARGUMENT when the request forced it)."""
+    misfit = _fits_key(choice, reads.key)
+    if misfit is not None:
+        if forced:
+            raise InvalidArgument(f"strategy {choice.strategy} cannot serve this query: {misfit}")
+        return ExactDiff(reads)
+    if choice.strategy == CHANGE_FEED:
+        return ChangeFeed(choice, reads)
+    if choice.strategy == CHANGED_GROUPS:
+        return ChangedGroups(choice, reads)
+    return ExactDiff(reads)
+
+
+def choose_strategy(reads: Reads, descriptors: Sequence[Any], forced: str = "") -> DeltaStrategy:
+    """The strategy for the subscription's query over the tables ``descriptors`` describe:
+    ``forced`` (a name) or the cheapest exact one."""
+    choice = choose(reads.sql, [table_facts(d) for d in descriptors], forced)
+    return make_strategy(choice, reads, forced=bool(forced))
+
+
+def explain_choice(sql: str, descriptors: Sequence[Any]) -> Choice:
+    """The strategy Subscribe would choose for ``sql`` and why (ExplainQuery's answer); no
+    strategy when the query reads no upsert table at a snapshot."""
+    if not descriptors:
+        return Choice("", "Subscribe refuses this query: it reads no upsert table at a snapshot")
+    return choose(sql, [table_facts(d) for d in descriptors])

@@ -25,13 +25,14 @@ from horizon_broker.broker.grants import Principal
 from horizon_broker.broker.spark.executor import QueryScope
 
 from . import resume
+from .choose import check_name
 from .coalesce import DEFAULT_MAX_ROWS_PER_MESSAGE, MAX_ROWS_PER_MESSAGE, next_range
 from .handover import HandOver, SubscriberBehind
 from .limits import STOPPING_MESSAGE, OpenSubscriptions
 from .messages import delta_messages, first_result_messages, resumed_message
 from .recording import RecordedSubscription
 from .snapshot_sql import at_snapshot
-from .strategy import DeltaStrategy, choose_strategy
+from .strategy import DeltaStrategy, Reads, choose_strategy
 
 WAKE_S = 0.5
 """How often a waiting subscription looks whether it was ended (the follower wakes it sooner)."""
@@ -46,6 +47,8 @@ class SubscriptionPlan:
     sql: str
     resume_token: str
     max_rows: int
+    strategy: str = ""
+    """A strategy the request forced (empty: the broker chooses)."""
 
 
 def subscription_plan(request: pb.SubscribeRequest) -> SubscriptionPlan:
@@ -60,7 +63,7 @@ def subscription_plan(request: pb.SubscribeRequest) -> SubscriptionPlan:
         )
     if request.resume_token:
         resume.decode(request.resume_token, request.sql)
-    return SubscriptionPlan(request.sql, request.resume_token, rows)
+    return SubscriptionPlan(request.sql, request.resume_token, rows, check_name(request.strategy))
 
 
 def result_key(columns: Sequence[str], primary_keys: Sequence[Sequence[str]]) -> tuple[str, ...]:
@@ -119,12 +122,17 @@ class Subscription:
         follower = engine.follower
         keys = [follower.descriptor(table).primary_key for table in self.tables]
         self.key = result_key(engine.result_schema(prepared).names, keys)
-        self.strategy: DeltaStrategy = choose_strategy(self._run, self.key)
+        reads = Reads(plan.sql, tuple(self.tables), self.key, self._run, self._query)
+        descriptors = [follower.descriptor(table) for table in self.tables]
+        self.strategy: DeltaStrategy = choose_strategy(reads, descriptors, plan.strategy)
         if record is not None:
             record.following(self.tables)
 
     def _run(self, snapshot: int) -> pa.Table:
         sql = at_snapshot(self.plan.sql, self.tables, snapshot)
+        return self._query(sql)
+
+    def _query(self, sql: str) -> pa.Table:
         return answer_at(self.engine, self.principal, sql, lambda: not self.pipe.closed)
 
     def token(self, snapshot: int) -> str:
@@ -134,7 +142,7 @@ class Subscription:
         """Send the first result (or, resuming, the resumed header); the snapshot sent."""
         if self.plan.resume_token:
             at = resume.decode(self.plan.resume_token, self.plan.sql)
-            self.strategy.start(at)
+            self.strategy.resume(at)
             self.pipe.put(resumed_message(self.strategy.name, at, self.token(at)))
             self._sent(at, 0)
             return at
