@@ -261,7 +261,9 @@ class BrokerServer:
         if not console_wanted(self.config):
             return
         assert self.inspection is not None
-        self.console = ConsoleServer(self.config, self.inspection, self.engine).start()
+        self.console = ConsoleServer(
+            self.config, self.inspection, self.engine, self._subscriptions, self.offload
+        ).start()
         parts.callback(self.console.stop)
 
     def _start_watchers(self) -> None:

@@ -25,14 +25,17 @@ from horizon_broker._core.errors import HorizonError, InvalidArgument, Unauthent
 from horizon_broker._core.hlc import hlc_physical_ms
 from horizon_broker.broker._proto.horizon.v1 import horizon_pb2 as pb
 from horizon_broker.broker.api.inspection import Inspection
+from horizon_broker.broker.api.offload import Offload
 from horizon_broker.broker.api.status import http_status_of
 from horizon_broker.broker.api.timeline_picture import timeline_svg
 from horizon_broker.broker.console import queries
 from horizon_broker.broker.console.guard import CSRF_COOKIE, ConsoleGuard, CsrfTokens, HostPolicy
+from horizon_broker.broker.console.live import LiveTables
 from horizon_broker.broker.console.sessions import COOKIE, Sessions
 from horizon_broker.broker.console.throttle import SignInLimit
 from horizon_broker.broker.grants import Principal
 from horizon_broker.broker.operations_config import ConsoleConfig
+from horizon_broker.broker.subscribe import OpenSubscriptions
 from horizon_broker.timeline.interval import format_instant, parse_instant
 
 HERE = Path(__file__).parent
@@ -42,12 +45,19 @@ class Console:
     """The pages of one broker's console."""
 
     def __init__(
-        self, inspection: Inspection, engine: Any, sessions: Sessions, config: ConsoleConfig
+        self,
+        inspection: Inspection,
+        engine: Any,
+        sessions: Sessions,
+        config: ConsoleConfig,
+        subscriptions: OpenSubscriptions | None = None,
+        offload: Offload | None = None,
     ) -> None:
         self.inspection = inspection
         self.engine = engine
         self.sessions = sessions
         self.config = config
+        self.live_tables = LiveTables(engine, subscriptions, offload, config.max_rows)
         self.csrf = CsrfTokens()
         self.sign_ins = SignInLimit(config.login_failures_per_minute)
         self.templates = Jinja2Templates(directory=str(HERE / "templates"))
@@ -67,6 +77,8 @@ class Console:
                 Route("/locks", self.locks),
                 Route("/queries", self.queries),
                 Route("/query", self.query, methods=["GET", "POST"]),
+                Route("/live", self.live, methods=["GET", "POST"]),
+                Route("/live/events", self.live_events),
                 Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
             ],
             exception_handlers={HorizonError: self._error},
@@ -199,6 +211,21 @@ class Console:
                 queries.run_query, self.engine, principal, sql, max_rows=self.config.max_rows
             )
         return self._page(request, "query.html", principal, sql=sql, answer=answer, plan=plan)
+
+    async def live(self, request: Request) -> Response:
+        """The live table: a form for the SQL, then its answer kept up to date by the script
+        (:mod:`horizon_broker.broker.console.live`)."""
+        principal = self._who(request)
+        sql = ""
+        if request.method == "POST":
+            sql = str((await request.form()).get("sql", "")).strip()
+            if not sql:
+                raise InvalidArgument("write a query first")
+        return self._page(request, "live.html", principal, sql=sql)
+
+    def live_events(self, request: Request) -> Response:
+        """The live table's server-sent events: one subscription as the signed-in principal."""
+        return self.live_tables.events(request, self._who(request), self.csrf)
 
     # -- rendering -----------------------------------------------------------------------------
 

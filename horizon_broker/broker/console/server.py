@@ -23,10 +23,12 @@ from horizon_broker._core.errors import Unavailable
 from horizon_broker.broker.api.auth import Authenticator
 from horizon_broker.broker.api.inspection import Inspection
 from horizon_broker.broker.api.listen import check_listen_policy, is_loopback
+from horizon_broker.broker.api.offload import Offload
 from horizon_broker.broker.config import BrokerConfig, parse_listen
 from horizon_broker.broker.console.guard import HostPolicy
 from horizon_broker.broker.console.pages import Console
 from horizon_broker.broker.console.sessions import Sessions
+from horizon_broker.broker.subscribe import OpenSubscriptions
 
 log = logging.getLogger(__name__)
 
@@ -43,13 +45,21 @@ def console_wanted(config: BrokerConfig) -> bool:
 class ConsoleServer:
     """The console of one broker, until :meth:`stop`."""
 
-    def __init__(self, config: BrokerConfig, inspection: Inspection, engine: object) -> None:
+    def __init__(
+        self,
+        config: BrokerConfig,
+        inspection: Inspection,
+        engine: object,
+        subscriptions: OpenSubscriptions | None = None,
+        offload: Offload | None = None,
+    ) -> None:
         check_listen_policy(config, config.console_address, "[console] listen")
         self.config = config
         self.host, port = parse_listen(config.console_address)
         sessions = Sessions(Authenticator(config.tokens), config.console.session_ttl_s)
         hosts = HostPolicy.of(self.host, config.console.allowed_host_names)
-        app = Console(inspection, engine, sessions, config.console).app(hosts)
+        self.pages = Console(inspection, engine, sessions, config.console, subscriptions, offload)
+        app = self.pages.app(hosts)
         tls = config.server
         self._server = uvicorn.Server(
             uvicorn.Config(
@@ -94,5 +104,6 @@ class ConsoleServer:
         return f"{scheme}://{host}:{self.port}/"
 
     def stop(self) -> None:
+        self.pages.live_tables.closing.set()  # open live tables end, so uvicorn can
         self._server.should_exit = True
         self._thread.join(timeout=10)
