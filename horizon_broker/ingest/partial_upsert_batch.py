@@ -21,13 +21,19 @@ events). Its cost grows with the history of the batch's keys: nothing compacts t
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from horizon_broker._core.errors import FailedPrecondition
-from horizon_broker.ingest.partial_upsert import ABSENT, Event, Strategy, comparison_rank, fold
+from horizon_broker.ingest.partial_upsert import (
+    ABSENT,
+    Event,
+    Strategy,
+    applied,
+    comparison_rank,
+    fold,
+)
 from horizon_broker.ingest.resolve import SOURCE_FILE
 from horizon_broker.ingest.table import TableDefinition
 
@@ -166,25 +172,50 @@ def merged_rows(
     """Each batch event's row (by its ``position``): the fold of its key's events up to it in
     commit order (``batch`` is in commit order, after all of ``history``)."""
     strategies: dict[str, Strategy] = dict(table.partial_upsert or ())
-    columns = table.column_names
     key_of = _key_function(table.primary_key)
-    known: dict[tuple[Any, ...], list[Event]] = defaultdict(list)
+    keys: dict[tuple[Any, ...], _KeyFold] = {}
     for event in history:
-        known[key_of(event.values)].append(event)
+        keys.setdefault(key_of(event.values), _KeyFold()).events.append(event)
+    for state in keys.values():
+        state.refold(strategies, table.column_names)
     rows: list[dict[str, Any]] = [{} for _ in batch]
     for event in batch:
-        events = known[key_of(event.values)]
-        events.append(event)
-        row = fold(events, strategies, columns)
+        state = keys.setdefault(key_of(event.values), _KeyFold())
+        state.add(event, strategies, table.column_names)
+        row = state.row
         if row is None:  # deleted: the newest delete again, which the roads never store
-            newest = max(events, key=lambda item: item.rank)
-            row = {**dict.fromkeys(columns), **newest.values}
+            assert state.newest is not None  # the event just added, at least
+            row = {**dict.fromkeys(table.column_names), **state.newest.values}
             if table.delete_column is not None:
                 row[table.delete_column] = True
+        else:
+            row = dict(row)
         if table.transaction_column is not None:
             row[table.transaction_column] = event.values.get(table.transaction_column)
         rows[event.position] = row
     return rows
+
+
+@dataclass(slots=True)
+class _KeyFold:
+    """A key's events and their fold: an event newer than all the others is applied to the
+    row, a late one folds them all again (in-order events cost one merge each)."""
+
+    events: list[Event] = field(default_factory=list)
+    row: dict[str, Any] | None = None
+    newest: Event | None = None
+
+    def refold(self, strategies: dict[str, Strategy], columns: Sequence[str]) -> None:
+        self.row = fold(self.events, strategies, columns)
+        self.newest = max(self.events, key=lambda item: item.rank, default=None)
+
+    def add(self, event: Event, strategies: dict[str, Strategy], columns: Sequence[str]) -> None:
+        self.events.append(event)
+        if self.newest is None or event.rank >= self.newest.rank:
+            self.row = applied(self.row, event, strategies, columns)
+            self.newest = event
+        else:
+            self.refold(strategies, columns)
 
 
 def _key_function(primary_key: Sequence[str]) -> Any:

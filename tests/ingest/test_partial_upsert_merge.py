@@ -4,11 +4,14 @@ hands its road (commit order, transactions), and the table file's rules for stra
 
 from __future__ import annotations
 
+import dataclasses
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from horizon_broker._core.errors import InvalidArgument
 from horizon_broker.ingest.debezium import EnvelopeSpec, Place, flatten
@@ -209,3 +212,47 @@ def test_the_ingestion_guides_partial_upsert_example_folds_as_it_says() -> None:
     assert row is not None
     assert (row["status"], row["visits"], row["tags"], row["lsn"]) == ("paid", 7, ["a", "b"], 30)
     assert 'status = "paid", visits = 7, tags = ["a", "b"], lsn = 30' in section
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(1, 2),
+            st.integers(0, 4),
+            st.sampled_from([False, False, False, True]),
+            st.none() | st.integers(-2, 2),
+            st.none() | st.lists(st.sampled_from("ab"), max_size=2),
+        ),
+        max_size=8,
+    ),
+    st.integers(0, 8),
+)
+def test_each_merged_row_is_the_fold_of_its_keys_events_up_to_it(
+    drawn: list[tuple[int, int, bool, int | None, list[str] | None]], cut: int
+) -> None:
+    """Applying in-order events one by one and folding again for late ones (the batch's way)
+    gives what folding everything from scratch gives, across the history/batch cut too."""
+    defined = table()
+    strategies = dict(defined.partial_upsert or ())
+    events = [
+        Event(
+            {"id": key, "seq": seq, "deleted": deleted, "views": views, "tags": tags},
+            deleted,
+            (((True, seq),), commit),
+            commit,
+        )
+        for commit, (key, seq, deleted, views, tags) in enumerate(drawn)
+    ]
+    history, batch = events[:cut], events[cut:]
+    batch = [dataclasses.replace(event, position=place) for place, event in enumerate(batch)]
+    rows = merged_rows(batch, history, defined)
+    for place, event in enumerate(batch):
+        same_key = [
+            e for e in [*history, *batch[: place + 1]] if e.values["id"] == event.values["id"]
+        ]
+        expected = fold(same_key, strategies, defined.column_names)
+        if expected is None:
+            assert rows[place]["deleted"] is True
+        else:
+            assert rows[place] == expected
