@@ -16,7 +16,7 @@ import dataclasses
 import hashlib
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -71,7 +71,7 @@ def stream_batch(
     letters = flattened.dead_letters
     if letters:
         directory = dead_letter_directory(server.root, server.server_id)
-        path = f"{directory}/{dead_letter_file(source.key, entries[0].id, entries[-1].id)}"
+        path = f"{directory}/{dead_letter_file(source.key, entries[0].id)}"
         server.storage.write_atomically(
             path, "".join(dead_letter_line(letter, source) + "\n" for letter in letters)
         )
@@ -87,17 +87,25 @@ def stream_batch(
     return StreamBatch(name, frame, len(letters), entry_ms(entries[0].id))
 
 
-def dead_letter_file(key: str, first: str, last: str) -> str:
+def dead_letter_file(key: str, first: str) -> str:
     """A batch's dead-letter file: the stream key (made safe for a file name, with a hash of
-    it) and the batch's entry ids, so a batch read again writes the same file."""
+    it) and the batch's first entry id. A batch read again after a crash starts at the same
+    entry (the committed offset) and holds at least the entries it held, so it overwrites the
+    dead attempt's file instead of adding a second copy of its letters."""
     digest = hashlib.sha1(key.encode()).hexdigest()[:10]
-    return f"{_UNSAFE.sub('_', key)}.{digest}.{first}..{last}.jsonl"
+    return f"{_UNSAFE.sub('_', key)}.{digest}.{first}.jsonl"
 
 
-def run_stream_pass(job: IngestJob, source: StreamSource, client: Any) -> BatchResult:
+def run_stream_pass(
+    job: IngestJob,
+    source: StreamSource,
+    client: Any,
+    on_batch: Callable[[BatchResult], None] | None = None,
+) -> BatchResult:
     """Ingest every entry of the table's stream added before this pass, in batches of at most
-    ``max_events``; returns the last batch's result with the lag after it (a pass with nothing
-    new is a skipped result, and applies updates that are due, as a directory pass does)."""
+    ``max_events``; returns the last batch's result with the lag after it, each earlier one
+    going to ``on_batch`` as the next one starts (a pass with nothing new is a skipped result,
+    and applies updates that are due, as a directory pass does)."""
     job.start()
     end = head(client, source.key)
     result = None
@@ -110,6 +118,8 @@ def run_stream_pass(job: IngestJob, source: StreamSource, client: Any) -> BatchR
         entries = read_entries(client, source.key, after, through, source.max_events)
         if not entries:
             break
+        if result is not None and on_batch is not None:
+            on_batch(remembered(job, with_lag(result, table_lag(job, source, client))))
         batch = stream_batch(job.server, source, entries)
         result = with_arrival(job.run_batch(batch.frame, sources=[batch.name]), batch)
     if result is None:

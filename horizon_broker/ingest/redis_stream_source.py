@@ -12,7 +12,8 @@ event's topic (``<topic prefix>.<schema>.<table>``): with ``message.format = com
 default) one field, the event's key as the field name and its value (the envelope) as the
 field's value; with ``extended``, the fields ``key`` and ``value`` (and ``headers``). A tombstone
 has no value, so the sink writes its ``null.value`` instead (``"default"`` unless configured).
-Without ``stream_field``, an entry's event is its ``value`` field, else its only field.
+Without ``stream_field``, an entry's event is its ``value`` field, else its only field (unless
+that is ``key``: an extended entry without a value).
 """
 
 from __future__ import annotations
@@ -87,8 +88,10 @@ def event_text(fields: dict[str, str], source: StreamSource) -> str | None:
         text = fields.get(source.field)
     elif "value" in fields:
         text = fields["value"]
-    else:
-        text = next(iter(fields.values())) if len(fields) == 1 else None
+    elif len(fields) == 1 and "key" not in fields:  # compact: the key names the field
+        text = next(iter(fields.values()))
+    else:  # an extended entry without its value
+        text = None
     if text is None:
         return None
     return "null" if text == source.null_value else text

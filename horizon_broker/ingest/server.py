@@ -211,15 +211,19 @@ class IngestServer:
             table, lambda job: job.run_directory(directory, fmt or entry.format, options=reader)
         )
 
-    def run_source(self, table: str) -> BatchResult:
+    def run_source(
+        self, table: str, on_batch: Callable[[BatchResult], None] | None = None
+    ) -> BatchResult:
         """Ingest what is new in the table's source: its Redis stream (every entry added so
-        far, in batches of ``max_events``) or its directory (:meth:`run_directory`)."""
+        far, in batches of ``max_events``, each but the last returned passed to ``on_batch``)
+        or its directory (:meth:`run_directory`)."""
         stream = self._source(table).stream
         if stream is None:
             return self.run_directory(table)
         client = self._stream_clients.of(stream)
         return self._run(
-            table, lambda job: redis_stream_batches.run_stream_pass(job, stream, client)
+            table,
+            lambda job: redis_stream_batches.run_stream_pass(job, stream, client, on_batch),
         )
 
     def run_stream(
@@ -279,7 +283,9 @@ class IngestServer:
         if not names:
             return outcome
         pool = self._worker_pool(min(len(names), self.concurrency or len(names)))
-        futures = {pool.submit(self.run_source, name): name for name in names}
+        futures = {
+            pool.submit(self.run_source, name, _reporting(on_result, name)): name for name in names
+        }
         for future in as_completed(futures):
             name = futures[future]
             try:
@@ -441,6 +447,13 @@ class IngestServer:
 
     def _source(self, table: str) -> TableSource:
         return self._sources[self._name(table)]
+
+
+def _reporting(on_result: OnResult | None, table: str) -> Callable[[BatchResult], None] | None:
+    """A stream pass's earlier batches, reported as they commit (from the table's thread)."""
+    if on_result is None:
+        return None
+    return lambda result: on_result(table, result)
 
 
 def _has_source(entry: TableSource) -> bool:
