@@ -17,7 +17,6 @@ from horizon_broker.ingest.debezium import DeadLetter, EnvelopeSpec, Place, Row
 from horizon_broker.ingest.job import BatchResult
 from horizon_broker.ingest.manifest import COMMIT, INGEST, ManifestState, Record
 from horizon_broker.ingest.metrics import IngestMetrics
-from horizon_broker.ingest.redis_stream_batches import dead_letter_file
 from horizon_broker.ingest.redis_stream_read import (
     entry_verdict,
     lag,
@@ -156,11 +155,6 @@ def test_a_batch_reads_after_the_slowest_partition_and_stops_at_the_next_offset(
     assert read_bounds({}, [0, 1]) == (None, None)
     ids = ["2-0", "3-0", "4-0", "7-0", "8-0"]
     assert unconsumed_runs(ids, {0: "3-0", 1: "7-0"}, [0, 1]) == [(2, 4), (4, 5)]
-
-
-def test_a_batch_read_again_writes_its_dead_letters_to_the_same_file() -> None:
-    assert dead_letter_file("shop/x", "5-0") == dead_letter_file("shop/x", "5-0")
-    assert "/" not in dead_letter_file("shop/x", "5-0")
 
 
 # -- lag ----------------------------------------------------------------------------------------

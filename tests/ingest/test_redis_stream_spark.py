@@ -1,0 +1,77 @@
+"""A stream table through Structured Streaming (the ``horizon_redis_stream`` Python data source,
+``horizon ingest --stream``): micro-batches of at most ``max_events`` entries, and a query whose
+Spark checkpoint is behind the commit log (a server pass ingested more meanwhile) ingests
+nothing twice; the table ends as its events define it, one version per event."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import redis
+
+from horizon_broker.ingest.job import BatchResult
+from horizon_broker.ingest.redis_stream_source import stream_source
+from horizon_broker.ingest.server import IngestServer
+from horizon_broker.ingest.server_config import TableSource
+from tests.ingest.debezium_events import customers_table
+from tests.ingest.redis_stream_events import history, reference
+
+MAX_EVENTS = 9
+
+
+def until_caught_up(query: Any, results: list[BatchResult], timeout_s: float = 120) -> None:
+    """Wait for a batch that leaves nothing behind, then stop the query."""
+    deadline = time.monotonic() + timeout_s
+    while not any(result.stream_lag_events == 0 for result in results):
+        assert query.isActive, f"the query ended: {query.exception()}"
+        assert time.monotonic() < deadline, "the query never caught up"
+        time.sleep(0.2)
+    query.stop()
+
+
+def test_a_stream_query_behind_the_commit_log_ingests_nothing_twice(
+    spark: Any, redis_server: Any, redis_client: redis.Redis, tmp_path: Path
+) -> None:
+    changes = history(3, 90)
+    table = customers_table(tmp_path / "store")
+    source = stream_source(f"{redis_server.url}#orders", "debezium", max_events=MAX_EVENTS)
+    for change in changes[:40]:
+        redis_client.xadd("orders", change.fields(False))  # type: ignore[arg-type]
+    results: list[BatchResult] = []
+    checkpoint = str(tmp_path / "checkpoint")
+    with IngestServer(redis_server.url, "spark-road", spark) as server:
+        server.add_tables([TableSource(table, None, "debezium", None, {}, source)])
+        query = server.run_stream(
+            "customers", None, checkpoint, processing_time="0.2 seconds", on_batch=results.append
+        )
+        until_caught_up(query, results)
+        assert all(0 < result.rows <= MAX_EVENTS for result in results if not result.skipped)
+        for change in changes[40:70]:
+            redis_client.xadd("orders", change.fields(False))  # type: ignore[arg-type]
+        server.run_source("customers")  # the commit log moves past the query's checkpoint
+        for change in changes[70:]:
+            redis_client.xadd("orders", change.fields(False))  # type: ignore[arg-type]
+        results.clear()
+        query = server.run_stream(
+            "customers", None, checkpoint, processing_time="0.2 seconds", on_batch=results.append
+        )
+        until_caught_up(query, results)
+        segments = server.client.announced_segments("customers")
+    rows, versions = reference(changes)
+    stored = [
+        row
+        for segment in segments
+        for location in segment.location
+        for row in pq.read_table(location.removeprefix("file:")).to_pylist()
+    ]
+    current = {
+        r["id"]: {"name": r["name"], "lsn": r["lsn"]} for r in stored if r["validUntil"] is None
+    }
+    assert current == rows
+    counted: dict[int, int] = {}
+    for row in stored:
+        counted[row["id"]] = counted.get(row["id"], 0) + 1
+    assert counted == versions, "one stored version per create, update and snapshot read"
