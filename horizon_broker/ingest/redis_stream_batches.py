@@ -12,16 +12,17 @@ first), and a crash after it reads on after them. Nothing is lost or ingested tw
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from horizon_broker._core.errors import FailedPrecondition
-from horizon_broker._core.redis_calls import connect
+from horizon_broker._core.errors import FailedPrecondition, Unavailable
+from horizon_broker._core.redis_calls import TRANSIENT, connect
 from horizon_broker.ingest.debezium_files import dead_letter_directory, rows_frame
 from horizon_broker.ingest.redis_stream_read import (
     Entry,
@@ -107,6 +108,16 @@ def run_stream_pass(
     going to ``on_batch`` as the next one starts (a pass with nothing new is a skipped result,
     and applies updates that are due, as a directory pass does)."""
     job.start()
+    with stream_errors(source):
+        return _pass(job, source, client, on_batch)
+
+
+def _pass(
+    job: IngestJob,
+    source: StreamSource,
+    client: Any,
+    on_batch: Callable[[BatchResult], None] | None,
+) -> BatchResult:
     end = head(client, source.key)
     result = None
     while end is not None:
@@ -156,6 +167,24 @@ def remembered(job: IngestJob, result: BatchResult) -> BatchResult:
     token = tokens.encode({job.table.name: result.high}) if result.high else ""
     job.last_result = dataclasses.replace(result, token=token)
     return job.last_result
+
+
+@contextlib.contextmanager
+def stream_errors(source: StreamSource) -> Iterator[None]:
+    """Redis errors of the stream as Horizon's: the stream's server unreachable is UNAVAILABLE
+    (the pass is retried), a key that is not a stream FAILED_PRECONDITION; both name it."""
+    import redis
+
+    try:
+        yield
+    except TRANSIENT as error:
+        raise Unavailable(f"stream {source.address} cannot be read: {error}") from None
+    except redis.ResponseError as error:
+        if "WRONGTYPE" in str(error):
+            raise FailedPrecondition(
+                f"stream {source.address}: key {source.key!r} holds another type, not a stream"
+            ) from None
+        raise Unavailable(f"stream {source.address}: {error}") from None
 
 
 class StreamClients:

@@ -5,6 +5,7 @@ log keeps (and a restart or a handover reads), the batch bounds, and the lag."""
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -12,13 +13,16 @@ from typing import Any
 import pytest
 import redis
 
-from horizon_broker._core.errors import InvalidArgument
+from horizon_broker._core.errors import FailedPrecondition, InvalidArgument, Unavailable
+from horizon_broker._core.redis_calls import connect
 from horizon_broker.ingest.debezium import DeadLetter, EnvelopeSpec, Place, Row
 from horizon_broker.ingest.job import BatchResult
 from horizon_broker.ingest.manifest import COMMIT, INGEST, ManifestState, Record
 from horizon_broker.ingest.metrics import IngestMetrics
+from horizon_broker.ingest.redis_stream_batches import stream_errors
 from horizon_broker.ingest.redis_stream_read import (
     entry_verdict,
+    head,
     lag,
     read_entries,
     stream_rows,
@@ -179,3 +183,17 @@ def test_the_lag_after_a_batch_is_in_the_metrics() -> None:
     read = metrics.registry.get_sample_value
     assert read("horizon_ingest_stream_lag_events", {"table": "customers"}) == 42
     assert read("horizon_ingest_stream_lag_seconds", {"table": "customers"}) == 2.5
+
+
+def test_a_key_that_is_not_a_stream_or_an_unreachable_server_is_a_clear_typed_error(
+    redis_server: Any, redis_client: redis.Redis
+) -> None:
+    redis_client.set("not-a-stream", "x")
+    source = stream_source(f"{redis_server.url}#not-a-stream", "debezium")
+    refused = pytest.raises(FailedPrecondition, match="'not-a-stream' holds another type")
+    with refused, stream_errors(source):
+        head(redis_client, source.key)
+    gone = stream_source("redis://127.0.0.1:1/0#s", "debezium")
+    unreachable = pytest.raises(Unavailable, match=re.escape(f"{gone.address} cannot be read"))
+    with unreachable, stream_errors(gone):
+        head(connect(gone.url), gone.key)
