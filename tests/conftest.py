@@ -49,6 +49,7 @@ PROCESS_TESTS = (
     "tests/demo/test_demo_run.py",
     "tests/compaction/test_cli.py",
     "tests/ingest/test_server_processes.py",
+    "tests/ingest/test_redis_stream_processes.py",
     "tests/broker/test_isolation_engine.py",
     "tests/packaging/test_wheel.py",
 )
