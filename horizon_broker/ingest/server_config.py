@@ -288,6 +288,8 @@ def _table(entry: TableFileEntry | InlineTableEntry, server: ServerFile, base: P
             max_events=entry.max_events,
             field=entry.stream_field,
         )
+    elif "max_events" in entry.model_fields_set or entry.stream_field is not None:
+        raise InvalidArgument("max_events and stream_field apply to a table read from a stream")
     elif source is None and server.source_root:
         source = f"{server.source_root.rstrip('/')}/{definition.name}"
     partitions = entry.partitions

@@ -74,6 +74,7 @@ def test_a_table_entry_names_its_redis_stream_and_batch_size() -> None:
         ({"stream": "redis://h:6379/0#s", "source": "/landing"}, "not both"),
         ({"stream": "redis://h:6379/0#s", "format": "parquet"}, "format debezium or json"),
         ({"stream": "redis://h:6379/0#s", "max_events": 0}, "max_events"),
+        ({"source": "/landing", "max_events": 5}, "apply to a table read from a stream"),
     ],
 )
 def test_a_bad_stream_entry_is_refused_naming_the_problem(
