@@ -154,6 +154,14 @@ def test_a_stream_batch_moves_its_partitions_offsets_through_a_checkpoint() -> N
     assert restored.offsets == state.offsets
 
 
+def test_an_adopted_offset_moves_a_partition_forward_never_back() -> None:
+    """What a handover does (recovery adopts each partition's offsets of every commit log)."""
+    state = ManifestState.from_records([ingest_commit(1, [batch_source("s", "1-0", "5-0")], [0])])
+    state.consume(0, [batch_source("s", "3-0", "3-0")])  # an earlier owner's older offset
+    state.consume(1, [batch_source("s", "8-0", "8-0")])  # a partition handed to this server
+    assert state.offsets == {0: {"s": "5-0"}, 1: {"s": "8-0"}}
+
+
 def test_a_batch_reads_after_the_slowest_partition_and_stops_at_the_next_offset() -> None:
     assert read_bounds({0: "3-0", 1: "7-0"}, [0, 1]) == ("3-0", "7-0")
     assert read_bounds({0: "3-0", 1: "7-0"}, [1]) == ("7-0", None)
