@@ -10,7 +10,10 @@ Modules, one idea each, in the order a batch meets them (``job`` ties them toget
   partitions; BatchResult), ``steps`` (kill points and timings), ``server_table`` (what every
   stage shares);
 - reading: ``changelog`` (reading the source, naming what a batch consumed), ``commit_times``
-  (each change's commit timestamp and time chunk);
+  (each change's commit timestamp and time chunk); Redis stream tables: ``redis_stream_source``
+  (the stream entry and its events), ``redis_stream_read`` (entries by id, rows, lag),
+  ``redis_stream_batches`` (a server pass), ``redis_stream_spark`` (the Python data source of
+  ``--stream``), ``stream_offsets`` (entry ids and the offsets the commit log keeps);
 - the Spark batch: ``batch`` (the stages up to the commit), ``resolve`` (key resolution as Spark
   transformations), ``key_index`` (key index levels: batches' resolutions), ``segments`` (writing
   and describing segment files), ``bucketing`` (one key partition per Spark task);
