@@ -10,7 +10,9 @@ tables of the final state. Per query, warm and alternating round by round: the t
 their ratio, Horizon's time outside Spark (end to end minus the trailer's Spark time) and the
 two physical plans side by side (``bench/results/tpch_plans_<phase>.md``, :mod:`bench.tpch_plans`).
 Every answer of either side is checked against DuckDB's first (:mod:`bench.tpch_answers`): a
-mismatch stops the run. All of it before and after one compaction of every table.
+mismatch stops the run. All of it before and after one compaction of every table, each phase
+ending with every query at the snapshot of the first round of batches by ``VERSION AS OF`` and
+``TIMESTAMP AS OF``, checked against DuckDB on those batches (:mod:`bench.tpch_history`).
 
 Run: ``python -m bench.tpch [--scale 0.01] [--queries 3,17,21] [--rounds 5] [--quick]``.
 """
@@ -32,6 +34,7 @@ from typing import Any
 from bench.report import RESULTS_DIR, print_table, write_results
 from bench.tpch_answers import check, reference_answers, rows_of
 from bench.tpch_data import DELETED, KEYS, SEQUENCE, batches, generate
+from bench.tpch_history import check_time_travel
 from bench.tpch_plans import differences, side_by_side, summarize
 from bench.tpch_queries import QUERIES, parse_numbers
 
@@ -61,33 +64,43 @@ def definition(name: str, schema: Any, root: Path) -> Any:
 
 
 def ingest(spark: Any, server: Any, tables: dict[str, Any], work: Path) -> dict[str, Any]:
-    """Every table through its ingestion job, batch by batch; the seconds per table and the
-    snapshot tokens of the last commits (a query sent with them reads the final state)."""
+    """Every table through its ingestion job, round by round (every table's first batch, then
+    every table's second, then third): the seconds per table, the snapshot tokens of the last
+    commits (a query sent with them reads the final state), the first batches and the snapshot
+    of the first round's last commit (which holds exactly them: :mod:`bench.tpch_history`)."""
     import pyarrow.parquet as pq
 
     from horizon_broker.ingest.job import IngestJob
 
-    seconds: dict[str, float] = {}
-    tokens: list[str] = []
-    definitions = {}
-    for name, final in tables.items():
-        started = time.perf_counter()
-        changes = batches(name, final)
-        table = definition(name, changes[0].schema, work / "horizon")
-        definitions[name] = table
-        job = IngestJob(spark, table, server).start()
-        if not seconds:  # registered by the first job's start
-            server.start_heartbeats(1.0)
-        for number, batch in enumerate(changes, 1):
-            path = work / "batches" / f"{name}-{number}.parquet"
+    changes = {name: batches(name, final) for name, final in tables.items()}
+    definitions = {
+        name: definition(name, batched[0].schema, work / "horizon")
+        for name, batched in changes.items()
+    }
+    jobs = {name: IngestJob(spark, table, server).start() for name, table in definitions.items()}
+    server.start_heartbeats(1.0)  # registered by the jobs' start
+    seconds = dict.fromkeys(tables, 0.0)
+    first_round = 0
+    for number in range(3):
+        for name, job in jobs.items():
+            started = time.perf_counter()
+            path = work / "batches" / f"{name}-{number + 1}.parquet"
             path.parent.mkdir(parents=True, exist_ok=True)
-            pq.write_table(batch, path)
-            job.run_batch(spark.read.parquet(str(path)))
-        job.flush_updates()
-        if job.last_result is not None and job.last_result.token:
-            tokens.append(job.last_result.token)
-        seconds[name] = round(time.perf_counter() - started, 2)
-    return {"seconds": seconds, "tokens": tokens, "definitions": definitions}
+            pq.write_table(changes[name][number], path)
+            result = job.run_batch(spark.read.parquet(str(path)))
+            if number == len(changes[name]) - 1:
+                job.flush_updates()
+            if number == 0:
+                first_round = max(first_round, result.high)
+            seconds[name] += time.perf_counter() - started
+    tokens = [job.last_result.token for job in jobs.values() if job.last_result is not None]
+    return {
+        "seconds": {name: round(value, 2) for name, value in seconds.items()},
+        "tokens": [token for token in tokens if token],
+        "definitions": definitions,
+        "first_batches": {name: batched[0] for name, batched in changes.items()},
+        "first_round_snapshot": first_round,
+    }
 
 
 def plain_session(spark: Any, tables: dict[str, Any], work: Path) -> Any:
@@ -226,6 +239,8 @@ def compact(spark: Any, redis_url: str, definitions: dict[str, Any], follower: A
             compactor = Compactor(spark, table, client, settings=settings, lease_s=120.0)
             report = compactor.compact(compactor.plan())
             outcomes[name] = f"{report.outcome}: {len(report.inputs)} -> {len(report.outputs)}"
+            if report.outcome == "revoked":
+                raise SystemExit(f"the compaction of {name} was revoked: {report.message}")
             outputs = {segment.id for segment in report.outputs}
             shown = follower.wait_for(
                 lambda f, n=name, o=outputs: o <= {s.id for s in f.view(n).visible_segments}, 60
@@ -234,6 +249,7 @@ def compact(spark: Any, redis_url: str, definitions: dict[str, Any], follower: A
                 raise SystemExit(f"the follower never showed {name}'s compacted segments")
     finally:
         client.close()
+    print(f"compacted: {outcomes}", flush=True)
     return outcomes
 
 
@@ -276,6 +292,12 @@ def run(
                         )
                     results[phase] = measure(
                         client, plain, numbers, expected, rounds, token, phase, plans_dir
+                    )
+                    results[phase]["time_travel_rows"] = check_time_travel(
+                        client,
+                        numbers,
+                        ingested["first_batches"],
+                        ingested["first_round_snapshot"],
                     )
         finally:
             if broker is not None:

@@ -361,7 +361,8 @@ def batches(name: str, final: pa.Table, seed: int = 49) -> list[pa.Table]:
     wrong = _with_keys(
         final.take(rng.integers(0, rows, len(corrected))), final.take(corrected), keys
     )
-    ghost_source = final.take(rng.integers(0, rows, max(1, rows // 50)))
+    # Distinct source rows: two ghosts of one row would share a key within batch 1.
+    ghost_source = final.take(rng.choice(rows, max(1, rows // 50), replace=False))
     last = keys[-1]
     ghosts = ghost_source.set_column(
         ghost_source.schema.get_field_index(last),
