@@ -160,6 +160,7 @@ class Follower:
                 staleness_s=self.staleness_s(),
                 laggard=state.progress[table].minimum(state.clocks()),
                 fallbacks=state.fallbacks(table),
+                held_segments=len(state.held.get(table, ())),
             )
 
     def watermarks(self, table: str) -> WatermarkReport:
@@ -192,6 +193,7 @@ class Follower:
                 server_clocks={s: state.server_clocks.get(s, 0) for s in sorted(owners)},
                 server_status={s: state.servers.get(s, "unknown") for s in sorted(owners)},
                 store_ms=state.store_ms,
+                held_segments=len(state.held.get(table, ())),
             )
 
     def lwm(self, table: str) -> int:
@@ -342,8 +344,7 @@ class Follower:
             self._redis = None
 
     def _store_went_back(self) -> bool:
-        """On a new connection (after a failover, say): whether the store's log still holds the
-        event we applied last (F3); True when we must resync, held if it went back."""
+        """On a new connection: must we resync (held, if the store went back under us)? (F3)"""
         assert self._redis is not None
         with self._lock:
             seq = self._state.seq

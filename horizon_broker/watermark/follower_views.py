@@ -26,6 +26,8 @@ class TableState:
     laggard: Laggard | None
     fallbacks: tuple[Fallback, ...] = ()
     """Segments this broker keeps out as unreadable, with what their chunks read instead."""
+    held_segments: int = 0
+    """Served segments the store lost, held until it has them again (failover contract F5)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,3 +50,5 @@ class WatermarkReport:
     """Each owner's status: ``live``, ``parked`` or ``decommissioned``."""
     store_ms: int = 0
     """The state store's clock as this broker knows it (what parked partitions follow)."""
+    held_segments: int = 0
+    """Served segments the store lost, held until it has them again (failover contract F5)."""

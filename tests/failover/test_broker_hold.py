@@ -2,8 +2,8 @@
 of docs/design/contract/failover.md), one short test on the session's Spark: the lost batch is an
 overwrite that closes ten keys' old versions; without the hold the timeline would fall back to
 the segment it replaced and show those keys twice at the snapshot already served. No answer sees
-the snapshot go back or a key twice, the hold shows in the metrics while it lasts, and the
-server's re-publish ends it."""
+the snapshot go back or a key twice, the hold shows in the answers' metadata, the watermarks and
+the metrics while it lasts, and the server's re-publish ends it."""
 
 from __future__ import annotations
 
@@ -35,12 +35,15 @@ def test_answers_through_a_failover_never_go_back_nor_show_a_key_twice(
     broker = BrokerServer(config, spark=spark, view_namespace="failover_").start()  # type: ignore[arg-type]
     follower = broker.follower
     answers: list[tuple[int, int, int]] = []
+    held: list[tuple[int, int]] = []  # what each answer's metadata and the watermarks said
 
     def ask() -> None:
         with connect(broker.target, token=ADMIN) as horizon:
             result = horizon.execute(SQL)
+            watermarks = horizon.watermarks("ledger")
         row = result.table.to_pylist()[0]
         answers.append((result.snapshot, row["n"], row["k"]))
+        held.append((result.metadata.tables[0].held_segments, watermarks.held_segments))
 
     try:
         ask()
@@ -63,3 +66,4 @@ def test_answers_through_a_failover_never_go_back_nor_show_a_key_twice(
     snapshots = [snapshot for snapshot, _, _ in answers]
     assert snapshots == sorted(snapshots) and snapshots[1:] == [1200, 1200, 1200], answers
     assert all(n == k == 100 for _, n, k in answers), answers
+    assert held == [(0, 0), (0, 0), (1, 1), (0, 0)]  # the hold named while it lasted

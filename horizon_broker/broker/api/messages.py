@@ -96,6 +96,7 @@ def table_read_message(read: TableReadInfo) -> pb.TableRead:
         segment_count=len(read.segments),
         file_count=len(read.files),
         staleness_seconds=read.staleness_s,
+        held_segments=read.held_segments,
     )
     if read.snapshot is not None:
         message.snapshot = read.snapshot
@@ -270,6 +271,7 @@ def watermarks_message(report: Any, *, queries_blocked: bool) -> pb.GetWatermark
         staleness_seconds=report.staleness_s,
         queries_blocked=queries_blocked,
         store_clock_ms=report.store_ms,
+        held_segments=report.held_segments,
     )
     if report.lwm is not None:
         message.lwm = report.lwm

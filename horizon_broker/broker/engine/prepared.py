@@ -43,6 +43,8 @@ class TableReadInfo:
     laggard: Any
     change_windows: tuple[tuple[int, int], ...] = ()
     layout: ScanLayout | None = None
+    held_segments: int = 0
+    """Served segments the store lost and the broker holds (failover contract F5, F6)."""
 
     @property
     def parts(self) -> tuple[ScanPart, ...]:
@@ -196,4 +198,5 @@ def read_info(
         laggard=view.laggard,
         change_windows=tuple(read.change_windows),
         layout=layout,
+        held_segments=int(getattr(view, "held_segments", 0)),
     )
