@@ -141,14 +141,21 @@ def _median_ms(samples: list[float]) -> float:
     return round(statistics.median(samples), 1)
 
 
+def check_both(number: int, client: Any, plain: Any, expected: list[Any], token: Any) -> Any:
+    """Query ``number`` on both sides, each answer checked against DuckDB's; Horizon's result."""
+    sql = QUERIES[number]
+    answer = client.execute(sql, cache=False, min_snapshot=token)
+    check(number, "Horizon", rows_of(answer.table), expected)
+    check(number, "plain Spark", rows_of(plain.sql(sql).toArrow()), expected)
+    return answer
+
+
 def measure_query(
     number: int, client: Any, plain: Any, expected: list[Any], rounds: int, token: Any
 ) -> dict[str, Any]:
     """One query: both answers checked, then ``rounds`` alternating timed runs of each."""
     sql = QUERIES[number]
-    answer = client.execute(sql, cache=False, min_snapshot=token)
-    check(number, "Horizon", rows_of(answer.table), expected)
-    check(number, "plain Spark", rows_of(plain.sql(sql).toArrow()), expected)
+    answer = check_both(number, client, plain, expected, token)
     horizon: list[float] = []
     outside: list[float] = []
     plain_ms: list[float] = []
@@ -188,6 +195,8 @@ def measure(
     """Every chosen query measured, its plans written to ``tpch_plans_<phase>.md``."""
     per_query: dict[str, Any] = {}
     sections = [f"# TPC-H plans, {phase}: Horizon and plain Spark side by side\n"]
+    for number in numbers:  # a warm-up pass over every query first (JIT, views, footers)
+        check_both(number, client, plain, expected[number], token)
     for number in numbers:
         figures = measure_query(number, client, plain, expected[number], rounds, token)
         horizon_plan, plain_plan = plans(number, client, plain, token)
