@@ -24,7 +24,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, Protocol
 
 from horizon_broker._config import Rule
 
@@ -75,6 +75,46 @@ class Event:
     rank: tuple[Any, ...]
     position: int = field(default=0, compare=False)
     """Where the event sits in its batch (for the shell), unused by the fold."""
+
+
+class PartialTableFile(Protocol):
+    """What the rules read of a table file (:class:`horizon_broker.ingest.table.TableFile`)."""
+
+    @property
+    def mode(self) -> str: ...
+    @property
+    def primary_key(self) -> list[str]: ...
+    @property
+    def comparison(self) -> list[str]: ...
+    @property
+    def delete_column(self) -> str | None: ...
+    @property
+    def transaction_column(self) -> str | None: ...
+    @property
+    def partial_upsert(self) -> Mapping[str, Strategy] | None: ...
+
+
+def check_partial_upsert(table: PartialTableFile, types: Mapping[str, str]) -> None:
+    """A table file's strategies, checked (``types``: its column types by lowered name)."""
+    if table.partial_upsert is None:
+        return
+    fixed = {name.lower(): "primary key" for name in table.primary_key}
+    fixed |= {name.lower(): "comparison column" for name in table.comparison}
+    for name, role in (
+        (table.delete_column, "delete column"),
+        (table.transaction_column, "transaction column"),
+    ):
+        if name is not None:
+            fixed[name.lower()] = role
+    check_strategies(table.partial_upsert, types=types, upsert=table.mode == "upsert", fixed=fixed)
+
+
+def strategy_items(
+    strategies: Mapping[str, Strategy] | None,
+) -> tuple[tuple[str, Strategy], ...] | None:
+    """The strategies as the table definition keeps them (None: not a partial table; an empty
+    section is one, every column ``overwrite``)."""
+    return None if strategies is None else tuple(strategies.items())
 
 
 def check_strategies(

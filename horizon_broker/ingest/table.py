@@ -77,7 +77,12 @@ from horizon_broker._config import MODEL_CONFIG, Rule, RuleNote, refusing, valid
 from horizon_broker._core.errors import InvalidArgument
 from horizon_broker.ingest.debezium_settings import DebeziumOrder, check_debezium_order
 from horizon_broker.ingest.granularity import Granularity
-from horizon_broker.ingest.partial_upsert import EVENT_LOG_COLUMNS, Strategy, check_strategies
+from horizon_broker.ingest.partial_upsert import (
+    EVENT_LOG_COLUMNS,
+    Strategy,
+    check_partial_upsert,
+    strategy_items,
+)
 from horizon_broker.timeline.interval import format_instant, parse_instant
 from horizon_broker.watermark.catalog import ColumnSpec, TableDescriptor
 
@@ -385,10 +390,8 @@ class TableFile(BaseModel):
     )
     partial_upsert: dict[str, Annotated[Strategy, BeforeValidator(_lowered)]] | None = Field(
         None,
-        description='Partial upserts (``[partial_upsert]``, ``column = "strategy"``): records '
-        "are events merged into their key's row in comparison order, each column by its "
-        "strategy (``overwrite``, the default, ``overwrite_if_not_null``, ``increment``, "
-        "``append``, ``union``, ``max``, ``min``, ``ignore``); a late event re-derives the row.",
+        description="Partial upserts: records are events merged into their key's row in "
+        "comparison order, each column by its strategy (unnamed: ``overwrite``).",
     )
 
     @model_validator(mode="before")
@@ -419,13 +422,7 @@ class TableFile(BaseModel):
                 f"transaction column {self.transaction_column!r} is not a column",
             )
         check_debezium_order(self.debezium_order, self.comparison, known)
-        if self.partial_upsert is not None:
-            check_strategies(
-                self.partial_upsert,
-                types=known,
-                upsert=self.mode == "upsert",
-                fixed=_fixed_columns(self),
-            )
+        check_partial_upsert(self, known)
         with refusing(""):
             self.definition().descriptor()  # names, key, comparison and time columns
         return self
@@ -455,9 +452,7 @@ class TableFile(BaseModel):
             properties={str(key): str(value) for key, value in self.properties.items()},
             debezium_order=self.debezium_order,
             max_dead_letters=self.max_dead_letters,
-            partial_upsert=None
-            if self.partial_upsert is None
-            else tuple(self.partial_upsert.items()),
+            partial_upsert=strategy_items(self.partial_upsert),
         )
 
 
@@ -488,19 +483,6 @@ def _check_reserved(columns: dict[str, str]) -> None:
                 "starting with an underscore that it uses, e.g. _ts, _kp, _chunk, _seg, and any "
                 "starting with _i_ or _update_): rename it",
             )
-
-
-def _fixed_columns(table: TableFile) -> dict[str, str]:
-    """The columns a partial upsert takes from each event as it is, by lowered name."""
-    fixed = {name.lower(): "primary key" for name in table.primary_key}
-    fixed |= {name.lower(): "comparison column" for name in table.comparison}
-    for name, role in (
-        (table.delete_column, "delete column"),
-        (table.transaction_column, "transaction column"),
-    ):
-        if name is not None:
-            fixed[name.lower()] = role
-    return fixed
 
 
 def _check_deletes(table: TableFile, known: dict[str, str]) -> None:
