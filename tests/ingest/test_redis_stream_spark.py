@@ -1,10 +1,12 @@
 """A stream table through Structured Streaming (the ``horizon_redis_stream`` Python data source,
-``horizon ingest --stream``): micro-batches of at most ``max_events`` entries, and a query whose
-Spark checkpoint is behind the commit log (a server pass ingested more meanwhile) ingests
-nothing twice; the table ends as its events define it, one version per event."""
+``horizon ingest --stream``): micro-batches of at most ``max_events`` entries; a micro-batch
+replayed across the commit log's offset ingests only its new entries, and a query whose Spark
+checkpoint is behind the commit log (a server pass ingested more meanwhile) ingests nothing
+twice; the table ends as its events define it, one version per event."""
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -13,9 +15,12 @@ import pyarrow.parquet as pq
 import redis
 
 from horizon_broker.ingest.job import BatchResult
+from horizon_broker.ingest.redis_stream_read import read_entries
 from horizon_broker.ingest.redis_stream_source import stream_source
+from horizon_broker.ingest.redis_stream_spark import ENTRY_SCHEMA, micro_batch
 from horizon_broker.ingest.server import IngestServer
 from horizon_broker.ingest.server_config import TableSource
+from horizon_broker.ingest.stream_offsets import batch_source
 from tests.ingest.debezium_events import customers_table
 from tests.ingest.redis_stream_events import history, reference
 
@@ -32,7 +37,7 @@ def until_caught_up(query: Any, results: list[BatchResult], timeout_s: float = 1
     query.stop()
 
 
-def test_a_stream_query_behind_the_commit_log_ingests_nothing_twice(
+def test_a_replayed_or_late_stream_query_ingests_nothing_twice(
     spark: Any, redis_server: Any, redis_client: redis.Redis, tmp_path: Path
 ) -> None:
     changes = history(3, 90)
@@ -49,8 +54,18 @@ def test_a_stream_query_behind_the_commit_log_ingests_nothing_twice(
         )
         until_caught_up(query, results)
         assert all(0 < result.rows <= MAX_EVENTS for result in results if not result.skipped)
-        for change in changes[40:70]:
-            redis_client.xadd("orders", change.fields(False))  # type: ignore[arg-type]
+        ids = [
+            redis_client.xadd("orders", change.fields(False)).decode()  # type: ignore[arg-type, union-attr]
+            for change in changes[40:70]
+        ]
+        # Spark replays a micro-batch planned before a crash that straddles the commit log's
+        # offset (entries 31 to 48, the table has 40): only 41 to 48 are new.
+        entries = read_entries(redis_client, "orders", None, ids[7], None)[30:]
+        replay = [(entry.id, json.dumps(entry.fields)) for entry in entries]
+        replayed = spark.createDataFrame(replay, ENTRY_SCHEMA)
+        job = server.job("customers")
+        [straddling] = micro_batch(job, source, redis_client)(replayed, 0)
+        assert straddling.sources == (batch_source("orders", ids[0], ids[7]),)
         server.run_source("customers")  # the commit log moves past the query's checkpoint
         for change in changes[70:]:
             redis_client.xadd("orders", change.fields(False))  # type: ignore[arg-type]
