@@ -37,7 +37,12 @@ log = logging.getLogger("horizon.compact")
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="horizon compact", description=__doc__.split("\n")[0])
     parser.add_argument("--table", required=True, help="table definition (TOML)")
-    parser.add_argument("--redis", required=True, help="state store URL, redis://host:port/db")
+    parser.add_argument(
+        "--redis",
+        required=True,
+        help="state store URL, redis://host:port/db, or a Sentinel group: "
+        "redis+sentinel://host:26379,host:26379/master/db",
+    )
     parser.add_argument("--prefix", default="horizon", help="Redis key prefix")
     parser.add_argument("--interval", help="only chunks overlapping START/END (ISO-8601)")
     parser.add_argument("--mode", default="minor", choices=["minor", "major"])

@@ -62,7 +62,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="this server's identity in the LWM (its commits and held-back partitions are "
         "reported under it; keep it across restarts)",
     )
-    parser.add_argument("--redis", help="state store URL, redis://host:port/db")
+    parser.add_argument(
+        "--redis",
+        help="state store URL, redis://host:port/db, or a Sentinel group: "
+        "redis+sentinel://host:26379,host:26379/master/db",
+    )
     parser.add_argument("--prefix", help="Redis key prefix (default horizon)")
     parser.add_argument("--partitions", help="key partitions this server owns, e.g. 0,1 (all)")
     parser.add_argument("--storage-root", help="override the tables' storage root")
