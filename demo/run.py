@@ -32,6 +32,7 @@ from rich.table import Table
 from demo.console_shot import operate
 from demo.generator import AccountsChangelog, GeneratorConfig
 from demo.pinot_example import show_pinot_example
+from demo.standing import show_key_explained, show_subscriptions
 from demo.tour import ACCOUNTS, show_explain, show_flight_sql, show_time_travel, show_timeline
 from horizon_broker._core.errors import HorizonError, Internal
 from horizon_broker._core.hlc import format_snapshot
@@ -137,6 +138,7 @@ class Demo:
         show_explain(self)
         show_flight_sql(self)
         self._compaction()
+        show_key_explained(self, show_subscriptions(self))
         self.report.timings["total_s"] = time.perf_counter() - started
         self._summary()
         if self.broker.console is not None:  # the console's picture; --keep: stay up

@@ -26,10 +26,17 @@ def test_quick_demo_passes_every_consistency_check(
     assert (tmp_path / "accounts-timeline.svg").read_text().startswith("<svg")
     # the demo must show each part the issue asks for
     for heading in (
-        "Pinot", "lagging", "Time travel", "timeline", "rewritten SQL", "Flight SQL", "Compaction"
+        "Pinot", "lagging", "Time travel", "timeline", "rewritten SQL", "Flight SQL", "Compaction",
+        "Standing queries", "Why is this row",
     ):  # fmt: skip
         assert heading in text
     assert (tmp_path / "accounts-compacted.svg").read_text().startswith("<svg")
     names = {check.name for check in report.checks}
     assert "answers at pinned snapshots did not change during or after compaction" in names
     assert "Flight SQL (ADBC) answers as ExecuteQuery at the same snapshot" in names
+    assert "subscription: the bank's total is the same in the first result and every delta" in names
+    assert "subscription: the first result plus every delta is the query's answer" in names
+    assert (
+        "ExplainKey: an updated then closed account shows a superseded and a deleted version"
+        in names
+    )
