@@ -100,17 +100,19 @@ def stream_rows(
     events and entries without an event are dead letters placed at their entry id."""
     spec = EnvelopeSpec.of(table)
     rows: list[dict[str, Any]] = []
+    absent: list[frozenset[str]] = []
     dead: list[DeadLetter] = []
     tombstones = 0
     for index, entry in enumerate(entries):
         judged = entry_verdict(Place(entry.id, index), entry, source, spec)
         if isinstance(judged, Row):
             rows.append(judged.values)
+            absent.append(judged.absent)
         elif isinstance(judged, DeadLetter):
             dead.append(judged)
         else:
             tombstones += 1
-    return Flattened(rows, [batch_name] * len(rows), dead, tombstones)
+    return Flattened(rows, [batch_name] * len(rows), dead, tombstones, absent)
 
 
 def entry_verdict(place: Place, entry: Entry, source: StreamSource, spec: EnvelopeSpec) -> Verdict:
@@ -127,8 +129,9 @@ def entry_verdict(place: Place, entry: Entry, source: StreamSource, spec: Envelo
 
 
 def json_row(place: Place, text: str, spec: EnvelopeSpec) -> Row | DeadLetter:
-    """One JSON object of the table's columns as a row (a column missing is null, a key
-    column missing or a value of the wrong type makes a dead letter)."""
+    """One JSON object of the table's columns as a row (a column missing is null, and absent
+    for a partial-upsert table's merge; a key column missing or a value of the wrong type makes
+    a dead letter)."""
     try:
         value = json.loads(text)
     except ValueError as error:
@@ -147,7 +150,7 @@ def json_row(place: Place, text: str, spec: EnvelopeSpec) -> Row | DeadLetter:
         }
     except Malformed as error:
         return DeadLetter(place, str(error), text)
-    return Row(row)
+    return Row(row, frozenset(name for name, _ in spec.columns if name not in value))
 
 
 def dead_letter_line(letter: DeadLetter, source: StreamSource) -> str:

@@ -206,3 +206,18 @@ def test_a_key_that_is_not_a_stream_or_an_unreachable_server_is_a_clear_typed_er
     unreachable = pytest.raises(Unavailable, match=re.escape(f"{gone.address} cannot be read"))
     with unreachable, stream_errors(gone):
         head(connect(gone.url), gone.key)
+
+
+def test_columns_an_entry_leaves_out_are_absent_for_a_partial_upsert_merge(
+    redis_client: redis.Redis,
+) -> None:
+    partial = json.dumps(postgres_event("u", lsn=5, after={"id": 1, "name": "status only"}))
+    redis_client.xadd("s", {"value": partial})
+    table = customers_table("/tmp/unused")
+    entries = read_entries(redis_client, "s", None, None, None)
+    flattened = stream_rows(entries, stream_source("redis://h/0#s", "debezium"), table, "b")
+    assert "balance" in flattened.absent[0] and "name" not in flattened.absent[0]
+    redis_client.xadd("j", {"value": json.dumps({"id": 1, "lsn": 6})})
+    entries = read_entries(redis_client, "j", None, None, None)
+    flattened = stream_rows(entries, stream_source("redis://h/0#j", "json"), table, "b")
+    assert {"name", "balance"} <= flattened.absent[0] and "lsn" not in flattened.absent[0]
