@@ -1,5 +1,6 @@
 """One real Sentinel group (a primary, a replica, three sentinels) for the failover tests; each
-test starts on an empty, fully replicated store (a failover swaps the roles, nothing else)."""
+test starts on an empty, fully replicated store (a failover swaps the roles, nothing else), so
+the group is started once per run."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 from tests.failover.sentinel_group import SentinelGroup
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def sentinel_group() -> Iterator[SentinelGroup]:
     group = SentinelGroup().start()
     yield group
