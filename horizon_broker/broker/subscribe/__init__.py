@@ -2,8 +2,11 @@
 
 Pure parts: :mod:`.diff` (two answers to change rows by key, and back), :mod:`.coalesce` (message
 sizes and coalesced ranges), :mod:`.resume` (resume tokens on snapshot tokens),
-:mod:`.snapshot_sql` (the query at a snapshot), :mod:`.strategy` (how deltas are computed: the
-exact diff, and room for incremental ones), :mod:`.messages` (the Subscribe messages). The shell:
+:mod:`.snapshot_sql` (the query at a snapshot), :mod:`.choose` (which strategy serves a query,
+and why), :mod:`.incremental_sql` (the change-feed queries of the incremental strategies),
+:mod:`.messages` (the Subscribe messages). The strategies, over the engine: :mod:`.strategy`
+(the exact diff, and the choice made into one), :mod:`.change_feed` and :mod:`.changed_groups`.
+The shell:
 :mod:`.stream` (one subscription's thread and its relay), :mod:`.handover` (the bounded hand-over
 to the call, and the lag past which a subscriber is told to resubscribe), :mod:`.limits`
 (per-identity bound, the broker's stop) and :mod:`.recording` (its record in ListQueries).
