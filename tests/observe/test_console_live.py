@@ -32,6 +32,8 @@ from tests.waiting import eventually
 pytestmark = [pytest.mark.spark, pytest.mark.redis]
 
 SQL = "SELECT user_id, balance FROM accounts"
+MAX_ROWS = 3
+"""``[console] max_rows``: the accounts fit, their pairs do not."""
 
 
 @dataclass
@@ -59,7 +61,7 @@ def live_env(spark, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveEn
     redis = RedisProcess().start()
     config = broker_config(
         redis.url,
-        console={"listen": "127.0.0.1:0", "refresh_s": 3600.0},
+        console={"listen": "127.0.0.1:0", "refresh_s": 3600.0, "max_rows": MAX_ROWS},
         limits={"max_subscriptions_per_identity": 1},
     )
     broker = BrokerServer(config, spark=spark).start()  # type: ignore[arg-type]
@@ -157,7 +159,9 @@ def test_live_table_follows_an_ingested_update_and_delete_and_holds_the_identity
     eventually(lambda: grpc_subscription_opens(live_env), "the page's subscription released")
 
 
-def test_bad_sql_and_an_unreadable_table_show_their_error(browser: Any, live_env: LiveEnv) -> None:
+def test_bad_sql_an_unreadable_table_and_a_result_past_max_rows_show_their_error(
+    browser: Any, live_env: LiveEnv
+) -> None:
     sign_in(browser, live_env, ADMIN)
     subscribe_in_page(browser, live_env, "SELECT no_such_column FROM accounts")
     eventually(lambda: state(browser) == "failed", "the bad query's error in the page")
@@ -171,6 +175,13 @@ def test_bad_sql_and_an_unreadable_table_show_their_error(browser: Any, live_env
     code = browser.find_element(By.ID, "live-error").get_attribute("data-code")
     assert code in ("PERMISSION_DENIED", "NOT_FOUND")
     assert not browser.find_elements(By.CSS_SELECTOR, "#live-rows tbody tr")
+
+    pairs = "SELECT a.user_id, b.user_id AS other FROM accounts a CROSS JOIN accounts b"
+    subscribe_in_page(browser, live_env, pairs)  # 4 or 9 rows, more than the page holds
+    eventually(lambda: state(browser) == "failed", "the result past max_rows refused")
+    error = browser.find_element(By.ID, "live-error")
+    assert error.get_attribute("data-code") == "FAILED_PRECONDITION"
+    assert f"max_rows = {MAX_ROWS}" in error.text
 
 
 def test_the_event_stream_wants_the_pages_csrf_token(browser: Any, live_env: LiveEnv) -> None:
