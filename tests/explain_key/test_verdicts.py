@@ -173,3 +173,27 @@ def test_visible_exactly_when_the_visibility_rule_reads_it_and_every_other_reaso
             assert verdict.superseded_by.valid_from == until
         if verdict.reason == "deleted":
             assert not any(v.valid_from == until for v in versions)
+
+
+def test_a_copy_whose_compaction_output_was_rewritten_names_the_segment_holding_it_now():
+    places = {
+        "s-in": SegmentPlace("s-in", "overshadowed", compacted_into=("s-out",)),
+        "s-out": SegmentPlace("s-out", "overshadowed"),
+        "s-rewrite": SegmentPlace("s-rewrite", "read"),
+    }
+    versions = [
+        StoredVersion(10, None, "s-in", "f"),
+        StoredVersion(10, 40, "s-rewrite", "h"),
+    ]
+    verdicts = _only(versions, places, ReadPoint(snapshot=50, lwm=50))
+    detail = verdicts[(10, "s-in")].detail
+    assert verdicts[(10, "s-in")].reason == "compacted"
+    assert "one is in s-rewrite" in detail
+    assert "visible at no snapshot" not in detail
+
+
+def test_a_copy_found_nowhere_after_its_compaction_says_so_without_blaming_the_compaction():
+    places = {"s-in": SegmentPlace("s-in", "overshadowed", compacted_into=("s-out",))}
+    verdicts = _only([StoredVersion(10, None, "s-in", "f")], places, ReadPoint(50, 50))
+    detail = verdicts[(10, "s-in")].detail
+    assert "no copy of this version is in s-out or any other segment" in detail

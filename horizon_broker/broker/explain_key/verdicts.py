@@ -170,11 +170,33 @@ def _unread(
                 f"segment {place.segment} was compacted into {into}, which dropped this version: "
                 + _retention_words(version, point)
             )
-        where = "" if kept else " (it is not there: the compaction found it visible at no snapshot)"
-        return "compacted", f"segment {place.segment} was compacted into {into}{where}"
+        return "compacted", f"segment {place.segment} was compacted into {into}" + (
+            "" if kept else _copies_elsewhere(version, place, stored)
+        )
     if place.state == "overshadowed":
         return "overshadowed", f"segment {place.segment} is overshadowed: {place.why}"
     return "standby", f"segment {place.segment} is in a standby group: {place.why}"
+
+
+def _copies_elsewhere(
+    version: StoredVersion, place: SegmentPlace, stored: Sequence[StoredVersion]
+) -> str:
+    """Where the version's copies are when the compaction's output no longer holds one (a later
+    rewrite replaced that output, or its file could not be read for the key)."""
+    others = sorted(
+        {
+            v.segment
+            for v in stored
+            if v.valid_from == version.valid_from
+            and v.segment != place.segment
+            and v.segment not in place.compacted_into
+        }
+    )
+    if others:
+        return (
+            f"; no copy is in {', '.join(place.compacted_into)} now, one is in {', '.join(others)}"
+        )
+    return f"; no copy of this version is in {', '.join(place.compacted_into)} or any other segment"
 
 
 def _let_go(version: StoredVersion, point: ReadPoint) -> bool:
