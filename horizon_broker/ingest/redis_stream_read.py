@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from horizon_broker._core.lua import lua_file
 from horizon_broker.ingest import debezium
 from horizon_broker.ingest.debezium import (
     DeadLetter,
@@ -33,11 +34,7 @@ from horizon_broker.ingest.table import TableDefinition
 
 LAG_COUNT_CAP = 1_000_000
 """Entries counted behind a table at most (the count runs in Redis, see :func:`lag`)."""
-_COUNT_AFTER = """
-local entries = redis.call('XRANGE', KEYS[1], ARGV[1], '+', 'COUNT', ARGV[2])
-if #entries == 0 then return {0, false} end
-return {#entries, entries[1][1]}
-"""
+_COUNT_AFTER = lua_file(__package__, "count_after")
 
 
 @dataclass(frozen=True, slots=True)

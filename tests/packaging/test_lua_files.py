@@ -20,6 +20,7 @@ SCRIPT_MODULES = (
     "horizon_broker.locks.scripts",
     "horizon_broker.pins.store",
     "horizon_broker.broker.engine.floor",
+    "horizon_broker.ingest.redis_stream_read",
 )
 """Every module that loads Lua (a module left out leaves its files orphaned: the test says so)."""
 
