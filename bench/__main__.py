@@ -22,7 +22,7 @@ from bench.report import RESULTS_DIR, code_commit, machine
 BENCHMARKS = (
     "timeline", "watermark", "rewrite", "ingest", "ingest_server", "broker", "point_query",
     "point_query_live", "concurrency", "flight", "query", "compaction", "abuse", "metrics",
-    "tpch",
+    "tpch", "subscribe",
 )  # fmt: skip
 
 

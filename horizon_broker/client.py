@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,17 +38,28 @@ import grpc
 import pyarrow as pa
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from horizon_broker._core.errors import Internal
+from horizon_broker._core.errors import Internal, ResourceExhausted, Unavailable
 from horizon_broker.broker._proto.horizon.v1 import horizon_pb2 as pb
 from horizon_broker.broker._proto.horizon.v1 import horizon_pb2_grpc as rpc
 from horizon_broker.broker.api import arrow_ipc
 from horizon_broker.broker.api.status import error_from_rpc
+from horizon_broker.broker.subscribe.handover import RESUME_TOKEN_TRAILER
 from horizon_broker.broker.subscribe.live import LiveResult, SubscriptionMessage
 from horizon_broker.timeline.interval import Interval
 from horizon_broker.watermark import tokens
 
 _T = TypeVar("_T")
 _MAX_MESSAGE_BYTES = 8 * 1024 * 1024
+RECONNECT_PAUSE_S = 1.0
+"""How long :meth:`HorizonClient.follow` waits before it subscribes again."""
+
+
+def _says_resume(error: Exception, live: LiveResult) -> bool:
+    """Whether a stream's end asks to subscribe again from its token: the broker stopped or
+    went away (UNAVAILABLE), or ended a subscriber that fell behind (a token with it)."""
+    if not live.resume_token:
+        return False
+    return isinstance(error, Unavailable) or bool(getattr(error, "resume_token", ""))
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,31 +195,60 @@ class HorizonClient:
         *,
         resume_token: str = "",
         max_rows_per_message: int = 0,
+        strategy: str = "",
         timeout: float | None = None,
     ) -> Iterator[SubscriptionMessage]:
         """A standing query: its first result (nothing when resuming from ``resume_token``),
-        then its changes each time its tables move, until the iterator is closed."""
+        then its changes each time its tables move, until the iterator is closed.
+        ``strategy`` forces how the deltas are computed ("exact_diff", "change_feed",
+        "changed_groups"; empty: the broker's choice). An error that ends the stream carries
+        ``resume_token``: the last one the broker sent."""
         request = pb.SubscribeRequest(
-            sql=sql, resume_token=resume_token, max_rows_per_message=max_rows_per_message
+            sql=sql,
+            resume_token=resume_token,
+            max_rows_per_message=max_rows_per_message,
+            strategy=strategy,
         )
         call = self._query.Subscribe(request, timeout=timeout, metadata=self._metadata)
         try:
             for message in call:
                 yield SubscriptionMessage.from_proto(message)
         except grpc.RpcError as error:
-            raise error_from_rpc(error) from None
+            failure = error_from_rpc(error)
+            trailers = dict(error.trailing_metadata() or ()) if hasattr(error, "code") else {}
+            failure.resume_token = trailers.get(RESUME_TOKEN_TRAILER, "")  # type: ignore[attr-defined]
+            raise failure from None
         finally:
             call.cancel()
 
     def follow(
-        self, sql: str, *, live: LiveResult | None = None, **options: Any
+        self,
+        sql: str,
+        *,
+        live: LiveResult | None = None,
+        reconnects: int = 0,
+        **options: Any,
     ) -> Iterator[LiveResult]:
-        """``sql``'s answer kept up to date: yields ``live`` (a :class:`LiveResult`) after each
-        step; pass the same ``live`` again to resume where it stood."""
+        """``sql``'s answer kept up to date: yields ``live`` (a :class:`LiveResult`: ``table``,
+        ``to_pandas()``, ``snapshot``, ``token``, ``changes``) after each step; pass the same
+        ``live`` again to resume where it stood. With ``reconnects``, a stream the broker ends
+        saying to resume (it stopped: UNAVAILABLE; the subscriber fell behind:
+        RESOURCE_EXHAUSTED with a resume token) is subscribed again from ``live.token`` up to
+        that many times in a row, a second apart."""
         live = live if live is not None else LiveResult()
-        for message in self.subscribe(sql, resume_token=live.resume_token, **options):
-            if live.apply(message):
-                yield live
+        left = reconnects
+        while True:
+            try:
+                for message in self.subscribe(sql, resume_token=live.resume_token, **options):
+                    if live.apply(message) and message.kind != "resumed":  # a new answer
+                        left = reconnects
+                        yield live
+                return
+            except (Unavailable, ResourceExhausted) as error:
+                if left <= 0 or not _says_resume(error, live):
+                    raise
+                left -= 1
+                time.sleep(RECONNECT_PAUSE_S)
 
     def explain(
         self, sql: str, *, include_spark_plan: bool = False, **read: Any

@@ -107,16 +107,19 @@ class Env:
 
 
 @contextlib.contextmanager
-def subscribe_env(spark: Any, root: Path, **limits: Any) -> Iterator[Env]:
-    """A broker (gRPC and Flight) on a private redis-server, with ``limits`` on top of the
-    tests' own."""
+def subscribe_env(
+    spark: Any, root: Path, listen: str = "127.0.0.1:0", **limits: Any
+) -> Iterator[Env]:
+    """A broker (gRPC on ``listen``, Flight on any free port) on a private redis-server, with
+    ``limits`` on top of the tests' own."""
     redis = RedisProcess().start()
     server = ServerClient(redis.url, "srv-a")
     server.register()
     server.start_heartbeats(0.5)
     config = config_from_mapping(
         {
-            "server": {"listen": "127.0.0.1:0", "grace_s": 5.0},
+            "server": {"listen": listen, "grace_s": 5.0},
+            "flight": {"listen": "127.0.0.1:0"},
             "state": {"redis_url": redis.url, "max_staleness_s": 30.0},
             "limits": {
                 "max_concurrent": 2,

@@ -21,6 +21,8 @@ from horizon_broker._core.errors import Cancelled, DeadlineExceeded, ResourceExh
 
 TAKE_WAIT_S = 0.25
 """How often a waiting side looks whether the other one went away."""
+RESUME_TOKEN_TRAILER = "x-horizon-resume-token"
+"""The trailer naming the last resume token a stream sent, when it ends with an error."""
 
 
 class SubscriberBehind(ResourceExhausted):

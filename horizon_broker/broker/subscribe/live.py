@@ -2,11 +2,13 @@
 
 >>> live = LiveResult()
 >>> # for message in horizon.subscribe("SELECT ..."): live.apply(message); live.table ...
+>>> # or: for live in horizon.follow("SELECT ..."): live.table, live.to_pandas(), live.changes
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import pyarrow as pa
 
@@ -57,13 +59,31 @@ class SubscriptionMessage:
 @dataclass
 class LiveResult:
     """A query's answer kept up to date: ``table`` is its answer at ``snapshot`` once a step
-    was applied whole; keep the object (its ``table`` and ``resume_token``) to resume."""
+    was applied whole (by ``key``, or as a multiset of rows when the result has no key);
+    ``changes`` are that step's change rows. Keep the object (its ``table`` and
+    ``resume_token``) to resume."""
 
     table: pa.Table | None = None
     snapshot: int | None = None
     resume_token: str = ""
     strategy: str = ""
+    key: tuple[str, ...] = ()
+    changes: pa.Table | None = None
+    """The last step's change rows (``_change_type`` first; a first result's rows as they
+    came), None before the first step or after a resumed header."""
+    steps: int = 0
+    """Steps applied whole (a first result, or a delta)."""
     _first: list[pa.Table] = field(default_factory=list)
+    _parts: list[pa.Table] = field(default_factory=list)
+
+    @property
+    def token(self) -> str:
+        """The resume token of the last step applied (``resume_token``)."""
+        return self.resume_token
+
+    def to_pandas(self) -> Any:
+        """``table`` as a pandas DataFrame (an empty one before the first result)."""
+        return (self.table if self.table is not None else pa.table({})).to_pandas()
 
     def apply(self, message: SubscriptionMessage) -> bool:
         """Take one message in; True when it completed a step (``table`` is the answer at
@@ -73,12 +93,17 @@ class LiveResult:
             self._first.append(message.rows)
             if message.last_part:
                 self.table = pa.concat_tables(self._first)
-                self._first = []
+                self._parts, self._first = self._first, []
         elif message.kind == "delta":
             if self.table is None:
                 raise FailedPrecondition("a delta came before any first result to apply it to")
             self.table = apply_delta(self.table, message.rows, message.key)
+            self._parts.append(message.rows)
         if message.last_part:
             self.snapshot = message.to_snapshot
             self.resume_token = message.resume_token
+            self.key = message.key or self.key
+            self.changes = pa.concat_tables(self._parts) if self._parts else None
+            self._parts = []
+            self.steps += message.kind != "resumed"
         return message.last_part

@@ -27,7 +27,7 @@ from horizon_broker.broker.spark.executor import QueryScope
 from . import resume
 from .choose import check_name
 from .coalesce import DEFAULT_MAX_ROWS_PER_MESSAGE, MAX_ROWS_PER_MESSAGE, next_range
-from .handover import HandOver, SubscriberBehind
+from .handover import RESUME_TOKEN_TRAILER, HandOver, SubscriberBehind
 from .limits import STOPPING_MESSAGE, OpenSubscriptions
 from .messages import delta_messages, first_result_messages, resumed_message
 from .recording import RecordedSubscription
@@ -36,8 +36,6 @@ from .strategy import DeltaStrategy, Reads, choose_strategy
 
 WAKE_S = 0.5
 """How often a waiting subscription looks whether it was ended (the follower wakes it sooner)."""
-RESUME_TOKEN_TRAILER = "x-horizon-resume-token"
-"""The trailer naming the last resume token a stream sent, when it ends with an error."""
 
 
 @dataclass(frozen=True, slots=True)
