@@ -1,6 +1,7 @@
 """Which strategy computes a subscription's deltas, and why. Pure: sqlglot analysis of the SQL.
 
-The cheapest strategy that is exact for the query wins:
+An incremental strategy that is exact for the query wins, the exact diff otherwise (which costs
+less depends on the sizes: see the Subscriptions guide's figures):
 
 * ``change_feed``: a filter and projection of one upsert table whose result carries the table's
   primary key, as plain columns (no aggregate, join, window, DISTINCT, LIMIT, subquery): each
