@@ -1,9 +1,9 @@
 """Every subscription strategy against the query itself, over random histories ingested for real
 (the driver road: updates rewrite segments, deletes end keys) and compacted for real.
 
-For a random query of each strategy (chosen by the chooser, not forced), the first result plus
-every delta is the query's answer (ExecuteQuery's engine at ``VERSION AS OF``) at every snapshot
-the table went through, a delta is empty exactly when the answer did not change, a stream resumed
+For a random query of each strategy (forced: refused unless the chooser finds that it suits the
+query), the first result plus every delta is the query's answer (ExecuteQuery's engine at
+``VERSION AS OF``) at every snapshot the table went through, a delta is empty exactly when the answer did not change, a stream resumed
 from any snapshot gives the same deltas as the first stream, and so does a stream replayed after
 a compaction of the table: compaction changes files, not rows, and the table's change feed is
 the same before and after it.
@@ -117,6 +117,8 @@ class Subject:
     env: Env
     table: str
     sql: str
+    forced: str
+    """The strategy the stream is forced to (the chooser must find that it suits the query)."""
     answers: dict[int, Counter] = field(default_factory=dict)
 
     def run(self, snapshot: int) -> pa.Table:
@@ -131,19 +133,19 @@ class Subject:
     def query(self, sql: str) -> pa.Table:
         return answer_at(self.env.broker.engine, ADMIN, sql, lambda: True)  # type: ignore[arg-type]
 
-    def strategy(self) -> DeltaStrategy:
+    def strategy(self, forced: str = "") -> DeltaStrategy:
         engine = self.env.broker.engine
         assert engine is not None
         descriptor = engine.follower.descriptor(self.table)
         prepared = engine.prepare(self.sql, ADMIN)
         key = result_key(engine.result_schema(prepared).names, [descriptor.primary_key])
         reads = Reads(self.sql, (self.table,), key, self.run, self.query)
-        return choose_strategy(reads, [descriptor])
+        return choose_strategy(reads, [descriptor], forced)
 
     def stream(self, snapshots: list[int], resume_at: int | None = None) -> list[Delta]:
         """The deltas from ``snapshots[0]`` (or, resumed, ``resume_at``) through the rest, each
         applied and checked against the query at its snapshot."""
-        strategy = self.strategy()
+        strategy = self.strategy(self.forced)
         if resume_at is None:
             result: pa.Table | None = strategy.start(snapshots[0])
             start = 0
@@ -217,12 +219,12 @@ def test_every_strategy_follows_the_query_through_real_ingestion_and_compaction(
     table, client, snapshots = ingest(env, spark, name, batches)
     resume_at = min(resume_at, len(snapshots) - 1)
     subjects = {
-        strategy: Subject(env, name, QUERIES[strategy][pick].format(t=name))
+        strategy: Subject(env, name, QUERIES[strategy][pick].format(t=name), strategy)
         for strategy, pick in zip(QUERIES, picks, strict=True)
     }
     streams = {}
     for strategy, subject in subjects.items():
-        assert subject.strategy().name == strategy, subject.sql
+        assert subject.strategy(strategy).name == strategy, subject.sql
         streams[strategy] = [delta_rows(d) for d in subject.stream(snapshots)]
         resumed = subject.stream(snapshots, resume_at)
         assert [delta_rows(d) for d in resumed] == streams[strategy][resume_at:]
