@@ -144,6 +144,11 @@ def print_explain(console: Console, explain: pb.ExplainQueryResponse) -> None:
                 chosen.reason,
             )
         console.print(view)
+    if explain.subscribe_strategy_reason:
+        console.print(
+            f"[bold]Subscription strategy[/bold] {explain.subscribe_strategy_reason}",
+            highlight=False,
+        )
     if explain.spark_plan:
         console.print("[bold]Spark plan[/bold]")
         console.print(explain.spark_plan, highlight=False)

@@ -103,6 +103,7 @@ def test_an_unknown_strategy_name_is_refused_listing_the_names() -> None:
 def test_explain_names_no_strategy_for_a_query_without_upsert_tables() -> None:
     assert explain_choice("SELECT 1", []).strategy == ""
     assert "reads no upsert table" in explain_choice("SELECT 1", []).reason
+    assert explain_choice("SELECT 1", []).text.startswith("Subscribe refuses this query")
 
 
 def _parses(sql: str) -> str:

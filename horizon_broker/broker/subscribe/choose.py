@@ -80,7 +80,7 @@ class Choice:
 
     @property
     def text(self) -> str:
-        return f"{self.strategy}: {self.reason}"
+        return f"{self.strategy}: {self.reason}" if self.strategy else self.reason
 
 
 class Refused(Exception):
