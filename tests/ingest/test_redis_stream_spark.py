@@ -7,7 +7,6 @@ twice; the table ends as its events define it, one version per event."""
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -23,17 +22,19 @@ from horizon_broker.ingest.server_config import TableSource
 from horizon_broker.ingest.stream_offsets import batch_source
 from tests.ingest.debezium_events import customers_table
 from tests.ingest.redis_stream_events import history, reference
+from tests.waiting import eventually
 
 MAX_EVENTS = 9
 
 
-def until_caught_up(query: Any, results: list[BatchResult], timeout_s: float = 120) -> None:
-    """Wait for a batch that leaves nothing behind, then stop the query."""
-    deadline = time.monotonic() + timeout_s
-    while not any(result.stream_lag_events == 0 for result in results):
+def until_caught_up(query: Any, results: list[BatchResult]) -> None:
+    """Wait for a batch that leaves nothing behind (the query staying alive), then stop it."""
+
+    def caught_up() -> bool:
         assert query.isActive, f"the query ended: {query.exception()}"
-        assert time.monotonic() < deadline, "the query never caught up"
-        time.sleep(0.2)
+        return any(result.stream_lag_events == 0 for result in results)
+
+    eventually(caught_up, "a micro-batch leaving the stream caught up", patience_s=120)
     query.stop()
 
 
