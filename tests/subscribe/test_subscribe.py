@@ -13,126 +13,41 @@ import queue
 import threading
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
 
 from horizon_broker._core.errors import PermissionDenied, ResourceExhausted, Unavailable
 from horizon_broker.broker.api.server import BrokerServer
-from horizon_broker.broker.config import config_from_mapping
 from horizon_broker.broker.subscribe.live import LiveResult, SubscriptionMessage
 from horizon_broker.client import HorizonClient, connect
 from horizon_broker.timeline.segment import Segment
-from horizon_broker.watermark.server import ServerClient
-from tests.broker.data import CHUNK, VERSION, Row, descriptor, version, visible, write_rows
-from tests.processes import RedisProcess
+from tests.broker.data import CHUNK, VERSION, descriptor, write_rows
+from tests.subscribe.harness import (
+    ADMIN,
+    LIMIT,
+    OTHER,
+    STEPS,
+    Env,
+    answer,
+    big_history,
+    oracle,
+    rows_of,
+    subscribe_env,
+)
 from tests.waiting import eventually
 
 pytestmark = [pytest.mark.spark, pytest.mark.redis]
 
-ADMIN, OTHER = "admin-token", "other-token"
-TOKENS = [
-    {"name": "admin", "token": ADMIN, "tables": ["*"], "inspect": True},
-    {"name": "other", "token": OTHER, "tables": ["nothing"], "inspect": False},
-]
-LIMIT = 3
 WAIT_S = 60.0
 """How long a test waits for a message before it fails (a hang, not a timing check)."""
 
 
-def history() -> list[Row]:
-    """Ids 1..5 from 500; then at each step a change of every kind."""
-    rows = [version(i, f"o{i}", i * 10, 500, None) for i in range(1, 6)]
-    rows[0]["validUntil"] = 1500  # id 1 updated at 1500
-    rows.append(version(1, "o1", 11, 1500, None))
-    rows.append(version(6, "o6", 60, 1500, None))  # inserted at 1500
-    rows[1]["validUntil"] = 2500  # id 2 deleted at 2500
-    rows.append(version(7, "o7", 70, 2500, None))
-    rows[2]["validUntil"] = 3200  # id 3 updated twice within one step
-    rows.append(version(3, "o3", 31, 3200, 3400))
-    rows.append(version(3, "o3", 32, 3400, None))
-    rows[3]["validUntil"] = 4500  # id 4 deleted, id 8 inserted
-    rows.append(version(8, "o8", 80, 4500, None))
-    rows[4]["validUntil"] = 5800  # id 5 updated after a quiet step
-    rows.append(version(5, "o5", 51, 5800, None))
-    return rows
-
-
-STEPS = [2000, 3000, 4000, 5000]
-
-
-@dataclass
-class Env:
-    redis: RedisProcess
-    server: ServerClient
-    broker: BrokerServer
-    root: Path
-    count: int = 0
-    rows: dict[str, list[Row]] = field(default_factory=dict)
-
-    def client(self, token: str = ADMIN) -> HorizonClient:
-        return connect(self.broker.target, token=token)
-
-    def table(self, rows: list[Row] | None = None) -> str:
-        """A new table with ``rows`` (default :func:`history`) and its LWM at 1000."""
-        self.count += 1
-        name = f"ledger{self.count}"
-        rows = history() if rows is None else rows
-        desc = descriptor(name, storage_root=self.root)
-        segment = Segment(
-            table=name,
-            interval=CHUNK,
-            version=VERSION,
-            partition=0,
-            core_partitions=1,
-            location=(write_rows(self.root / name / "p0.parquet", desc, rows),),
-            row_count=len(rows),
-        )
-        self.server.register_table(desc)
-        self.server.announce([segment])
-        self.rows[name] = rows
-        self.move(name, 1000)
-        return name
-
-    def move(self, table: str, lwm: int) -> None:
-        """Commit up to ``lwm`` and wait until the broker serves it."""
-        self.server.report(table, {0: (lwm, lwm)})
-
-        def seen(follower) -> bool:  # type: ignore[no-untyped-def]
-            try:
-                return follower.lwm(table) >= lwm
-            except Exception:
-                return False
-
-        assert self.broker.follower.wait_for(seen, 30), f"the broker never saw {table} at {lwm}"
-
-
 @pytest.fixture(scope="module")
-def env(spark, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:  # type: ignore[no-untyped-def]
-    redis = RedisProcess().start()
-    server = ServerClient(redis.url, "srv-a")
-    server.register()
-    server.start_heartbeats(0.5)
-    config = config_from_mapping(
-        {
-            "server": {"listen": "127.0.0.1:0", "grace_s": 5.0},
-            "state": {"redis_url": redis.url, "max_staleness_s": 30.0},
-            "limits": {
-                "max_concurrent": 2,
-                "queue_size": 8,
-                "max_subscriptions_per_identity": LIMIT,
-            },
-            "tokens": TOKENS,
-        }
-    )
-    broker = BrokerServer(config, spark=spark).start()  # type: ignore[arg-type]
-    yield Env(redis, server, broker, tmp_path_factory.mktemp("subscribe"))
-    broker.stop(0)
-    broker.follower.stop()
-    server.close()
-    redis.close()
+def env(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+    with subscribe_env(spark, tmp_path_factory.mktemp("subscribe")) as env:
+        yield env
 
 
 class Reader:
@@ -178,19 +93,6 @@ CHANNEL_OPTIONS = [
     ("grpc.http2.bdp_probe", 0),  # the flow-control window stays small: a stalled reader stalls
     ("grpc.max_receive_message_length", 16 * 1024 * 1024),
 ]
-
-
-def answer(client: HorizonClient, sql: str, snapshot: int) -> Counter:
-    """ExecuteQuery's answer to ``sql`` at ``snapshot``."""
-    return rows_of(client.query(f"{sql} VERSION AS OF {snapshot}"))
-
-
-def rows_of(table) -> Counter:  # type: ignore[no-untyped-def]
-    return Counter(tuple(r.values()) for r in table.to_pylist())
-
-
-def oracle(rows: list[Row], snapshot: int) -> Counter:
-    return Counter((r["id"], r["owner"], r["balance"]) for r in visible(rows, snapshot))
 
 
 def applied(live: LiveResult, parts: list[SubscriptionMessage]) -> Counter:
@@ -359,13 +261,8 @@ def _first_or_none(env: Env, sql: str) -> SubscriptionMessage | None:
 
 
 def test_a_subscriber_that_does_not_read_gets_coalesced_ranges(env: Env) -> None:
-    big = "x" * 1_000_000
     steps = [1000 + 100 * k for k in range(1, 11)]
-    rows = [version(i, big, 0, 500, None) for i in (1, 2)]
-    for k, at in enumerate(steps, start=1):
-        rows[-2]["validUntil"] = at
-        rows.insert(-1, version(1, big, k, at, None))
-    table = env.table(rows)
+    table = env.table(big_history(steps))
     sql = f"SELECT id, owner, balance FROM {table}"
     channel = grpc.insecure_channel(env.broker.target, options=CHANNEL_OPTIONS)
     with HorizonClient(channel, token=ADMIN) as client:
