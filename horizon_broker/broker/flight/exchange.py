@@ -95,10 +95,7 @@ def subscribe_request(descriptor: fl.FlightDescriptor) -> pb.SubscribeRequest:
                 f"{name} must be a JSON {'string' if wanted is str else 'integer'}, "
                 f"got {json.dumps(value)}"
             )
-    fields = {name: value for name, value in body.items() if name != "command"}
-    if fields.get("strategy") and "strategy" not in pb.SubscribeRequest.DESCRIPTOR.fields_by_name:
-        raise InvalidArgument("this broker chooses the strategy itself: leave strategy empty")
-    return pb.SubscribeRequest(**fields)
+    return pb.SubscribeRequest(**{name: value for name, value in body.items() if name != "command"})
 
 
 def app_metadata(message: pb.SubscribeResponse) -> bytes:
