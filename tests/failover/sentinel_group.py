@@ -25,13 +25,25 @@ REPL_PASSWORD = "repl-secret"
 DOWN_AFTER_MS = 1000
 
 
+def distinct_free_ports(count: int) -> list[int]:
+    """``count`` different free ports: each ``free_port`` is only free when asked, so two calls
+    can name the same one (a sentinel then fails to bind, and its ping reaches the node)."""
+    ports: list[int] = []
+    while len(ports) < count:
+        port = free_port()
+        if port not in ports:
+            ports.append(port)
+    return ports
+
+
 class SentinelGroup:
     """Two data nodes (one primary, one replica) and three sentinels watching them."""
 
     def __init__(self) -> None:
         self.directory = Path(tempfile.mkdtemp(prefix="horizon-sentinel-"))
-        self.data_ports = [free_port(), free_port()]
-        self.sentinel_ports = [free_port(), free_port(), free_port()]
+        ports = distinct_free_ports(5)
+        self.data_ports = ports[:2]
+        self.sentinel_ports = ports[2:]
         self.processes: dict[int, subprocess.Popen[bytes]] = {}
 
     @property
@@ -41,11 +53,15 @@ class SentinelGroup:
 
     def start(self) -> SentinelGroup:
         primary, replica = self.data_ports
-        self._data_node(primary, replica_of=None)
-        self._data_node(replica, replica_of=primary)
-        for port in self.sentinel_ports:
-            self._sentinel(port, primary)
-        self.wait_until(lambda: self._replicas_known() and self.replicated(), "the group")
+        try:
+            self._data_node(primary, replica_of=None)
+            self._data_node(replica, replica_of=primary)
+            for port in self.sentinel_ports:
+                self._sentinel(port, primary)
+            self.wait_until(lambda: self._replicas_known() and self.replicated(), "the group")
+        except BaseException:
+            self.close()  # no process outlives a group that never started
+            raise
         return self
 
     def replicated(self) -> bool:
