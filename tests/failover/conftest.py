@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.failover.sentinel_group import SentinelGroup
+from chaos.sentinel_group import SentinelGroup
 
 
 @pytest.fixture(scope="session")

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from chaos.sentinel_group import SentinelGroup
 from horizon_broker.broker.api.server import BrokerServer
 from horizon_broker.client import connect
 from horizon_broker.watermark.server import ServerClient
 from tests.broker.conftest import ADMIN, broker_config
 from tests.broker.data import UpsertTable
-from tests.failover.sentinel_group import SentinelGroup
 from tests.failover.test_store_failover import _failover_metrics
 
 SQL = "SELECT count(*) AS n, count(DISTINCT id) AS k FROM ledger"

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from chaos.sentinel_group import SentinelGroup
 from horizon_broker.ingest.job import IngestJob
 from horizon_broker.watermark.server import ServerClient
-from tests.failover.sentinel_group import SentinelGroup
 from tests.ingest.conftest import accounts_table
 
 SCHEMA = "user_id string, balance bigint, seq bigint, deleted boolean"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from chaos.sentinel_group import SentinelGroup
 from horizon_broker._core.errors import LockLost, NotFound, ReplicationShortfall
 from horizon_broker._core.redis_sentinel import STATS
 from horizon_broker.locks.client import LockClient
@@ -15,7 +16,6 @@ from horizon_broker.locks.rules import Granularity, LockRequest, PublishGuard
 from horizon_broker.pins.store import PinStore
 from horizon_broker.timeline.interval import Interval
 from horizon_broker.watermark.server import ServerClient
-from tests.failover.sentinel_group import SentinelGroup
 from tests.watermark.conftest import segment, table_descriptor
 
 TABLE = "accounts"

@@ -4,11 +4,11 @@ snapshots again, so a broker started later never serves below what this one serv
 
 from __future__ import annotations
 
+from chaos.sentinel_group import SentinelGroup
 from horizon_broker._core.redis_calls import connect
 from horizon_broker._core.redis_sentinel import STATS
 from horizon_broker.broker.engine.floor import SnapshotFloor
 from horizon_broker.watermark.follower import Follower
-from tests.failover.sentinel_group import SentinelGroup
 
 
 def _stored_floor(group: SentinelGroup) -> int | None:

@@ -8,10 +8,10 @@ from __future__ import annotations
 import threading
 import time
 
+from chaos.sentinel_group import SentinelGroup
 from horizon_broker.broker.observe.state_metrics import BrokerParts, BrokerStateCollector
 from horizon_broker.watermark.follower import Follower
 from horizon_broker.watermark.server import ServerClient
-from tests.failover.sentinel_group import SentinelGroup
 from tests.watermark.conftest import segment, table_descriptor
 
 TABLE = "accounts"

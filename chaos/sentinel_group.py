@@ -18,7 +18,7 @@ from pathlib import Path
 
 import redis
 
-from tests.processes import free_port
+from horizon_broker.watermark.embedded_redis import free_port
 
 MASTER = "horizon"
 REPL_PASSWORD = "repl-secret"
