@@ -18,15 +18,15 @@ How an event becomes a row of the table:
 - the table's ``delete_column`` is ``op = d``, its ``transaction_column`` the source
   transaction (``transaction.id``, else ``source.txId``), and with ``debezium_order`` its one
   comparison column the event's log position (:func:`log_position`);
+- each value is read by its Debezium encoding (``io.debezium.time.*``, Connect's ``Decimal``,
+  ``VariableScaleDecimal``) as the envelope's ``schema`` block names it, else by the column's type
+  (:mod:`horizon_broker.ingest.debezium_values`);
 - anything else wrong (not JSON, no or an unknown ``op``, no image, a key column missing, a
-  value of the wrong type) is a :class:`DeadLetter`, never silently dropped.
+  value of the wrong type or encoding) is a :class:`DeadLetter`, never silently dropped.
 """
 
 from __future__ import annotations
 
-import base64
-import datetime
-import decimal
 import json
 import re
 from collections.abc import Iterable, Mapping
@@ -35,6 +35,14 @@ from typing import Any
 
 from horizon_broker._core.errors import Unimplemented
 from horizon_broker.ingest.debezium_settings import DebeziumOrder
+from horizon_broker.ingest.debezium_values import (
+    FieldSchema,
+    Malformed,
+    column_value,
+    image_schemas,
+    kind_of,
+    supported,
+)
 from horizon_broker.ingest.table import TableDefinition
 
 FORMAT = "debezium"
@@ -42,12 +50,6 @@ FORMAT = "debezium"
 IMAGE_OPS = frozenset({"c", "u", "r"})
 DELETE_OP = "d"
 TRUNCATE_OP = "t"
-_INTEGRAL_RANGE = {
-    "tinyint": 7, "byte": 7, "smallint": 15, "short": 15,
-    "int": 31, "integer": 31, "bigint": 63, "long": 63,
-}  # fmt: skip
-_DECIMAL = re.compile(r"^decimal\(\s*(\d+)\s*,\s*(\d+)\s*\)$")
-_SIMPLE_TYPES = frozenset({"string", "boolean", "double", "float", "real", "timestamp", "date"})
 _BINLOG_FILE = re.compile(r"(\d+)$")
 
 
@@ -93,10 +95,6 @@ class DeadLetter:
                 "event": self.text,
             }
         )
-
-
-class Malformed(ValueError):
-    """Why an event is dead-lettered (caught by :func:`verdict`)."""
 
 
 class TruncateRefused(Unimplemented):
@@ -167,7 +165,7 @@ def table_problems(table: TableDefinition) -> list[str]:
             "format debezium needs a delete_column (a boolean column it sets for op = d)"
         )
     for column in table.columns:
-        if not _supported(column.type.strip().lower()):
+        if not supported(column.type.strip().lower()):
             problems.append(
                 f"format debezium cannot fill column {column.name!r} of type {column.type} "
                 "(it takes string, boolean, integral, float, double, decimal(p,s), timestamp, "
@@ -198,16 +196,28 @@ def flatten(events: Iterable[tuple[Place, str]], spec: EnvelopeSpec) -> Flattene
 
 
 def verdict(place: Place, text: str, spec: EnvelopeSpec) -> Verdict:
-    """What one event is: a row, a tombstone, or a dead letter (a truncate raises)."""
+    """What one event is: a row, a tombstone, or a dead letter (a truncate raises). The
+    envelope's ``schema`` block, when there, says how each column is encoded."""
     try:
         value = json.loads(text)
     except ValueError as error:
         return DeadLetter(place, f"not JSON: {error}", text)
+    return envelope_verdict(place, value, text, spec, image_schemas(value))
+
+
+def envelope_verdict(
+    place: Place,
+    value: Any,
+    text: str,
+    spec: EnvelopeSpec,
+    schemas: Mapping[str, FieldSchema] | None = None,
+) -> Verdict:
+    """What one decoded event is (``schemas``: its image columns' encodings, by name)."""
     try:
         payload = unwrapped(value)
         if payload is None:
             return Tombstone()
-        return Row(row_of(payload, spec, place), absent_columns(payload, spec))
+        return Row(row_of(payload, spec, place, schemas), absent_columns(payload, spec))
     except Malformed as error:
         return DeadLetter(place, str(error), text)
 
@@ -223,14 +233,19 @@ def unwrapped(value: Any) -> Mapping[str, Any] | None:
     return value
 
 
-def row_of(envelope: Mapping[str, Any], spec: EnvelopeSpec, place: Place) -> dict[str, Any]:
+def row_of(
+    envelope: Mapping[str, Any],
+    spec: EnvelopeSpec,
+    place: Place,
+    schemas: Mapping[str, FieldSchema] | None = None,
+) -> dict[str, Any]:
     """The row one envelope makes (its image's columns, and those the envelope fills)."""
     op = checked_op(envelope, place)
     side = "before" if op == DELETE_OP else "after"
     image = envelope.get(side)
     if not isinstance(image, dict):
-        raise Malformed(f"op {op!r} needs a {side} image, got {_kind(image)}")
-    row = image_values(image, spec, side)
+        raise Malformed(f"op {op!r} needs a {side} image, got {kind_of(image)}")
+    row = image_values(image, spec, side, schemas or {})
     if spec.delete_column:
         row[spec.delete_column] = op == DELETE_OP
     if spec.transaction_column:
@@ -269,8 +284,15 @@ def checked_op(envelope: Mapping[str, Any], place: Place) -> str:
     return str(op)
 
 
-def image_values(image: Mapping[str, Any], spec: EnvelopeSpec, side: str) -> dict[str, Any]:
-    """The table's columns from a row image (a missing non-key column is null)."""
+def image_values(
+    image: Mapping[str, Any],
+    spec: EnvelopeSpec,
+    side: str,
+    schemas: Mapping[str, FieldSchema] | None = None,
+) -> dict[str, Any]:
+    """The table's columns from a row image (a missing non-key column is null), each read by
+    its encoding in ``schemas`` when named there, else by the column's type."""
+    schemas = schemas or {}
     row = {}
     for name, type_ in spec.columns:
         if name in spec.filled:
@@ -278,7 +300,8 @@ def image_values(image: Mapping[str, Any], spec: EnvelopeSpec, side: str) -> dic
         value = image.get(name)
         if value is None and name in spec.primary_key:
             raise Malformed(f"key column {name!r} is missing from the {side} image")
-        row[name] = None if value is None else column_value(value, type_, name)
+        encoding = schemas.get(name)
+        row[name] = None if value is None else column_value(value, type_, name, encoding)
     return row
 
 
@@ -324,103 +347,10 @@ def log_position(envelope: Mapping[str, Any], order: DebeziumOrder) -> int:
     return int(number.group(1)) * 10**24 + pos * 10**5 + row
 
 
-def column_value(value: Any, type_: str, name: str) -> Any:
-    """A JSON value as the Python value of a column of Spark type ``type_`` (raises
-    :class:`Malformed` naming the column when it is the wrong type)."""
-    try:
-        return _converted(value, type_)
-    except (ValueError, TypeError, ArithmeticError) as error:
-        raise Malformed(f"column {name!r} ({type_}): {error}") from None
-
-
-def _converted(value: Any, type_: str) -> Any:
-    if type_ == "string":
-        return _expect(value, str)
-    if type_ == "boolean":
-        return _expect(value, bool)
-    if type_ in _INTEGRAL_RANGE:
-        number = _expect(value, int)
-        bits = _INTEGRAL_RANGE[type_]
-        if not -(2**bits) <= number < 2**bits:
-            raise ValueError(f"{number} is out of range")
-        return number
-    if type_ in ("double", "float", "real"):
-        return float(_expect(value, (int, float)))
-    if type_ == "timestamp":
-        return _timestamp(value)
-    if type_ == "date":
-        return _date(value)
-    if type_ == "binary":
-        return base64.b64decode(_expect(value, str), validate=True)
-    match = _DECIMAL.match(type_)
-    if match is not None:
-        return _decimal(value, int(match.group(1)), int(match.group(2)))
-    raise ValueError(f"type {type_} is not supported")
-
-
-def _supported(type_: str) -> bool:
-    return (
-        type_ in _SIMPLE_TYPES
-        or type_ in _INTEGRAL_RANGE
-        or type_ == "binary"
-        or _DECIMAL.match(type_) is not None
-    )
-
-
-def _expect(value: Any, kinds: type | tuple[type, ...]) -> Any:
-    """``value`` if it is one of ``kinds`` (a bool is not a number)."""
-    if isinstance(value, bool) and bool not in (kinds if isinstance(kinds, tuple) else (kinds,)):
-        raise TypeError(f"expected {_names(kinds)}, got a boolean")
-    if not isinstance(value, kinds):
-        raise TypeError(f"expected {_names(kinds)}, got {_kind(value)}")
-    return value
-
-
-def _timestamp(value: Any) -> datetime.datetime:
-    """Epoch milliseconds (``io.debezium.time.Timestamp``) or an ISO-8601 string
-    (``ZonedTimestamp``; no zone is UTC)."""
-    if isinstance(value, str):
-        parsed = datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
-        return parsed if parsed.tzinfo else parsed.replace(tzinfo=datetime.UTC)
-    millis = _expect(value, int)
-    return datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC) + datetime.timedelta(
-        milliseconds=millis
-    )
-
-
-def _date(value: Any) -> datetime.date:
-    """Days since the epoch (``io.debezium.time.Date``) or an ISO date."""
-    if isinstance(value, str):
-        return datetime.date.fromisoformat(value)
-    return datetime.date(1970, 1, 1) + datetime.timedelta(days=_expect(value, int))
-
-
-def _decimal(value: Any, precision: int, scale: int) -> decimal.Decimal:
-    """A number or numeric string (``decimal.handling.mode`` ``string`` or ``double``)."""
-    if isinstance(value, str):
-        number = decimal.Decimal(value)
-    else:
-        number = decimal.Decimal(str(_expect(value, (int, float))))
-    if not number.is_finite():
-        raise ValueError(f"{value!r} is not a finite number")
-    quantized = number.quantize(decimal.Decimal(1).scaleb(-scale))
-    if quantized != number or len(quantized.as_tuple().digits) > precision:
-        raise ValueError(f"{value!r} does not fit decimal({precision},{scale})")
-    return quantized
-
-
 def _whole(value: Any, what: str) -> int:
     """An integral log position (a number, or a string of digits as Oracle's SCN is)."""
     if isinstance(value, str) and value.isdigit():
         return int(value)
     if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
         return value
-    raise Malformed(f"{what} is {_kind(value)}, not a log position")
-
-
-def _kind(value: Any) -> str:
-    return "nothing" if value is None else f"{type(value).__name__} {value!r}"[:60]
-
-
-def _names(kinds: type | tuple[type, ...]) -> str:
-    return " or ".join(kind.__name__ for kind in (kinds if isinstance(kinds, tuple) else (kinds,)))
+    raise Malformed(f"{what} is {kind_of(value)}, not a log position")
