@@ -1,7 +1,8 @@
 """The ``horizon`` command line: run the broker, query it, inspect timelines, watermarks, locks.
 
-Client commands talk to ``--target`` (default ``$HORIZON_TARGET`` or 127.0.0.1:50051) with
-``--token`` (default ``$HORIZON_TOKEN``); each prints readable tables, or JSON with ``--json``.
+Client commands talk to ``--target`` (default ``$HORIZON_TARGET`` or 127.0.0.1:50051; several
+brokers separated by commas, tried in turn when one goes away) with ``--token`` (default
+``$HORIZON_TOKEN``); each prints readable tables, or JSON with ``--json``.
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ def _client_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--target",
         default=os.environ.get("HORIZON_TARGET", DEFAULT_TARGET),
-        help="broker address host:port",
+        help="broker address host:port, or several separated by commas (the next is tried "
+        "when one is unavailable); or HORIZON_TARGET",
     )
     parser.add_argument(
         "--token", default=os.environ.get("HORIZON_TOKEN"), help="bearer token (or HORIZON_TOKEN)"

@@ -1,28 +1,4 @@
-"""Python client of the Horizon broker.
-
-    from horizon_broker.client import connect
-    with connect("127.0.0.1:50051", token="s3cret") as horizon:
-        table = horizon.query("SELECT * FROM accounts WHERE id = 7")   # pyarrow.Table
-        horizon.explain("SELECT ...").rewritten_sql
-        frame = horizon.passthrough(my_spark, "SELECT ...")            # runs on *your* Spark
-
-Read controls (each optional, on ``execute``/``query``/``explain``/``rewrite``)::
-
-    batch = server.run_batch("orders", frame)                         # ingestion
-    horizon.query("SELECT ...", min_snapshot=batch.token)             # read-your-writes
-    horizon.query("SELECT ...", min_snapshot=[a.token, b.token])      # several (or server.token())
-    horizon.query("SELECT ...", max_staleness=5.0)                    # refuse older than 5 s
-    with horizon.pin(["accounts", "orders"], lease=600) as cut:       # one cut for a report
-        cut.query("SELECT ..."); cut.query("SELECT ...")
-    horizon.query("SELECT ...", cache=False)                          # skip the result cache
-
-Monotonic reads are automatic: the client remembers the highest snapshot of each table it has
-been served (:attr:`HorizonClient.session_token`) and sends it with every query, so no broker,
-restarted or another one behind a load balancer, serves it an older default snapshot.
-
-Failed calls raise the Horizon error type matching the status code (``NotFound``,
-``PermissionDenied``, ...), all subclasses of :class:`horizon_broker._core.errors.HorizonError`.
-"""
+"""The client of one or several brokers: queries, subscriptions, pins and inspection."""
 
 from __future__ import annotations
 
@@ -30,26 +6,24 @@ import json
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import grpc
 import pyarrow as pa
-from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1 import health_pb2
 
-from horizon_broker._core.errors import Internal, ResourceExhausted, Unavailable
+from horizon_broker._core.errors import HorizonError, ResourceExhausted, Unavailable
 from horizon_broker.broker._proto.horizon.v1 import horizon_pb2 as pb
-from horizon_broker.broker._proto.horizon.v1 import horizon_pb2_grpc as rpc
-from horizon_broker.broker.api import arrow_ipc
 from horizon_broker.broker.api.status import error_from_rpc
 from horizon_broker.broker.subscribe.handover import RESUME_TOKEN_TRAILER
 from horizon_broker.broker.subscribe.live import LiveResult, SubscriptionMessage
 from horizon_broker.timeline.interval import Interval
 from horizon_broker.watermark import tokens
 
-_T = TypeVar("_T")
-_MAX_MESSAGE_BYTES = 8 * 1024 * 1024
+from .pinned import PinnedSnapshot, register_passthrough_views
+from .results import QueryCall, QueryResult, translate
+from .targets import CONNECT_TIMEOUT_S, Broker, Targets, says_broker_gone
+
 RECONNECT_PAUSE_S = 1.0
 """How long :meth:`HorizonClient.follow` waits before it subscribes again."""
 
@@ -62,80 +36,44 @@ def _says_resume(error: Exception, live: LiveResult) -> bool:
     return isinstance(error, Unavailable) or bool(getattr(error, "resume_token", ""))
 
 
-@dataclass(frozen=True, slots=True)
-class QueryResult:
-    """A query's rows with the broker's metadata (snapshot, tables read) and timings."""
-
-    table: pa.Table
-    metadata: pb.QueryMetadata
-    trailer: pb.QueryTrailer
-
-    @property
-    def snapshot(self) -> int | None:
-        return self.metadata.snapshot if self.metadata.HasField("snapshot") else None
-
-
-class QueryCall:
-    """A running ExecuteQuery call: ``result()`` waits for it, ``cancel()`` stops it."""
-
-    def __init__(self, call: Any, on_metadata: Callable[[pb.QueryMetadata], None]) -> None:
-        self._call = call
-        self._lock = threading.Lock()
-        self._on_metadata = on_metadata
-
-    def cancel(self) -> bool:
-        return bool(self._call.cancel())
-
-    def result(self) -> QueryResult:
-        header: pb.QueryHeader | None = None
-        trailer: pb.QueryTrailer | None = None
-        batches: list[bytes] = []
-        with self._lock:
-            for message in _translate(lambda: list(self._call)):
-                kind = message.WhichOneof("kind")
-                if kind == "header":
-                    header = message.header
-                elif kind == "batch":
-                    batches.append(message.batch.data)
-                elif kind == "trailer":
-                    trailer = message.trailer
-        if header is None or trailer is None:
-            raise Internal("the broker ended the result stream without a header or trailer")
-        self._on_metadata(header.metadata)
-        schema = arrow_ipc.decode_schema(header.arrow_schema)
-        return QueryResult(arrow_ipc.decode_batches(schema, batches), header.metadata, trailer)
-
-
-def _translate(call: Callable[[], _T]) -> _T:
-    try:
-        return call()
-    except grpc.RpcError as error:
-        raise error_from_rpc(error) from None
-
-
 class HorizonClient:
-    """A connection to one broker. Thread-safe; close it (or use ``with``) when done."""
+    """A connection to one broker or several (see the package's docstring). Thread-safe; close
+    it (or use ``with``) when done."""
 
     def __init__(
         self,
-        channel: grpc.Channel,
+        channels: grpc.Channel | Sequence[grpc.Channel],
         *,
         token: str | None = None,
         timeout: float | None = None,
         monotonic: bool = True,
+        addresses: Sequence[str] = (),
+        connect_timeout: float = CONNECT_TIMEOUT_S,
     ) -> None:
-        self._channel = channel
+        given = [channels] if isinstance(channels, grpc.Channel) else list(channels)
+        names = list(addresses) or [f"broker {number + 1}" for number in range(len(given))]
+        self._targets = Targets(
+            [Broker(name, channel) for name, channel in zip(names, given, strict=True)],
+            connect_timeout_s=connect_timeout,
+        )
         self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
         self._timeout = timeout
-        self._query = rpc.QueryServiceStub(channel)
-        self._inspect = rpc.InspectionServiceStub(channel)
-        self._health = health_pb2_grpc.HealthStub(channel)
         self.monotonic = monotonic
         """Send :attr:`session_token` with every query (monotonic reads)."""
         self.session_token = ""
         """The highest snapshot of each table this client was served, as a snapshot token;
         hand it to another client (``session_token=``) to carry monotonic reads over."""
         self._token_lock = threading.Lock()
+
+    @property
+    def addresses(self) -> list[str]:
+        """The brokers this client may call, in the order it tries them."""
+        return [broker.address for broker in self._targets.brokers]
+
+    @property
+    def current(self) -> str:
+        """The broker the next call goes to first (it moves when one goes away)."""
+        return self._targets.current.address
 
     # -- queries -------------------------------------------------------------------------------
 
@@ -154,10 +92,14 @@ class HorizonClient:
         request = pb.ExecuteQueryRequest(
             sql=sql, max_rows=max_rows, query_id=query_id, read=self._read_options(**read)
         )
-        call = self._query.ExecuteQuery(
-            request, timeout=timeout or self._timeout, metadata=self._metadata
-        )
-        return QueryCall(call, self._saw)
+
+        def start(broker: Broker) -> Any:
+            # The read options are built once: a query run again elsewhere asks for the same.
+            return broker.query.ExecuteQuery(
+                request, timeout=timeout or self._timeout, metadata=self._metadata
+            )
+
+        return QueryCall(start, self._targets, self._saw)
 
     def _read_options(
         self,
@@ -202,14 +144,35 @@ class HorizonClient:
         then its changes each time its tables move, until the iterator is closed.
         ``strategy`` forces how the deltas are computed ("exact_diff", "change_feed",
         "changed_groups"; empty: the broker's choice). An error that ends the stream carries
-        ``resume_token``: the last one the broker sent."""
+        ``resume_token``: the last one the broker sent. A broker that goes away before the
+        first message is replaced by the next one; later, the error ends the stream (``follow``
+        with ``reconnects`` subscribes again, on the next broker, from the last token)."""
         request = pb.SubscribeRequest(
             sql=sql,
             resume_token=resume_token,
             max_rows_per_message=max_rows_per_message,
             strategy=strategy,
         )
-        call = self._query.Subscribe(request, timeout=timeout, metadata=self._metadata)
+        brokers = self._targets.in_order()
+        for number, broker in enumerate(brokers):
+            delivered = 0
+            try:
+                for message in self._subscription(broker, request, timeout):
+                    delivered += 1
+                    yield message
+                return
+            except HorizonError as failure:
+                gone = says_broker_gone(failure, broker)
+                if gone:
+                    self._targets.leave(broker)
+                if not (gone and delivered == 0 and number + 1 < len(brokers)):
+                    raise
+                # nothing arrived from a broker that is gone: the same request to the next one
+
+    def _subscription(
+        self, broker: Broker, request: pb.SubscribeRequest, timeout: float | None
+    ) -> Iterator[SubscriptionMessage]:
+        call = broker.query.Subscribe(request, timeout=timeout, metadata=self._metadata)
         try:
             for message in call:
                 yield SubscriptionMessage.from_proto(message)
@@ -256,7 +219,7 @@ class HorizonClient:
         request = pb.ExplainQueryRequest(
             sql=sql, include_spark_plan=include_spark_plan, read=self._read_options(**read)
         )
-        response = self._unary(self._query.ExplainQuery, request)
+        response = self._unary(lambda broker: broker.query.ExplainQuery, request)
         self._saw(response.metadata)
         return response
 
@@ -267,7 +230,9 @@ class HorizonClient:
         request = pb.RewriteQueryRequest(
             sql=sql, read=self._read_options(**read), pin_lease_seconds=pin_lease
         )
-        response = self._unary(self._query.RewriteQuery, request)
+        response = self._unary(
+            lambda broker: broker.query.RewriteQuery, request, once=pin_lease > 0
+        )
         self._saw(response.metadata)
         return response
 
@@ -297,17 +262,18 @@ class HorizonClient:
         )
         if snapshot is not None:
             request.snapshot = snapshot
-        response = self._unary(self._query.PinSnapshot, request)
+        response = self._unary(lambda broker: broker.query.PinSnapshot, request, once=True)
         return PinnedSnapshot(self, response.pin, lease if renew else None)
 
     def renew_pin(self, pin_id: str, *, lease: float = 300.0) -> pb.SnapshotPin:
         request = pb.PinSnapshotRequest(renew_pin_id=pin_id, lease_seconds=lease)
-        return self._unary(self._query.PinSnapshot, request).pin
+        return self._unary(lambda broker: broker.query.PinSnapshot, request).pin
 
     def release_pin(self, pin_id: str) -> bool:
-        """Stop holding ``pin_id``; False when it had already expired or been released."""
+        """Stop holding ``pin_id``; False when it had already expired or been released (also
+        when a broker released it and went away before answering, and the next one answered)."""
         request = pb.ReleaseSnapshotRequest(pin_id=pin_id)
-        return self._unary(self._query.ReleaseSnapshot, request).released
+        return self._unary(lambda broker: broker.query.ReleaseSnapshot, request).released
 
     def passthrough(self, spark: Any, sql: str) -> Any:
         """Run ``sql`` on the caller's own Spark session with the broker's rewrite.
@@ -324,7 +290,9 @@ class HorizonClient:
     # -- inspection ----------------------------------------------------------------------------
 
     def tables(self) -> list[pb.TableInfo]:
-        return list(self._unary(self._inspect.ListTables, pb.ListTablesRequest()).tables)
+        return list(
+            self._unary(lambda broker: broker.inspect.ListTables, pb.ListTablesRequest()).tables
+        )
 
     def timeline(
         self,
@@ -338,10 +306,12 @@ class HorizonClient:
             value = Interval.parse(interval) if isinstance(interval, str) else interval
             request.interval.start_ms = value.start_ms
             request.interval.end_ms = value.end_ms
-        return self._unary(self._inspect.GetTimeline, request)
+        return self._unary(lambda broker: broker.inspect.GetTimeline, request)
 
     def watermarks(self, table: str) -> pb.GetWatermarksResponse:
-        return self._unary(self._inspect.GetWatermarks, pb.GetWatermarksRequest(table=table))
+        return self._unary(
+            lambda broker: broker.inspect.GetWatermarks, pb.GetWatermarksRequest(table=table)
+        )
 
     def explain_key(
         self, table: str, key: Any, *, at: str | int | None = None
@@ -352,157 +322,53 @@ class HorizonClient:
         (sent as JSON)."""
         text = key if isinstance(key, str) else json.dumps(key, default=str)
         request = pb.ExplainKeyRequest(table=table, key=text, at="" if at is None else str(at))
-        return self._unary(self._inspect.ExplainKey, request)
+        return self._unary(lambda broker: broker.inspect.ExplainKey, request)
 
     def locks(self, table: str = "") -> pb.ListLocksResponse:
         """The locks held on ``table`` (every table you may inspect when empty)."""
-        return self._unary(self._inspect.ListLocks, pb.ListLocksRequest(table=table))
+        return self._unary(
+            lambda broker: broker.inspect.ListLocks, pb.ListLocksRequest(table=table)
+        )
 
     def queries(self, *, running_only: bool = False, limit: int = 0) -> list[pb.QueryInfo]:
         """The broker's running queries and its last finished ones, newest first."""
         request = pb.ListQueriesRequest(running_only=running_only, limit=limit)
-        return list(self._unary(self._inspect.ListQueries, request).queries)
+        return list(self._unary(lambda broker: broker.inspect.ListQueries, request).queries)
 
     def health(self, service: str = "") -> str:
         """The broker's health status name (``SERVING``, ``NOT_SERVING``...)."""
         reply = self._unary(
-            self._health.Check, health_pb2.HealthCheckRequest(service=service), auth=False
+            lambda broker: broker.health.Check,
+            health_pb2.HealthCheckRequest(service=service),
+            auth=False,
         )
         return str(health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status))
 
     # -- plumbing ------------------------------------------------------------------------------
 
-    def _unary(self, method: Any, request: Any, *, auth: bool = True) -> Any:
+    def _unary(
+        self,
+        method: Callable[[Broker], Any],
+        request: Any,
+        *,
+        auth: bool = True,
+        once: bool = False,
+    ) -> Any:
+        """One unary call: a read fails over to the next broker; with ``once`` (a call that
+        creates something) it is sent to one broker at most once."""
         metadata = self._metadata if auth else ()
-        return _translate(lambda: method(request, timeout=self._timeout, metadata=metadata))
+
+        def attempt(broker: Broker) -> Any:
+            call = method(broker)
+            return translate(lambda: call(request, timeout=self._timeout, metadata=metadata))
+
+        return self._targets.run_once(attempt) if once else self._targets.run(attempt)
 
     def close(self) -> None:
-        self._channel.close()
+        self._targets.close()
 
     def __enter__(self) -> HorizonClient:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-class PinnedSnapshot:
-    """A held snapshot pin: ``query``/``execute``/``explain``/``rewrite`` read at it."""
-
-    def __init__(self, client: HorizonClient, pin: pb.SnapshotPin, renew_lease: float | None):
-        self.client = client
-        self.pin = pin
-        self._stop = threading.Event()
-        self._renewer: threading.Thread | None = None
-        self.renew_error: Exception | None = None
-        """Why the background renewal stopped, if it failed (the pin may have run out)."""
-        if renew_lease is not None:
-            self._renewer = threading.Thread(
-                target=self._keep_alive, args=(renew_lease,), name="horizon-pin", daemon=True
-            )
-            self._renewer.start()
-
-    @property
-    def pin_id(self) -> str:
-        return self.pin.pin_id
-
-    @property
-    def snapshot(self) -> int:
-        return self.pin.snapshot
-
-    def execute(self, sql: str, **options: Any) -> QueryResult:
-        return self.client.execute(sql, pin=self, **options)
-
-    def query(self, sql: str, **options: Any) -> pa.Table:
-        return self.client.query(sql, pin=self, **options)
-
-    def explain(self, sql: str, **options: Any) -> pb.ExplainQueryResponse:
-        return self.client.explain(sql, pin=self, **options)
-
-    def rewrite(self, sql: str, **options: Any) -> pb.RewriteQueryResponse:
-        return self.client.rewrite(sql, pin=self, **options)
-
-    def renew(self, lease: float = 300.0) -> None:
-        self.pin = self.client.renew_pin(self.pin_id, lease=lease)
-
-    def release(self) -> bool:
-        self._stop.set()
-        if self._renewer is not None and self._renewer is not threading.current_thread():
-            self._renewer.join(timeout=5)
-        return self.client.release_pin(self.pin_id)
-
-    def _keep_alive(self, lease: float) -> None:
-        while not self._stop.wait(lease / 3):
-            try:
-                self.renew(lease)
-            except Exception as error:  # reported through renew_error; the pin may be gone
-                self.renew_error = error
-                return
-
-    def __enter__(self) -> PinnedSnapshot:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()
-
-
-def register_passthrough_views(spark: Any, rewritten: pb.RewriteQueryResponse) -> list[str]:
-    """Create the temp views a rewritten query reads, on ``spark``; returns their names.
-
-    Each entry names one view and the files it must read; a table may have two entries."""
-    names = []
-    for table in rewritten.tables:
-        if table.files:
-            frame = spark.read.schema(table.schema_ddl).parquet(*table.files)
-        else:
-            frame = spark.createDataFrame([], table.schema_ddl)
-        frame.createOrReplaceTempView(table.view)
-        names.append(table.view)
-    return names
-
-
-def connect(
-    target: str,
-    token: str | None = None,
-    *,
-    tls: bool = False,
-    root_certificates: str | Path | bytes | None = None,
-    client_certificate: tuple[str | Path | bytes, str | Path | bytes] | None = None,
-    timeout: float | None = None,
-    monotonic: bool = True,
-    session_token: str = "",
-) -> HorizonClient:
-    """Open a client to the broker at ``target`` (``host:port``).
-
-    ``tls`` (implied by ``root_certificates`` or ``client_certificate``) uses a secure channel;
-    ``root_certificates`` is a PEM file or its bytes (system roots when omitted);
-    ``client_certificate`` is ``(private key, certificate chain)`` for a broker that identifies
-    callers by certificate (mutual TLS). ``session_token`` carries another client's monotonic
-    reads over (its :attr:`HorizonClient.session_token`).
-    """
-    options = [
-        ("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),
-        ("grpc.max_send_message_length", _MAX_MESSAGE_BYTES),
-    ]
-    if tls or root_certificates is not None or client_certificate is not None:
-        key, chain = (
-            (_pem(client_certificate[0]), _pem(client_certificate[1]))
-            if client_certificate is not None
-            else (None, None)
-        )
-        credentials = grpc.ssl_channel_credentials(
-            root_certificates=_pem(root_certificates), private_key=key, certificate_chain=chain
-        )
-        channel = grpc.secure_channel(target, credentials, options=options)
-    else:
-        channel = grpc.insecure_channel(target, options=options)
-    client = HorizonClient(channel, token=token, timeout=timeout, monotonic=monotonic)
-    client.session_token = tokens.merge(session_token)
-    return client
-
-
-def _pem(source: str | Path | bytes | None) -> bytes | None:
-    """PEM bytes from a file path or the bytes themselves."""
-    if source is None or isinstance(source, bytes):
-        return source
-    return Path(source).read_bytes()
