@@ -66,6 +66,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser(
         "compact", help="compact a table (arguments go to the compaction CLI)", add_help=False
     )
+    sub.add_parser(
+        "table", help="change a registered table's schema (horizon table alter)", add_help=False
+    )
     config = sub.add_parser("config", help="the configuration files' schemas")
     config.add_argument("action", choices=["schema"], help="schema: print a file's JSON Schema")
     config.add_argument("file", choices=["broker", "table", "server"], help="which file")
@@ -235,6 +238,10 @@ def main(argv: list[str] | None = None) -> int:
         from horizon_broker.compaction.cli import main_compact
 
         return int(main_compact(argv[1:]) or 0)
+    if argv and argv[0] == "table":
+        from horizon_broker.ingest.table_cli import main_table
+
+        return int(main_table(argv[1:]) or 0)
     args = build_parser().parse_args(argv)
     if args.command == "serve":
         return _serve(args)

@@ -35,11 +35,13 @@ defaults every user gets, not the builder's."""
 
 
 def delegated_parsers() -> dict[str, Callable[[], argparse.ArgumentParser]]:
-    """``horizon ingest`` and ``horizon compact`` hand their arguments to their own parsers."""
+    """``horizon ingest``, ``horizon compact`` and ``horizon table`` hand their arguments to their
+    own parsers."""
     from horizon_broker.compaction.cli import build_parser as compact_parser
     from horizon_broker.ingest.cli import build_parser as ingest_parser
+    from horizon_broker.ingest.table_cli import build_parser as table_parser
 
-    return {"ingest": ingest_parser, "compact": compact_parser}
+    return {"ingest": ingest_parser, "compact": compact_parser, "table": table_parser}
 
 
 @contextmanager

@@ -8,12 +8,14 @@ form.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from horizon_broker._core.errors import InvalidArgument
+from horizon_broker.watermark.schema_versions import SchemaHistory, SchemaVersion
 
 VALID_FROM = "validFrom"
 VALID_UNTIL = "validUntil"
@@ -54,6 +56,9 @@ class TableDescriptor:
     retention_ms: int | None = None
     storage_root: str = ""
     properties: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
+    schema_versions: tuple[SchemaVersion, ...] = ()
+    """Every schema version after an alter (:mod:`horizon_broker.watermark.schema_versions`);
+    ``columns`` are then the newest one's. Empty: the table never changed."""
 
     def __post_init__(self) -> None:
         if not _NAME.match(self.name):
@@ -101,8 +106,25 @@ class TableDescriptor:
     def column_names(self) -> tuple[str, ...]:
         return tuple(column.name for column in self.columns)
 
+    @property
+    def schema_history(self) -> SchemaHistory:
+        """The table's schema versions (one, since 0, when it never changed)."""
+        if self.schema_versions:
+            return SchemaHistory(self.schema_versions)
+        return SchemaHistory.initial(tuple((c.name, c.type) for c in self.columns))
+
+    def with_schema(self, history: SchemaHistory) -> TableDescriptor:
+        """This descriptor under ``history``: its columns are the newest version's."""
+        columns = tuple(ColumnSpec(c.name, c.type) for c in history.current.columns)
+        versions = history.versions if len(history.versions) > 1 else ()
+        return dataclasses.replace(self, columns=columns, schema_versions=versions)
+
     def to_dict(self) -> dict[str, Any]:
+        extra: dict[str, Any] = {}
+        if self.schema_versions:
+            extra["schema_versions"] = SchemaHistory(self.schema_versions).to_list()
         return {
+            **extra,
             "name": self.name,
             "columns": [[column.name, column.type] for column in self.columns],
             "primary_key": list(self.primary_key),
@@ -134,6 +156,9 @@ class TableDescriptor:
                 retention_ms=data.get("retention_ms"),
                 storage_root=str(data.get("storage_root", "")),
                 properties=dict(data.get("properties", {})),
+                schema_versions=SchemaHistory.from_list(data["schema_versions"]).versions
+                if data.get("schema_versions")
+                else (),
             )
         except (KeyError, TypeError, ValueError) as error:
             raise InvalidArgument(f"malformed table descriptor: {error!r}") from None

@@ -26,6 +26,7 @@ from horizon_broker._core.errors import (
     Internal,
     InvalidArgument,
     LockLost,
+    NotFound,
     PartitionNotOwned,
     ResourceExhausted,
     Unavailable,
@@ -53,12 +54,14 @@ SCRIPTS = (
     "CLAIM",
     "HAND_OVER",
     "DECOMMISSION",
+    "ALTER_TABLE",
 )
 
 ERRORS: dict[str, type[HorizonError]] = {
     "FAILED_PRECONDITION": FailedPrecondition,
     "RESOURCE_EXHAUSTED": ResourceExhausted,
     "INVALID_ARGUMENT": InvalidArgument,
+    "NOT_FOUND": NotFound,
     "LOCK_LOST": LockLost,
     "NOT_OWNER": PartitionNotOwned,
     "SUPERSEDED": FailedPrecondition,

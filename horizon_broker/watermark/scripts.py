@@ -50,6 +50,8 @@ RESERVE = _script("reserve")
 CLAIM = _script("claim")
 HAND_OVER = _script("hand_over")
 DECOMMISSION = _script("decommission")
+ALTER_TABLE = _script("alter_table", TABLE_LWM_LUA)
+"""Replace a table's descriptor by its next schema version (compare-and-set, above its LWM)."""
 
 SNAPSHOT = LUA_KEYS + STORE_CLOCK_LUA + lua_file(__package__, "snapshot")
 CLOCK = LUA_KEYS + STORE_CLOCK_LUA + lua_file(__package__, "clock")
