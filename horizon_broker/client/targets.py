@@ -24,6 +24,11 @@ _T = TypeVar("_T")
 CONNECT_TIMEOUT_S = 5.0
 """How long a call that must not be sent twice waits for a connection to one broker before it
 tries the next (a call that may be repeated just goes, and fails over on UNAVAILABLE)."""
+_SETTLED = (
+    grpc.ChannelConnectivity.READY,
+    grpc.ChannelConnectivity.TRANSIENT_FAILURE,
+    grpc.ChannelConnectivity.SHUTDOWN,
+)
 
 
 @dataclass(eq=False)
@@ -57,11 +62,20 @@ class Broker:
             return True
         if self.state == grpc.ChannelConnectivity.TRANSIENT_FAILURE:
             return False
+        outcome: list[grpc.ChannelConnectivity] = []
+        settled = threading.Event()
+
+        def watch(state: grpc.ChannelConnectivity) -> None:
+            if state in _SETTLED:  # up, or the connect attempt failed (refused, reset)
+                outcome.append(state)
+                settled.set()
+
+        self.channel.subscribe(watch, try_to_connect=True)
         try:
-            grpc.channel_ready_future(self.channel).result(timeout=timeout_s)
-        except grpc.FutureTimeoutError:
-            return False
-        return True
+            settled.wait(timeout_s)
+        finally:
+            self.channel.unsubscribe(watch)
+        return bool(outcome) and outcome[0] == grpc.ChannelConnectivity.READY
 
     def close(self) -> None:
         self.channel.unsubscribe(self._track)
