@@ -49,7 +49,7 @@ class StandIn(rpc.QueryServiceServicer, rpc.InspectionServiceServicer):  # type:
         if self.status is not None:
             context.abort(self.status, f"stand-in says {self.status.name}")
 
-    def ExecuteQuery(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
+    def ExecuteQuery(self, request: Any, context: grpc.ServicerContext) -> Any:
         self.min_snapshots.append(request.read.min_snapshot)
         self._answer("ExecuteQuery", context)
         table = pa.table({"snapshot": [self.snapshot]})
@@ -67,15 +67,15 @@ class StandIn(rpc.QueryServiceServicer, rpc.InspectionServiceServicer):  # type:
             context.abort(grpc.StatusCode.UNAVAILABLE, "stand-in went away mid-stream")
         yield pb.ExecuteQueryResponse(trailer=pb.QueryTrailer(row_count=1))
 
-    def PinSnapshot(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
+    def PinSnapshot(self, request: Any, context: grpc.ServicerContext) -> Any:
         self._answer("PinSnapshot", context)
         return pb.PinSnapshotResponse(pin=pb.SnapshotPin(pin_id="p1", snapshot=self.snapshot))
 
-    def ReleaseSnapshot(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
+    def ReleaseSnapshot(self, request: Any, context: grpc.ServicerContext) -> Any:
         self._answer("ReleaseSnapshot", context)
         return pb.ReleaseSnapshotResponse(released=True)
 
-    def ListTables(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
+    def ListTables(self, request: Any, context: grpc.ServicerContext) -> Any:
         self._answer("ListTables", context)
         return pb.ListTablesResponse(tables=[pb.TableInfo(name="t")])
 
