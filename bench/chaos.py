@@ -1,15 +1,20 @@
 """``make chaos``: consistency under faults, checked over the recorded history.
 
-A real redis-server (persistent), the gRPC broker and two ingestion servers run as processes;
-writers move money between bank accounts and bump registers, readers query through the broker
-(LWM, pinned, time travel, self-join, change feeds, the bank with a quiet table in one query),
-and faults hit at seeded random moments (:mod:`chaos.faults`: kill -9 and restart of a server, a
-clean stop that parks its partitions and a restart that resumes them, a stalled server, a Redis
-restart and a Redis pause, a broker kill, a segment file vanishing or cut short under queries, a
-compaction killed mid-flight). Then everything is brought back, the writes are awaited at the LWM, and
-:func:`chaos.checker.check` looks for anomalies. The report gives operations and queries by
-kind, faults by kind, availability by fault window and anomalies by kind; the exit code is 1 on
-any anomaly. Results go to ``bench/results/chaos.json``.
+A Redis Sentinel group (a primary, a replica, three sentinels), two gRPC brokers and one or two
+ingestion servers run as processes; writers move money between bank accounts and bump registers,
+readers query through the brokers (each reader fails over to the other broker with its session
+token: LWM, pinned, time travel, self-join, change feeds, the bank with a quiet table in one
+query), and faults hit at seeded random moments (:mod:`chaos.faults`: kill -9 and restart of a
+server, a clean stop that parks its partitions and a restart that resumes them, a stalled server,
+the primary paused until the sentinels promote the replica, the replica promoted *without* the
+primary's last acknowledged writes, a server or a broker cut off from the store by a proxy that
+stalls then drops its connections, a server's wall clock stepped ahead and behind past the
+heartbeat timeout, segment storage full (ENOSPC on a size-limited tmpfs), one of the two brokers
+killed, a segment file vanishing or cut short under queries, a compaction killed mid-flight).
+Then everything is brought back, the writes are awaited at the LWM, and
+:func:`chaos.checker.check` looks for anomalies. The report gives operations and queries by kind,
+faults by kind with each window, availability inside each kind's windows and outside any, and
+anomalies by kind; the exit code is 1 on any anomaly. Results go to ``bench/results/chaos.json``.
 
 Run: ``python -m bench.chaos --duration 60 --seed 1``. ``--mutation NAME`` (or ``--mutations
 all``) plants bugs and reports which anomaly kinds caught them (:mod:`bench.chaos_mutations`).
@@ -68,11 +73,13 @@ def run(
     mutation: str | None = None,
     compaction_pass: bool = False,
     inject_faults: bool = True,
+    short: bool = False,
 ) -> dict[str, Any]:
     """One run. ``mutation`` plants a bug (:mod:`chaos.mutations`) in the processes it names;
     ``compaction_pass`` runs one compaction to its end from a quarter in (mutated runs: it must
     complete inside the window, not only be killed); ``inject_faults`` False injects none but
-    those the mutation asks for."""
+    those the mutation asks for; ``short`` keeps fault windows just past the heartbeat timeout
+    (the short run of the tests)."""
     from chaos.checker import check, count_by_kind
     from chaos.cluster import BANK, Cluster
     from chaos.faults import Faults
@@ -86,10 +93,10 @@ def run(
     started = time.monotonic()
     cluster.start()
     client = connect(cluster.target, timeout=30.0)
-    faults = Faults(cluster, client, seed)
-    readers = Readers(cluster.target, 3, seed)
+    faults = Faults(cluster, client, seed, short=short)
+    readers = Readers(cluster.targets, 3, seed)
     try:
-        cluster.wait_for_broker(client)
+        _wait_for_brokers(cluster)
         writer.opening()
         bank_since = _wait_for_writes(client, writer, SETTLE_TIMEOUT_S)
         readers.since = bank_since
@@ -145,6 +152,7 @@ def run(
         "errors": dict(Counter(r.error for r in recorded.reads if not r.ok)),
         "error_samples": _error_samples(recorded.reads),
         "faults": dict(faults.counts),
+        "faults_not_runnable": dict(faults.not_runnable),
         "process_restarts_after_crashes": dict(faults.restarts),
         "server_parks": dict(faults.parks),
         "availability": availability,
@@ -158,6 +166,14 @@ def run(
         "log_tails": _log_tails(cluster.logs) if anomalies else {},
         "bank_table": BANK,
     }
+
+
+def _wait_for_brokers(cluster: Any) -> None:
+    from horizon_broker.client import connect
+
+    for name, target in zip(cluster.brokers, cluster.targets, strict=True):
+        with connect(target, timeout=10.0) as client:
+            cluster.wait_for_broker(client, name=name)
 
 
 def _faults_first(mutation: str | None) -> tuple[str, ...]:
@@ -282,6 +298,7 @@ def print_report(results: dict[str, Any]) -> None:
             ("answers by table", results.get("answers_by_table") or "-"),
             ("errors", results["errors"] or "-"),
             ("faults", results["faults"]),
+            ("faults not runnable here", results.get("faults_not_runnable") or "-"),
             ("restarts after crashes", results["process_restarts_after_crashes"] or "-"),
             ("servers parked and resumed", results.get("server_parks") or "-"),
             ("anomalies", results["anomalies"] or "none"),
@@ -292,6 +309,8 @@ def print_report(results: dict[str, Any]) -> None:
         ["window", "queries", "answered", "share"],
         [(k, v["queries"], v["answered"], v["share"]) for k, v in results["availability"].items()],
     )
+    for window in results["fault_windows"]:
+        print(f"  window {window}")
     for status, messages in results["error_samples"].items():
         for message in messages:
             print(f"  {status} {message}")
@@ -318,6 +337,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-results", action="store_true", help="do not write chaos.json")
     parser.add_argument("--json", type=Path, help="also write the results to this file")
     parser.add_argument(
+        "--short", action="store_true",
+        help="fault windows just past the heartbeat timeout (the short run of the tests)",
+    )  # fmt: skip
+    parser.add_argument(
         "--mutation", "--mutations", dest="mutations", metavar="NAME",
         help="plant a bug (chaos/mutations.py; 'all': each in turn, 'none': the same run "
         "unmutated) and report which anomaly kinds caught it",
@@ -330,7 +353,7 @@ def main(argv: list[str] | None = None) -> int:
         return _mutations(args)
     work = Path(tempfile.mkdtemp(prefix="horizon-chaos-"))
     try:
-        results = run(args.duration, args.seed, work, servers=args.servers)
+        results = run(args.duration, args.seed, work, servers=args.servers, short=args.short)
     finally:
         if args.keep:
             print(f"work directory kept: {work}")

@@ -13,8 +13,9 @@ by what went wrong:
 * ``phantom_row``: a key shown although it was deleted, or never written, by the snapshot;
 * ``unknown_version``: a version no write produced;
 * ``lwm_backwards``: a client's default (LWM) snapshot going down between two of its reads;
-* ``snapshot_below_served``: a default read of one table answered below a snapshot of it already
-  served to another client (the served LWM went down, or a restarted broker forgot its floor);
+* ``snapshot_below_served``: a default read of one table answered below a snapshot of it the same
+  broker already served to another client (its served LWM went down, or it forgot its floor
+  when restarted);
 * ``unrepeatable_read``: one query at one snapshot answering differently at two times;
 * ``commit_below_served``: a write committed at or below a snapshot of its table that a read had
   already been served before the write's batch began (a quiet partition resumed too low: the
@@ -251,19 +252,21 @@ def _lwm_backwards(reads: Iterable[Read]) -> list[Anomaly]:
 
 
 def _snapshot_below_served(reads: Iterable[Read]) -> list[Anomaly]:
-    """A default read of one table is never answered below a snapshot of that table served to
-    any client by a read that ended before it started (the broker's served LWM never goes down,
-    across clients and across its restarts: its floor). Queries of several tables read at their
-    lowest LWM and are left out."""
+    """A default read of one table is never answered below a snapshot of that table served by
+    the same broker to any client by a read that ended before it started (a broker's served LWM
+    never goes down, across clients and across its restarts: its floor). Brokers follow the
+    store apart (one cut off from it serves its last state), so across brokers only a client's
+    own reads are ordered (its session token: ``lwm_backwards``). Queries of several tables read
+    at their lowest LWM and are left out."""
     reads = list(reads)
     tables_read: dict[tuple[str, float, str], int] = defaultdict(int)
     for read in reads:
         tables_read[(read.client, read.started, read.query)] += 1
-    per_table: dict[str, list[Read]] = defaultdict(list)
+    per_table: dict[tuple[str, str], list[Read]] = defaultdict(list)
     for read in reads:
         alone = tables_read[(read.client, read.started, read.query)] == 1
         if alone and read.ok and read.kind == "lwm" and read.snapshot is not None:
-            per_table[read.table].append(read)
+            per_table[(read.table, read.broker)].append(read)
     return [
         Anomaly("snapshot_below_served", f"snapshot {read.snapshot} after {highest.snapshot} "
                 f"was served to {highest.client}", read)

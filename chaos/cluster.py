@@ -1,6 +1,8 @@
 """The processes a fault-injection run drives, each a real OS process it can kill, pause and
-restart: a persistent redis-server, the broker (``horizon serve``), ingestion servers
-(:mod:`chaos.worker`) and compaction runs (``horizon compact``)."""
+restart: a Redis Sentinel group (:mod:`chaos.sentinel_group`: a primary, a replica, three
+sentinels), two brokers (``horizon serve``), ingestion servers (:mod:`chaos.worker`, on a clock
+the run can skew) and compaction runs (``horizon compact``), with segment storage on a
+size-limited filesystem."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from horizon_broker.watermark.embedded_redis import EmbeddedRedis, free_port
+from horizon_broker.watermark.embedded_redis import free_port
 
 BANK = "bank"
 REGISTER = "register"
@@ -161,8 +163,42 @@ class Process:
         return code
 
 
+BROKERS = ("broker-1", "broker-2")
+HEARTBEAT_TIMEOUT_S = 5.0
+STORAGE_BYTES = 256 * 1024 * 1024
+"""The size-limited filesystem under segment storage (a tmpfs the run mounts): a full disk is
+real ENOSPC."""
+
+
+def _broker_config(port: int, url: str, recheck_s: float) -> str:
+    return (
+        "[server]\n"
+        f'listen = "127.0.0.1:{port}"\n'
+        "grace_s = 1.0\n"
+        "[state]\n"
+        f'redis_url = "{url}"\n'
+        f"heartbeat_timeout_s = {HEARTBEAT_TIMEOUT_S}\n"
+        "max_staleness_s = 30.0\n"
+        f"unreadable_recheck_s = {recheck_s}\n"
+        "[spark]\n"
+        'master = "local[2]"\n'
+        "[limits]\n"
+        "max_concurrent = 4\n"
+        "queue_size = 32\n"
+        "query_timeout_s = 60.0\n"
+        "[flight]\n"
+        'listen = "127.0.0.1:0"\n'  # never the fixed defaults: runs share this machine
+        "[metrics]\n"
+        'listen = "127.0.0.1:0"\n'
+        "[console]\n"
+        'listen = "127.0.0.1:0"\n'
+    )
+
+
 class Cluster:
-    """Redis, the broker and the ingestion servers of one run, in ``work``."""
+    """The Sentinel group, two brokers and the ingestion servers of one run, in ``work``. Each
+    broker and each server reaches the store through its own :class:`~chaos.proxy.Link` (a
+    partition cuts it off alone); the compactor asks the sentinels directly."""
 
     def __init__(
         self,
@@ -173,51 +209,44 @@ class Cluster:
         mutation: str | None = None,
     ):
         """``mutation`` (:mod:`chaos.mutations`) is planted in the processes it names."""
+        from chaos.proxy import Link
+        from chaos.sentinel_group import MASTER, SentinelGroup
+        from chaos.skewed import skewed_command
+
         self.work = work
         self.storage = work / "storage"
         self.logs = work / "logs"
         self.logs.mkdir(parents=True, exist_ok=True)
-        self.redis = EmbeddedRedis(persistence=True)
-        self.port = free_port()
+        self.group = SentinelGroup()
+        self.links = {
+            name: Link(name, self.group.sentinel_ports, self.group.data_ports)
+            for name in (*BROKERS, *servers)
+        }
+        self.disk_limited: str | None = None
+        """Why the storage has no size limit (the full-disk fault cannot run), or None."""
         self.definitions = table_definitions(self.storage)
         for name, definition in self.definitions.items():
             (work / f"{name}.json").write_text(json.dumps(definition))
             (work / f"{name}.toml").write_text(toml_text(definition))
-        config = work / "broker.toml"
-        config.write_text(
-            "[server]\n"
-            f'listen = "127.0.0.1:{self.port}"\n'
-            "grace_s = 1.0\n"
-            "[state]\n"
-            f'redis_url = "{self.redis.url}"\n'
-            "heartbeat_timeout_s = 5.0\n"
-            "max_staleness_s = 30.0\n"
-            f"unreadable_recheck_s = {recheck_s}\n"
-            "[spark]\n"
-            'master = "local[2]"\n'
-            "[limits]\n"
-            "max_concurrent = 4\n"
-            "queue_size = 32\n"
-            "query_timeout_s = 60.0\n"
-            "[flight]\n"
-            'listen = "127.0.0.1:0"\n'  # never the fixed defaults: runs share this machine
-            "[metrics]\n"
-            'listen = "127.0.0.1:0"\n'
-            "[console]\n"
-            'listen = "127.0.0.1:0"\n'
-        )
         horizon = str(Path(sys.executable).with_name("horizon"))
-        self.broker = Process(
-            "broker", [horizon, "serve", "--config", str(config)], self.logs / "broker.log"
-        )
+        self.ports = {name: free_port() for name in BROKERS}
+        self.brokers: dict[str, Process] = {}
+        for name, port in self.ports.items():
+            config = work / f"{name}.toml"
+            config.write_text(_broker_config(port, self.links[name].url(MASTER), recheck_s))
+            self.brokers[name] = Process(
+                name, [horizon, "serve", "--config", str(config)], self.logs / f"{name}.log"
+            )
+        self.skews = {name: work / "skew" / name for name in servers}
+        (work / "skew").mkdir(exist_ok=True)
         self.servers = {
             name: Process(
                 name,
-                [
+                skewed_command(self.skews[name], [
                     sys.executable, "-m", "chaos.worker", "--work", str(work), "--server-id",
-                    name, "--redis", self.redis.url, "--partitions",
+                    name, "--redis", self.links[name].url(MASTER), "--partitions",
                     ",".join(str(p) for p in partitions),
-                ],
+                ]),
                 self.logs / f"{name}.log",
             )
             for name, partitions in servers.items()
@@ -225,7 +254,7 @@ class Cluster:
         self.compactor = Process(
             "compactor",
             [horizon, "compact", "--table", str(work / f"{BANK}.toml"), "--redis",
-             self.redis.url, "--spark-master", "local[1]"],
+             self.group.url, "--spark-master", "local[1]"],
             self.logs / "compactor.log",
         )  # fmt: skip
         self.compaction_pass = Process(
@@ -243,7 +272,7 @@ class Cluster:
 
         for planted in mutations(names):
             targets = {
-                BROKER: [self.broker],
+                BROKER: list(self.brokers.values()),
                 SERVER: list(self.servers.values()),
                 COMPACTOR: [self.compactor, self.compaction_pass],
             }[planted.process]
@@ -251,23 +280,60 @@ class Cluster:
                 process.command = mutated_command(planted.name, process.command)
 
     @property
+    def broker(self) -> Process:
+        """The first broker (the one a single-target client talks to)."""
+        return self.brokers[BROKERS[0]]
+
+    @property
     def target(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return self.targets[0]
+
+    @property
+    def targets(self) -> list[str]:
+        return [f"127.0.0.1:{port}" for port in self.ports.values()]
 
     def start(self) -> None:
-        self.redis.start()
+        self.group.start()
+        self._limit_storage()
         for server in self.servers.values():
             server.start()
-        self.broker.start()
+        for broker in self.brokers.values():
+            broker.start()
+
+    def _limit_storage(self) -> None:
+        """Mount a size-limited tmpfs under segment storage (root only); when that is not
+        permitted, note why: the full-disk fault then reports itself not runnable."""
+        self.storage.mkdir(parents=True, exist_ok=True)
+        command = [
+            "mount",
+            "-t",
+            "tmpfs",
+            "-o",
+            f"size={STORAGE_BYTES}",
+            "tmpfs",
+            str(self.storage),
+        ]
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, timeout=30, check=False)
+        except (OSError, subprocess.TimeoutExpired) as error:
+            self.disk_limited = f"mount: {error}"
+            return
+        if done.returncode != 0:
+            self.disk_limited = f"mount: {(done.stderr or done.stdout).strip()[:200]}"
 
     def stop(self) -> None:
         for process in (
-            self.compactor, self.compaction_pass, self.broker, *self.servers.values()
+            self.compactor, self.compaction_pass, *self.brokers.values(), *self.servers.values()
         ):  # fmt: skip
             process.stop()
-        self.redis.close()
+        for link in self.links.values():
+            link.close()
+        self.group.close()
+        if self.disk_limited is None:
+            subprocess.run(["umount", "-l", str(self.storage)], capture_output=True, check=False)
 
-    def wait_for_broker(self, client: Any, timeout: float = 180.0) -> None:
+    def wait_for_broker(self, client: Any, timeout: float = 180.0, name: str = BROKERS[0]) -> None:
+        broker = self.brokers[name]
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             try:
@@ -275,7 +341,7 @@ class Cluster:
                     return
             except Exception:  # not up yet
                 pass
-            if not self.broker.alive:
-                raise RuntimeError(f"the broker exited: see {self.broker.log}")
+            if not broker.alive:
+                raise RuntimeError(f"{name} exited: see {broker.log}")
             time.sleep(0.5)
-        raise RuntimeError(f"the broker did not start within {timeout} s: see {self.broker.log}")
+        raise RuntimeError(f"{name} did not start within {timeout} s: see {broker.log}")

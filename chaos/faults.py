@@ -1,9 +1,10 @@
 """The faults of a run, injected one at a time at seeded random moments, each recorded with when
-it was in force; and the supervisor that restarts a process that died on its own (as systemd
+it was in force (or, for one this machine cannot inject, why not); and the supervisor that restarts a process that died on its own (as systemd
 would), except the one a fault is holding down."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import shutil
@@ -16,31 +17,45 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from chaos import worker
-from chaos.cluster import BANK, Cluster
+from chaos import proxy, worker
+from chaos.cluster import BANK, HEARTBEAT_TIMEOUT_S, Cluster
 from chaos.history import Fault
+from chaos.skewed import write_offset
+from horizon_broker.client import connect
 
 FAULT_KINDS = (
     "server_kill",
     "server_park",
     "server_stall",
-    "redis_restart",
-    "redis_pause",
+    "primary_pause",
+    "primary_failover",
+    "partition_server",
+    "partition_broker",
+    "clock_skew",
+    "disk_full",
     "broker_kill",
     "segment_file",
     "compaction_kill",
 )
 MAX_GAP_S = 20.0
 """A long run still has a fault every 10 to 30 s."""
+NOT_RUNNABLE = object()
+"""What a kind returns when this machine cannot inject it."""
 PAUSE_S = (6.0, 9.0)
 """Redis pauses and server stalls outlast the 5 s heartbeat timeout."""
+SHORT_PAUSE_S = (5.5, 6.5)
+"""The same in a short run: just past the heartbeat timeout."""
 
 
 class Faults:
-    def __init__(self, cluster: Cluster, client: Any, seed: int) -> None:
+    def __init__(self, cluster: Cluster, client: Any, seed: int, *, short: bool = False) -> None:
+        """``short``: windows just past the heartbeat timeout (the short run of the tests)."""
         self.cluster = cluster
         self.client = client
         self.random = random.Random(seed)
+        self.pause_s = SHORT_PAUSE_S if short else PAUSE_S
+        self.not_runnable: dict[str, str] = {}
+        """Kinds this machine cannot inject, and why (a full disk without a mount)."""
         self.recorded: list[Fault] = []
         self.counts: Counter[str] = Counter()
         self.held: set[str] = set()
@@ -81,7 +96,8 @@ class Faults:
         """Inject ``kind``, or ``kind:variant`` (``segment_file:vanish``: not cut short)."""
         kind, _, variant = kind.partition(":")
         started = time.monotonic()
-        getattr(self, f"_{kind}")(*([variant] if variant else []))
+        if getattr(self, f"_{kind}")(*([variant] if variant else [])) is NOT_RUNNABLE:
+            return Fault(kind, started, started)
         fault = Fault(kind, started, time.monotonic())
         with self._lock:
             self.recorded.append(fault)
@@ -123,30 +139,94 @@ class Faults:
         server = self.cluster.servers[name]
         with self._holding(name):
             server.pause()
-            time.sleep(self.random.uniform(*PAUSE_S))
+            time.sleep(self.random.uniform(*self.pause_s))
             server.resume()
 
-    def _redis_restart(self) -> None:
+    def _primary_pause(self) -> None:
+        """The primary stops answering (SIGSTOP) past the sentinels' down-after: they promote
+        the replica; the old primary, resumed, follows it."""
+        group = self.cluster.group
+        process = group.processes[group.primary_port()]
         with self._holding("redis"):
-            self.cluster.redis.restart(kill=True)
-
-    def _redis_pause(self) -> None:
-        process = self.cluster.redis.process
-        if process is None:
-            return
-        with self._holding("redis"):
-            os.kill(process.pid, signal.SIGSTOP)
+            os.killpg(process.pid, signal.SIGSTOP)
             try:
-                time.sleep(self.random.uniform(*PAUSE_S))
+                time.sleep(self.random.uniform(*self.pause_s))
             finally:
-                os.kill(process.pid, signal.SIGCONT)
+                os.killpg(process.pid, signal.SIGCONT)
+            group.wait_until(group.replicated, "the old primary following", timeout=60)
+
+    def _primary_failover(self) -> None:
+        """The replica promoted *without* the last writes the primary acknowledged: replication
+        is cut, the workload goes on (announcements, reports, grants on the primary alone), then
+        the sentinels promote the replica and the old primary follows it, losing them."""
+        group = self.cluster.group
+        with self._holding("redis"):
+            group.cut_replication()
+            try:
+                time.sleep(self.random.uniform(1.5, 3.0))
+                group.fail_over()
+            finally:
+                group.heal_replication()
+
+    def _partition_server(self) -> None:
+        self._partition(self.random.choice(sorted(self.cluster.servers)))
+
+    def _partition_broker(self) -> None:
+        self._partition(self.random.choice(sorted(self.cluster.brokers)))
+
+    def _partition(self, name: str) -> None:
+        """``name`` cut off from the store: its connections hang (stall) past the heartbeat
+        timeout, then are reset and refused (drop) for a while, then the link heals."""
+        link = self.cluster.links[name]
+        try:
+            link.set(proxy.STALL)
+            time.sleep(self.random.uniform(*self.pause_s))
+            link.set(proxy.DROP)
+            time.sleep(self.random.uniform(1.0, 3.0))
+        finally:
+            link.set(proxy.OPEN)
+
+    def _clock_skew(self) -> None:
+        """An ingestion server's wall clock stepped ahead, then behind, by twice the heartbeat
+        timeout, then true again (its monotonic clock untouched)."""
+        name = self.random.choice(sorted(self.cluster.servers))
+        offset_file = self.cluster.skews[name]
+        seconds = 2 * HEARTBEAT_TIMEOUT_S
+        try:
+            for direction in (1, -1):
+                write_offset(offset_file, direction * seconds)
+                time.sleep(self.random.uniform(self.pause_s[0] / 2, self.pause_s[1] / 2))
+        finally:
+            write_offset(offset_file, 0.0)
+
+    def _disk_full(self) -> object:
+        """Segment storage full (real ENOSPC: a filler file takes what the size-limited
+        filesystem has left) for a few seconds, then freed."""
+        if self.cluster.disk_limited is not None:
+            self.not_runnable["disk_full"] = self.cluster.disk_limited
+            return NOT_RUNNABLE
+        filler = self.cluster.storage / ".chaos-filler"
+        chunk = b"\0" * (1 << 20)
+        try:
+            with filler.open("wb", buffering=0) as handle, contextlib.suppress(OSError):  # ENOSPC
+                while True:
+                    handle.write(chunk)
+            time.sleep(self.random.uniform(*self.pause_s))
+        finally:
+            filler.unlink(missing_ok=True)
+        return None
 
     def _broker_kill(self) -> None:
-        with self._holding("broker"):
-            self.cluster.broker.kill()
+        """One of the two brokers killed and started again (the other answers meanwhile)."""
+        name = self.random.choice(sorted(self.cluster.brokers))
+        broker = self.cluster.brokers[name]
+        with self._holding(name):
+            broker.kill()
             time.sleep(self.random.uniform(0.5, 2.0))
-            self.cluster.broker.start()
-            self.cluster.wait_for_broker(self.client)
+            broker.start()
+            target = self.cluster.targets[sorted(self.cluster.brokers).index(name)]
+            with connect(target, timeout=10.0) as client:
+                self.cluster.wait_for_broker(client, name=name)
 
     def _segment_file(self, variant: str = "") -> None:
         """A file of a visible segment vanishes (or is cut in half) for a few seconds under the
@@ -183,7 +263,7 @@ class Faults:
         compactor = self.cluster.compactor
         with self._holding("compactor"):
             compactor.start()
-            time.sleep(self.random.uniform(4.0, 15.0))
+            time.sleep(self.random.uniform(4.0, 8.0 if self.pause_s == SHORT_PAUSE_S else 15.0))
             compactor.kill()
 
     # -- supervision -----------------------------------------------------------------------------
@@ -191,7 +271,7 @@ class Faults:
     def supervise(self) -> None:
         """Restart a server or the broker that exited on its own, once a second."""
         while not self.stop.wait(1.0):
-            for name, process in [*self.cluster.servers.items(), ("broker", self.cluster.broker)]:
+            for name, process in [*self.cluster.servers.items(), *self.cluster.brokers.items()]:
                 with self._lock:
                     held = name in self.held
                 if not held and not process.alive:
@@ -200,7 +280,9 @@ class Faults:
 
     def settle(self) -> None:
         """Everything running and resumed (after the last fault)."""
-        for process in (*self.cluster.servers.values(), self.cluster.broker):
+        for link in self.cluster.links.values():
+            link.set(proxy.OPEN)
+        for process in (*self.cluster.servers.values(), *self.cluster.brokers.values()):
             process.resume()
             if not process.alive:
                 process.start()

@@ -59,6 +59,9 @@ class Read:
     message: str = ""
     window: tuple[int, int] | None = None
     """For ``changes``: the feed's ``(from, to]`` commit range; ``rows`` are its postimages."""
+    broker: str = ""
+    """The broker that answered (its address): a broker's served LWM never goes down, across
+    its restarts; across brokers a client's session token keeps its own reads monotonic."""
 
     @property
     def ok(self) -> bool:

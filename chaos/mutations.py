@@ -76,8 +76,10 @@ def _change_feed_off_by_one() -> None:
     at ``from`` is in two consecutive feeds."""
     from horizon_broker.broker.sql.passes import expand_table_changes
 
-    original = expand_table_changes.change_feed_sql
-    expand_table_changes.change_feed_sql = lambda table, start, end: original(table, start - 1, end)
+    original = expand_table_changes.change_feed_sql  # type: ignore[attr-defined]
+    expand_table_changes.change_feed_sql = (  # type: ignore[attr-defined]
+        lambda table, start, end: original(table, start - 1, end)
+    )
 
 
 def _fallback_unchecked() -> None:
@@ -170,7 +172,7 @@ def _compaction_drops_versions() -> None:
 
     def retention_horizon(self: ServerClient, table: str) -> int:
         found = self.table_lwm(table)
-        return 0 if found is None else found.lwm
+        return 0 if found is None or found.lwm is None else found.lwm
 
     ServerClient.retention_horizon = retention_horizon  # type: ignore[method-assign]
 
@@ -187,7 +189,9 @@ MUTATIONS: dict[str, Mutation] = {
             "served_floor_ignored", BROKER,
             "the served LWM follows the computed one down; the persisted floor is not read",
             frozenset({"lwm_backwards", "snapshot_below_served"}), _floor_ignored,
-            faults=("broker_kill", "server_kill", "broker_kill"),
+            # The store going back (a replica promoted without the last LWM reports) is what
+            # lowers the computed LWM under the served one; a restart shows the floor unread.
+            faults=("primary_failover", "broker_kill", "primary_failover", "primary_failover"),
         ),
         Mutation(
             "announced_before_files", SERVER,

@@ -26,7 +26,7 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -238,11 +238,16 @@ def _acks(work: Path) -> list[dict[str, Any]]:
     return entries
 
 
+FAILOVER_ERRORS = frozenset({"UNAVAILABLE", "DEADLINE_EXCEEDED", "Unavailable"})
+"""Errors after which a reader tries the next broker (the broker is down or cut off)."""
+
+
 class Readers:
     """Threads querying the broker until stopped; every answer and error is recorded."""
 
-    def __init__(self, target: str, count: int, seed: int) -> None:
-        self.target = target
+    def __init__(self, targets: str | list[str], count: int, seed: int) -> None:
+        """``targets``: the brokers (a reader starts on one and fails over to the next)."""
+        self.targets = [targets] if isinstance(targets, str) else list(targets)
         self.count = count
         self.seed = seed
         self.reads: list[Read] = []
@@ -267,25 +272,38 @@ class Readers:
             thread.join(timeout=120)
 
     def _run(self, number: int) -> None:
+        """One reader: it talks to one broker and moves to the next after an outage error,
+        carrying its session token (monotonic reads across brokers)."""
         from horizon_broker.client import connect
+        from horizon_broker.watermark import tokens
 
         chooser = random.Random(self.seed * 1000 + number)
         client_name = f"reader-{number}"
         seen: list[int] = []
-        with connect(self.target, timeout=30.0) as client:
+        clients = [connect(target, timeout=30.0) for target in self.targets]
+        current = number % len(clients)
+        try:
             while not self.stop.is_set():
                 kind = chooser.choice(
                     ["lwm", "lwm", "register", "quiet", "both", "pinned", "travel", "self_join",
                      "changes"]
                 )  # fmt: skip
+                client = clients[current]
+                client.session_token = tokens.merge(*(c.session_token for c in clients))
                 reads = self._query(client, client_name, kind, seen, chooser)
+                reads = [replace(read, broker=self.targets[current]) for read in reads]
                 with self._lock:
                     self.reads.extend(reads)
                 read = reads[0]
                 if read.ok and read.kind == "lwm" and read.table == BANK and read.snapshot:
                     seen.append(read.snapshot)  # the bank's LWMs only: the tables' differ
                 if not read.ok:
+                    if read.error in FAILOVER_ERRORS:
+                        current = (current + 1) % len(clients)
                     time.sleep(0.2)
+        finally:
+            for client in clients:
+                client.close()
 
     def _query(
         self, client: Any, name: str, kind: str, seen: list[int], chooser: random.Random

@@ -167,6 +167,19 @@ def test_a_default_snapshot_below_one_served_to_another_client_is_caught() -> No
     assert "snapshot_below_served" not in kinds(history), "two tables: their lowest LWM"
 
 
+def test_a_snapshot_below_one_another_broker_served_is_not_a_regression() -> None:
+    """Two brokers follow the store apart (one cut off from it serves its last state): each
+    broker's served LWM never goes down, but one may be behind the other for other clients."""
+    history = register_history()
+    history.reads = [
+        read(REGISTER, 25, Row("k", 2), at=0, broker="b1"),
+        read(REGISTER, 15, Row("k", 1), at=1, client="c2", broker="b2"),
+    ]
+    assert "snapshot_below_served" not in kinds(history)
+    history.reads.append(read(REGISTER, 15, Row("k", 1), at=2, client="c3", broker="b1"))
+    assert kinds(history) == {"snapshot_below_served": 1}, "the same broker went back"
+
+
 def test_one_query_at_one_snapshot_answering_differently_is_caught() -> None:
     history = bank_history()
     history.reads = [
