@@ -17,12 +17,21 @@ import time
 from pathlib import Path
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from horizon_broker.watermark.embedded_redis import free_port
 
 MASTER = "horizon"
 REPL_PASSWORD = "repl-secret"
 DOWN_AFTER_MS = 1000
+ONCE = Retry(NoBackoff(), 0)
+SENTINEL_TIMING = {"INFO-PERIOD": 1000, "PUBLISH-PERIOD": 100}
+"""Sentinel's own periods (``SENTINEL DEBUG``), shortened from 10 s and 2 s: a sentinel demotes
+an old primary once an INFO shows it still primary four publish periods after the switch, so the
+defaults made each failover wait ~10 s for the old primary to follow (now ~1 s). INFO-PERIOD
+stays at the 1 s Sentinel uses for a replica whose link is down: a replica counts for promotion
+only while its last INFO is younger than three periods."""
 
 
 def distinct_free_ports(count: int) -> list[int]:
@@ -58,6 +67,9 @@ class SentinelGroup:
             self._data_node(replica, replica_of=primary)
             for port in self.sentinel_ports:
                 self._sentinel(port, primary)
+                with self.client(port) as sentinel:
+                    timing = [str(item) for pair in SENTINEL_TIMING.items() for item in pair]
+                    sentinel.execute_command("SENTINEL", "DEBUG", *timing)
             self.wait_until(lambda: self._replicas_known() and self.replicated(), "the group")
         except BaseException:
             self.close()  # no process outlives a group that never started
@@ -154,8 +166,8 @@ class SentinelGroup:
         return True
 
     def _pings(self, port: int) -> bool:
-        try:
-            with self.client(port) as client:
+        try:  # one attempt: redis-py's default retries back off for seconds on a refused port
+            with redis.Redis(host="127.0.0.1", port=port, socket_timeout=2, retry=ONCE) as client:
                 return bool(client.ping())
         except redis.ConnectionError:
             return False
@@ -194,8 +206,7 @@ class SentinelGroup:
         sentinel names it and the old primary follows it (so what only it had is gone)."""
         old = self.primary_port()
         new = self.replica_port()
-        with self.client(self.sentinel_ports[0]) as sentinel:
-            sentinel.execute_command("SENTINEL", "FAILOVER", MASTER)
+        self.wait_until(self._request_failover, "the sentinels accepting SENTINEL FAILOVER")
         self.wait_until(lambda: self._all_name(new), "the failover")
         with self.client(new) as promoted:
             promoted.execute_command("ACL", "SETUSER", "repl", "on")
@@ -203,6 +214,20 @@ class SentinelGroup:
             demoted.execute_command("ACL", "SETUSER", "repl", "on")
         self.wait_until(self.replicated, "the old primary following the new one")
         return new
+
+    def _request_failover(self) -> bool:
+        """Ask for the failover once; refused (NOGOODSLAVE, asked again) while the sentinels'
+        view of the replica is stale, e.g. their links to a just-demoted primary reconnecting."""
+        try:
+            with self.client(self.sentinel_ports[0]) as sentinel:
+                sentinel.execute_command("SENTINEL", "FAILOVER", MASTER)
+        except redis.ResponseError as refused:
+            if str(refused).startswith("INPROG"):
+                return True  # an earlier ask went through (its reply was lost): never ask twice
+            if str(refused).startswith("NOGOODSLAVE"):
+                return False
+            raise
+        return True
 
     def _all_name(self, port: int) -> bool:
         for sentinel_port in self.sentinel_ports:
