@@ -130,3 +130,24 @@ def test_spark_reads_the_driver_s_delta_encoded_columns_exactly(spark, tmp_path:
     assert "DELTA_BINARY_PACKED" not in encodings["name"]
     read = spark.read.parquet(path).orderBy("id").collect()
     assert [row.asDict() for row in read] == rows.to_pylist()
+
+
+def test_the_driver_stores_decimals_as_integers_as_spark_does(tmp_path: Path):
+    """Spark stores a decimal of up to 9 digits as INT32 and up to 18 as INT64; its scan of
+    fixed-length byte arrays (pyarrow's default) is several times slower (bench.tpch)."""
+    from decimal import Decimal
+
+    rows = pa.table(
+        {
+            "price": pa.array([Decimal("12.34"), None, Decimal("-0.01")], pa.decimal128(15, 2)),
+            "rate": pa.array([Decimal("0.05"), Decimal("1.00"), None], pa.decimal128(4, 2)),
+            "huge": pa.array([Decimal("1" * 20), None, Decimal(0)], pa.decimal128(38, 0)),
+        }
+    )
+    path = Writer("TIMESTAMP_MICROS").write(str(tmp_path / "out"), rows)
+    metadata = pq.ParquetFile(path).metadata
+    physical = {
+        metadata.schema.column(i).name: metadata.schema.column(i).physical_type for i in range(3)
+    }
+    assert physical == {"price": "INT64", "rate": "INT32", "huge": "FIXED_LEN_BYTE_ARRAY"}
+    assert pq.ParquetFile(path).read().equals(rows)
