@@ -283,3 +283,16 @@ def parse_numbers(text: str | None) -> list[int]:
     if unknown:
         raise ValueError(f"no TPC-H query {unknown}: the numbers are 1 to 22")
     return numbers
+
+
+def tables_read(numbers: list[int]) -> set[str]:
+    """The TPC-H tables the queries ``numbers`` read (their CTEs are not tables)."""
+    import sqlglot
+    from sqlglot import exp
+
+    read: set[str] = set()
+    for number in numbers:
+        tree = sqlglot.parse_one(QUERIES[number], read="spark")
+        ctes = {cte.alias for cte in tree.find_all(exp.CTE)}
+        read |= {table.name for table in tree.find_all(exp.Table)} - ctes
+    return read

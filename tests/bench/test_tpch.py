@@ -3,6 +3,9 @@ plan summaries and the answer comparison (no Spark, no Redis)."""
 
 from __future__ import annotations
 
+import itertools
+from collections import Counter
+
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -126,3 +129,66 @@ def test_answers_compare_as_numbers_within_a_tolerance_and_in_any_order() -> Non
         check(1, "test", [("a", Decimal("1.01"))], [("a", 1.0)])
     with pytest.raises(WrongAnswer, match="1 rows, DuckDB 2"):
         check(1, "test", [("a", 1)], [("a", 1), ("b", 2)])
+
+
+def test_the_rounds_rotate_the_three_sides_so_each_runs_in_each_place_equally_often() -> None:
+    """A side always timed first (or always right after another) would carry an order effect
+    into the ratio or the A/A control."""
+    from bench.tpch_measure import SIDES, side_order
+
+    orders = [side_order(index) for index in range(6)]
+    assert all(sorted(order) == sorted(SIDES) for order in orders)
+    for place in range(3):
+        assert sorted(order[place] for order in orders) == sorted(SIDES * 2)
+    followers = Counter((a, b) for order in orders for a, b in itertools.pairwise(order))
+    assert set(followers.values()) == {2} and len(followers) == 6
+
+
+def test_spark_metric_texts_read_as_totals() -> None:
+    """Size, count and timing metrics print differently for driver- and task-level values."""
+    from bench.tpch_metrics import parse_count, parse_ms, parse_size
+
+    assert parse_size("459.2 KiB") == round(459.2 * 1024)
+    assert (
+        parse_size("total (min, med, max (stageId: taskId))\n2.0 MiB (1.0 MiB, ...)") == 2 * 2**20
+    )
+    assert parse_count("100,000") == 100_000
+    assert (
+        parse_count("total (min, med, max (stageId: taskId))\n12 (3, 4, 5 (stage 1.0: task 2))")
+        == 12
+    )
+    assert parse_ms("total (min, med, max (stageId: taskId))\n1.5 s (26 ms, 32 ms, ...)") == 1500
+    assert parse_ms("58 ms") == 58
+
+
+def test_reads_differ_names_the_tables_whose_files_or_bytes_differ_and_the_noise_is_a_factor() -> (
+    None
+):
+    from bench.tpch_measure import noise, reads_differ
+
+    side = {
+        "tasks": 7,
+        "files": {"lineitem": 4, "orders": 2},
+        "bytes": {"lineitem": 2**20, "orders": 100},
+    }
+    ours = {**side, "files": {"lineitem": 12, "orders": 2}, "tasks": 9}
+    assert (
+        reads_differ({"horizon": ours, "plain": side})
+        == "lineitem files 12/4, 1.00/1.00 MiB; tasks 9/7"
+    )
+    assert reads_differ({"horizon": side, "plain": side}) == ""
+    figures = noise(
+        {
+            "Q01": {"plain_ms": 100, "plain_again_ms": 80, "aa_ratio": 0.8},
+            "Q02": {"plain_ms": 100, "plain_again_ms": 110, "aa_ratio": 1.1},
+        }
+    )
+    assert figures["aa_total_ratio"] == 0.95 and figures["aa_max_spread"] == 1.25
+
+
+def test_a_query_subset_ingests_only_the_tables_it_reads() -> None:
+    from bench.tpch_queries import tables_read
+
+    assert tables_read([1]) == {"lineitem"}
+    assert tables_read([3, 19]) == {"customer", "orders", "lineitem", "part"}
+    assert tables_read(sorted(QUERIES)) == set(KEYS)

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.tpch import run
+from bench.tpch_queries import tables_read
 from tests.processes import RedisProcess
 
 QUERIES = [3, 19, 21]
@@ -27,9 +28,22 @@ def test_three_queries_through_horizon_answer_as_duckdb_before_and_after_compact
         redis_url=redis_server.url,
         plans_dir=tmp_path,
     )
+    assert set(results["rows"]) == tables_read(QUERIES)  # only the tables the queries read
     for phase in ("before", "after"):
         assert sorted(results[phase]["queries"]) == ["Q03", "Q19", "Q21"]
         assert all(q["rows"] > 0 for q in results[phase]["queries"].values())
+        # Spark's metrics of both sides' scans: every file a plan lists is read (the counts
+        # name the tables the plans name), and the A/A control was timed beside them.
+        for figures in results[phase]["queries"].values():
+            for side in ("horizon", "plain"):
+                reads = figures["reads"][side]
+                listed = dict(
+                    item.rsplit(" ", 1)
+                    for item in figures[f"{side}_plan"]["files listed per table"].split(", ")
+                )
+                assert {table: str(count) for table, count in reads["files"].items()} == listed
+                assert reads["tasks"] > 0 and all(size > 0 for size in reads["bytes"].values())
+            assert figures["aa_ratio"] > 0
         plans = (tmp_path / f"tpch_plans_{phase}.md").read_text()
         assert plans.count("<summary>Horizon plan</summary>") == len(QUERIES)
     compacted = results["compaction"]
