@@ -29,6 +29,7 @@ from rich.panel import Panel
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from demo.cdc import show_change_data
 from demo.console_shot import operate
 from demo.generator import AccountsChangelog, GeneratorConfig
 from demo.pinot_example import show_pinot_example
@@ -139,6 +140,7 @@ class Demo:
         show_flight_sql(self)
         self._compaction()
         show_key_explained(self, show_subscriptions(self))
+        show_change_data(self)
         self.report.timings["total_s"] = time.perf_counter() - started
         self._summary()
         if self.broker.console is not None:  # the console's picture; --keep: stay up
