@@ -26,12 +26,15 @@ MASTER = "horizon"
 REPL_PASSWORD = "repl-secret"
 DOWN_AFTER_MS = 1000
 ONCE = Retry(NoBackoff(), 0)
-SENTINEL_TIMING = {"INFO-PERIOD": 1000, "PUBLISH-PERIOD": 100}
-"""Sentinel's own periods (``SENTINEL DEBUG``), shortened from 10 s and 2 s: a sentinel demotes
-an old primary once an INFO shows it still primary four publish periods after the switch, so the
-defaults made each failover wait ~10 s for the old primary to follow (now ~1 s). INFO-PERIOD
-stays at the 1 s Sentinel uses for a replica whose link is down: a replica counts for promotion
-only while its last INFO is younger than three periods."""
+SENTINEL_TIMING = {"INFO-PERIOD": 1000}
+"""Sentinel's own periods (``SENTINEL DEBUG``): INFO every second instead of every ten, so the
+sentinels see a demoted primary follow within about a second (each failover waits for that: a
+sentinel that never saw the old primary as a replica turns it back into one the moment the next
+failover promotes it). Not shorter: Sentinel asks a replica whose link is down for INFO once a
+second whatever this says, and it promotes only a replica whose last INFO is younger than three
+periods. The publish period stays at its 2 s, and Sentinel's own demotion of an old primary
+waits four of them (so :meth:`SentinelGroup.fail_over` demotes it itself): shorter, a sentinel
+that had not yet heard of a failover demoted the replica just promoted."""
 
 
 def distinct_free_ports(count: int) -> list[int]:
@@ -203,7 +206,8 @@ class SentinelGroup:
 
     def fail_over(self) -> int:
         """Promote the replica (``SENTINEL FAILOVER``); returns the new primary's port once every
-        sentinel names it and the old primary follows it (so what only it had is gone)."""
+        sentinel names it, the old primary follows it (so what only it had is gone) and every
+        sentinel saw it follow."""
         old = self.primary_port()
         new = self.replica_port()
         self.wait_until(self._request_failover, "the sentinels accepting SENTINEL FAILOVER")
@@ -212,8 +216,35 @@ class SentinelGroup:
             promoted.execute_command("ACL", "SETUSER", "repl", "on")
         with self.client(old) as demoted:
             demoted.execute_command("ACL", "SETUSER", "repl", "on")
+        self._demote(old, new)
         self.wait_until(self.replicated, "the old primary following the new one")
+        self.wait_until(lambda: self._all_see_following(old), "the sentinels seeing it follow")
         return new
+
+    def _demote(self, old: int, new: int) -> None:
+        """What a sentinel sends an old primary that is back, without its 8 s wait: follow the
+        new primary, and drop every client so each one looks for the primary again."""
+        try:
+            with self.client(old) as demoted:
+                steps = demoted.pipeline(transaction=True)
+                steps.execute_command("REPLICAOF", "127.0.0.1", str(new))
+                steps.execute_command("CLIENT", "KILL", "TYPE", "normal")
+                steps.execute_command("CLIENT", "KILL", "TYPE", "pubsub")
+                steps.execute()
+        except redis.ConnectionError:
+            pass  # our own connection went with the others, maybe before the reply
+
+    def _all_see_following(self, port: int) -> bool:
+        """Every sentinel's last INFO of ``port`` shows a replica with its link up."""
+        for sentinel_port in self.sentinel_ports:
+            with self.client(sentinel_port) as sentinel:
+                replicas = sentinel.sentinel_slaves(MASTER)
+            seen = next((r for r in replicas if int(r["port"]) == port), None)
+            if seen is None or seen.get("role-reported") != "slave":
+                return False
+            if seen.get("master-link-status") != "ok" or "disconnected" in seen["flags"]:
+                return False
+        return True
 
     def _request_failover(self) -> bool:
         """Ask for the failover once; refused (NOGOODSLAVE, asked again) while the sentinels'
