@@ -37,6 +37,11 @@ FAULT_KINDS = (
     "segment_file",
     "compaction_kill",
 )
+SERVER_LANE = frozenset(
+    {"server_kill", "server_park", "server_stall", "partition_server", "clock_skew"}
+)
+"""The kinds a short run injects in one lane (the servers' processes); the store's, the
+brokers' and the storage's in the other."""
 MAX_GAP_S = 20.0
 """A long run still has a fault every 10 to 30 s."""
 NOT_RUNNABLE = object()
@@ -53,9 +58,12 @@ class Faults:
         self.cluster = cluster
         self.client = client
         self.random = random.Random(seed)
+        self.short = short
         self.pause_s = SHORT_PAUSE_S if short else PAUSE_S
         self.not_runnable: dict[str, str] = {}
         """Kinds this machine cannot inject, and why (a full disk without a mount)."""
+        self.failures: dict[str, str] = {}
+        """Kinds whose injection failed (a broker that did not come back), with the error."""
         self.recorded: list[Fault] = []
         self.counts: Counter[str] = Counter()
         self.held: set[str] = set()
@@ -73,11 +81,29 @@ class Faults:
         """Every kind once in a shuffled order, then at random, until ``deadline``; the kinds
         not yet injected by then still are, one after another, so a short run has them all.
         ``first`` are injected before the others (a planted bug that needs them early);
-        ``others`` False injects those only."""
+        ``others`` False injects those only. A short run injects its kinds in two lanes at once
+        (the servers' faults beside the store's and the brokers'), each still one at a time."""
         kinds = list(FAULT_KINDS) if others else []
         self.random.shuffle(kinds)
         kinds = [*first, *kinds]
         all_kinds = FAULT_KINDS if others else ()
+        if not self.short:
+            self._schedule(deadline, kinds, all_kinds)
+            return
+        lanes = [
+            threading.Thread(
+                target=self._schedule,
+                args=(deadline, [k for k in kinds if (k in SERVER_LANE) == lane], ()),
+                daemon=True,
+            )
+            for lane in (True, False)
+        ]
+        for thread in lanes:
+            thread.start()
+        for thread in lanes:
+            thread.join()
+
+    def _schedule(self, deadline: float, kinds: list[str], all_kinds: Sequence[str]) -> None:
         while not self.stop.is_set():
             left = deadline - time.monotonic()
             if left <= 0 and not kinds:
@@ -96,8 +122,11 @@ class Faults:
         """Inject ``kind``, or ``kind:variant`` (``segment_file:vanish``: not cut short)."""
         kind, _, variant = kind.partition(":")
         started = time.monotonic()
-        if getattr(self, f"_{kind}")(*([variant] if variant else [])) is NOT_RUNNABLE:
-            return Fault(kind, started, started)
+        try:
+            if getattr(self, f"_{kind}")(*([variant] if variant else [])) is NOT_RUNNABLE:
+                return Fault(kind, started, started)
+        except Exception as error:  # the run goes on, and reports it
+            self.failures[kind] = f"{type(error).__name__}: {error}"[:300]
         fault = Fault(kind, started, time.monotonic())
         with self._lock:
             self.recorded.append(fault)
@@ -263,7 +292,7 @@ class Faults:
         compactor = self.cluster.compactor
         with self._holding("compactor"):
             compactor.start()
-            time.sleep(self.random.uniform(4.0, 8.0 if self.pause_s == SHORT_PAUSE_S else 15.0))
+            time.sleep(self.random.uniform(4.0, 8.0 if self.short else 15.0))
             compactor.kill()
 
     # -- supervision -----------------------------------------------------------------------------

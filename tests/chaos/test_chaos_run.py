@@ -28,6 +28,7 @@ def test_a_short_run_with_every_fault_kind_records_no_anomaly(tmp_path: Path) ->
     )
     assert run.returncode == 0, run.stdout[-3000:]
     assert set(report["faults"]) | set(report["faults_not_runnable"]) == set(FAULT_KINDS)
+    assert report["fault_failures"] == {}
     assert all(report["availability"][kind]["queries"] for kind in report["faults"])
     assert report["writes_acknowledged"] > 0
     assert {"lwm", "pinned", "travel", "self_join", "changes"} <= set(report["queries"])
