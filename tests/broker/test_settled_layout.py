@@ -19,14 +19,16 @@ from horizon_broker.broker.engine.explain import view_notes
 from horizon_broker.broker.spark.scan_layout import scan_layout, split_layout
 from horizon_broker.broker.sql import Catalog, CatalogTable, rewrite
 from horizon_broker.broker.sql.derived import change_feed_sql, visible_scan_sql
+from horizon_broker.broker.sql.feed_files import FILE_COLUMN, files_view
 from horizon_broker.broker.sql.functions_from_spark import function_policy_from_spark
 from horizon_broker.timeline.interval import Interval
 from horizon_broker.timeline.segment import Segment
 from horizon_broker.watermark.catalog import ColumnSpec, TableDescriptor
 from horizon_broker.watermark.follower import TableState
-from tests.sql.spark_helpers import bag, register_source, version_chains, visible
+from tests.sql.spark_helpers import bag, register, register_source, version_chains, visible
 from tests.sql.test_spark_rewrite import expected_changes
 
+NAMED_FILES = f"k int, v int, validFrom bigint, validUntil bigint, {FILE_COLUMN} string"
 FULL_10 = "validFrom <= 10 AND (validUntil IS NULL OR validUntil > 10)"
 ALIVE_10 = "(validUntil IS NULL OR validUntil > 10)"
 
@@ -367,6 +369,8 @@ def test_any_split_answers_exactly_like_the_visibility_rule(spark, policy, histo
     for part in layout.parts:
         part_rows = [row for path in part.files for row in files[path]]
         register_source(spark, part.name, "k int, v int", part_rows)
+        named = [(*row, path.rsplit("/", 1)[-1]) for path in part.files for row in files[path]]
+        register(spark, files_view(part.name), NAMED_FILES, named)  # the feed's companion
     catalog = Catalog([catalog_table(table_view)])
     try:
         scan = rewrite(f"SELECT * FROM t VERSION AS OF {snapshot}", catalog, functions=policy)
@@ -383,3 +387,4 @@ def test_any_split_answers_exactly_like_the_visibility_rule(spark, policy, histo
     finally:
         for name in layout.names:
             spark.catalog.dropTempView(name)
+            spark.catalog.dropTempView(files_view(name))

@@ -18,6 +18,7 @@ from horizon_broker.broker.engine import (
     Prepared,
     TableReadInfo,
 )
+from horizon_broker.broker.sql.feed_files import files_view
 from horizon_broker.timeline.interval import Interval
 
 SNAPSHOT_SOURCES = {
@@ -152,14 +153,17 @@ def pin_message(pin: Any, now_ms: int, *, show_id: bool = True) -> pb.SnapshotPi
 def substituted_table_messages(read: TableReadInfo, sql: str) -> list[pb.SubstitutedTable]:
     """One entry per temp view of this table the rewritten ``sql`` reads, with that view's files
     (up to four when the table's files are split, see ``horizon_broker.broker.spark.scan_layout``; a view the
-    snapshot lets the rewrite skip, such as closed files past their end, is left out)."""
+    snapshot lets the rewrite skip, such as closed files past their end, is left out). A change
+    feed may read a view's companion (``feed_files.files_view``): it has an entry of its own, whose
+    rows carry their file's name as ``feed_files.FILE_COLUMN``."""
     messages = []
-    for part in read.parts:
-        if not re.search(rf"(?<!\w){re.escape(part.name)}(?!\w)", sql):
+    views = ((part, view) for part in read.parts for view in (part.name, files_view(part.name)))
+    for part, view in views:
+        if not re.search(rf"(?<!\w){re.escape(view)}(?!\w)", sql):
             continue
         message = pb.SubstitutedTable(
             table=read.table,
-            view=part.name,
+            view=view,
             timeline_generation=read.generation,
             schema_ddl=read.schema_ddl,
             files=list(part.files),

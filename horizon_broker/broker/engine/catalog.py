@@ -20,6 +20,7 @@ from horizon_broker.broker.spark.scan_layout import (
     view_name,
 )
 from horizon_broker.broker.sql.catalog import Catalog, CatalogTable
+from horizon_broker.broker.sql.feed_files import FileValidity, file_validity
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +31,8 @@ class SegmentFacts:
     segments: tuple[str, ...]
     files: tuple[str, ...]
     rows: int
+    validity: tuple[FileValidity, ...] = ()
+    """Each file's validity bounds (the change feed's file pruning)."""
 
     @staticmethod
     def of(visible_segments: Iterable[Any]) -> SegmentFacts:
@@ -38,6 +41,7 @@ class SegmentFacts:
             tuple(str(segment.id) for segment in segments),
             segment_files(segments),
             sum(int(segment.row_count or 0) for segment in segments),
+            file_validity(segments),
         )
 
 
@@ -67,6 +71,7 @@ def catalog_table(
         closed_view=layout.closed.name if layout.closed is not None else "",
         closed_through=layout.closed_through,
         rows=facts.rows,
+        file_validity=facts.validity,
     )
 
 

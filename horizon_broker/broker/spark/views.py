@@ -20,7 +20,14 @@ from typing import Any
 
 from horizon_broker.broker.spark.failures import UnreadableFiles, ViewMissing, classify
 from horizon_broker.broker.spark.scan_layout import VIEW_PREFIX, ScanLayout, scan_layout
-from horizon_broker.watermark.catalog import VALIDITY_COLUMNS, TableDescriptor
+from horizon_broker.broker.spark.segment_schema import storage_ddl
+from horizon_broker.broker.sql.feed_files import (
+    FILE_COLUMN,
+    FILE_NAME_EXPRESSION,
+    files_view,
+    prunable,
+)
+from horizon_broker.watermark.catalog import TableDescriptor
 
 __all__ = [
     "VIEW_PREFIX",
@@ -32,10 +39,9 @@ __all__ = [
 
 
 def schema_ddl(descriptor: TableDescriptor) -> str:
-    """The Spark DDL schema of a table's segment files: user columns + validity columns."""
-    columns = [f"`{column.name}` {column.type}" for column in descriptor.columns]
-    columns += [f"`{name}` bigint" for name in VALIDITY_COLUMNS]
-    return ", ".join(columns)
+    """The Spark DDL schema of a table's segment files: user columns (of every schema version,
+    :mod:`horizon_broker.broker.spark.segment_schema`) + validity columns."""
+    return storage_ddl(descriptor)
 
 
 @dataclass(slots=True)
@@ -148,14 +154,21 @@ class ViewCache:
             return entry
 
     def _build(self, name: str, descriptor: TableDescriptor, files: Sequence[str]) -> None:
+        """The view ``name`` over ``files``, and its companion that shows each row's file (the
+        change feed prunes files with it, ``horizon_broker.broker.sql.feed_files``)."""
         ddl = schema_ddl(descriptor)
+        companion = prunable(column.name for column in descriptor.columns)
         try:
             for session in self._sessions:
                 if files:
                     frame = session.read.schema(ddl).parquet(*files)
+                    named = frame.selectExpr("*", FILE_NAME_EXPRESSION)
                 else:
                     frame = session.createDataFrame([], ddl)
+                    named = session.createDataFrame([], f"{ddl}, `{FILE_COLUMN}` string")
                 frame.createOrReplaceTempView(name)
+                if companion:
+                    named.createOrReplaceTempView(files_view(name))
         except Exception as error:
             raise classify(error, files) from None
 
@@ -180,5 +193,6 @@ class ViewCache:
 
     def _drop(self, name: str) -> None:
         for session in self._sessions:
-            with suppress(Exception):  # a vanished session has nothing left to drop
-                session.catalog.dropTempView(name)
+            for view in (name, files_view(name)):
+                with suppress(Exception):  # a vanished session has nothing left to drop
+                    session.catalog.dropTempView(view)

@@ -11,7 +11,9 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from horizon_broker._core.errors import InvalidArgument
+from horizon_broker.broker.sql.feed_files import FileValidity
 from horizon_broker.watermark.catalog import ColumnSpec, TableDescriptor
+from horizon_broker.watermark.schema_versions import SchemaHistory
 
 #: Database qualifiers that mean "Horizon's registered tables" (``default.t``, ``horizon.t``).
 REGISTERED_NAMESPACES = frozenset({"default", "horizon"})
@@ -54,6 +56,13 @@ class CatalogTable:
     rows: int = 0
     """Stored row versions in the visible segments: an upper bound of what a scan reads (the
     work budget's estimates start from it)."""
+    schema_history: SchemaHistory | None = None
+    """The table's schema versions when it was ever altered (None: ``columns`` at every
+    snapshot); a query reads the version in effect at its snapshot
+    (:mod:`horizon_broker.broker.sql.passes.snapshot_schema`)."""
+    file_validity: tuple[FileValidity, ...] = ()
+    """Each visible file's validity bounds, as the timeline knows them: the change feed reads
+    only the files whose versions may lie in its window (empty: it reads every file)."""
 
     def __post_init__(self) -> None:
         if not self.columns:
@@ -89,6 +98,7 @@ class CatalogTable:
         closed_view: str = "",
         closed_through: int | None = None,
         rows: int = 0,
+        file_validity: Iterable[FileValidity] = (),
     ) -> CatalogTable:
         """The catalog entry of a table a server published, with the broker's current state."""
         return cls(
@@ -107,6 +117,8 @@ class CatalogTable:
             closed_view=closed_view,
             closed_through=closed_through,
             rows=rows,
+            schema_history=descriptor.schema_history if descriptor.schema_versions else None,
+            file_validity=tuple(file_validity),
         )
 
     @property

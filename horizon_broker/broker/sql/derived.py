@@ -13,6 +13,7 @@ import re
 from sqlglot.dialects.spark import Spark
 
 from horizon_broker.broker.sql.catalog import CatalogTable
+from horizon_broker.broker.sql.feed_files import BEGINS, ENDS, files_view, prunable, side_filter
 from horizon_broker.watermark.catalog import VALID_FROM, VALID_UNTIL
 
 _PLAIN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -105,6 +106,25 @@ def append_scan_sql(table: CatalogTable) -> str:
     return f"(SELECT {columns} FROM {_all_rows(table, validity=False, alias=_SOURCE)})"
 
 
+def _side_rows(table: CatalogTable, side: str, start: int, end: int, alias: str = "") -> str:
+    """The table's rows that may begin (``side`` BEGINS) or end (ENDS) in ``(start, end]``: of
+    each view only the files whose versions may lie there (:mod:`.feed_files`), with the row test
+    Spark also checks against each row group's statistics (read from the views' companions,
+    which show each row's file). Every row when nothing is known of
+    the files (the caller's exact test, pushed into the scans, still skips row groups)."""
+    known = table.file_validity if prunable(table.column_names) else ()
+    files = side_filter(known, side, start)
+    if files is None:
+        return _all_rows(table, alias=alias)
+    column = quote(VALID_FROM) if side == BEGINS else quote(VALID_UNTIL)
+    tests = f"{files} AND {column} > {start} AND {column} <= {end}"
+    columns = _scan_columns(table)
+    union = " UNION ALL ".join(
+        f"SELECT {columns} FROM {quote(files_view(view))} WHERE {tests}" for view in table.views
+    )
+    return f"({union}) AS {alias}" if alias else f"({union})"
+
+
 def change_feed_sql(table: CatalogTable, start: int, end: int) -> str:
     """Every change of ``table`` committed in ``(start, end]``, in Delta's change-data-feed shape.
 
@@ -112,11 +132,13 @@ def change_feed_sql(table: CatalogTable, start: int, end: int) -> str:
     (non-empty) version of its key ended at that instant; a version ending in the window is a
     ``delete``, or an ``update_preimage`` when another (non-empty) version of its key began then.
     Empty versions (``validFrom = validUntil``) never appear and never count as neighbours.
-    A split table (settled segments in a view of their own) is read from the union of its views:
-    the feed needs every version, whatever its ``validFrom``.
+    Only versions beginning or ending in the window are read (:func:`_side_rows`): every view of
+    a split table, but of each only the files whose versions may lie in the window.
     """
-    source = _all_rows(table)
-    source_alone = _all_rows(table, alias=_SOURCE)
+    begin_rows = _side_rows(table, BEGINS, start, end)
+    end_rows = _side_rows(table, ENDS, start, end)
+    begin_alone = _side_rows(table, BEGINS, start, end, alias=_SOURCE)
+    end_alone = _side_rows(table, ENDS, start, end, alias=_SOURCE)
     valid_from, valid_until = quote(VALID_FROM), quote(VALID_UNTIL)
     user = [quote(name) for name in table.column_names]
     keys = [quote(name) for name in table.primary_key]
@@ -132,8 +154,8 @@ def change_feed_sql(table: CatalogTable, start: int, end: int) -> str:
         f"SELECT {versioned}, "
         f"CASE WHEN {_NEIGHBOUR}.{_AT} IS NULL THEN 'insert' ELSE 'update_postimage' END "
         f"AS {CHANGE_TYPE}, {_VERSION}.{valid_from} AS {COMMIT_TIMESTAMP} "
-        f"FROM {source} AS {_VERSION} LEFT JOIN ("
-        f"SELECT DISTINCT {key_list}, {valid_until} AS {_AT} FROM {source_alone} "
+        f"FROM {begin_rows} AS {_VERSION} LEFT JOIN ("
+        f"SELECT DISTINCT {key_list}, {valid_until} AS {_AT} FROM {end_alone} "
         f"WHERE {valid_until} > {valid_from} AND {in_window(valid_until)}"
         f") AS {_NEIGHBOUR} ON {key_match} AND {_NEIGHBOUR}.{_AT} = {_VERSION}.{valid_from} "
         f"WHERE {in_window(valid_from, _VERSION + '.')} AND ({_VERSION}.{valid_until} IS NULL "
@@ -143,8 +165,8 @@ def change_feed_sql(table: CatalogTable, start: int, end: int) -> str:
         f"SELECT {versioned}, "
         f"CASE WHEN {_NEIGHBOUR}.{_AT} IS NULL THEN 'delete' ELSE 'update_preimage' END "
         f"AS {CHANGE_TYPE}, {_VERSION}.{valid_until} AS {COMMIT_TIMESTAMP} "
-        f"FROM {source} AS {_VERSION} LEFT JOIN ("
-        f"SELECT DISTINCT {key_list}, {valid_from} AS {_AT} FROM {source_alone} "
+        f"FROM {end_rows} AS {_VERSION} LEFT JOIN ("
+        f"SELECT DISTINCT {key_list}, {valid_from} AS {_AT} FROM {begin_alone} "
         f"WHERE {non_empty} AND {in_window(valid_from)}"
         f") AS {_NEIGHBOUR} ON {key_match} AND {_NEIGHBOUR}.{_AT} = {_VERSION}.{valid_until} "
         f"WHERE {in_window(valid_until, _VERSION + '.')} "
