@@ -74,6 +74,7 @@ def run(
     compaction_pass: bool = False,
     inject_faults: bool = True,
     short: bool = False,
+    brokers: int = 2,
 ) -> dict[str, Any]:
     """One run. ``mutation`` plants a bug (:mod:`chaos.mutations`) in the processes it names;
     ``compaction_pass`` runs one compaction to its end from a quarter in (mutated runs: it must
@@ -88,7 +89,7 @@ def run(
 
     owned = _partitions(servers)
     owners = key_owners(owned, ACCOUNTS)
-    cluster = Cluster(work, owned, mutation=mutation)
+    cluster = Cluster(work, owned, mutation=mutation, brokers=brokers)
     writer = Writer(work, owners, seed)
     started = time.monotonic()
     cluster.start()
@@ -335,6 +336,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--duration", type=float, default=60.0, help="seconds of workload")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--servers", type=int, default=2, help="ingestion servers (1 or 2)")
+    parser.add_argument(
+        "--brokers", type=int, default=2, choices=(1, 2),
+        help="brokers (one keeps a mutated run without faults short)",
+    )  # fmt: skip
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
     parser.add_argument("--no-results", action="store_true", help="do not write chaos.json")
     parser.add_argument("--json", type=Path, help="also write the results to this file")
@@ -355,7 +360,10 @@ def main(argv: list[str] | None = None) -> int:
         return _mutations(args)
     work = Path(tempfile.mkdtemp(prefix="horizon-chaos-"))
     try:
-        results = run(args.duration, args.seed, work, servers=args.servers, short=args.short)
+        results = run(
+            args.duration, args.seed, work, servers=args.servers, short=args.short,
+            brokers=args.brokers,
+        )  # fmt: skip
     finally:
         if args.keep:
             print(f"work directory kept: {work}")
@@ -387,7 +395,7 @@ def _mutations(args: argparse.Namespace) -> int:
     for name in chosen:
         print(f"-- {name}", flush=True)
         outcomes[name] = results = run_mutation(
-            run, name, args.duration, args.seed, servers=args.servers,
+            run, name, args.duration, args.seed, servers=args.servers, brokers=args.brokers,
             inject_faults=not args.no_faults, compaction_pass=needs_compaction(chosen),
             keep=args.keep,
         )  # fmt: skip

@@ -55,6 +55,7 @@ def run_mutation(
     *,
     servers: int,
     inject_faults: bool,
+    brokers: int = 2,
     compaction_pass: bool,
     keep: bool = False,
 ) -> dict[str, Any]:
@@ -64,7 +65,7 @@ def run_mutation(
     work = Path(tempfile.mkdtemp(prefix=f"horizon-mutant-{name}-"))
     try:
         results = run(
-            duration, seed, work, servers=servers, inject_faults=inject_faults,
+            duration, seed, work, servers=servers, inject_faults=inject_faults, brokers=brokers,
             mutation=None if name == CONTROL else name, compaction_pass=compaction_pass,
         )  # fmt: skip
     finally:

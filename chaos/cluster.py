@@ -207,8 +207,10 @@ class Cluster:
         *,
         recheck_s: float = 2.0,
         mutation: str | None = None,
+        brokers: int = len(BROKERS),
     ):
-        """``mutation`` (:mod:`chaos.mutations`) is planted in the processes it names."""
+        """``mutation`` (:mod:`chaos.mutations`) is planted in the processes it names;
+        ``brokers``: two, or one (a short mutated run without faults)."""
         from chaos.proxy import Link
         from chaos.sentinel_group import MASTER, SentinelGroup
         from chaos.skewed import skewed_command
@@ -220,7 +222,7 @@ class Cluster:
         self.group = SentinelGroup()
         self.links = {
             name: Link(name, self.group.sentinel_ports, self.group.data_ports)
-            for name in (*BROKERS, *servers)
+            for name in (*BROKERS[:brokers], *servers)
         }
         self.disk_limited: str | None = None
         """Why the storage has no size limit (the full-disk fault cannot run), or None."""
@@ -229,7 +231,7 @@ class Cluster:
             (work / f"{name}.json").write_text(json.dumps(definition))
             (work / f"{name}.toml").write_text(toml_text(definition))
         horizon = str(Path(sys.executable).with_name("horizon"))
-        self.ports = {name: free_port() for name in BROKERS}
+        self.ports = {name: free_port() for name in BROKERS[:brokers]}
         self.brokers: dict[str, Process] = {}
         for name, port in self.ports.items():
             config = work / f"{name}.toml"

@@ -152,7 +152,7 @@ class Faults:
         with self._holding(name):
             code = server.stop(timeout=120.0)
             self.parks["clean" if code == 0 else f"exit code {code}"] += 1
-            time.sleep(self.random.uniform(3.0, 8.0))
+            time.sleep(self.random.uniform(*((1.0, 2.0) if self.short else (3.0, 8.0))))
             self._restart(name, server)
 
     @staticmethod

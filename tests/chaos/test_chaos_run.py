@@ -1,7 +1,7 @@
 """A short fault-injection run (``python -m bench.chaos --short``) in every test run: real
 processes (a Sentinel group, two brokers), every fault kind at least once (a full disk is
 reported not runnable where the run may not mount a filesystem), and no anomaly in the recorded
-history. One ingestion server, 20 s of workload and windows just past the heartbeat timeout keep
+history. One ingestion server, 12 s of workload before the last faults, and windows just past the heartbeat timeout keep
 it to a few minutes on two cores; ``make chaos`` runs two servers longer."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from chaos.faults import FAULT_KINDS
 def test_a_short_run_with_every_fault_kind_records_no_anomaly(tmp_path: Path) -> None:
     results = tmp_path / "chaos.json"
     command = [
-        sys.executable, "-m", "bench.chaos", "--duration", "20", "--seed", "1", "--servers", "1",
+        sys.executable, "-m", "bench.chaos", "--duration", "12", "--seed", "1", "--servers", "1",
         "--short", "--no-results", "--json", str(results),
     ]  # fmt: skip
     run = subprocess.run(command, capture_output=True, text=True, timeout=900, check=False)
