@@ -199,10 +199,13 @@ def _run(args: argparse.Namespace) -> int:
             elif config.watch_s:
                 _status(f"watching every {config.watch_s:g}s; SIGTERM or Ctrl-C parks and stops")
                 server.serve(
-                    config.watch_s, stop, on_result=observe(_print_new_batch), on_error=failure
+                    config.watch_s,
+                    stop,
+                    on_result=observe(_print_new_batch),
+                    on_error=observe(failure),
                 )
             else:
-                server.run_once(on_result=observe(_print_batch), on_error=failure)
+                server.run_once(on_result=observe(_print_batch), on_error=observe(failure))
         finally:
             skipped = server.park()
             parked = sum(len(job.partitions) for job in map(server.job, server.tables))
@@ -277,7 +280,10 @@ def _batch_metrics(
 
     def wrap(printer: Callable[[str, Any], None]) -> Callable[[str, Any], None]:
         def observed(table: str, result: Any) -> None:
-            metrics.observe_batch(table, result)
+            if isinstance(result, BaseException):  # wrapping the failure printer
+                metrics.observe_failure(table, result)
+            else:
+                metrics.observe_batch(table, result)
             printer(table, result)
 
         return observed

@@ -14,7 +14,9 @@ How an event becomes a row of the table:
 - ``c`` (create), ``u`` (update), ``r`` (snapshot read): the ``after`` image;
 - ``d`` (delete): the ``before`` image (its key columns at least), with the table's
   ``delete_column`` true, so it ends the key's current version;
-- a tombstone is skipped (counted); ``t`` (truncate) is refused (not supported yet);
+- a tombstone is skipped (counted); ``t`` (truncate) is refused unless the table sets
+  ``allow_truncate``: then it is a :class:`Truncate`, which the batch turns into a delete of
+  every key current at its place (:mod:`horizon_broker.ingest.debezium_truncate`);
 - the table's ``delete_column`` is ``op = d``, its ``transaction_column`` the source
   transaction (``transaction.id``, else ``source.txId``), and with ``debezium_order`` its one
   comparison column the event's log position (:func:`log_position`);
@@ -33,7 +35,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from horizon_broker._core.errors import Unimplemented
+from horizon_broker._core.errors import FailedPrecondition
 from horizon_broker.ingest.debezium_settings import DebeziumOrder
 from horizon_broker.ingest.debezium_values import (
     FieldSchema,
@@ -97,11 +99,28 @@ class DeadLetter:
         )
 
 
-class TruncateRefused(Unimplemented):
-    """A truncate event: ending every current version of the table is not supported yet."""
+class TruncateRefused(FailedPrecondition):
+    """A truncate event for a table that does not allow truncation (``allow_truncate``)."""
 
 
-Verdict = Row | Tombstone | DeadLetter
+@dataclass(frozen=True, slots=True)
+class Truncate:
+    """A truncate the table allows: the values each of its deletes takes (the delete flag, the
+    log position, the transaction; every other column null)."""
+
+    values: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Truncation:
+    """A truncate among a batch's rows: before row ``at`` (the rows before it precede it)."""
+
+    at: int
+    values: dict[str, Any]
+    source: str
+
+
+Verdict = Row | Tombstone | DeadLetter | Truncate
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +134,8 @@ class Flattened:
     tombstones: int
     absent: list[frozenset[str]] = field(default_factory=list)
     """Each row's absent columns (:attr:`Row.absent`); empty: none known."""
+    truncates: list[Truncation] = field(default_factory=list)
+    """The truncates among the rows, in order (to expand before the batch runs)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +150,7 @@ class EnvelopeSpec:
     position_column: str | None
     """The comparison column the log position fills (None: the image's values compare)."""
     order: DebeziumOrder | None
+    allow_truncate: bool = False
 
     @classmethod
     def of(cls, table: TableDefinition) -> EnvelopeSpec:
@@ -140,6 +162,7 @@ class EnvelopeSpec:
             transaction_column=table.transaction_column,
             position_column=table.comparison_columns[0] if order else None,
             order=order,
+            allow_truncate=table.allow_truncate,
         )
 
     def type_of(self, name: str) -> str:
@@ -176,23 +199,31 @@ def table_problems(table: TableDefinition) -> list[str]:
 
 def flatten(events: Iterable[tuple[Place, str]], spec: EnvelopeSpec) -> Flattened:
     """The rows of ``events`` (each its place and text), in order; tombstones counted,
-    malformed events dead-lettered. A truncate raises :class:`TruncateRefused`."""
+    malformed events dead-lettered. A truncate the table does not allow raises
+    :class:`TruncateRefused`."""
+    return gathered((place.source, verdict(place, text, spec)) for place, text in events)
+
+
+def gathered(verdicts: Iterable[tuple[str, Verdict]]) -> Flattened:
+    """Verdicts (each with the source its row keeps) as rows, in order."""
     rows: list[dict[str, Any]] = []
     sources: list[str] = []
     dead: list[DeadLetter] = []
     tombstones = 0
     absent: list[frozenset[str]] = []
-    for place, text in events:
-        judged = verdict(place, text, spec)
+    truncates: list[Truncation] = []
+    for source, judged in verdicts:
         if isinstance(judged, Row):
             rows.append(judged.values)
-            sources.append(place.source)
+            sources.append(source)
             absent.append(judged.absent)
         elif isinstance(judged, DeadLetter):
             dead.append(judged)
+        elif isinstance(judged, Truncate):
+            truncates.append(Truncation(len(rows), judged.values, source))
         else:
             tombstones += 1
-    return Flattened(rows, sources, dead, tombstones, absent)
+    return Flattened(rows, sources, dead, tombstones, absent, truncates)
 
 
 def verdict(place: Place, text: str, spec: EnvelopeSpec) -> Verdict:
@@ -217,6 +248,8 @@ def envelope_verdict(
         payload = unwrapped(value)
         if payload is None:
             return Tombstone()
+        if payload.get("op") == TRUNCATE_OP:
+            return truncate_of(payload, spec, place)
         return Row(row_of(payload, spec, place, schemas), absent_columns(payload, spec))
     except Malformed as error:
         return DeadLetter(place, str(error), text)
@@ -268,17 +301,35 @@ def absent_columns(envelope: Mapping[str, Any], spec: EnvelopeSpec) -> frozenset
     )
 
 
+def truncate_of(envelope: Mapping[str, Any], spec: EnvelopeSpec, place: Place) -> Truncate:
+    """A truncate as the values its deletes take: at its log position, in its transaction
+    (``truncate@<position>`` when it has none), so they commit together after every change
+    before it. Refused unless the table allows truncation."""
+    if not spec.allow_truncate or not spec.position_column or not spec.order:
+        raise TruncateRefused(
+            f"a truncate event (op = t) at {place.source}:{place.position}: the table does not "
+            "allow truncation; set allow_truncate = true on it (with debezium_order and a "
+            "transaction_column) to end every current version at the truncate, or skip "
+            "truncates in the connector (skipped.operations = t)"
+        )
+    position = log_position(envelope, spec.order)
+    values: dict[str, Any] = {name: None for name, _ in spec.columns}
+    values[spec.position_column] = column_value(
+        position, spec.type_of(spec.position_column), spec.position_column
+    )
+    if spec.delete_column:
+        values[spec.delete_column] = True
+    if spec.transaction_column:
+        values[spec.transaction_column] = transaction_id(envelope) or f"truncate@{position}"
+    return Truncate(values)
+
+
 def checked_op(envelope: Mapping[str, Any], place: Place) -> str:
-    """The event's ``op``: c, u, r or d (a truncate raises, anything else is malformed)."""
+    """The event's ``op``: c, u, r or d (anything else is malformed)."""
+    del place  # kept: callers name the event's place
     op = envelope.get("op")
     if op is None:
         raise Malformed("no op")
-    if op == TRUNCATE_OP:
-        raise TruncateRefused(
-            f"a truncate event (op = t) at {place.source}:{place.position}: truncating a table "
-            "is not supported yet; remove the event (or skip truncates in the connector: "
-            "skipped.operations = t)"
-        )
     if op not in IMAGE_OPS and op != DELETE_OP:
         raise Malformed(f"unknown op {op!r} (expected c, u, r, d or t)")
     return str(op)

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from horizon_broker._core.errors import FailedPrecondition
 from horizon_broker.ingest.debezium import DeadLetter, EnvelopeSpec, Flattened, Place, flatten
+from horizon_broker.ingest.debezium_truncate import KeysReader, expanded
 from horizon_broker.ingest.partial_upsert import ABSENT
 from horizon_broker.ingest.resolve import SOURCE_FILE
 from horizon_broker.ingest.table import TableDefinition
@@ -48,9 +49,13 @@ def dead_letter_directory(root: str, server_id: str) -> str:
     return f"{root}/_dead_letters/{server_id}"
 
 
-def read_envelopes(server: ServerTable, paths: Sequence[str]) -> EnvelopeBatch:
+def read_envelopes(
+    server: ServerTable, paths: Sequence[str], current: KeysReader | None = None
+) -> EnvelopeBatch:
     """The rows of the Debezium files ``paths`` (in order) as a frame of the table's columns;
-    malformed events dead-lettered (the batch fails past ``max_dead_letters``)."""
+    malformed events dead-lettered (the batch fails past ``max_dead_letters``); each truncate a
+    delete of every key current at its place (``current``: the keys current before the batch,
+    :mod:`horizon_broker.ingest.debezium_truncate`)."""
     table, storage = server.table, server.storage
     events = [
         (Place(path, number), line)
@@ -58,7 +63,7 @@ def read_envelopes(server: ServerTable, paths: Sequence[str]) -> EnvelopeBatch:
         for number, line in enumerate(storage.read_text(path).split("\n"), 1)
         if line.strip()
     ]
-    flattened = flatten(events, EnvelopeSpec.of(table))
+    flattened = expanded(flatten(events, EnvelopeSpec.of(table)), table.primary_key, current)
     directory = dead_letter_directory(server.root, server.server_id)
     for path, letters in _by_source(flattened.dead_letters).items():
         text = "".join(letter.as_json() + "\n" for letter in letters)

@@ -37,6 +37,7 @@ from horizon_broker.ingest import (
     changelog,
     debezium,
     debezium_files,
+    debezium_truncate,
     recovery,
     update_run,
     upkeep,
@@ -107,6 +108,9 @@ class BatchResult:
     """A stream table's entries not ingested yet after the batch (None: not a stream)."""
     stream_lag_s: float | None = None
     """How long the oldest of them has waited in the stream, in seconds."""
+    stream_trimmed: int = 0
+    """Gaps found in the stream before the batch: entries trimmed before the table read them,
+    skipped under ``on_stream_trimmed = "skip"`` (:mod:`horizon_broker.ingest.redis_stream_trim`)."""
 
 
 class IngestJob:
@@ -353,7 +357,8 @@ class IngestJob:
         events were dead-lettered (Debezium envelopes are flattened first, once, so every road
         of the batch sees the same rows)."""
         if fmt == debezium.FORMAT:
-            envelopes = debezium_files.read_envelopes(self.server, paths)
+            current = debezium_truncate.keys_reader(self)
+            envelopes = debezium_files.read_envelopes(self.server, paths, current)
             return envelopes.frame, envelopes.dead_letters
         return self.read_changelog(paths, fmt, options), 0
 

@@ -99,6 +99,14 @@ class IngestMetrics:
             ["table"],
             registry=r,
         )
+        self.stream_trimmed = Counter(
+            "horizon_ingest_stream_trimmed",
+            "Passes of a stream table that found entries trimmed or deleted from its Redis "
+            "stream before the table read them (on_stream_trimmed: stop fails the pass, skip "
+            "reads on)",
+            ["table"],
+            registry=r,
+        )
         self.high = Gauge(
             "horizon_ingest_high_seconds",
             "The newest commit time announced, as Unix time (lag: time() minus this)",
@@ -127,9 +135,17 @@ class IngestMetrics:
         since_event = getattr(result, "event_to_announced_s", None)
         if since_event is not None:
             self.event_to_announced.labels(table).observe(max(0.0, since_event))
+        self.stream_trimmed.labels(table).inc(getattr(result, "stream_trimmed", 0))
         behind = getattr(result, "stream_lag_events", None)
         if behind is not None:
             self.stream_lag_events.labels(table).set(behind)
             self.stream_lag_seconds.labels(table).set(getattr(result, "stream_lag_s", 0.0) or 0.0)
         if result.high:
             self.high.labels(table).set(hlc_physical_ms(result.high) / 1000)
+
+    def observe_failure(self, table: str, error: BaseException) -> None:
+        """A table's pass failed: a gap in its stream that stopped it is counted."""
+        from horizon_broker.ingest.redis_stream_trim import StreamTrimmed
+
+        if isinstance(error, StreamTrimmed):
+            self.stream_trimmed.labels(table).inc()

@@ -17,6 +17,7 @@ import dataclasses
 import hashlib
 import re
 import time
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -24,16 +25,24 @@ from typing import TYPE_CHECKING, Any
 from horizon_broker._core.errors import FailedPrecondition, Unavailable
 from horizon_broker._core.redis_calls import TRANSIENT, connect
 from horizon_broker.ingest.debezium_files import dead_letter_directory, rows_frame
+from horizon_broker.ingest.debezium_truncate import KeysReader, expanded, keys_reader
 from horizon_broker.ingest.redis_stream_read import (
+    LAG_COUNT_CAP,
     Entry,
     Lag,
     dead_letter_line,
     head,
-    lag,
     read_entries,
     stream_rows,
 )
 from horizon_broker.ingest.redis_stream_source import StreamSource
+from horizon_broker.ingest.redis_stream_trim import (
+    StreamPosition,
+    Witness,
+    judged_gap,
+    stream_position,
+    witness_of,
+)
 from horizon_broker.ingest.stream_offsets import batch_source, entry_key, entry_ms, read_bounds
 from horizon_broker.watermark import tokens
 
@@ -42,6 +51,9 @@ if TYPE_CHECKING:
     from horizon_broker.ingest.server_table import ServerTable
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
+_witnesses: weakref.WeakKeyDictionary[IngestJob, dict[str, Witness]] = weakref.WeakKeyDictionary()
+"""Each job's witness of each stream it reads (:class:`Witness`): process memory, refreshed
+whenever the lag is counted."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,13 +74,17 @@ def owned_offsets(job: IngestJob, key: str) -> dict[int, str | None]:
 
 
 def stream_batch(
-    server: ServerTable, source: StreamSource, entries: Sequence[Entry]
+    server: ServerTable,
+    source: StreamSource,
+    entries: Sequence[Entry],
+    current: KeysReader | None = None,
 ) -> StreamBatch:
     """The entries (at least one) as a batch: flattened, dead letters written beside the commit
-    log (the batch fails past the table's ``max_dead_letters``)."""
+    log (the batch fails past the table's ``max_dead_letters``), each truncate a delete of every
+    key current at its place (``current``: the keys current before the batch)."""
     table = server.table
     name = batch_source(source.key, entries[0].id, entries[-1].id)
-    flattened = stream_rows(entries, source, table, name)
+    flattened = expanded(stream_rows(entries, source, table, name), table.primary_key, current)
     letters = flattened.dead_letters
     if letters:
         directory = dead_letter_directory(server.root, server.server_id)
@@ -118,6 +134,7 @@ def _pass(
     client: Any,
     on_batch: Callable[[BatchResult], None] | None,
 ) -> BatchResult:
+    trimmed = check_trimmed(job, source, client)
     end = head(client, source.key)
     result = None
     while end is not None:
@@ -131,7 +148,7 @@ def _pass(
             break
         if result is not None and on_batch is not None:
             on_batch(remembered(job, with_lag(result, table_lag(job, source, client))))
-        batch = stream_batch(job.server, source, entries)
+        batch = stream_batch(job.server, source, entries, keys_reader(job))
         result = with_arrival(job.run_batch(batch.frame, sources=[batch.name]), batch)
     if result is None:
         state = job.state
@@ -140,13 +157,49 @@ def _pass(
         from horizon_broker.ingest.job import BatchResult
 
         result = BatchResult(seq=0, rows=0, skipped=True, high=state.high, sources=())
+    result = dataclasses.replace(result, stream_trimmed=trimmed)
     return remembered(job, with_lag(result, table_lag(job, source, client)))
 
 
 def table_lag(job: IngestJob, source: StreamSource, client: Any) -> Lag:
-    """How far the table's slowest owned partition is behind the stream's head."""
+    """How far the table's slowest owned partition is behind the stream's head (counted by the
+    one script that also refreshes the job's witness of its offset)."""
+    after, position = _position(job, source, client)
+    _remember_witness(job, source, after, position)
+    if not position.after or position.oldest_after is None:
+        return Lag(0, 0.0)
+    waited = (time.time_ns() // 1_000_000 - entry_ms(position.oldest_after)) / 1000
+    return Lag(position.after, max(0.0, waited))
+
+
+def check_trimmed(job: IngestJob, source: StreamSource, client: Any) -> int:
+    """Whether entries after the table's offset were removed from the stream unread (1, skipped
+    under ``on_stream_trimmed = "skip"``, the gap then taken as seen) or not (0); raises
+    :class:`horizon_broker.ingest.redis_stream_trim.StreamTrimmed` under ``stop``."""
+    after, position = _position(job, source, client)
+    known = _witnesses.get(job, {}).get(source.key)
+    gap = judged_gap(job.table.name, source.address, after, position, known, source.on_trimmed)
+    if gap is not None and after is not None and position.entries_added is not None:
+        seen = Witness(after, position.entries_added - position.after)
+        _witnesses.setdefault(job, {})[source.key] = seen
+        return 1
+    _remember_witness(job, source, after, position)
+    return int(gap is not None)
+
+
+def _position(
+    job: IngestJob, source: StreamSource, client: Any
+) -> tuple[str | None, StreamPosition]:
     after, _ = read_bounds(owned_offsets(job, source.key), job.partitions)
-    return lag(client, source.key, after, time.time_ns() // 1_000_000)
+    return after, stream_position(client, source.key, after, LAG_COUNT_CAP)
+
+
+def _remember_witness(
+    job: IngestJob, source: StreamSource, after: str | None, position: StreamPosition
+) -> None:
+    found = witness_of(after, position)
+    if found is not None:
+        _witnesses.setdefault(job, {})[source.key] = found
 
 
 def with_arrival(result: BatchResult, batch: StreamBatch) -> BatchResult:

@@ -96,25 +96,16 @@ def stream_rows(
     name (one source, so the rows take their commit timestamps in stream order); malformed
     events and entries without an event are dead letters placed at their entry id."""
     spec = EnvelopeSpec.of(table)
-    rows: list[dict[str, Any]] = []
-    absent: list[frozenset[str]] = []
-    dead: list[DeadLetter] = []
-    tombstones = 0
-    for index, entry in enumerate(entries):
-        judged = entry_verdict(Place(entry.id, index), entry, source, spec)
-        if isinstance(judged, Row):
-            rows.append(judged.values)
-            absent.append(judged.absent)
-        elif isinstance(judged, DeadLetter):
-            dead.append(judged)
-        else:
-            tombstones += 1
-    return Flattened(rows, [batch_name] * len(rows), dead, tombstones, absent)
+    return debezium.gathered(
+        (batch_name, entry_verdict(Place(entry.id, index), entry, source, spec))
+        for index, entry in enumerate(entries)
+    )
 
 
 def entry_verdict(place: Place, entry: Entry, source: StreamSource, spec: EnvelopeSpec) -> Verdict:
-    """What one entry is: a row, a tombstone (Debezium), or a dead letter (a truncate
-    raises :class:`horizon_broker.ingest.debezium.TruncateRefused`)."""
+    """What one entry is: a row, a tombstone or a truncate (Debezium), or a dead letter (a
+    truncate the table does not allow raises
+    :class:`horizon_broker.ingest.debezium.TruncateRefused`)."""
     text = event_text(entry.fields, source)
     if text is None:
         wanted = source.field or "value"

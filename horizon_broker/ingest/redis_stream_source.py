@@ -6,6 +6,7 @@ A ``[[tables]]`` entry names a stream instead of a directory::
     format = "debezium"          # each entry holds one Debezium envelope (or "json": one row)
     max_events = 10000           # at most this many entries a batch (backpressure)
     stream_field = "value"       # optional: the entry field holding the event (default below)
+    on_stream_trimmed = "stop"   # or "skip": entries trimmed before they were read (see below)
 
 Debezium Server's Redis sink writes one entry per change event to a stream named after the
 event's topic (``<topic prefix>.<schema>.<table>``): with ``message.format = compact`` (its
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from horizon_broker._core.errors import InvalidArgument
+from horizon_broker.ingest.redis_stream_trim import OnTrimmed
 
 STREAM_FORMATS = ("debezium", "json")
 """What a stream's entries may hold: a Debezium envelope, or one JSON row of the table."""
@@ -43,6 +45,9 @@ class StreamSource:
     field: str | None = None
     """The entry field holding the event (None: ``value``, else the entry's only field)."""
     null_value: str = SINK_NULL_VALUE
+    on_trimmed: OnTrimmed = OnTrimmed.STOP
+    """What the table does when entries were trimmed before it read them
+    (:mod:`horizon_broker.ingest.redis_stream_trim`)."""
 
     @property
     def address(self) -> str:
@@ -56,6 +61,7 @@ def stream_source(
     max_events: int = DEFAULT_MAX_EVENTS,
     field: str | None = None,
     null_value: str = SINK_NULL_VALUE,
+    on_trimmed: OnTrimmed | str = OnTrimmed.STOP,
 ) -> StreamSource:
     """A checked :class:`StreamSource` from ``redis://host:port/db#stream-key``."""
     url, hash_sign, key = address.partition("#")
@@ -73,7 +79,7 @@ def stream_source(
         )
     if max_events < 1:
         raise InvalidArgument(f"max_events must be at least 1, got {max_events}")
-    return StreamSource(url, key, fmt, max_events, field, null_value)
+    return StreamSource(url, key, fmt, max_events, field, null_value, OnTrimmed(on_trimmed))
 
 
 def event_text(fields: dict[str, str], source: StreamSource) -> str | None:

@@ -18,6 +18,7 @@ Spark's checkpoint and the commit log may disagree without an entry lost or inge
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows
 
 from horizon_broker._core.redis_calls import connect
 from horizon_broker.ingest import redis_stream_batches
+from horizon_broker.ingest.debezium_truncate import keys_reader
 from horizon_broker.ingest.redis_stream_read import Entry, read_entries
 from horizon_broker.ingest.redis_stream_source import StreamSource
 from horizon_broker.ingest.stream_offsets import (
@@ -140,10 +142,14 @@ def micro_batch(
 ) -> Callable[[Any, int], list[BatchResult]]:
     """What ``foreachBatch`` runs: the micro-batch's entries collected, then ingested as a
     server pass ingests them (entries the commit log has are left out, the rest cut at the owned
-    partitions' offsets); returns each batch's result, with the lag after it."""
+    partitions' offsets); returns each batch's result, with the lag after it. Entries trimmed
+    from the stream before the table read them stop it first (or are counted, under
+    ``on_stream_trimmed = "skip"``), as in a server pass."""
 
     def each(frame: Any, batch_id: int) -> list[BatchResult]:
         del batch_id  # the entries name the batch, not Spark's numbering
+        with redis_stream_batches.stream_errors(source):
+            trimmed = redis_stream_batches.check_trimmed(job, source, client)
         entries = [Entry(row["entry"], json.loads(row["fields"])) for row in frame.collect()]
         ids = [entry.id for entry in entries]
         results = []
@@ -151,8 +157,11 @@ def micro_batch(
             ids, redis_stream_batches.owned_offsets(job, source.key), job.partitions
         )
         for start, end in _pieces(runs, source.max_events):
-            batch = redis_stream_batches.stream_batch(job.server, source, entries[start:end])
+            batch = redis_stream_batches.stream_batch(
+                job.server, source, entries[start:end], keys_reader(job)
+            )
             result = job.run_batch(batch.frame, sources=[batch.name])
+            result, trimmed = dataclasses.replace(result, stream_trimmed=trimmed), 0
             lag = redis_stream_batches.table_lag(job, source, client)
             results.append(
                 redis_stream_batches.remembered(

@@ -46,6 +46,7 @@ from horizon_broker.ingest.redis_stream_source import (
     StreamSource,
     stream_source,
 )
+from horizon_broker.ingest.redis_stream_trim import OnTrimmed
 from horizon_broker.ingest.table import TableDefinition, TableFile
 from horizon_broker.locks.rules import STREAMING_INGESTION_PRIORITY
 
@@ -128,6 +129,11 @@ class Placement(BaseModel):
         None,
         description="The stream entry field holding the event (default: ``value``, else the "
         "entry's only field, as Debezium Server's Redis sink writes them).",
+    )
+    on_stream_trimmed: OnTrimmed = Field(
+        OnTrimmed.STOP,
+        description="Entries trimmed from the stream before the table read them: ``stop`` fails "
+        "the table's passes naming the gap, ``skip`` logs and counts it and reads on.",
     )
 
 
@@ -287,9 +293,12 @@ def _table(entry: TableFileEntry | InlineTableEntry, server: ServerFile, base: P
             entry.format or server.format,
             max_events=entry.max_events,
             field=entry.stream_field,
+            on_trimmed=entry.on_stream_trimmed,
         )
-    elif "max_events" in entry.model_fields_set or entry.stream_field is not None:
-        raise InvalidArgument("max_events and stream_field apply to a table read from a stream")
+    elif {"max_events", "stream_field", "on_stream_trimmed"} & entry.model_fields_set:
+        raise InvalidArgument(
+            "max_events, stream_field and on_stream_trimmed apply to a table read from a stream"
+        )
     elif source is None and server.source_root:
         source = f"{server.source_root.rstrip('/')}/{definition.name}"
     partitions = entry.partitions

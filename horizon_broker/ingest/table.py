@@ -75,7 +75,13 @@ from pydantic import (
 
 from horizon_broker._config import MODEL_CONFIG, Rule, RuleNote, refusing, validated
 from horizon_broker._core.errors import InvalidArgument
-from horizon_broker.ingest.debezium_settings import DebeziumOrder, check_debezium_order
+from horizon_broker.ingest.debezium_settings import (
+    ALLOW_TRUNCATE,
+    DEBEZIUM_ORDER,
+    MAX_DEAD_LETTERS,
+    DebeziumOrder,
+    check_debezium_keys,
+)
 from horizon_broker.ingest.granularity import Granularity
 from horizon_broker.ingest.partial_upsert import (
     EVENT_LOG_COLUMNS,
@@ -143,6 +149,7 @@ class TableDefinition:
     properties: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
     debezium_order: DebeziumOrder | None = None
     max_dead_letters: int = 1000
+    allow_truncate: bool = False
     partial_upsert: tuple[tuple[str, Strategy], ...] | None = None
     """Per-column merge strategies (:mod:`horizon_broker.ingest.partial_upsert`); None: every
     record is a whole row."""
@@ -375,19 +382,9 @@ class TableFile(BaseModel):
     properties: dict[str, str | int | float | bool] = Field(
         {}, description="More properties registered with the table (as strings)."
     )
-    debezium_order: Annotated[DebeziumOrder | None, BeforeValidator(_lowered)] = Field(
-        None,
-        description="Debezium envelopes (format ``debezium``): the event's log position that "
-        "fills the table's one comparison column: ``lsn`` (Postgres), ``binlog`` (MySQL's file, "
-        "pos and row; a ``decimal(38,0)`` column), ``scn`` (Oracle), ``ts_ms``; unset: the "
-        "comparison columns come from the row image.",
-    )
-    max_dead_letters: int = Field(
-        1000,
-        ge=0,
-        description="Debezium envelopes: a batch with more malformed events than this fails "
-        "(they are dead-lettered to ``<table>/_dead_letters/<server>/`` either way).",
-    )
+    debezium_order: Annotated[DebeziumOrder | None, BeforeValidator(_lowered)] = DEBEZIUM_ORDER
+    max_dead_letters: int = MAX_DEAD_LETTERS
+    allow_truncate: bool = ALLOW_TRUNCATE
     partial_upsert: dict[str, Annotated[Strategy, BeforeValidator(_lowered)]] | None = Field(
         None,
         description="Partial upserts: records are events merged into their key's row in "
@@ -421,7 +418,7 @@ class TableFile(BaseModel):
                 "transaction_column",
                 f"transaction column {self.transaction_column!r} is not a column",
             )
-        check_debezium_order(self.debezium_order, self.comparison, known)
+        check_debezium_keys(self, known)
         check_partial_upsert(self, known)
         with refusing(""):
             self.definition().descriptor()  # names, key, comparison and time columns
@@ -452,6 +449,7 @@ class TableFile(BaseModel):
             properties={str(key): str(value) for key, value in self.properties.items()},
             debezium_order=self.debezium_order,
             max_dead_letters=self.max_dead_letters,
+            allow_truncate=self.allow_truncate,
             partial_upsert=strategy_items(self.partial_upsert),
         )
 

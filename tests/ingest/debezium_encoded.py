@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import base64
 import copy
+import datetime
+from decimal import Decimal
 from typing import Any
 
 from horizon_broker.ingest.table import TableDefinition
@@ -98,6 +100,26 @@ SAMPLE_AFTER = {
     "price": unscaled(-150),  # -1.50
     "amount": {"scale": 3, "value": unscaled(1_234_567)},  # 1234.567
 }
+
+
+UTC = datetime.UTC
+SAMPLE_ROW = {
+    "id": 7,
+    "day": datetime.date(2024, 1, 1),
+    "at_ms": datetime.datetime(2024, 1, 1, 0, 0, 0, 123_000, tzinfo=UTC),
+    "at_us": datetime.datetime(2024, 1, 1, 0, 0, 0, 123_456, tzinfo=UTC),
+    "at_ns": datetime.datetime(2024, 1, 1, 0, 0, 0, 123_456, tzinfo=UTC),
+    "zoned": datetime.datetime(2024, 1, 1, 0, 0, 0, 500_000, tzinfo=UTC),
+    "t_ms": "12:34:56.789000",
+    "t_us": 45_296_789_012,
+    "t_ns": "12:34:56.789012",
+    "price": Decimal("-1.50"),
+    "amount": Decimal("1234.5670"),
+    "lsn": 40,
+    "deleted": False,
+    "txn": "5",
+}
+"""The row :data:`SAMPLE_AFTER` makes (created at lsn 40 in transaction 5)."""
 
 
 def events_table(root: Any, **overrides: Any) -> TableDefinition:

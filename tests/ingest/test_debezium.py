@@ -17,6 +17,7 @@ from horizon_broker.ingest.debezium import (
     Place,
     Row,
     Tombstone,
+    Truncate,
     TruncateRefused,
     flatten,
     log_position,
@@ -66,11 +67,16 @@ def test_a_tombstone_is_no_row_and_no_dead_letter(tombstone: object) -> None:
     assert judge(tombstone) == Tombstone()
 
 
-def test_a_truncate_is_refused_as_not_supported_yet_naming_its_place() -> None:
-    with pytest.raises(TruncateRefused, match=r"changes/001\.json:7.*not supported yet") as caught:
+def test_a_truncate_is_refused_naming_its_place_unless_the_table_allows_truncation() -> None:
+    pattern = r"changes/001\.json:7.*does not allow truncation; set allow_truncate = true"
+    with pytest.raises(TruncateRefused, match=pattern) as caught:
         judge(postgres_event("t", lsn=50))
     assert isinstance(caught.value, HorizonError)
-    assert caught.value.code is StatusCode.UNIMPLEMENTED
+    assert caught.value.code is StatusCode.FAILED_PRECONDITION
+    allowed = judge(postgres_event("t", lsn=50, tx=8), allow_truncate=True)
+    assert allowed == Truncate(
+        {"id": None, "name": None, "balance": None, "lsn": 50, "deleted": True, "txn": "8"}
+    )
 
 
 def test_the_transaction_is_transaction_id_else_source_txid_else_none() -> None:

@@ -14,7 +14,13 @@ from typing import Any
 import pytest
 
 from horizon_broker.ingest.debezium import DeadLetter, EnvelopeSpec, Place, Row, verdict
-from tests.ingest.debezium_encoded import SAMPLE_AFTER, encoded_event, events_table, unscaled
+from tests.ingest.debezium_encoded import (
+    SAMPLE_AFTER,
+    SAMPLE_ROW,
+    encoded_event,
+    events_table,
+    unscaled,
+)
 from tests.ingest.debezium_events import postgres_event
 
 HERE = Place("changes/encoded.json", 3)
@@ -32,22 +38,7 @@ def judge(event: Any) -> Any:
 def test_every_temporal_and_decimal_encoding_the_schema_names_becomes_the_column_value() -> None:
     got = judge(encoded_event("c", lsn=40, after=SAMPLE_AFTER, tx=5))
     assert isinstance(got, Row)
-    assert got.values == {
-        "id": 7,
-        "day": datetime.date(2024, 1, 1),
-        "at_ms": datetime.datetime(2024, 1, 1, 0, 0, 0, 123_000, tzinfo=UTC),
-        "at_us": datetime.datetime(2024, 1, 1, 0, 0, 0, 123_456, tzinfo=UTC),
-        "at_ns": datetime.datetime(2024, 1, 1, 0, 0, 0, 123_456, tzinfo=UTC),
-        "zoned": datetime.datetime(2024, 1, 1, 0, 0, 0, 500_000, tzinfo=UTC),
-        "t_ms": "12:34:56.789000",
-        "t_us": 45_296_789_012,
-        "t_ns": "12:34:56.789012",
-        "price": Decimal("-1.50"),
-        "amount": Decimal("1234.5670"),
-        "lsn": 40,
-        "deleted": False,
-        "txn": "5",
-    }
+    assert got.values == SAMPLE_ROW
 
 
 def test_without_a_schema_the_column_type_reads_the_value() -> None:

@@ -1,8 +1,8 @@
 """Debezium change events ingested from files (format ``debezium``) through the real pipeline:
 on every road (driver rows, driver columns, Spark) every snapshot answers the reference model
 (the newest after-image per key by log position, deleted keys absent), malformed events are
-dead-lettered beside the commit log and counted, and a truncate or too many dead letters stop
-the batch with a clear error.
+dead-lettered beside the commit log and counted, and a truncate the table does not allow or too
+many dead letters stop the batch with a clear error.
 
 Transactions may change a key several times, their events interleaved in the file with changes
 from outside them: a transaction commits at its first event's timestamp, so an outside change of
@@ -23,7 +23,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from horizon_broker._core.errors import FailedPrecondition, InvalidArgument, Unimplemented
+from horizon_broker._core.errors import FailedPrecondition, InvalidArgument
 from horizon_broker.ingest.debezium_files import dead_letter_directory
 from horizon_broker.ingest.job import IngestJob
 from horizon_broker.ingest.metrics import IngestMetrics
@@ -225,13 +225,13 @@ def test_more_dead_letters_than_the_table_allows_fail_the_batch_naming_the_first
     assert job.state.next_seq == before  # nothing committed
 
 
-def test_a_truncate_event_fails_the_batch_as_not_supported_yet(
+def test_a_truncate_event_fails_the_batch_unless_the_table_allows_truncation(
     spark: Any, server: Any, tmp_path: Path
 ) -> None:
     job = IngestJob(spark, customers_table(tmp_path / "s", name="trunc"), server("tr")).start()
     (tmp_path / "changes").mkdir()
     (tmp_path / "changes" / "001.json").write_text(lines([postgres_event("t", lsn=3)]))
-    with pytest.raises(Unimplemented, match="truncating a table is not supported yet"):
+    with pytest.raises(FailedPrecondition, match="does not allow truncation"):
         job.run_directory(str(tmp_path / "changes"), "debezium")
 
 

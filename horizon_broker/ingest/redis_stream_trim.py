@@ -1,0 +1,190 @@
+"""Entries trimmed from a table's Redis stream before the table read them: found, never skipped
+silently.
+
+A Redis stream forgets its oldest entries when a producer caps it (``XADD ... MAXLEN``,
+``XTRIM``) and any entry ``XDEL`` names. A table reads by id after its committed offset, so an
+entry removed before the table reached it would simply never be read. Every pass (and every
+micro-batch of ``--stream``) first asks the stream where the offset stands
+(:func:`stream_position`: one script, XINFO STREAM and counts) and judges (:func:`trim_gap`):
+
+- an entry deleted after the offset (``max-deleted-entry-id`` past it) was lost;
+- a table that has read nothing lost every entry ever removed (``entries-added`` minus
+  ``length``);
+- while the offset's entry is still in the stream, nothing after it was trimmed (trimming
+  removes the oldest entries first);
+- once it is gone, the entries lost are those ever added after it minus those still there: the
+  server remembers how many entries had been added up to its offset (a :class:`Witness`, taken
+  whenever it counts the lag, while the offset's entry is still there). A server that started
+  after its offset's entry was trimmed has no witness and cannot tell: it says entries *may* have
+  been lost.
+
+A gap stops the table (:class:`StreamTrimmed`, FAILED_PRECONDITION, naming the stream, the offset
+and what was lost) unless its entry sets ``on_stream_trimmed = "skip"``: then the gap is logged
+and counted and the table reads on from the stream's first entry. Either way the metric
+``horizon_ingest_stream_trimmed`` counts it. Redis before 7.0 lacks the counters: nothing is
+checked there.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from horizon_broker._core.errors import FailedPrecondition
+from horizon_broker._core.lua import lua_file
+from horizon_broker.ingest.stream_offsets import entry_key
+
+log = logging.getLogger(__name__)
+
+_POSITION = lua_file(__package__, "stream_position")
+
+
+class OnTrimmed(StrEnum):
+    """What a stream table does when entries were trimmed before it read them."""
+
+    STOP = "stop"
+    """Fail the pass (the table stops, the others go on) with :class:`StreamTrimmed`."""
+    SKIP = "skip"
+    """Log and count the gap, then read on from the stream's first entry."""
+
+
+class StreamTrimmed(FailedPrecondition):
+    """Entries of a table's stream were removed before the table read them."""
+
+
+@dataclass(frozen=True, slots=True)
+class StreamPosition:
+    """Where an offset stands in a stream (:func:`stream_position`)."""
+
+    entries_added: int | None
+    """Entries ever added to the stream (None: Redis before 7.0)."""
+    length: int
+    first: str | None
+    """The stream's first entry's id (None: empty)."""
+    max_deleted: str | None
+    """The newest id ``XDEL`` removed (``0-0``: none; None: Redis before 7.0)."""
+    offset_present: bool
+    """Whether the offset's entry is still in the stream."""
+    after: int
+    """Entries after the offset (at most the count asked for)."""
+    oldest_after: str | None
+    capped: bool
+    """Whether :attr:`after` stopped at the count asked for."""
+
+
+@dataclass(frozen=True, slots=True)
+class Witness:
+    """How many entries had been added to the stream up to and including ``offset``."""
+
+    offset: str
+    added_through: int
+
+
+@dataclass(frozen=True, slots=True)
+class Gap:
+    """Entries removed before the table read them."""
+
+    reason: str
+    lost: int | None
+    """How many (None: unknown)."""
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def stream_position(client: Any, key: str, offset: str | None, cap: int) -> StreamPosition:
+    """Where ``offset`` (None: before the first entry) stands in stream ``key`` (one script)."""
+    added, length, first, deleted, here, after, oldest = client.eval(
+        _POSITION, 1, key, offset or "", cap
+    )
+    added, deleted = int(added), _text(deleted)
+    return StreamPosition(
+        entries_added=None if added < 0 else added,
+        length=int(length),
+        first=_text(first) or None,
+        max_deleted=deleted or None,
+        offset_present=bool(here),
+        after=int(after),
+        oldest_after=_text(oldest) or None,
+        capped=int(after) >= cap,
+    )
+
+
+def witness_of(offset: str | None, position: StreamPosition) -> Witness | None:
+    """The witness ``position`` gives of ``offset``: only while its entry is still there and
+    every entry after it was counted (and nothing after it was deleted: the count would miss
+    those)."""
+    if (
+        offset is None
+        or position.entries_added is None
+        or not position.offset_present
+        or position.capped
+        or _after(position.max_deleted, offset)
+    ):
+        return None
+    return Witness(offset, position.entries_added - position.after)
+
+
+def trim_gap(offset: str | None, position: StreamPosition, witness: Witness | None) -> Gap | None:
+    """The entries after ``offset`` (the last entry the table read; None: none) removed from the
+    stream unread, if any (pure; ``witness``: the server's last of this stream).
+
+    >>> here = StreamPosition(10, 4, "7-0", "0-0", False, 4, "7-0", False)
+    >>> trim_gap("3-0", here, Witness("3-0", 3)).lost, trim_gap("3-0", here, Witness("3-0", 6))
+    (3, None)
+    """
+    added = position.entries_added
+    if added is None:
+        return None
+    if offset is None:
+        lost = added - position.length
+        return Gap(f"{lost} entries were removed before the table read any", lost) if lost else None
+    if _after(position.max_deleted, offset):
+        return Gap(f"entries up to {position.max_deleted} were deleted (XDEL) unread", None)
+    if position.offset_present:
+        return None
+    if witness is not None and witness.offset == offset and not position.capped:
+        lost = added - witness.added_through - position.after
+        if lost <= 0:
+            return None
+        return Gap(f"{lost} entries after it were trimmed unread", lost)
+    first = position.first or "none (the stream is empty)"
+    return Gap(
+        f"its entry is no longer in the stream (the first is {first}) and this server did not "
+        "see how many entries followed it: entries after it may have been trimmed unread",
+        None,
+    )
+
+
+def judged_gap(
+    table: str,
+    address: str,
+    offset: str | None,
+    position: StreamPosition,
+    witness: Witness | None,
+    policy: OnTrimmed,
+) -> Gap | None:
+    """The gap, if any: raised as :class:`StreamTrimmed` under ``stop``, logged under ``skip``."""
+    gap = trim_gap(offset, position, witness)
+    if gap is None:
+        return None
+    where = f"offset {offset}" if offset else "no offset yet"
+    message = (
+        f"table {table!r}: stream {address} lost entries before the table read them ({where}: "
+        f"{gap.reason})"
+    )
+    if policy is OnTrimmed.STOP:
+        raise StreamTrimmed(
+            f"{message}. The table stops rather than skip them: re-snapshot the source, or set "
+            "on_stream_trimmed = \"skip\" on the table's entry to read on from the stream's "
+            "first entry; cap the stream (MAXLEN/MINID) above the table's lag"
+        )
+    log.warning("%s; reading on from the stream's first entry (on_stream_trimmed = skip)", message)
+    return gap
+
+
+def _after(deleted: str | None, offset: str) -> bool:
+    return deleted is not None and deleted != "0-0" and entry_key(deleted) > entry_key(offset)
