@@ -1,7 +1,8 @@
 """Changelog files of Debezium envelopes (format ``debezium``) as a batch's frame.
 
 The imperative shell around :mod:`horizon_broker.ingest.debezium`: it reads each file (one
-JSON event a line, in file name order), flattens the events into the table's rows, writes the
+JSON event a line, or an Avro container of them, :mod:`horizon_broker.ingest.debezium_avro`; in
+file name order), flattens the events into the table's rows, writes the
 malformed ones to dead-letter files next to the commit log, and hands the rows to the batch as a
 Spark frame (a local relation built from Arrow, so every road of the batch, driver rows, driver
 columns or Spark, reads the same rows in the same order). Each row keeps its changelog file as
@@ -23,7 +24,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from horizon_broker._core.errors import FailedPrecondition
-from horizon_broker.ingest.debezium import DeadLetter, EnvelopeSpec, Flattened, Place, flatten
+from horizon_broker.ingest.debezium import (
+    DeadLetter,
+    EnvelopeSpec,
+    Flattened,
+    Place,
+    Verdict,
+    gathered,
+    verdict,
+)
+from horizon_broker.ingest.debezium_avro import avro_verdicts, is_avro
 from horizon_broker.ingest.debezium_truncate import KeysReader, expanded
 from horizon_broker.ingest.partial_upsert import ABSENT
 from horizon_broker.ingest.resolve import SOURCE_FILE
@@ -57,13 +67,19 @@ def read_envelopes(
     delete of every key current at its place (``current``: the keys current before the batch,
     :mod:`horizon_broker.ingest.debezium_truncate`)."""
     table, storage = server.table, server.storage
-    events = [
-        (Place(path, number), line)
-        for path in paths
-        for number, line in enumerate(storage.read_text(path).split("\n"), 1)
-        if line.strip()
-    ]
-    flattened = expanded(flatten(events, EnvelopeSpec.of(table)), table.primary_key, current)
+    spec = EnvelopeSpec.of(table)
+    verdicts: list[tuple[str, Verdict]] = []
+    for path in paths:
+        data = file_bytes(server, path)
+        if is_avro(data):
+            verdicts += avro_verdicts(path, data, spec)
+            continue
+        verdicts += (
+            (path, verdict(Place(path, number), line, spec))
+            for number, line in enumerate(data.decode("utf-8").splitlines(), 1)
+            if line.strip()
+        )
+    flattened = expanded(gathered(verdicts), table.primary_key, current)
     directory = dead_letter_directory(server.root, server.server_id)
     for path, letters in _by_source(flattened.dead_letters).items():
         text = "".join(letter.as_json() + "\n" for letter in letters)
@@ -78,6 +94,16 @@ def read_envelopes(
             f"{directory}"
         )
     return EnvelopeBatch(rows_frame(server.spark, table, flattened), dead, flattened.tombstones)
+
+
+def file_bytes(server: ServerTable, path: str) -> bytes:
+    """A changelog file's bytes (a file on another file system read through Spark)."""
+    local = server.storage.local_path(path)
+    if local is not None:
+        with open(local, "rb") as stream:
+            return stream.read()
+    found = server.spark.read.format("binaryFile").load(path).select("content").collect()
+    return bytes(found[0][0]) if found else b""
 
 
 def dead_letter_name(path: str) -> str:
