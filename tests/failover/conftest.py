@@ -18,10 +18,15 @@ def sentinel_group() -> Iterator[SentinelGroup]:
     group.close()
 
 
+def emptied(group: SentinelGroup) -> SentinelGroup:
+    """The group replicating again, on an empty store."""
+    group.heal_replication()
+    with group.client(group.primary_port()) as primary:
+        primary.flushall()
+    group.wait_until(group.replicated, "an empty replicated store")
+    return group
+
+
 @pytest.fixture
 def group(sentinel_group: SentinelGroup) -> SentinelGroup:
-    sentinel_group.heal_replication()
-    with sentinel_group.client(sentinel_group.primary_port()) as primary:
-        primary.flushall()
-    sentinel_group.wait_until(sentinel_group.replicated, "an empty replicated store")
-    return sentinel_group
+    return emptied(sentinel_group)
