@@ -59,7 +59,7 @@ def avro_verdicts(path: str, data: bytes, spec: EnvelopeSpec) -> Iterator[tuple[
 def image_schemas(writer_schema: Any) -> dict[str, FieldSchema]:
     """The column encodings of an envelope's row image from its Avro writer schema: each field
     of the ``after`` record (else ``before``) with its ``connect.name`` and
-    ``connect.parameters`` (an Avro ``decimal`` without them: Connect's Decimal at its scale).
+    ``connect.parameters`` (an Avro ``decimal`` without them is decoded by fastavro itself).
 
     >>> value = {"type": "record", "name": "Value", "fields": [{"name": "d", "type": ["null",
     ...     {"type": "int", "connect.name": "io.debezium.time.Date"}]}]}
@@ -122,7 +122,4 @@ def _encoding(type_: Any) -> FieldSchema:
     if not isinstance(type_, dict):
         return FieldSchema(None)
     parameters = type_.get("connect.parameters") or {}
-    name = type_.get("connect.name")
-    if name is None and type_.get("logicalType") == "decimal":
-        name, parameters = "org.apache.kafka.connect.data.Decimal", {"scale": type_.get("scale", 0)}
-    return FieldSchema(name, {str(k): str(v) for k, v in parameters.items()})
+    return FieldSchema(type_.get("connect.name"), {str(k): str(v) for k, v in parameters.items()})
