@@ -15,7 +15,10 @@ On a local Spark with 2 cores and a private redis-server:
   driver (:mod:`horizon_broker.ingest.driver_rows`); the stream with updates is measured again with every batch on
   Spark (``driver_batch_rows = 0``), side by side;
 * **write amplification**: bytes of overwrite segments the updater writes per updated row, against
-  the updater's cadence (apply validUntil updates every N batches), with the LWM lag it costs.
+  the updater's cadence (apply validUntil updates every N batches), with the LWM lag it costs;
+* **streams**: Debezium events from a Redis stream (30% updates, and with 10% partial events)
+  against Parquet files, events/s and event-to-visible p50/p99 side by side
+  (:mod:`bench.ingest_streams`).
 
 Run: ``python -m bench.ingest [--quick]``.
 """
@@ -31,11 +34,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench import ingest_streams
 from bench.report import percentile, print_table, summarize, write_results
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
-PARTS = ("throughput", "latency", "amplification")
+PARTS = ("throughput", "latency", "amplification", "streams")
 
 
 def accounts(root: Path, **overrides: Any) -> Any:
@@ -381,7 +385,7 @@ def _bytes_written_by_updates(records: Any) -> int:
     return written
 
 
-def main(argv: list[str] | None = None) -> None:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="small sizes for a short run")
     parser.add_argument(
@@ -395,6 +399,11 @@ def main(argv: list[str] | None = None) -> None:
         default=None,
         help="rows per changelog batch (default 500,000; quick 100,000)",
     )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = build_parser()
     args = parser.parse_args(argv)
     parts = [part.strip() for part in args.parts.split(",") if part.strip()]
     unknown = sorted(set(parts) - set(PARTS))
@@ -470,6 +479,11 @@ def main(argv: list[str] | None = None) -> None:
                 [[r["cadence"], r["bytes_rewritten"], r["bytes_per_updated_row"],
                   r["max_lwm_lag_s"], r["seconds"]] for r in amp],
             )  # fmt: skip
+        streams = (
+            ingest_streams.run(spark, redis_process.url, work, quick=args.quick)
+            if ("streams" in parts)
+            else {}
+        )
         if set(parts) != set(PARTS):
             print("a partial run: bench/results/ingest.json is left as it was")
             return
@@ -477,6 +491,7 @@ def main(argv: list[str] | None = None) -> None:
             "quick": args.quick, "throughput": speed, "latency_s": delay,
             "latency_with_updates_s": delay_updates,
             "latency_with_updates_on_spark_s": delay_on_spark, "amplification": amp,
+            "streams": streams,
         })  # fmt: skip
         print(f"wrote {path}")
     finally:
