@@ -46,6 +46,11 @@ class InvalidSnapshot(InvalidArgument):
     """A malformed snapshot clause, or explicit snapshots of one query that disagree."""
 
 
+class ColumnNotAtSnapshot(InvalidArgument):
+    """The query names a column its table did not have at the query's snapshot (dropped
+    before it, or added after it)."""
+
+
 class InvalidChangeWindow(InvalidArgument):
     """A malformed ``table_changes`` call (arguments, order of bounds, non-upsert table)."""
 

@@ -37,6 +37,7 @@ from horizon_broker.broker.sql.passes.describe_shape import describe_shape
 from horizon_broker.broker.sql.passes.expand_table_changes import expand_table_changes
 from horizon_broker.broker.sql.passes.find_key_lookup import find_key_lookup
 from horizon_broker.broker.sql.passes.resolve_references import resolve_references
+from horizon_broker.broker.sql.passes.snapshot_schema import snapshot_schema
 from horizon_broker.broker.sql.passes.substitute_tables import substitute_tables
 from horizon_broker.broker.sql.sealing import seal_literals
 from horizon_broker.broker.sql.state import Reference, ReferenceKind, RewriteState, state_of
@@ -179,6 +180,7 @@ def _bind_tree(
     tree = describe_shape(tree)
     tree = find_key_lookup(tree)
     tree = choose_snapshot(tree)
+    tree = snapshot_schema(tree)
     tree = expand_table_changes(tree)
     tree = substitute_tables(tree)
     plan = _plan(state_of(tree))
