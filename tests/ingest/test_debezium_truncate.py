@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 
 from horizon_broker._core.errors import InvalidArgument
+from horizon_broker.ingest.debezium import EnvelopeSpec, Place, flatten
+from horizon_broker.ingest.debezium_truncate import expanded
 from horizon_broker.ingest.job import IngestJob
 from horizon_broker.ingest.redis_stream_source import stream_source
 from horizon_broker.ingest.server import IngestServer
@@ -88,6 +90,22 @@ def test_a_truncate_from_a_redis_stream_ends_the_table_at_its_place(
         ingest.run_source("customers")
         view = broker_view(follower, ingest.client, "customers")
     assert_truncated_at_one_commit(stored_rows(view), view.lwm, first.high)
+
+
+def test_a_truncate_becomes_deletes_of_the_keys_current_before_it_in_one_transaction(
+    tmp_path: Path,
+) -> None:
+    spec = EnvelopeSpec.of(customers_table(tmp_path, allow_truncate=True))
+    events = [(Place("f", n), json.dumps(event)) for n, event in enumerate(SECOND, 1)]
+    flat = expanded(flatten(events, spec), ("id",), lambda: [(1,), (2,)])
+    deletes = [row for row in flat.rows if row["lsn"] == 30]
+    assert [row["id"] for row in deletes] == [1, 2, 4, 3]  # the index's keys, then the batch's
+    assert {(row["deleted"], row["txn"], row["name"]) for row in deletes} == {(True, "77", None)}
+    assert [row["lsn"] for row in flat.rows] == [20, 21, 22, 30, 30, 30, 30, 31, 32]
+    assert len(flat.sources) == len(flat.absent) == len(flat.rows)
+    untransacted = json.dumps(postgres_event("t", lsn=40))
+    [alone] = expanded(flatten([(Place("g", 1), untransacted)], spec), ("id",), lambda: [(9,)]).rows
+    assert alone["txn"] == "truncate@40"
 
 
 @pytest.mark.parametrize("missing", ["debezium_order", "transaction_column"])
