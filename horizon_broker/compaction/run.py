@@ -48,6 +48,7 @@ from horizon_broker.ingest.compaction_records import compaction_record_dir
 from horizon_broker.ingest.garbage import delete_unannounced
 from horizon_broker.ingest.resolve import segment_schema, stored_columns
 from horizon_broker.ingest.retention import kept_rows
+from horizon_broker.ingest.schema_follow import follow_schema
 from horizon_broker.ingest.segments import describe_segment, footer_summaries, write_segments
 from horizon_broker.ingest.storage import Storage
 from horizon_broker.ingest.table import TableDefinition
@@ -399,7 +400,9 @@ class Compactor:
 
         if not targets:
             return {}
-        table = self.table
+        # The schema registered now: every planned input was announced before it (a server
+        # reads a new version before writing under it), so none has a column this misses.
+        table = self.table = follow_schema(self.client, self.table)
         columns = stored_columns(table)
         horizon = self.client.retention_horizon(table.name)
         # Each target is read by one Spark task (its files coalesced, not shuffled) and written

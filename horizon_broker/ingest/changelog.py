@@ -94,11 +94,24 @@ def new_files(
     return [infos for _, infos in sorted(groups.items(), key=lambda item: item[1][0].path)]
 
 
+def batch_column(frame: Any, name: str, type_: str, table: TableDefinition) -> Any:
+    """A user column of a batch, typed: NULL where the frame lacks it (a column added or
+    dropped by a schema change), its default (``horizon table alter``) where it is null."""
+    from pyspark.sql import functions as F
+
+    default = dict(table.column_defaults).get(name)
+    present = name.lower() in {column.lower() for column in frame.columns}
+    value = F.col(f"`{name}`").cast(type_) if present else F.lit(None).cast(type_)
+    if default is not None:
+        value = F.coalesce(value, F.expr(default).cast(type_))
+    return value.alias(name)
+
+
 def enrich(frame: Any, table: TableDefinition, partitions: Sequence[int]) -> Any:
     """The user columns (typed), key partition, source position; ``partitions`` only."""
     from pyspark.sql import functions as F
 
-    columns = [F.col(f"`{c.name}`").cast(c.type).alias(c.name) for c in table.columns]
+    columns = [batch_column(frame, c.name, c.type, table) for c in table.columns]
     position = F.monotonically_increasing_id()
     # Rows flattened on the driver (Debezium envelopes) carry their changelog file themselves.
     source_file = F.col(SOURCE_FILE) if SOURCE_FILE in frame.columns else F.input_file_name()

@@ -46,6 +46,7 @@ from horizon_broker.ingest.batch import write_batch
 from horizon_broker.ingest.commit import CommitProtocol, IngestCommit
 from horizon_broker.ingest.locking import TransactionLocks
 from horizon_broker.ingest.manifest import Manifest, ManifestState, Record
+from horizon_broker.ingest.schema_follow import follow_schema, register_from_file
 from horizon_broker.ingest.server_table import ServerTable
 from horizon_broker.ingest.steps import STEPS, SimulatedCrash, Steps
 from horizon_broker.ingest.storage import Storage
@@ -218,7 +219,7 @@ class IngestJob:
                 recovery.recover(self.protocol)
             return self
         self.client.register()
-        self.client.register_table(self.table.descriptor())
+        self._write_under(register_from_file(self.client, self.table))
         self.client.claim_partitions(self.table.name, self.partitions)
         recovery.recover(self.protocol)
         self._started = True
@@ -284,6 +285,7 @@ class IngestJob:
         """Ingest one batch. ``sources`` name what it consumed: a batch whose sources were all
         committed before is skipped (exactly once across restarts)."""
         self.start()
+        self._write_under(follow_schema(self.client, self.table))
         sources = tuple(sources)
         needed = [p for p in self.partitions if not sources or self.state.needs(p, sources)]
         if not needed:
@@ -350,12 +352,20 @@ class IngestJob:
         assert result is not None
         return result
 
+    def _write_under(self, table: TableDefinition) -> None:
+        """Write from now on under ``table`` (the registered schema, :mod:`.schema_follow`)."""
+        if table is not self.table:
+            self.table = table
+            self.server = dataclasses.replace(self.server, table=table)
+            self.protocol.server = self.server
+
     def _read_files(
         self, paths: Sequence[str], fmt: str, options: dict[str, str] | None
     ) -> tuple[Any, int]:
         """A batch's changelog files as a frame of the table's columns, and how many of their
         events were dead-lettered (Debezium envelopes are flattened first, once, so every road
         of the batch sees the same rows)."""
+        self._write_under(follow_schema(self.client, self.table))
         if fmt == debezium.FORMAT:
             current = debezium_truncate.keys_reader(self)
             envelopes = debezium_files.read_envelopes(self.server, paths, current)

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 
 from horizon_broker._core.keys import Keys
 from horizon_broker.ingest import debezium
+from horizon_broker.ingest.schema_follow import same_but_columns
 from horizon_broker.ingest.server_config import TableSource, duplicate_tables
 from horizon_broker.watermark.catalog import TableDescriptor
 from horizon_broker.watermark.server import ServerClient
@@ -51,8 +52,8 @@ def definition_conflict(client: ServerClient, descriptor: TableDescriptor) -> st
     if text is None:
         return None
     existing = TableDescriptor.from_json(text.decode() if isinstance(text, bytes) else text)
-    if existing == descriptor:
-        return None
+    if existing == descriptor or same_but_columns(existing, descriptor):
+        return None  # columns alone: the server applies the file's schema change at start
     differences = [
         item.name
         for item in dataclasses.fields(TableDescriptor)

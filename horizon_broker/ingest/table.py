@@ -153,6 +153,7 @@ class TableDefinition:
     partial_upsert: tuple[tuple[str, Strategy], ...] | None = None
     """Per-column merge strategies (:mod:`horizon_broker.ingest.partial_upsert`); None: every
     record is a whole row."""
+    column_defaults: tuple[tuple[str, str], ...] = ()  # fills a batch's null or missing values
 
     @property
     def column_names(self) -> tuple[str, ...]:
