@@ -285,7 +285,7 @@ class IngestJob:
         """Ingest one batch. ``sources`` name what it consumed: a batch whose sources were all
         committed before is skipped (exactly once across restarts)."""
         self.start()
-        self._write_under(follow_schema(self.client, self.table))
+        self.follow_registered_schema()
         sources = tuple(sources)
         needed = [p for p in self.partitions if not sources or self.state.needs(p, sources)]
         if not needed:
@@ -352,6 +352,11 @@ class IngestJob:
         assert result is not None
         return result
 
+    def follow_registered_schema(self) -> None:
+        """Take up the table's registered schema (after a ``horizon table alter``): a source
+        that builds its batch itself calls this before reading one (batches do too)."""
+        self._write_under(follow_schema(self.client, self.table))
+
     def _write_under(self, table: TableDefinition) -> None:
         """Write from now on under ``table`` (the registered schema, :mod:`.schema_follow`)."""
         if table is not self.table:
@@ -365,7 +370,7 @@ class IngestJob:
         """A batch's changelog files as a frame of the table's columns, and how many of their
         events were dead-lettered (Debezium envelopes are flattened first, once, so every road
         of the batch sees the same rows)."""
-        self._write_under(follow_schema(self.client, self.table))
+        self.follow_registered_schema()
         if fmt == debezium.FORMAT:
             current = debezium_truncate.keys_reader(self)
             envelopes = debezium_files.read_envelopes(self.server, paths, current)
