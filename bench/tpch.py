@@ -226,17 +226,23 @@ def run(
             tables = {name: table for name, table in generate(scale).items() if name in read}
             results["rows"] = {name: table.num_rows for name, table in tables.items()}
             expected = reference_answers(tables, {number: QUERIES[number] for number in numbers})
+            steps = results["step_seconds"] = {}  # where a run's time goes
             with holding(lock):  # the plain tables, ingestion and the first phase
-                plain = plain_session(spark, tables, work)
-                ingested = ingest(spark, server, tables, work)
+                with step(steps, "plain tables"):
+                    plain = plain_session(spark, tables, work)
+                with step(steps, "ingestion"):
+                    ingested = ingest(spark, server, tables, work)
                 results["ingest_seconds"] = ingested["seconds"]
                 print(f"ingested in {sum(ingested['seconds'].values()):.0f} s: {ingested['seconds']}")  # fmt: skip
                 broker = start_broker(redis_url, spark)
-                results["before"] = phase(broker, plain, numbers, expected, rounds, ingested, plans_dir, "before")  # fmt: skip
+                with step(steps, "before"):
+                    results["before"] = phase(broker, plain, numbers, expected, rounds, ingested, plans_dir, "before")  # fmt: skip
             if compaction:
                 with holding(lock):  # taken again: others' Spark runs may go in between
-                    results["compaction"] = compact(spark, redis_url, ingested["definitions"], broker.follower)  # fmt: skip
-                    results["after"] = phase(broker, plain, numbers, expected, rounds, ingested, plans_dir, "after")  # fmt: skip
+                    with step(steps, "compaction"):
+                        results["compaction"] = compact(spark, redis_url, ingested["definitions"], broker.follower)  # fmt: skip
+                    with step(steps, "after"):
+                        results["after"] = phase(broker, plain, numbers, expected, rounds, ingested, plans_dir, "after")  # fmt: skip
         finally:
             if broker is not None:
                 broker.stop(0)
@@ -260,10 +266,23 @@ def phase(
     with connect(broker.target) as client:
         token = ingested["tokens"]
         figures = measure(client, plain, numbers, expected, rounds, token, name, plans_dir)
-        figures["time_travel_rows"] = check_time_travel(
-            client, numbers, ingested["first_batches"], ingested["first_round_snapshot"]
-        )
+        seconds: dict[str, float] = {}
+        with step(seconds, "time travel"):
+            figures["time_travel_rows"] = check_time_travel(
+                client, numbers, ingested["first_batches"], ingested["first_round_snapshot"]
+            )
+        figures["time_travel_seconds"] = seconds["time travel"]
     return figures
+
+
+@contextmanager
+def step(seconds: dict[str, float], name: str) -> Iterator[None]:
+    """The block's wall time as ``seconds[name]``."""
+    started = time.perf_counter()
+    try:
+        yield
+    finally:
+        seconds[name] = round(time.perf_counter() - started, 2)
 
 
 @contextmanager
@@ -309,6 +328,7 @@ def _services(spark: Any, redis_url: str | None) -> Iterator[tuple[Any, str]]:
 
 
 def report(results: dict[str, Any]) -> None:
+    print(f"seconds by step: {results.get('step_seconds')}")
     for phase in ("before", "after"):
         if phase not in results:
             continue
