@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -324,10 +325,16 @@ class Cluster:
             self.disk_limited = f"mount: {(done.stderr or done.stdout).strip()[:200]}"
 
     def stop(self) -> None:
-        for process in (
+        """Every process asked to stop at once (each parks or drains on its own), then the
+        store and the storage."""
+        processes = [
             self.compactor, self.compaction_pass, *self.brokers.values(), *self.servers.values()
-        ):  # fmt: skip
-            process.stop()
+        ]  # fmt: skip
+        stopping = [threading.Thread(target=process.stop) for process in processes]
+        for thread in stopping:
+            thread.start()
+        for thread in stopping:
+            thread.join()
         for link in self.links.values():
             link.close()
         self.group.close()
