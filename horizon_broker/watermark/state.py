@@ -196,7 +196,11 @@ class ServerState:
     def _on_table(self, data: Mapping[str, Any], server: str, t_ms: int) -> set[str]:
         descriptor = TableDescriptor.from_dict(dict(data))
         name = descriptor.name
+        known = self.descriptors.get(name)
         self.descriptors[name] = descriptor
+        if known is not None and known.schema_versions != descriptor.schema_versions:
+            # A schema change: views built over the old columns must not serve it.
+            self.timelines[name].generation += 1
         if name not in self.timelines:
             self.timelines[name] = Timeline(name)
             self.segments[name] = {}

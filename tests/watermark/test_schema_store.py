@@ -22,6 +22,7 @@ def test_an_alter_takes_effect_above_the_table_s_lwm_and_followers_see_it(
     ahead = (4_000_000_000_000 << 16) | 5  # a clock far ahead of this machine's
     server.report("accounts", {p: (ahead, ahead) for p in range(4)})
     follower = make_follower(redis_url)
+    generation = follower.view("accounts").generation
     outcome = alter_table(redis_url, "accounts", [parse_add("tier string default 'basic'")])
     assert outcome.changed and outcome.version.effective > ahead
     assert registered_descriptor(redis_client, "accounts") == outcome.descriptor
@@ -29,6 +30,8 @@ def test_an_alter_takes_effect_above_the_table_s_lwm_and_followers_see_it(
         lambda: follower.descriptor("accounts").column_names == ("id", "amount", "tier"),
         "the follower never saw the added column",
     )
+    # A new generation: the broker's views over the old columns are not reused.
+    assert follower.view("accounts").generation > generation
     again = alter_table(redis_url, "accounts", [parse_add("tier string default 'basic'")])
     assert not again.changed and again.descriptor == outcome.descriptor
 
