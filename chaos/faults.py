@@ -184,17 +184,27 @@ class Faults:
                 os.killpg(process.pid, signal.SIGCONT)
             group.wait_until(group.replicated, "the old primary following", timeout=60)
 
-    def _primary_failover(self) -> None:
+    def _primary_failover(self, variant: str = "") -> None:
         """The replica promoted *without* the last writes the primary acknowledged: replication
         is cut, the workload goes on (announcements, reports, grants on the primary alone), then
-        the sentinels promote the replica and the old primary follows it, losing them."""
+        the sentinels promote the replica and the old primary follows it, losing them. Variant
+        ``servers_cut`` (or at random, half the time): the servers are cut off from the store
+        (stalled) across the promotion, so for a while nobody puts back what it lost."""
         group = self.cluster.group
+        cut = variant == "servers_cut" or (not variant and self.random.random() < 0.5)
+        links = [self.cluster.links[name] for name in self.cluster.servers] if cut else []
         with self._holding("redis"):
             group.cut_replication()
             try:
                 time.sleep(self.random.uniform(1.5, 3.0))
+                for link in links:
+                    link.set(proxy.STALL)
                 group.fail_over()
+                if links:
+                    time.sleep(self.random.uniform(*self.pause_s) / 2)
             finally:
+                for link in links:
+                    link.set(proxy.OPEN)
                 group.heal_replication()
 
     def _partition_server(self) -> None:

@@ -189,9 +189,11 @@ MUTATIONS: dict[str, Mutation] = {
             "served_floor_ignored", BROKER,
             "the served LWM follows the computed one down; the persisted floor is not read",
             frozenset({"lwm_backwards", "snapshot_below_served"}), _floor_ignored,
-            # The store going back (a replica promoted without the last LWM reports) is what
-            # lowers the computed LWM under the served one; a restart shows the floor unread.
-            faults=("primary_failover", "broker_kill", "primary_failover", "primary_failover"),
+            # The store going back (a replica promoted without the last LWM reports) lowers the
+            # computed LWM under the served one; the broker's hold covers a table that lost a
+            # segment, not a quiet one, and the servers cut off across the promotion keep it
+            # low for seconds. A restart shows the floor unread.
+            faults=("primary_failover:servers_cut", "broker_kill") * 2,
         ),
         Mutation(
             "announced_before_files", SERVER,
