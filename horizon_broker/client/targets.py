@@ -46,7 +46,13 @@ class Broker:
         self.query = rpc.QueryServiceStub(self.channel)
         self.inspect = rpc.InspectionServiceStub(self.channel)
         self.health = health_pb2_grpc.HealthStub(self.channel)
+        self._watched = False
+
+    def watch(self) -> None:
+        """Follow the channel's connectivity (a thread of gRPC's; only when there is another
+        broker to move to)."""
         self.channel.subscribe(self._track, try_to_connect=False)
+        self._watched = True
 
     def _track(self, state: grpc.ChannelConnectivity) -> None:
         self.state = state
@@ -78,7 +84,8 @@ class Broker:
         return bool(outcome) and outcome[0] == grpc.ChannelConnectivity.READY
 
     def close(self) -> None:
-        self.channel.unsubscribe(self._track)
+        if self._watched:
+            self.channel.unsubscribe(self._track)
         self.channel.close()
 
 
@@ -98,6 +105,9 @@ class Targets:
         if not brokers:
             raise ValueError("a client needs at least one broker target")
         self.brokers = tuple(brokers)
+        if len(self.brokers) > 1:
+            for broker in self.brokers:
+                broker.watch()
         self.connect_timeout_s = connect_timeout_s
         self._current = 0
         self._lock = threading.Lock()
