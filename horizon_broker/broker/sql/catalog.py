@@ -14,7 +14,6 @@ from horizon_broker._core.errors import InvalidArgument
 from horizon_broker.broker.sql.feed_files import FileValidity
 from horizon_broker.watermark.catalog import ColumnSpec, TableDescriptor
 from horizon_broker.watermark.schema_versions import SchemaHistory
-from horizon_broker.watermark.schema_versions import SchemaHistory
 
 #: Database qualifiers that mean "Horizon's registered tables" (``default.t``, ``horizon.t``).
 REGISTERED_NAMESPACES = frozenset({"default", "horizon"})
@@ -57,10 +56,6 @@ class CatalogTable:
     rows: int = 0
     """Stored row versions in the visible segments: an upper bound of what a scan reads (the
     work budget's estimates start from it)."""
-    schema_history: SchemaHistory | None = None
-    """The table's schema versions when it was ever altered (None: ``columns`` at every
-    snapshot); a query reads the version in effect at its snapshot
-    (:mod:`horizon_broker.broker.sql.passes.snapshot_schema`)."""
     schema_history: SchemaHistory | None = None
     """The table's schema versions when it was ever altered (None: ``columns`` at every
     snapshot); a query reads the version in effect at its snapshot
@@ -122,7 +117,6 @@ class CatalogTable:
             closed_view=closed_view,
             closed_through=closed_through,
             rows=rows,
-            schema_history=descriptor.schema_history if descriptor.schema_versions else None,
             schema_history=descriptor.schema_history if descriptor.schema_versions else None,
             file_validity=tuple(file_validity),
         )
