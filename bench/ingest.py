@@ -16,9 +16,8 @@ On a local Spark with 2 cores and a private redis-server:
   Spark (``driver_batch_rows = 0``), side by side;
 * **write amplification**: bytes of overwrite segments the updater writes per updated row, against
   the updater's cadence (apply validUntil updates every N batches), with the LWM lag it costs;
-* **streams**: Debezium events from a Redis stream (30% updates, and with 10% partial events)
-  against Parquet files, events/s and event-to-visible p50/p99 side by side
-  (:mod:`bench.ingest_streams`).
+* **streams**: Debezium events from a Redis stream against Parquet files, events/s and
+  event-to-visible p50/p99 side by side (:mod:`bench.ingest_streams`).
 
 Run: ``python -m bench.ingest [--quick]``.
 """
@@ -479,11 +478,7 @@ def main(argv: list[str] | None = None) -> None:
                 [[r["cadence"], r["bytes_rewritten"], r["bytes_per_updated_row"],
                   r["max_lwm_lag_s"], r["seconds"]] for r in amp],
             )  # fmt: skip
-        streams = (
-            ingest_streams.run(spark, redis_process.url, work, quick=args.quick)
-            if ("streams" in parts)
-            else {}
-        )
+        streams = ingest_streams.run_part(parts, spark, redis_process.url, work, args.quick)
         if set(parts) != set(PARTS):
             print("a partial run: bench/results/ingest.json is left as it was")
             return

@@ -307,6 +307,13 @@ def run(spark: Any, redis_url: str, work: Path, *, quick: bool) -> dict[str, Any
     return {"events_per_s": speed, "event_to_visible_s": delay, "watch_s": 0.1}
 
 
+def run_part(
+    parts: list[str], spark: Any, redis_url: str, work: Path, quick: bool
+) -> dict[str, Any]:
+    """:func:`run` when ``bench.ingest --parts`` names ``streams`` (else nothing)."""
+    return run(spark, redis_url, work, quick=quick) if "streams" in parts else {}
+
+
 def main(argv: list[str] | None = None) -> None:
     """``python -m bench.ingest_streams [--quick]``: the streams part alone, its figures written
     to ``bench/results/ingest_streams.json`` (``python -m bench.ingest`` runs it with the rest)."""
