@@ -148,6 +148,7 @@ def _pass(
             break
         if result is not None and on_batch is not None:
             on_batch(remembered(job, with_lag(result, table_lag(job, source, client))))
+        job.follow_registered_schema()  # an alter since the last batch: flatten under it
         batch = stream_batch(job.server, source, entries, keys_reader(job))
         result = with_arrival(job.run_batch(batch.frame, sources=[batch.name]), batch)
     if result is None:

@@ -157,6 +157,7 @@ def micro_batch(
             ids, redis_stream_batches.owned_offsets(job, source.key), job.partitions
         )
         for start, end in _pieces(runs, source.max_events):
+            job.follow_registered_schema()  # an alter since the last batch: flatten under it
             batch = redis_stream_batches.stream_batch(
                 job.server, source, entries[start:end], keys_reader(job)
             )
