@@ -40,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar='"NAME TYPE [default X]"',
-        help="add a nullable column; rows written before read X (default: NULL); repeatable",
+        help="add a nullable column; later rows take X for a null, earlier rows read NULL; repeatable",
     )
     parser.add_argument(
         "--widen",
