@@ -359,6 +359,8 @@ def _start_embedded_redis() -> EmbeddedRedis:
 def _print_endpoints(server: BrokerServer, config: BrokerConfig) -> None:
     """Where the broker answers: gRPC, then Flight SQL, metrics and the console when on."""
     print(f"horizon broker listening on {server.target}", flush=True)
+    clock = server.startup  # from start()'s beginning, at epoch began_at (bench/broker_restart.py)
+    print(f"start-up (began_at {clock.began_at:.3f}): {clock.describe()}", flush=True)
     if server.flight_target:
         scheme = "grpc+tls" if config.server.tls else "grpc"
         print(f"Arrow Flight SQL on {scheme}://{server.flight_target}", flush=True)

@@ -8,6 +8,7 @@ blocking (locks and pins live in Redis) and takes the caller's :class:`~horizon_
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from horizon_broker._core.errors import InvalidArgument, Unavailable
@@ -23,18 +24,35 @@ class Inspection:
 
     def __init__(
         self,
-        engine: QueryEngine,
+        engine: QueryEngine | None,
         follower: Any,
         *,
         regression_policy: str,
         locks: Any = None,
         pins: Any = None,
     ) -> None:
-        self.engine = engine
+        """``engine`` None: it comes later (:meth:`attach_engine`, once Spark is up); until then
+        the follower's answers (tables, timeline, watermarks, locks) are given at once and the
+        engine's (queries, explain_key) wait for it."""
+        self._engine = engine
+        self._engine_ready = threading.Event()
+        if engine is not None:
+            self._engine_ready.set()
         self.follower = follower
         self.regression_policy = regression_policy
         self.locks = locks
         self.pins = pins
+
+    @property
+    def engine(self) -> QueryEngine:
+        """The query engine, waited for while the broker is still starting."""
+        self._engine_ready.wait()
+        assert self._engine is not None
+        return self._engine
+
+    def attach_engine(self, engine: QueryEngine) -> None:
+        self._engine = engine
+        self._engine_ready.set()
 
     def tables(self, principal: Principal) -> pb.ListTablesResponse:
         """The tables the caller may read (no inspect right needed)."""

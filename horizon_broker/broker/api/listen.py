@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import ipaddress
 import socket
+from pathlib import Path
 
-from horizon_broker._core.errors import FailedPrecondition
+import grpc
+
+from horizon_broker._core.errors import FailedPrecondition, InvalidArgument, Unavailable
 from horizon_broker.broker.config import BrokerConfig, parse_listen
 
 
@@ -47,3 +50,32 @@ def check_listen_policy(
             "read every table; configure [[tokens]] (or client certificates), listen on a "
             "loopback address, or set [server] allow_anonymous = true"
         )
+
+
+def bind(server: grpc.aio.Server, config: BrokerConfig) -> int:
+    """Add ``[server] listen`` to ``server`` (TLS when configured); the port bound."""
+    host, port = parse_listen(config.server.listen)
+    address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    settings = config.server
+    try:
+        if settings.tls:
+            key = Path(settings.tls_key or "").read_bytes()
+            cert = Path(settings.tls_cert or "").read_bytes()
+            client_ca = (
+                Path(settings.tls_client_ca).read_bytes() if settings.tls_client_ca else None
+            )
+            credentials = grpc.ssl_server_credentials(
+                [(key, cert)],
+                root_certificates=client_ca,
+                require_client_auth=client_ca is not None,
+            )
+            bound = server.add_secure_port(address, credentials)
+        else:
+            bound = server.add_insecure_port(address)
+    except OSError as error:
+        raise InvalidArgument(f"cannot read the TLS certificate or key: {error}") from None
+    except RuntimeError as error:
+        raise Unavailable(f"cannot listen on {address}: {error}") from None
+    if not bound:
+        raise Unavailable(f"cannot listen on {address}")
+    return bound

@@ -17,22 +17,21 @@ import asyncio
 import logging
 import threading
 from contextlib import ExitStack
-from pathlib import Path
 from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from horizon_broker._core.errors import InvalidArgument, Unavailable
 from horizon_broker.broker._proto.horizon.v1 import horizon_pb2 as pb
 from horizon_broker.broker._proto.horizon.v1 import horizon_pb2_grpc as rpc
 from horizon_broker.broker.api.auth import Authenticator
 from horizon_broker.broker.api.inspection import Inspection
 from horizon_broker.broker.api.inspection_service import InspectionServicer
-from horizon_broker.broker.api.listen import check_listen_policy
+from horizon_broker.broker.api.listen import bind, check_listen_policy
 from horizon_broker.broker.api.offload import Offload
 from horizon_broker.broker.api.query_service import QueryServicer
+from horizon_broker.broker.api.startup import BackgroundStart, StartingDoor, StartupClock
 from horizon_broker.broker.config import BrokerConfig, parse_listen
 from horizon_broker.broker.direct_lookup.reading import files_readable
 from horizon_broker.broker.engine import QueryEngine
@@ -44,6 +43,8 @@ from horizon_broker.broker.spark.supervisor import SparkSupervisor
 log = logging.getLogger("horizon.broker.api.server")
 
 SERVICE_NAMES = tuple(service.full_name for service in pb.DESCRIPTOR.services_by_name.values())
+QUERY_METHODS = [method.name for method in pb.DESCRIPTOR.services_by_name["QueryService"].methods]
+_NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 _MAX_MESSAGE_BYTES = 8 * 1024 * 1024
 
 
@@ -69,6 +70,9 @@ class BrokerServer:
         self._functions = functions
         self._server: grpc.aio.Server | None = None
         self._health: Any = None
+        self._query_door: StartingDoor | None = None
+        self.startup = StartupClock()
+        """When each part was ready, from the start of :meth:`start`."""
         self._subscriptions: Any = None
         """The query service's open subscriptions, ended (UNAVAILABLE) before the server stops."""
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -101,8 +105,10 @@ class BrokerServer:
 
     def start(self) -> BrokerServer:
         """Start every part, or none: a part that fails to start stops those before it, then
-        its error is raised."""
+        its error is raised. Inspection and health answer once the state is loaded (Spark
+        starts in the background meanwhile); queries wait for the engine (:mod:`.startup`)."""
         check_listen_policy(self.config)
+        self.startup = StartupClock()
         parts = ExitStack()
         try:
             self._start_parts(parts)
@@ -113,14 +119,21 @@ class BrokerServer:
             raise
         self._parts = parts
         log.info("horizon broker listening on %s", self.target)
+        log.info("horizon broker started: %s", self.startup.describe())
         return self
 
     def _start_parts(self, parts: ExitStack) -> None:
+        clock = self.startup
+        spark = self._start_spark(parts)  # in the background while the state loads
         self._start_follower(parts)
-        spark = self._start_spark(parts)
-        self._build_engine(parts, spark)
+        clock.mark("state loaded")
         self._build_inspection(parts)
         self._start_grpc_server(parts)
+        clock.mark("inspection answers")
+        self._build_engine(parts, self._spark_ready(spark))
+        self._open_queries()
+        self._update_health()
+        clock.mark("queries answer")
         self._start_flight(parts)
         self._start_supervisor(parts)
         self._start_observer(parts)
@@ -146,23 +159,31 @@ class BrokerServer:
         self._follower.wait_until_synced(state.sync_timeout_s)
 
     def _start_spark(self, parts: ExitStack) -> Any:
-        """The given Spark session, or a new one the broker stops (the one in use by then: the
-        supervisor may have replaced it)."""
+        """The given Spark session, or a new one started on a thread of its own that the broker
+        stops (the one in use by then: the supervisor may have replaced it)."""
         if self._given_spark is not None:
             return self._given_spark
-        created = self._create_spark()
+        starting = BackgroundStart(self._create_spark, "horizon-spark-start")
 
         def stop_spark() -> None:
-            (self.engine.spark if self.engine is not None else created).stop()
+            if self.engine is not None:
+                self.engine.spark.stop()
+            else:  # the start failed before the engine: stop the session when it is made
+                starting.discard(lambda spark: spark.stop())
 
         parts.callback(stop_spark)
-        return created
+        return starting
+
+    def _spark_ready(self, spark: Any) -> Any:
+        if isinstance(spark, BackgroundStart):
+            spark = spark.result()
+            self.startup.mark("spark up")
+        return spark
 
     def _build_engine(self, parts: ExitStack, spark: Any) -> None:
         """The query engine with its pin store and read floor, and the supervisor (not yet
-        watching) that gives it a new Spark session when one dies."""
-        pins = self._pin_store()
-        parts.callback(pins.close)
+        watching) that gives it a new Spark session when one dies. The gRPC server, already
+        answering inspection, is stopped again first: running queries finish on the engine."""
         floor = self._floor()
         if self._floor_redis is not None:
             parts.callback(self._floor_redis.close)
@@ -172,7 +193,7 @@ class BrokerServer:
             self.config,
             functions=self._functions,
             view_namespace=self._view_namespace,
-            pins=pins,
+            pins=self._pins,
             floor=floor,
         )
         parts.callback(self._clear_views)
@@ -186,6 +207,7 @@ class BrokerServer:
         self.engine.supervisor = self.supervisor
         self._follower.add_preparer(self.engine.direct.prepare)
         parts.callback(self._follower.remove_preparer, self.engine.direct.prepare)
+        parts.callback(self._stop_grpc)
 
     def _clear_views(self) -> None:
         """Drop this broker's views (those of the session in use: a restart makes new ones)."""
@@ -193,11 +215,11 @@ class BrokerServer:
             self.engine.views.clear()
 
     def _build_inspection(self, parts: ExitStack) -> None:
-        assert self.engine is not None
         locks = self._lock_client()
         parts.callback(locks.close)
+        parts.callback(self._pin_store().close)
         self.inspection = Inspection(
-            self.engine,
+            self.engine,  # None until Spark is up: attached by _open_queries
             self._follower,
             regression_policy=self.config.state.regression_policy,
             locks=locks,
@@ -205,6 +227,15 @@ class BrokerServer:
         )
         limits = self.config.limits
         self.offload = Offload(limits.max_concurrent + limits.queue_size + limits.max_waiting)
+
+    def _open_queries(self) -> None:
+        """The engine is built: the query service and inspection's engine calls go through."""
+        assert self.engine is not None and self.inspection is not None
+        self.inspection.attach_engine(self.engine)
+        queries = QueryServicer(self.engine, Authenticator(self.config.tokens), self.offload)
+        self._subscriptions = queries.subscriptions
+        assert self._query_door is not None
+        self._query_door.open(queries)
 
     def _start_grpc_server(self, parts: ExitStack) -> None:
         """The gRPC server, on an asyncio loop in a thread of its own."""
@@ -220,10 +251,11 @@ class BrokerServer:
 
     def _stop_grpc(self) -> None:
         """Health says NOT_SERVING, then running calls have the grace period to finish."""
-        if self._loop is None or self._server is None:
+        server, self._server = self._server, None  # once: it is on the stack twice
+        if self._loop is None or server is None:
             return
         grace_s = self._stop_grace_s
-        asyncio.run_coroutine_threadsafe(self._shutdown(self._server, grace_s), self._loop).result(
+        asyncio.run_coroutine_threadsafe(self._shutdown(server, grace_s), self._loop).result(
             timeout=grace_s + 30
         )
 
@@ -285,7 +317,7 @@ class BrokerServer:
         )
 
     async def _start_grpc(self) -> None:
-        assert self.engine is not None and self.offload is not None
+        assert self.offload is not None and self._loop is not None
         server = grpc.aio.server(
             options=[
                 ("grpc.max_send_message_length", _MAX_MESSAGE_BYTES),
@@ -294,21 +326,22 @@ class BrokerServer:
             ],
         )
         auth = Authenticator(self.config.tokens)
-        queries = QueryServicer(self.engine, auth, self.offload)
-        self._subscriptions = queries.subscriptions
-        rpc.add_QueryServiceServicer_to_server(queries, server)
+        self._query_door = StartingDoor(QUERY_METHODS, self._loop)
+        rpc.add_QueryServiceServicer_to_server(self._query_door, server)
         rpc.add_InspectionServiceServicer_to_server(
             InspectionServicer(self.inspection, auth, self.offload), server
         )
         self._health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
+        self._serving = self.serving()  # NOT_SERVING until queries can run
+        status = health_pb2.HealthCheckResponse.SERVING if self._serving else _NOT_SERVING
         for name in ("", *SERVICE_NAMES):
-            await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
+            await self._health.set(name, status)
         if self.config.server.reflection:
             reflection.enable_server_reflection(
                 (*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server
             )
-        self.port = self._bind(server)
+        self.port = bind(server, self.config)
         await server.start()
         self._server = server
 
@@ -373,55 +406,27 @@ class BrokerServer:
             fresh = self._follower.staleness_s() <= self.config.state.max_staleness_s
         except Exception:
             fresh = False
-        return fresh and (self.supervisor is None or self.supervisor.up)
+        return fresh and self.engine is not None and (self.supervisor is None or self.supervisor.up)
 
     def _watch_health(self) -> None:
         """Report NOT_SERVING while queries would fail (stale state, or no Spark engine)."""
         while not self._stopped.wait(0.25):
-            serving = self.serving()
-            if serving == self._serving or self._health is None or self._loop is None:
-                continue
-            status = (
-                health_pb2.HealthCheckResponse.SERVING
-                if serving
-                else health_pb2.HealthCheckResponse.NOT_SERVING
-            )
-            try:
-                for name in ("", *SERVICE_NAMES):
-                    asyncio.run_coroutine_threadsafe(
-                        self._health.set(name, status), self._loop
-                    ).result(timeout=5)
-            except Exception:  # the loop is stopping
-                continue
-            log.warning("health: %s", "SERVING" if serving else "NOT_SERVING")
-            self._serving = serving
+            self._update_health()
 
-    def _bind(self, server: grpc.aio.Server) -> int:
-        host, port = parse_listen(self.config.server.listen)
-        address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-        settings = self.config.server
+    def _update_health(self) -> None:
+        serving = self.serving()
+        if serving == self._serving or self._health is None or self._loop is None:
+            return
+        status = health_pb2.HealthCheckResponse.SERVING if serving else _NOT_SERVING
         try:
-            if settings.tls:
-                key = Path(settings.tls_key or "").read_bytes()
-                cert = Path(settings.tls_cert or "").read_bytes()
-                client_ca = (
-                    Path(settings.tls_client_ca).read_bytes() if settings.tls_client_ca else None
+            for name in ("", *SERVICE_NAMES):
+                asyncio.run_coroutine_threadsafe(self._health.set(name, status), self._loop).result(
+                    timeout=5
                 )
-                credentials = grpc.ssl_server_credentials(
-                    [(key, cert)],
-                    root_certificates=client_ca,
-                    require_client_auth=client_ca is not None,
-                )
-                bound = server.add_secure_port(address, credentials)
-            else:
-                bound = server.add_insecure_port(address)
-        except OSError as error:
-            raise InvalidArgument(f"cannot read the TLS certificate or key: {error}") from None
-        except RuntimeError as error:
-            raise Unavailable(f"cannot listen on {address}: {error}") from None
-        if not bound:
-            raise Unavailable(f"cannot listen on {address}")
-        return bound
+        except Exception:  # the loop is stopping
+            return
+        log.warning("health: %s", "SERVING" if serving else "NOT_SERVING")
+        self._serving = serving
 
     @property
     def target(self) -> str:
