@@ -188,10 +188,10 @@ class Faults:
         """The replica promoted *without* the last writes the primary acknowledged: replication
         is cut, the workload goes on (announcements, reports, grants on the primary alone), then
         the sentinels promote the replica and the old primary follows it, losing them. Variant
-        ``servers_cut`` (or at random, half the time): the servers are cut off from the store
-        (stalled) across the promotion, so for a while nobody puts back what it lost."""
+        ``servers_cut``: the servers are cut off from the store (stalled) across the promotion,
+        so for a while nobody puts back what it lost."""
         group = self.cluster.group
-        cut = variant == "servers_cut" or (not variant and self.random.random() < 0.5)
+        cut = variant == "servers_cut"
         links = [self.cluster.links[name] for name in self.cluster.servers] if cut else []
         with self._holding("redis"):
             group.cut_replication()
