@@ -1,11 +1,19 @@
 """Which layout difference makes Spark scan the updater's lineitem file slower."""
-import glob, os, time, sys
+
+import glob
+import os
+import sys
+import time
+
 import pyarrow.parquet as pq
-from horizon_broker._core.spark_session import create_spark_session
+
 from bench.tpch_metrics import last_execution_id, read_by_scan
+from horizon_broker._core.spark_session import create_spark_session
 
 work = sys.argv[1]
-src = glob.glob(f"{work}/horizon/lineitem/segments/*/u0000000003/*/_seg=32768/_rows=open/*.parquet")[0]
+src = glob.glob(
+    f"{work}/horizon/lineitem/segments/*/u0000000003/*/_seg=32768/_rows=open/*.parquet"
+)[0]
 table = pq.read_table(src).select([c for c in pq.read_schema(src).names if c.startswith("l_")])
 out = "/tmp/tpch49/variants"
 os.makedirs(out, exist_ok=True)
