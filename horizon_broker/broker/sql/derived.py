@@ -30,6 +30,7 @@ _VERSION = "__horizon_v"
 _NEIGHBOUR = "__horizon_n"
 _AT = "__horizon_at"
 _SOURCE = "__horizon_src"
+_BEGINS = "__horizon_begins"
 
 
 def quote(name: str) -> str:
@@ -132,44 +133,32 @@ def change_feed_sql(table: CatalogTable, start: int, end: int) -> str:
     (non-empty) version of its key ended at that instant; a version ending in the window is a
     ``delete``, or an ``update_preimage`` when another (non-empty) version of its key began then.
     Empty versions (``validFrom = validUntil``) never appear and never count as neighbours.
-    Only versions beginning or ending in the window are read (:func:`_side_rows`): every view of
-    a split table, but of each only the files whose versions may lie in the window.
+
+    Each version beginning or ending in the window is one event (:func:`_side_rows` reads only
+    the files that may hold one); one window over (key, instant) tells an event whether the other
+    kind happened to its key at the same instant. So the feed costs two pruned scans and one
+    shuffle of the window's events, never a join.
     """
-    begin_rows = _side_rows(table, BEGINS, start, end)
-    end_rows = _side_rows(table, ENDS, start, end)
-    begin_alone = _side_rows(table, BEGINS, start, end, alias=_SOURCE)
-    end_alone = _side_rows(table, ENDS, start, end, alias=_SOURCE)
     valid_from, valid_until = quote(VALID_FROM), quote(VALID_UNTIL)
-    user = [quote(name) for name in table.column_names]
-    keys = [quote(name) for name in table.primary_key]
-    versioned = ", ".join(f"{_VERSION}.{name}" for name in user)
-    key_list = ", ".join(keys)
-    key_match = " AND ".join(f"{_NEIGHBOUR}.{key} <=> {_VERSION}.{key}" for key in keys)
-    non_empty = f"({valid_until} IS NULL OR {valid_until} > {valid_from})"
-
-    def in_window(column: str, qualifier: str = "") -> str:
-        return f"{qualifier}{column} > {start} AND {qualifier}{column} <= {end}"
-
-    begins = (
-        f"SELECT {versioned}, "
-        f"CASE WHEN {_NEIGHBOUR}.{_AT} IS NULL THEN 'insert' ELSE 'update_postimage' END "
-        f"AS {CHANGE_TYPE}, {_VERSION}.{valid_from} AS {COMMIT_TIMESTAMP} "
-        f"FROM {begin_rows} AS {_VERSION} LEFT JOIN ("
-        f"SELECT DISTINCT {key_list}, {valid_until} AS {_AT} FROM {end_alone} "
-        f"WHERE {valid_until} > {valid_from} AND {in_window(valid_until)}"
-        f") AS {_NEIGHBOUR} ON {key_match} AND {_NEIGHBOUR}.{_AT} = {_VERSION}.{valid_from} "
-        f"WHERE {in_window(valid_from, _VERSION + '.')} AND ({_VERSION}.{valid_until} IS NULL "
-        f"OR {_VERSION}.{valid_until} > {_VERSION}.{valid_from})"
+    user = ", ".join(quote(name) for name in table.column_names)
+    instant = f"PARTITION BY {', '.join(quote(name) for name in table.primary_key)}, {_AT}"
+    events = (
+        f"SELECT {user}, {valid_from} AS {_AT}, 1 AS {_BEGINS} "
+        f"FROM {_side_rows(table, BEGINS, start, end)} AS {_VERSION} "
+        f"WHERE {valid_from} > {start} AND {valid_from} <= {end} "
+        f"AND ({valid_until} IS NULL OR {valid_until} > {valid_from}) "
+        f"UNION ALL SELECT {user}, {valid_until} AS {_AT}, 0 AS {_BEGINS} "
+        f"FROM {_side_rows(table, ENDS, start, end)} AS {_NEIGHBOUR} "
+        f"WHERE {valid_until} > {start} AND {valid_until} <= {end} "
+        f"AND {valid_until} > {valid_from}"
     )
-    ends = (
-        f"SELECT {versioned}, "
-        f"CASE WHEN {_NEIGHBOUR}.{_AT} IS NULL THEN 'delete' ELSE 'update_preimage' END "
-        f"AS {CHANGE_TYPE}, {_VERSION}.{valid_until} AS {COMMIT_TIMESTAMP} "
-        f"FROM {end_rows} AS {_VERSION} LEFT JOIN ("
-        f"SELECT DISTINCT {key_list}, {valid_from} AS {_AT} FROM {begin_alone} "
-        f"WHERE {non_empty} AND {in_window(valid_from)}"
-        f") AS {_NEIGHBOUR} ON {key_match} AND {_NEIGHBOUR}.{_AT} = {_VERSION}.{valid_until} "
-        f"WHERE {in_window(valid_until, _VERSION + '.')} "
-        f"AND {_VERSION}.{valid_until} > {_VERSION}.{valid_from}"
+    kinds = (
+        f"CASE WHEN {_BEGINS} = 1 THEN CASE WHEN min({_BEGINS}) OVER ({instant}) = 0 "
+        f"THEN 'update_postimage' ELSE 'insert' END "
+        f"ELSE CASE WHEN max({_BEGINS}) OVER ({instant}) = 1 "
+        f"THEN 'update_preimage' ELSE 'delete' END END"
     )
-    return f"({begins} UNION ALL {ends})"
+    return (
+        f"(SELECT {user}, {kinds} AS {CHANGE_TYPE}, {_AT} AS {COMMIT_TIMESTAMP} "
+        f"FROM ({events}) AS {_SOURCE})"
+    )

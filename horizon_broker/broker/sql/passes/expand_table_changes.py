@@ -67,7 +67,7 @@ def expand_table_changes(tree: exp.Expr) -> exp.Expr:
     >>> t = CatalogTable("t", (ColumnSpec("k", "int"),), ("k",), True, 10, 0, "__horizon_t_g1")
     >>> tree = sqlglot.parse_one("SELECT * FROM table_changes('t', 1, 5) AS c", read="spark")
     >>> expand_table_changes(resolve_references(tree, Catalog([t]))).sql("spark")[:40]
-    'SELECT * FROM (SELECT __horizon_v.k, CAS'
+    'SELECT * FROM (SELECT k, CASE WHEN __hor'
 
     A table with settled segments in a view of their own is read from the union of both views
     (the feed needs every version):
