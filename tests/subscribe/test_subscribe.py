@@ -213,11 +213,12 @@ def test_compaction_between_two_snapshots_sends_no_delta(env: Env) -> None:
         misses = cache.misses
         env.move(table, 5500)
         eventually(lambda: cache.misses > misses, "the subscription read the compacted snapshot")
+        assert shown(reader.step()) == [("progress", 5000, 5500, (), [])], "no change row"
         env.move(table, 6000)
         assert shown(reader.step()) == [
             (
                 "delta",
-                5000,
+                5500,
                 6000,
                 ("id",),
                 [("update_after", 5, "o5", 51), ("update_before", 5, "o5", 50)],
@@ -227,6 +228,34 @@ def test_compaction_between_two_snapshots_sends_no_delta(env: Env) -> None:
         assert {s.partition for s in view.visible_segments} == {32_768}
     finally:
         reader.close()
+
+
+def test_a_quiet_step_sends_progress_whose_token_resumes_from_the_new_snapshot(env: Env) -> None:
+    table = env.table()
+    sql = f"SELECT id, owner, balance FROM {table}"
+    reader = Reader(env, sql)
+    try:
+        reader.step()
+        env.move(table, 5000)
+        reader.step()
+        env.move(table, 5500)  # nothing committed between 5000 and 5500 changes the answer
+        (progress,) = reader.step()
+        assert (progress.kind, progress.from_snapshot, progress.to_snapshot) == (
+            "progress",
+            5000,
+            5500,
+        )
+        assert progress.rows.num_rows == 0 and progress.resume_token
+    finally:
+        reader.close()
+    env.move(table, 6000)
+    resumed = Reader(env, sql, resume_token=progress.resume_token)
+    try:
+        assert [m.kind for m in resumed.step()] == ["resumed"]
+        (delta,) = resumed.step()
+        assert (delta.kind, delta.from_snapshot, delta.to_snapshot) == ("delta", 5500, 6000)
+    finally:
+        resumed.close()
 
 
 def test_a_token_that_cannot_read_the_table_is_refused(env: Env) -> None:

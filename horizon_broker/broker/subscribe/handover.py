@@ -75,6 +75,19 @@ class HandOver:
                 self.last_token, self.last_snapshot = token, message.to_snapshot
         self._wake()
 
+    def offer(self, message: Any) -> bool:
+        """Hand one message over only if there is room now (never waits): False when the
+        subscriber has not taken what it was handed, or went away."""
+        with self._lock:
+            if self.closed or len(self._items) >= self._capacity:
+                return False
+            self._items.append(message)
+            token = getattr(message, "resume_token", "")
+            if token:
+                self.last_token, self.last_snapshot = token, message.to_snapshot
+        self._wake()
+        return True
+
     def finish(self, outcome: Any) -> None:
         """The last item: the error that ended the subscription, or None (never blocks)."""
         with self._lock:

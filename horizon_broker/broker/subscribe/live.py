@@ -22,12 +22,14 @@ KINDS = {
     pb.SUBSCRIBE_MESSAGE_KIND_FIRST_RESULT: "first_result",
     pb.SUBSCRIBE_MESSAGE_KIND_DELTA: "delta",
     pb.SUBSCRIBE_MESSAGE_KIND_RESUMED: "resumed",
+    pb.SUBSCRIBE_MESSAGE_KIND_PROGRESS: "progress",
 }
 
 
 @dataclass(frozen=True, slots=True)
 class SubscriptionMessage:
-    """One message of a subscription: ``kind`` is "first_result", "delta" or "resumed";
+    """One message of a subscription: ``kind`` is "first_result", "delta", "resumed" or
+    "progress" (the snapshot moved, the answer did not: no rows, a new token);
     ``rows`` a delta's change rows (``_change_type`` first) or the first result's rows;
     ``resume_token`` is set on the last part of each step (send it back to go on from
     ``to_snapshot``)."""
@@ -105,5 +107,5 @@ class LiveResult:
             self.key = message.key or self.key
             self.changes = pa.concat_tables(self._parts) if self._parts else None
             self._parts = []
-            self.steps += message.kind != "resumed"
+            self.steps += message.kind in ("first_result", "delta")
         return message.last_part

@@ -14,6 +14,7 @@ from .diff import Delta
 FIRST = pb.SUBSCRIBE_MESSAGE_KIND_FIRST_RESULT
 DELTA = pb.SUBSCRIBE_MESSAGE_KIND_DELTA
 RESUMED = pb.SUBSCRIBE_MESSAGE_KIND_RESUMED
+PROGRESS = pb.SUBSCRIBE_MESSAGE_KIND_PROGRESS
 
 
 def ipc_bytes(rows: pa.Table) -> bytes:
@@ -72,4 +73,17 @@ def resumed_message(strategy: str, at: int, token: str) -> pb.SubscribeResponse:
     """The first message of a resumed stream: what computes it and where it goes on from."""
     return pb.SubscribeResponse(
         kind=RESUMED, strategy=strategy, to_snapshot=at, resume_token=token, last_part=True
+    )
+
+
+def progress_message(strategy: str, start: int, to: int, token: str) -> pb.SubscribeResponse:
+    """The snapshot moved from ``start`` to ``to`` and the answer did not: no rows, but a token
+    from ``to``, so a quiet stream's subscriber knows how far it is and resumes from there."""
+    return pb.SubscribeResponse(
+        kind=PROGRESS,
+        strategy=strategy,
+        from_snapshot=start,
+        to_snapshot=to,
+        resume_token=token,
+        last_part=True,
     )

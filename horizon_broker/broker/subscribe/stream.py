@@ -29,7 +29,7 @@ from .choose import check_name
 from .coalesce import DEFAULT_MAX_ROWS_PER_MESSAGE, MAX_ROWS_PER_MESSAGE, next_range
 from .handover import RESUME_TOKEN_TRAILER, HandOver, SubscriberBehind
 from .limits import STOPPING_MESSAGE, OpenSubscriptions
-from .messages import delta_messages, first_result_messages, resumed_message
+from .messages import delta_messages, first_result_messages, progress_message, resumed_message
 from .recording import RecordedSubscription
 from .snapshot_sql import at_snapshot
 from .strategy import DeltaStrategy, Reads, choose_strategy
@@ -173,12 +173,18 @@ class Subscription:
         return newest_snapshot(follower, self.tables)
 
     def send_delta(self, start: int, to: int) -> bool:
-        """Send the changes from ``start`` to ``to``; False when there were none (nothing is
-        sent: compaction and rewrites change no rows)."""
+        """Send the changes from ``start`` to ``to``. When there were none (the commits touched
+        no row the query shows, or only compaction and rewrites, which change no rows), a
+        progress message (no rows, the token from ``to``), only if the subscriber has room for
+        it: a quiet stream never makes a subscriber that does not read fall behind. True when
+        the subscriber was brought to ``to``."""
         delta = self.strategy.advance(to)
-        if delta.empty:
-            return False
         name, token = self.strategy.name, self.token(to)
+        if delta.empty:
+            if not self.pipe.offer(progress_message(name, start, to, token)):
+                return False  # the next message's range covers this snapshot too
+            self._sent(to, 0)
+            return True
         for message in delta_messages(delta, name, start, to, token, self.plan.max_rows):
             self.pipe.put(message)
         self._sent(to, delta.rows.num_rows)
