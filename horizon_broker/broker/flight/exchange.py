@@ -9,7 +9,9 @@ The server answers with one Arrow stream whose schema is the query's columns aft
 ``_change_type`` column. Each Subscribe message is one record batch (a resumed stream's header:
 a metadata-only message) whose ``app_metadata`` is a JSON object (:func:`app_metadata`) with the
 message's kind, strategy, snapshots, key columns, last_part and resume token; the first result's
-rows come as ``insert`` changes, so a client applies every message the same way. The broker's
+rows come as ``insert`` changes, so a client applies every message the same way. A ``progress``
+message (the tables' snapshot moved and the answer did not) is metadata only, like a resumed
+header: its ``to_snapshot`` and ``resume_token`` are where a quiet stream stands. The broker's
 subscription thread (:mod:`horizon_broker.broker.subscribe`) computes the messages, with the
 grants, budgets, admission, per-identity limit and lag bound of QueryService.Subscribe; errors
 are the Flight errors of every other call, the stream's last resume token in the
@@ -37,7 +39,7 @@ from horizon_broker.broker.subscribe import (
     subscription_plan,
 )
 from horizon_broker.broker.subscribe.diff import CHANGE_COLUMN, INSERT, delta_schema
-from horizon_broker.broker.subscribe.limits import STOPPING_MESSAGE
+from horizon_broker.broker.subscribe.limits import STOPPING_MESSAGE, HeldPlace
 from horizon_broker.broker.subscribe.live import KINDS
 from horizon_broker.broker.subscribe.messages import read_ipc
 from horizon_broker.broker.subscribe.stream import WAKE_S, ending_trailers
@@ -128,7 +130,17 @@ def flight_batch(message: pb.SubscribeResponse, schema: pa.Schema) -> pa.RecordB
 
 
 class SubscriptionExchange:
-    """DoExchange's subscriptions: each on a thread of its own, written as the client reads."""
+    """DoExchange's subscriptions: each on a thread of its own, written as the client reads.
+
+    A subscriber that does not read holds its handler thread while a write waits, and this
+    cannot be helped: pyarrow's Flight server is synchronous (each call runs on one of gRPC's
+    threads, and ``write_with_metadata`` blocks in C++ until the client's flow-control window
+    takes the message), with neither a write timeout nor a way for the server to cancel a call.
+    What it costs is bounded instead: the subscription itself (its queries, its Spark work) ends
+    at the lag bound as over gRPC, and the identity's place in ``max_subscriptions_per_identity``
+    is held by the handler (not by the subscription), so an identity holds at most that many
+    handler threads, reading or not. The thread is free once the client reads, cancels, its call
+    deadline passes or its connection goes."""
 
     def __init__(self, engine: QueryEngine, subscriptions: OpenSubscriptions) -> None:
         self.engine = engine
@@ -142,14 +154,16 @@ class SubscriptionExchange:
         prepared = self.engine.prepare(plan.sql, principal)  # grants, and the columns
         schema = delta_schema(self.engine.result_schema(prepared))
         pipe = HandOver(PIPE, self.engine.config.limits.subscription_max_lag_s)
-        args = (self.engine, principal, plan, pipe, self.subscriptions, SOURCE)
-        threading.Thread(
-            target=produce_subscription, args=args, name="horizon-flight-subscribe", daemon=True
-        ).start()
-        try:
-            self._relay(context, pipe, writer, schema)
-        finally:
-            pipe.close()
+        held = HeldPlace(self.subscriptions)
+        args = (self.engine, principal, plan, pipe, held, SOURCE)
+        with self.subscriptions.open(principal.name):  # until this handler thread is free
+            threading.Thread(
+                target=produce_subscription, args=args, name="horizon-flight-subscribe", daemon=True
+            ).start()
+            try:
+                self._relay(context, pipe, writer, schema)
+            finally:
+                pipe.close()
 
     def _next(self, context: Any, pipe: HandOver) -> Any:
         """The next item of the subscription (None: the client left)."""

@@ -64,3 +64,18 @@ class OpenSubscriptions:
                 if not self._open:
                     return
             await asyncio.sleep(0.02)
+
+
+class HeldPlace(OpenSubscriptions):
+    """``subscriptions`` for a subscription whose call already holds its identity's place (a
+    Flight handler holds it for its whole life, see ``flight.exchange``): opening takes none."""
+
+    def __init__(self, subscriptions: OpenSubscriptions) -> None:
+        super().__init__(lambda: 0)
+        self.stopping = subscriptions.stopping
+
+    @contextmanager
+    def open(self, identity: str) -> Iterator[None]:
+        if self.stopping.is_set():
+            raise Unavailable(STOPPING_MESSAGE)
+        yield
