@@ -124,7 +124,7 @@ def follow_commits(env: dict[str, Any], sql: str, strategy: str, version: int) -
     spark, job, client, follower = env["spark"], env["job"], env["client"], env["follower"]
     rng = random.Random(version)
     subscriber = Subscriber(env["target"], sql, strategy)
-    commit_to_delta, lwm_to_delta = [], []
+    commit_to_delta, lwm_to_delta, commit_to_lwm = [], [], []
     try:
         subscriber.until(0)  # the first result
         for number in range(env["commits"]):
@@ -141,6 +141,7 @@ def follow_commits(env: dict[str, Any], sql: str, strategy: str, version: int) -
             watcher.join()
             commit_to_delta.append((arrived - committed) * 1000)
             lwm_to_delta.append((arrived - seen[0]) * 1000)
+            commit_to_lwm.append((seen[0] - committed) * 1000)
         live = subscriber.live
         at = at_snapshot(sql, [TABLE], live.snapshot or 0)
         expected = Counter(tuple(r.values()) for r in client.query(at).to_pylist())
@@ -151,6 +152,7 @@ def follow_commits(env: dict[str, Any], sql: str, strategy: str, version: int) -
         "strategy": live.strategy,
         "commit_to_delta_ms": summarize(commit_to_delta),
         "lwm_to_delta_ms": summarize(lwm_to_delta),
+        "commit_to_lwm_ms": summarize(commit_to_lwm),
         "result_rows": live.table.num_rows,
         "correct": correct,
     }
@@ -205,29 +207,43 @@ def run_size(spark: Any, redis_url: str, rows: int, commits: int, keys: int) -> 
     return figures
 
 
+def cost_ratio(figures: dict[str, Any], name: str, strategy: str) -> str:
+    """A strategy's cost per snapshot (LWM -> delta p50) over the exact diff's for the same
+    query and table size, measured in the same run ("" for the exact diff itself)."""
+    exact = figures.get(f"{name}/exact_diff", {})
+    mine = figures.get(f"{name}/{strategy}", {})
+    if strategy == "exact_diff" or "lwm_to_delta_ms" not in exact or "lwm_to_delta_ms" not in mine:
+        return ""
+    return f"{mine['lwm_to_delta_ms']['p50'] / exact['lwm_to_delta_ms']['p50']:.2f}x"
+
+
 def show(results: dict[str, Any]) -> None:
     lines = []
     for size, figures in results["sizes"].items():
-        for name, run in figures.items():
+        for label, run in figures.items():
             if not isinstance(run, dict):
                 continue
             if "error" in run:
-                lines.append((f"{int(size):,}", name, "error", run["error"][:60], "", ""))
+                lines.append((f"{int(size):,}", label, "error", run["error"][:60], "", "", "", ""))
                 continue
             commit, lwm = run["commit_to_delta_ms"], run["lwm_to_delta_ms"]
+            follow = run.get("commit_to_lwm_ms", {"p50": float("nan"), "p99": float("nan")})
+            name, strategy = label.split("/")
             lines.append(
                 (
                     f"{int(size):,}",
-                    name,
+                    label,
                     f"{commit['p50']:.0f} / {commit['p99']:.0f}",
+                    f"{follow['p50']:.0f} / {follow['p99']:.0f}",
                     f"{lwm['p50']:.0f} / {lwm['p99']:.0f}",
+                    cost_ratio(figures, name, strategy),
                     f"{run['result_rows']:,}",
                     "yes" if run["correct"] else "NO",
                 )
             )
     columns = [
-        "rows", "query/strategy", "commit->delta p50/p99 ms", "LWM->delta p50/p99 ms",
-        "result rows", "exact",
+        "rows", "query/strategy", "commit->delta p50/p99 ms", "commit->LWM p50/p99 ms",
+        "LWM->delta p50/p99 ms", "cost vs exact_diff (p50)", "result rows", "exact",
     ]  # fmt: skip
     print_table("bench.subscribe", columns, lines)
 
