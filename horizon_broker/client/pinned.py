@@ -78,12 +78,18 @@ def register_passthrough_views(spark: Any, rewritten: pb.RewriteQueryResponse) -
     """Create the temp views a rewritten query reads, on ``spark``; returns their names.
 
     Each entry names one view and the files it must read; a table may have two entries."""
+    from horizon_broker.broker.sql.feed_files import FILE_COLUMN, FILE_NAME_EXPRESSION, FILES_SUFFIX
+
     names = []
     for table in rewritten.tables:
+        companion = table.view.endswith(FILES_SUFFIX)  # a change feed's: rows name their file
         if table.files:
             frame = spark.read.schema(table.schema_ddl).parquet(*table.files)
+            if companion:
+                frame = frame.selectExpr("*", FILE_NAME_EXPRESSION)
         else:
-            frame = spark.createDataFrame([], table.schema_ddl)
+            ddl = f"{table.schema_ddl}, `{FILE_COLUMN}` string" if companion else table.schema_ddl
+            frame = spark.createDataFrame([], ddl)
         frame.createOrReplaceTempView(table.view)
         names.append(table.view)
     return names
