@@ -37,6 +37,7 @@ from horizon_broker.ingest import preflight, redis_stream_batches
 from horizon_broker.ingest.job import BatchResult, IngestJob
 from horizon_broker.ingest.server_config import ServerConfig, TableSource, owned_partitions
 from horizon_broker.ingest.storage import require_classic_session
+from horizon_broker.ingest.stream_lag_report import report_stream_lag
 from horizon_broker.ingest.table import TableDefinition
 from horizon_broker.locks.client import LockRenewer
 from horizon_broker.locks.rules import STREAMING_INGESTION_PRIORITY
@@ -221,10 +222,12 @@ class IngestServer:
         if stream is None:
             return self.run_directory(table)
         client = self._stream_clients.of(stream)
-        return self._run(
+        result = self._run(
             table,
             lambda job: redis_stream_batches.run_stream_pass(job, stream, client, on_batch),
         )
+        report_stream_lag(self.client, self._source(table).name, stream, result)
+        return result
 
     def run_stream(
         self,
