@@ -26,6 +26,7 @@ import argparse
 import contextlib
 import json
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -356,6 +357,8 @@ def main(argv: list[str] | None = None) -> int:
         "--no-faults", action="store_true", help="inject no faults (but those a mutation asks for)"
     )
     args = parser.parse_args(argv)
+    # A SIGTERM unwinds like an exception: the cluster stops its processes and unmounts storage.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     if args.mutations:
         return _mutations(args)
     work = Path(tempfile.mkdtemp(prefix="horizon-chaos-"))
