@@ -1,8 +1,5 @@
-"""DoExchange's bounds and quiet streams, read with plain ``pyarrow.flight``: a quiet step comes
-as a metadata-only ``progress`` message with a new token, and a subscriber that does not read
-has its subscription ended at the lag bound while its handler keeps the identity's place until
-the call goes (pyarrow's server cannot interrupt the write it is blocked in), so an identity
-never holds more blocked handler threads than its limit."""
+"""DoExchange's quiet streams, read with plain ``pyarrow.flight``: a quiet step comes as a
+metadata-only ``progress`` message with a new token."""
 
 from __future__ import annotations
 
@@ -13,8 +10,7 @@ from typing import Any
 import pyarrow.flight as fl
 import pytest
 
-from tests.subscribe.harness import ADMIN, Env, big_history, subscribe_env
-from tests.waiting import eventually
+from tests.subscribe.harness import ADMIN, Env, subscribe_env
 
 pytestmark = [pytest.mark.spark, pytest.mark.redis]
 
@@ -54,14 +50,6 @@ class Exchange:
         self.client.close()
 
 
-def _record(env: Env, sql: str) -> Any:
-    queries = env.broker.engine.queries
-    for record in [*queries.running(), *queries.recent()]:
-        if record.sql == sql and record.kind == "subscription":
-            return record
-    return None
-
-
 def test_a_quiet_step_comes_as_a_progress_message_with_a_token(env: Env) -> None:
     table = env.table()
     sql = f"SELECT id, owner, balance FROM {table}"
@@ -84,26 +72,3 @@ def test_a_quiet_step_comes_as_a_progress_message_with_a_token(env: Env) -> None
         assert meta["resume_token"] and meta["last_part"]
     finally:
         exchange.close()
-
-
-def test_a_subscriber_that_does_not_read_ends_at_the_lag_bound_and_its_handler_keeps_its_place(
-    env: Env,
-) -> None:
-    steps = [1000 + 100 * k for k in range(1, 9)]
-    table = env.table(big_history(steps))
-    sql = f"SELECT id, owner, balance FROM {table}"
-    places = env.broker.flight.exchange.subscriptions
-    exchange = Exchange(env, sql)
-    try:
-        assert exchange.meta()["kind"] == "first_result"
-        for lwm in steps:  # each delta is larger than the window: the handler's write stalls
-            env.move(table, lwm)
-        record = eventually(
-            lambda: (r := _record(env, sql)) is not None and r.state == "failed" and r,
-            "the subscription ended past the lag bound",
-        )
-        assert record.status == "RESOURCE_EXHAUSTED"
-        assert places.count("admin") == 1, "the blocked handler still holds the place"
-    finally:
-        exchange.close()
-    eventually(lambda: places.count("admin") == 0, "the handler freed its place")
