@@ -10,6 +10,7 @@ import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -61,6 +62,12 @@ def _health(target: str) -> str:
         return type(error).__name__
 
 
+def _spark_jobs(client: Any, query_id: str) -> int:
+    """How many Spark jobs the broker reports running for ``query_id`` (0: none yet)."""
+    record = next((q for q in client.queries() if q.query_id == query_id), None)
+    return record.spark_jobs_running if record is not None else 0
+
+
 def _wait_for(condition, timeout: float) -> bool:  # type: ignore[no-untyped-def]
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -101,9 +108,11 @@ def test_a_killed_spark_jvm_is_replaced_and_the_broker_answers_again(broker_proc
     with connect(target) as client:
         assert client.query("SELECT count(*) AS n FROM accounts").to_pylist() == [{"n": 100}]
         running = client.start_query(
-            "SELECT count(DISTINCT sha2(repeat(owner, 100000), 256)) FROM big", cache=False
+            "SELECT count(DISTINCT sha2(repeat(owner, 100000), 256)) FROM big",
+            cache=False,
+            query_id="slow",
         )
-        time.sleep(2)
+        assert _wait_for(lambda: _spark_jobs(client, "slow") > 0, 60), "it never ran on Spark"
         jvm = jvm_of(broker_process.process.pid)
         assert jvm is not None, "no Spark JVM under the broker process"
         os.kill(jvm, signal.SIGKILL)
