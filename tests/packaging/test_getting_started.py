@@ -94,10 +94,8 @@ def installed(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     environment = tmp_path_factory.mktemp("env")
     venv.EnvBuilder(with_pip=True).create(environment)
     python = environment / "bin" / "python"
-    # --no-compile: byte-compiling every installed module (Spark's thousands) took more than
-    # half of the install; Python compiles what the page imports when it imports it.
     install = [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
-    subprocess.run([*install, "--no-compile", str(wheel)], check=True, capture_output=True)
+    subprocess.run([*install, str(wheel)], check=True, capture_output=True)
     return environment / "bin"
 
 
