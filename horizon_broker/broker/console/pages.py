@@ -32,8 +32,9 @@ from horizon_broker.broker.console import queries
 from horizon_broker.broker.console.guard import CSRF_COOKIE, ConsoleGuard, CsrfTokens, HostPolicy
 from horizon_broker.broker.console.live import LiveTables
 from horizon_broker.broker.console.sessions import COOKIE, Sessions
+from horizon_broker.broker.console.stream_lags import StreamLags
 from horizon_broker.broker.console.throttle import SignInLimit
-from horizon_broker.broker.grants import Principal
+from horizon_broker.broker.grants import Principal, check_inspect
 from horizon_broker.broker.operations_config import ConsoleConfig
 from horizon_broker.broker.subscribe import OpenSubscriptions
 from horizon_broker.timeline.interval import format_instant, parse_instant
@@ -52,8 +53,10 @@ class Console:
         config: ConsoleConfig,
         subscriptions: OpenSubscriptions | None = None,
         offload: Offload | None = None,
+        stream_lags: StreamLags | None = None,
     ) -> None:
         self.inspection = inspection
+        self.stream_lags = stream_lags
         self.engine = engine
         self.sessions = sessions
         self.config = config
@@ -74,6 +77,7 @@ class Console:
                 Route("/logout", self.logout, methods=["POST"]),
                 Route("/tables/{table}", self.table),
                 Route("/tables/{table}/why", self.why),
+                Route("/ingestion", self.ingestion),
                 Route("/locks", self.locks),
                 Route("/queries", self.queries),
                 Route("/query", self.query, methods=["GET", "POST"]),
@@ -180,6 +184,14 @@ class Console:
             reasons={value: name.removeprefix("KEY_VERSION_REASON_").lower().replace("_", " ")
                      for name, value in pb.KeyVersionReason.items()},
         )  # fmt: skip
+
+    def ingestion(self, request: Request) -> Response:
+        """Each Redis-stream table's lag behind its stream's head, per server (inspectors)."""
+        principal = self._who(request)
+        check_inspect(principal)
+        names = [info.name for info in self.inspection.tables(principal).tables]
+        lags = self.stream_lags.of(names) if self.stream_lags is not None else []
+        return self._page(request, "ingestion.html", principal, lags=lags, now_ms=_now_ms())
 
     def locks(self, request: Request) -> Response:
         principal = self._who(request)

@@ -28,6 +28,7 @@ from horizon_broker.broker.config import BrokerConfig, parse_listen
 from horizon_broker.broker.console.guard import HostPolicy
 from horizon_broker.broker.console.pages import Console
 from horizon_broker.broker.console.sessions import Sessions
+from horizon_broker.broker.console.stream_lags import StreamLags
 from horizon_broker.broker.subscribe import OpenSubscriptions
 
 log = logging.getLogger(__name__)
@@ -58,7 +59,10 @@ class ConsoleServer:
         self.host, port = parse_listen(config.console_address)
         sessions = Sessions(Authenticator(config.tokens), config.console.session_ttl_s)
         hosts = HostPolicy.of(self.host, config.console.allowed_host_names)
-        self.pages = Console(inspection, engine, sessions, config.console, subscriptions, offload)
+        self.stream_lags = StreamLags(config.state.redis_url, config.state.key_prefix)
+        self.pages = Console(
+            inspection, engine, sessions, config.console, subscriptions, offload, self.stream_lags
+        )
         app = self.pages.app(hosts)
         tls = config.server
         self._server = uvicorn.Server(
@@ -107,3 +111,4 @@ class ConsoleServer:
         self.pages.live_tables.closing.set()  # open live tables end, so uvicorn can
         self._server.should_exit = True
         self._thread.join(timeout=10)
+        self.stream_lags.close()
