@@ -26,7 +26,7 @@ from typing import Any
 
 from rich.table import Table
 
-from demo.cdc_source import CUSTOMERS, ORDERS, SOURCE_COLUMNS, STREAMS, Shop
+from demo.cdc_source import CUSTOMERS, ORDERS, STREAMS, Shop
 from horizon_broker._core.errors import Internal
 from horizon_broker._core.hlc import format_snapshot
 
@@ -79,10 +79,13 @@ status = "overwrite_if_not_null"
 status_events = "increment"
 """,
 }
-MIRRORED_COLUMNS = {
-    CUSTOMERS: SOURCE_COLUMNS[CUSTOMERS],
-    ORDERS: (*SOURCE_COLUMNS[ORDERS], "status_events"),
-}
+ADDED = ("phone", "string")
+"""The column the database gains halfway (``ALTER TABLE customers ADD COLUMN phone``)."""
+
+
+def mirrored_columns(shop: Shop, table: str) -> tuple[str, ...]:
+    """The mirror's columns of ``table`` that mirror the database (orders: and the count)."""
+    return (*shop.columns[table], "status_events") if table == ORDERS else shop.columns[table]
 
 
 def show_change_data(demo: Any) -> None:
@@ -102,19 +105,24 @@ def show_change_data(demo: Any) -> None:
         pushed = push(demo.redis_url, shop, 0)
         earlier = mirrored(demo, process, shop)
         demo.console.print(f"  first half: {pushed} entries, visible at {format_snapshot(earlier)}")
-        then = {table: shop.mirror(table) for table in STREAMS}
+        then = {table: (shop.mirror(table), mirrored_columns(shop, table)) for table in STREAMS}
         shop.business(90)
         tx = shop.order_with_upgrade(customer=2, amount_cents=67_890)
+        pushed = push(demo.redis_url, shop, pushed)
+        mirrored(demo, process, shop)
+        add_a_column(demo, shop, config.parent)
         pushed = push(demo.redis_url, shop, pushed)
         final = mirrored(demo, process, shop)
         demo.console.print(f"  all {pushed} entries visible at {format_snapshot(final)}")
     print_history(demo, shop)
     print_orders(demo, shop)
     for table in STREAMS:
-        compare(demo, table, shop.mirror(table), f"the current {table}", "")
-        compare(demo, table, then[table], f"{table} at the first half's snapshot",
+        compare(demo, table, shop.mirror(table), mirrored_columns(shop, table),
+                f"the current {table}", "")  # fmt: skip
+        compare(demo, table, *then[table], f"{table} at the first half's snapshot",
                 f" VERSION AS OF {earlier}")  # fmt: skip
     check_transaction(demo, tx, earlier)
+    check_old_schema(demo, earlier)
 
 
 def write_config(directory: Path, redis_url: str, storage: Path) -> Path:
@@ -190,11 +198,53 @@ def mirrored(demo: Any, process: subprocess.Popen[bytes], shop: Shop) -> int:
     raise Internal(f"the mirror did not reach {targets} within {WAIT_S:.0f} s")
 
 
+def add_a_column(demo: Any, shop: Shop, directory: Path) -> None:
+    """The database gains a column: ``horizon table alter`` adds it to the mirror (a real
+    process, while ``horizon ingest`` runs), then changes set it (new customers, updates)."""
+    name, type_ = ADDED
+    command = [str(Path(sys.executable).with_name("horizon")), "table", "alter", CUSTOMERS,
+               "--redis", demo.redis_url, "--add-column", f"{name} {type_}"]  # fmt: skip
+    done = subprocess.run(command, cwd=directory, capture_output=True, text=True, timeout=120)
+    if done.returncode != 0:
+        raise Internal(f"horizon table alter failed: {done.stdout}{done.stderr}")
+    demo.console.print(
+        f"  [cyan]horizon table alter customers --add-column '{name} {type_}'[/cyan]"
+    )
+    demo.console.print(f"    {done.stdout.strip()}")
+    shop.add_column(CUSTOMERS, name)
+    for key in sorted(shop.rows[CUSTOMERS])[:3]:
+        shop.update(CUSTOMERS, key, phone=f"+1-555-01{key:02d}")
+    shop.new_customer(phone="+1-555-0199")
+    shop.business(30)
+    shop.order_with_upgrade(customer=3, amount_cents=4_200)  # the last change is no delete
+
+
+def check_old_schema(demo: Any, earlier: int) -> None:
+    """A query at the earlier snapshot that names the added column is refused, naming it."""
+    from horizon_broker._core.errors import InvalidArgument
+
+    try:
+        demo.client.query(f"SELECT id, {ADDED[0]} FROM customers VERSION AS OF {earlier}")
+        refused = ""
+    except InvalidArgument as error:
+        refused = str(error)
+    demo.console.print(f"  {ADDED[0]} at the first half's snapshot: {refused or 'answered!'}")
+    demo.check(
+        "change data: the added column is refused at a snapshot before it, naming it",
+        ADDED[0] in refused,
+        refused or "answered",
+    )
+
+
 def compare(
-    demo: Any, table: str, expected: dict[int, dict[str, Any]], label: str, version: str
+    demo: Any,
+    table: str,
+    expected: dict[int, dict[str, Any]],
+    columns: tuple[str, ...],
+    label: str,
+    version: str,
 ) -> None:
     """Check the mirror's rows of ``table`` against the database's, row by row."""
-    columns = MIRRORED_COLUMNS[table]
     rows = demo.client.query(f"SELECT {', '.join(columns)} FROM {table}{version}").to_pylist()
     got = {row["id"]: row for row in rows}
     wrong = sorted(key for key in got.keys() & expected.keys() if got[key] != expected[key])
@@ -250,7 +300,7 @@ def print_orders(demo: Any, shop: Shop) -> None:
     if not keys:
         return
     rows = demo.client.query(
-        f"SELECT {', '.join(MIRRORED_COLUMNS[ORDERS])}, lsn, txn FROM {ORDERS} "
+        f"SELECT {', '.join(mirrored_columns(shop, ORDERS))}, lsn, txn FROM {ORDERS} "
         f"WHERE id IN ({', '.join(map(str, keys))}) ORDER BY id"
     ).to_pylist()
     view = Table(*rows[0].keys(), title="orders merged from full images and partial status events")

@@ -61,6 +61,8 @@ class Shop:
     lsn: int = 1_000
     tx_id: int = 500
     counts: dict[str, int] = field(default_factory=dict)
+    columns: dict[str, tuple[str, ...]] = field(default_factory=lambda: dict(SOURCE_COLUMNS))
+    """Each table's columns now (:meth:`add_column` adds one)."""
     _open_tx: str | None = None
     _rng: random.Random = field(init=False)
 
@@ -93,6 +95,12 @@ class Shop:
         self.status_events[order] = self.status_events.get(order, 0) + 1
         partial = {"id": order, "status": status, "status_events": 1}
         self._emit(ORDERS, "u", order, None, partial, counted="partial")
+
+    def add_column(self, table: str, name: str) -> None:
+        """``ALTER TABLE ... ADD COLUMN``: every row has it, null until a change sets it."""
+        self.columns[table] = (*self.columns[table], name)
+        for row in self.rows[table].values():
+            row[name] = None
 
     @contextmanager
     def transaction(self) -> Iterator[str]:
@@ -149,8 +157,7 @@ class Shop:
                 key = self._rng.choice(sorted(self.rows[CUSTOMERS]))
                 self.update(CUSTOMERS, key, email=f"c{key}.{self.lsn}@example.com")
             elif roll < 0.90:
-                key = max(self.rows[CUSTOMERS]) + 1
-                self.insert(CUSTOMERS, _customer(key, self._rng))
+                self.new_customer()
             elif roll < 0.96 and len(orders) > 3:
                 self.delete(ORDERS, self._rng.choice(orders))
             else:
@@ -171,6 +178,17 @@ class Shop:
         idle = sorted(set(self.rows[CUSTOMERS]) - ordering)
         if len(idle) > 1:
             self.delete(CUSTOMERS, self._rng.choice(idle))
+
+    def new_customer(self, **values: Any) -> int:
+        """A new customer (with ``values`` for columns added since the snapshot)."""
+        key = max(self.rows[CUSTOMERS]) + 1
+        row = (
+            _customer(key, self._rng)
+            | dict.fromkeys(self.columns[CUSTOMERS][len(SOURCE_COLUMNS[CUSTOMERS]) :])
+            | values
+        )
+        self.insert(CUSTOMERS, row)
+        return key
 
     def _order(self, key: int) -> dict[str, Any]:
         customer = self._rng.choice(sorted(self.rows[CUSTOMERS]))

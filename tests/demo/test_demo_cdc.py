@@ -1,5 +1,6 @@
 """The demo's change-data step on its own: a shop's Debezium stream in Redis, mirrored by a real
-``horizon ingest`` process, must equal the shop's rows now and at the earlier snapshot."""
+``horizon ingest`` process, must equal the shop's rows now (a column added halfway by
+``horizon table alter`` included) and at the earlier snapshot (without it)."""
 
 from __future__ import annotations
 
@@ -34,3 +35,4 @@ def test_the_mirrored_shop_equals_the_database_now_and_at_an_earlier_snapshot(
             in names
         )
     assert "change data: the transaction over both tables is in both, one commit per table" in names
+    assert "change data: the added column is refused at a snapshot before it, naming it" in names

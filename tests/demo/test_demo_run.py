@@ -40,3 +40,12 @@ def test_quick_demo_passes_every_consistency_check(
         "ExplainKey: an updated then closed account shows a superseded and a deleted version"
         in names
     )
+    # step 10: the shop mirrored from its Debezium streams by a real horizon ingest process
+    for table in ("customers", "orders"):
+        assert f"change data: the current {table} equals the database row by row" in names
+        assert (
+            f"change data: {table} at the first half's snapshot equals the database row by row"
+            in names
+        )
+    assert "change data: the transaction over both tables is in both, one commit per table" in names
+    assert "change data: the added column is refused at a snapshot before it, naming it" in names
