@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import base64
 import io
-import json
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,6 @@ import fastavro
 
 from horizon_broker.ingest.debezium import DeadLetter, EnvelopeSpec, Row, Truncate, gathered
 from horizon_broker.ingest.debezium_avro import avro_verdicts, is_avro
-from horizon_broker.ingest.job import IngestJob
 from tests.ingest.debezium_encoded import SAMPLE_AFTER, SAMPLE_ROW, events_table
 from tests.ingest.debezium_events import postgres_event
 
@@ -110,27 +108,3 @@ def test_a_container_cut_short_is_a_dead_letter_after_its_readable_records() -> 
     [letter] = flattened.dead_letters
     assert isinstance(letter, DeadLetter) and "not a readable Avro container" in letter.reason
     assert letter.place.source == "cut.avro"
-
-
-def test_an_avro_changelog_file_is_ingested_like_a_json_one(
-    spark: Any, server: Any, tmp_path: Path
-) -> None:
-    import pyarrow.parquet as pq
-
-    table = events_table(tmp_path / "store")
-    job = IngestJob(spark, table, server("avro")).start()
-    changes = tmp_path / "changes"
-    changes.mkdir()
-    (changes / "001.avro").write_bytes(
-        container([avro_record("c", lsn=40, tx=5, after=SAMPLE_AFTER)])
-    )
-    (changes / "002.json").write_text(json.dumps(postgres_event("d", lsn=41, before={"id": 7})))
-    first = job.run_directory(str(changes), "debezium")
-    stored = [
-        row
-        for segment in first.segments
-        for location in segment.location
-        for row in pq.read_table(location.removeprefix("file:")).to_pylist()
-    ]
-    assert [{name: row[name] for name in SAMPLE_ROW} for row in stored] == [SAMPLE_ROW]
-    assert stored[0]["validUntil"] is not None  # ended by the JSON delete of the same batch
