@@ -38,7 +38,7 @@ from horizon_broker.ingest.stream_offsets import entry_key
 
 log = logging.getLogger(__name__)
 
-_POSITION = lua_file(__package__, "stream_position")
+_STREAM_POSITION = lua_file(__package__, "stream_position")
 
 
 class OnTrimmed(StrEnum):
@@ -98,7 +98,7 @@ def _text(value: Any) -> str:
 def stream_position(client: Any, key: str, offset: str | None, cap: int) -> StreamPosition:
     """Where ``offset`` (None: before the first entry) stands in stream ``key`` (one script)."""
     added, length, first, deleted, here, after, oldest = client.eval(
-        _POSITION, 1, key, offset or "", cap
+        _STREAM_POSITION, 1, key, offset or "", cap
     )
     added, deleted = int(added), _text(deleted)
     return StreamPosition(

@@ -21,6 +21,7 @@ SCRIPT_MODULES = (
     "horizon_broker.pins.store",
     "horizon_broker.broker.engine.floor",
     "horizon_broker.ingest.redis_stream_read",
+    "horizon_broker.ingest.redis_stream_trim",
 )
 """Every module that loads Lua (a module left out leaves its files orphaned: the test says so)."""
 
