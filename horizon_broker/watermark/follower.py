@@ -388,9 +388,10 @@ class Follower:
             self.full_syncs += 1
             self._changed.notify_all()
         self._contact()
-        self._synced.set()
         log.info("follower synced: epoch %s at event %d", fresh.epoch, fresh.seq)
         self._notify(set(previous.descriptors) | set(fresh.descriptors))
+        # After the listeners: one added once wait_until_synced returned hears only later changes.
+        self._synced.set()
 
     def _read_once(self) -> bool:
         """One blocking read and apply; True when a full sync is needed."""
