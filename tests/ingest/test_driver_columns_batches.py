@@ -63,7 +63,7 @@ def test_batches_resolved_as_columns_store_what_spark_stores(
     on_columns = 0
     depths: list[int] = []
     batches = _changelog(
-        seed=5, batches=2 * key_index.MAX_INDEX_LEVELS + 2, keys=40, rows=(2, 60), seqs=9,
+        seed=5, batches=key_index.MAX_INDEX_LEVELS + 2, keys=40, rows=(2, 60), seqs=9,
         deletes=0.1,
     )  # fmt: skip
     for number, changes in enumerate(batches):

@@ -90,7 +90,9 @@ def test_driver_rows_batches_on_the_driver_store_what_spark_stores(
     ).start()  # fmt: skip
     bases: dict[str, list[tuple[int, int]]] = {"on_driver": [], "on_spark": []}
     log: list[tuple[int, Change]] = []
-    for number, changes in enumerate(_changelog(seed=7, batches=2 * key_index.MAX_INDEX_LEVELS)):
+    # Past one full index level on the Spark path (its levels stack up to MAX_INDEX_LEVELS, the
+    # next batch resolves against the whole index) and a level stacked on it.
+    for number, changes in enumerate(_changelog(seed=7, batches=key_index.MAX_INDEX_LEVELS + 2)):
         for job in (on_driver, on_spark):
             result = job.run_batch(frame(spark, changes))
             bases[job.table.name].append((result.base, result.high))
