@@ -21,6 +21,13 @@ from horizon_broker._core.errors import InvalidArgument
 PLAIN_SCHEMES = ("redis", "rediss", "unix")
 SENTINEL_SCHEMES = ("redis+sentinel", "rediss+sentinel")
 WAIT_OPTIONS = ("wait_replicas", "wait_timeout_ms")
+
+STORE_URL_HELP = (
+    "state store URL, redis://host:port/db, or a Sentinel group: "
+    "redis+sentinel://host:26379,host:26379/master/db"
+)
+"""The ``--redis`` option's help, the same in every command that takes a state store."""
+
 SENTINEL_OPTIONS = (*WAIT_OPTIONS, "sentinel_password")
 DEFAULT_WAIT_TIMEOUT_MS = 1000
 DEFAULT_SENTINEL_PORT = 26379

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from horizon_broker._core.commands import key_value_pairs, run_command
 from horizon_broker._core.errors import InvalidArgument
+from horizon_broker._core.store_address import STORE_URL_HELP
 from horizon_broker.timeline.interval import Interval
 
 if TYPE_CHECKING:
@@ -40,8 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--redis",
         required=True,
-        help="state store URL, redis://host:port/db, or a Sentinel group: "
-        "redis+sentinel://host:26379,host:26379/master/db",
+        help=STORE_URL_HELP,
     )
     parser.add_argument("--prefix", default="horizon", help="Redis key prefix")
     parser.add_argument("--interval", help="only chunks overlapping START/END (ISO-8601)")

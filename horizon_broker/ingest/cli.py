@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from horizon_broker._core.commands import EXIT_INTERRUPTED, key_value_pairs, run_command
 from horizon_broker._core.errors import FailedPrecondition, InvalidArgument
+from horizon_broker._core.store_address import STORE_URL_HELP
 
 if TYPE_CHECKING:
     from horizon_broker.ingest.server_config import ServerConfig
@@ -64,8 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--redis",
-        help="state store URL, redis://host:port/db, or a Sentinel group: "
-        "redis+sentinel://host:26379,host:26379/master/db",
+        help=STORE_URL_HELP,
     )
     parser.add_argument("--prefix", help="Redis key prefix (default horizon)")
     parser.add_argument("--partitions", help="key partitions this server owns, e.g. 0,1 (all)")

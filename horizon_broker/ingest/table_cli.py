@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from horizon_broker._core.commands import run_command
 from horizon_broker._core.errors import InvalidArgument
 from horizon_broker._core.hlc import format_snapshot
+from horizon_broker._core.store_address import STORE_URL_HELP
 from horizon_broker.watermark.schema_rules import DropColumn, SchemaChange, parse_add, parse_widen
 from horizon_broker.watermark.schema_store import alter_table
 
@@ -31,8 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--redis",
         required=True,
-        help="state store URL, redis://host:port/db, or a Sentinel group: "
-        "redis+sentinel://host:26379,host:26379/master/db",
+        help=STORE_URL_HELP,
     )
     parser.add_argument("--prefix", default="horizon", help="Redis key prefix")
     parser.add_argument(
