@@ -20,6 +20,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
+
+from .keyed_arrow import is_unique, keyed_changes, usable_key, without_keys
 
 CHANGE_COLUMN = "_change_type"
 INSERT = "insert"
@@ -120,7 +123,19 @@ def _originals(*tables: pa.Table) -> dict[Row, dict]:
 
 def diff(before: pa.Table, after: pa.Table, key: Sequence[str] = ()) -> Delta:
     """The change rows that turn ``before`` into ``after`` (same columns), by ``key`` when it is
-    unique in both, else as a multiset of whole rows."""
+    unique in both, else as a multiset of whole rows. A plain key is matched by Arrow
+    (:mod:`.keyed_arrow`), anything else by :func:`diff_rows`."""
+    before = before.select(after.column_names).cast(after.schema)
+    if usable_key((before, after), key) and is_unique(before, key) and is_unique(after, key):
+        kinds = (INSERT, DELETE, UPDATE_BEFORE, UPDATE_AFTER)
+        rows = keyed_changes(before, after, key, kinds, CHANGE_COLUMN)
+        if rows is not None:  # Arrow compared every column
+            return Delta(rows.cast(delta_schema(after.schema)), tuple(key))
+    return diff_rows(before, after, key)
+
+
+def diff_rows(before: pa.Table, after: pa.Table, key: Sequence[str] = ()) -> Delta:
+    """:func:`diff` by comparing Python rows: any column type, a key with nulls, no key."""
     before = before.select(after.column_names).cast(after.schema)
     old, new = _rows(before), _rows(after)
     by_key = tuple(key) if unique_key(before, key) and unique_key(after, key) else ()
@@ -149,6 +164,18 @@ def _without(rows: list[Row], removed: Iterable[Row], at: list[int] | None) -> l
 def apply_delta(result: pa.Table, delta: pa.Table, key: Sequence[str] = ()) -> pa.Table:
     """``result`` with ``delta``'s change rows applied (by ``key``, or one copy of each whole
     row): what a subscriber does with each message."""
+    changes = delta.drop_columns([CHANGE_COLUMN]).cast(result.schema)
+    if usable_key((result, changes), key):
+        kind = delta.column(CHANGE_COLUMN)
+        gone = pc.is_in(kind, pa.array([DELETE, UPDATE_BEFORE]))
+        kept = without_keys(result, changes.filter(gone), key)
+        if kept is not None:  # matched by Arrow
+            return pa.concat_tables([kept, changes.filter(pc.invert(gone))])
+    return apply_rows(result, delta, key)
+
+
+def apply_rows(result: pa.Table, delta: pa.Table, key: Sequence[str] = ()) -> pa.Table:
+    """:func:`apply_delta` with Python rows: any column type, a key with nulls, no key."""
     changes = delta.drop_columns([CHANGE_COLUMN]).cast(result.schema)
     kinds = delta.column(CHANGE_COLUMN).to_pylist()
     rows = _rows(changes)
