@@ -2,7 +2,7 @@
 
 An ingestion job in this process (its own local Spark, one core) writes a table ``ledger`` into
 the broker's Redis. Each kind ingests a few more batches, then runs a compaction whose state-store
-calls go through :class:`chaos.lost_reply.LostReplyProxy` in front of the real redis-server,
+calls go through :class:`chaos.proxy.Proxy` in front of the real redis-server,
 losing the reply (the script ran, the compactor sees a dropped connection) at one step. Per kind:
 what the compaction said and how long it took, and whether another client's query through the
 broker then answers the table's exact contents (every visible segment readable: the old data or
@@ -17,11 +17,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from chaos.lost_reply import LostReplyProxy, script_sha
+from chaos.proxy import Proxy, script_sha
 
 SQL = "SELECT count(*) AS n, sum(balance) AS s FROM ledger"
 
-Arm = Callable[[LostReplyProxy, Any], None]
+Arm = Callable[[Proxy, Any], None]
 
 
 def _kinds() -> list[tuple[str, str, Arm, tuple[str, ...]]]:
@@ -119,7 +119,7 @@ def compaction_run(
         conf={"spark.sql.shuffle.partitions": "1"},
     )  # fmt: skip
     ledger = Ledger(spark, redis.url, root)
-    proxy = LostReplyProxy(redis.port)
+    proxy = Proxy(redis.port)
     outcomes: list[Any] = []
     try:
         for number, (kind, mode, arm, expected) in enumerate(_kinds()):

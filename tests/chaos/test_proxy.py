@@ -1,12 +1,15 @@
-"""The partition and clock faults of a chaos run do what they claim: a stalled link hangs (the
+"""The partition, lost-reply and clock faults do what they claim: a stalled link hangs (the
 client times out on an open connection), a dropped link resets, a healed link carries traffic
 again; a component given a link's Sentinel URL reaches the primary through the link (so a
-partition cuts it off whole); a skewed process's wall clock moves by the offset written for it."""
+partition cuts it off whole); an armed script runs but its caller loses the reply (or the call
+itself is lost, or the store goes dark until reachable again); a skewed process's wall clock
+moves by the offset written for it."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -15,7 +18,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from chaos.proxy import DROP, OPEN, STALL, Link, Proxy
+from chaos.proxy import DROP, OPEN, STALL, Link, Proxy, script_sha
 from chaos.sentinel_group import MASTER, SentinelGroup
 from chaos.skewed import skewed_command, write_offset
 from horizon_broker._core.redis_calls import connect
@@ -42,6 +45,61 @@ def test_a_stalled_proxy_hangs_a_dropped_one_resets_and_a_healed_one_carries(
             client_of_proxy().ping()
         proxy.set(OPEN)
         assert client.ping()
+    finally:
+        client.close()
+        proxy.close()
+
+
+def test_a_drop_resets_a_connection_waiting_on_a_reply(redis_server) -> None:
+    """A blocking read (as a broker's follower makes) is reset by a drop, not left waiting."""
+    proxy = Proxy(redis_server.port)
+    client = redis.Redis.from_url(proxy.url, socket_timeout=10, retry=Retry(NoBackoff(), 0))
+    outcome: list[object] = []
+
+    def wait_for_an_item() -> None:
+        try:
+            outcome.append(client.blpop(["nothing-comes"], timeout=3))
+        except redis.ConnectionError as error:
+            outcome.append(error)
+
+    try:
+        assert client.ping()
+        waiting = threading.Thread(target=wait_for_an_item)
+        waiting.start()
+        time.sleep(0.5)  # the BLPOP is in Redis
+        proxy.set(DROP)
+        waiting.join()
+        assert len(outcome) == 1 and isinstance(outcome[0], redis.ConnectionError), outcome
+    finally:
+        client.close()
+        proxy.close()
+
+
+INCREMENT = "return redis.call('INCR', KEYS[1])"
+
+
+def test_an_armed_script_runs_but_its_reply_is_lost_or_it_is_lost_itself(redis_server) -> None:
+    proxy = Proxy(redis_server.port)
+    client = redis.Redis.from_url(proxy.url, socket_timeout=2, retry=Retry(NoBackoff(), 0))
+    increment = client.register_script(INCREMENT)
+    dropped: list[int] = []
+    try:
+        assert increment(keys=["n"]) == 1
+        proxy.lose_replies(script_sha(INCREMENT), on_drop=lambda: dropped.append(proxy.dropped))
+        with pytest.raises(redis.ConnectionError):
+            increment(keys=["n"])
+        assert (client.get("n"), dropped) == (b"2", [1]), "it ran; only its reply was lost"
+        proxy.lose_replies(script_sha(INCREMENT), requests=True)
+        with pytest.raises(redis.ConnectionError):
+            increment(keys=["n"])
+        assert client.get("n") == b"2", "the call itself was lost: it never ran"
+        proxy.lose_replies(script_sha(INCREMENT), blackout=True)
+        with pytest.raises(redis.ConnectionError):
+            increment(keys=["n"])
+        with pytest.raises(redis.ConnectionError):
+            client.get("n")  # dark: every connection refused
+        proxy.reachable()
+        assert (client.get("n"), proxy.dropped) == (b"3", 3)
     finally:
         client.close()
         proxy.close()

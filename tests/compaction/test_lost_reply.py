@@ -1,7 +1,7 @@
 """A publish that ran in Redis although its caller saw it fail never loses the files of what is
 announced: a compaction whose reply was lost, an update abandoned after its replace ran.
 
-The real redis-server sits behind :class:`chaos.lost_reply.LostReplyProxy`: the script
+The real redis-server sits behind :class:`chaos.proxy.Proxy`: the script
 really runs, the compactor sees a connection error. After each failure, every segment the
 timeline shows as visible has its files, and every snapshot still answers as the changelog says.
 """
@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from chaos.lost_reply import LostReplyProxy, script_sha
+from chaos.proxy import Proxy, script_sha
 from horizon_broker._core.errors import Unavailable
 from horizon_broker.compaction.collect import collect_replaced, sweep_unpublished_runs
 from horizon_broker.compaction.run import CompactionKilled, Compactor
@@ -45,13 +45,13 @@ RELEASE = script_sha(lock_scripts.RELEASE)
 
 
 @pytest.fixture
-def proxy(redis_server: Any) -> Iterator[LostReplyProxy]:
-    instance = LostReplyProxy(redis_server.port)
+def proxy(redis_server: Any) -> Iterator[Proxy]:
+    instance = Proxy(redis_server.port)
     yield instance
     instance.close()
 
 
-def compactor_behind(proxy: LostReplyProxy, make_server: Any, spark: Any, table: Any) -> Compactor:
+def compactor_behind(proxy: Proxy, make_server: Any, spark: Any, table: Any) -> Compactor:
     """A compactor whose every call to the state store goes through the proxy (its retries give
     up after 0.3 s, so a reply lost on every try ends in UNAVAILABLE quickly)."""
     client = make_server(proxy.url, "compactor", retry_timeout_s=0.3)
