@@ -8,9 +8,17 @@ from collections.abc import Iterator
 import pytest
 import redis
 
+from tests.logging_state import logging_kept
 from tests.processes import RedisProcess
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
+
+@pytest.fixture(autouse=True)
+def _logging_undone_after_each_test() -> Iterator[None]:
+    """No test leaves a log handler behind (see :mod:`tests.logging_state`)."""
+    with logging_kept():
+        yield
 
 
 @pytest.fixture(scope="session")
