@@ -3,12 +3,15 @@
 For each table size (``--sizes``, default a small run; the issue's figures are at 1M and 5M
 rows) one table of that many keys is ingested by real :class:`horizon_broker.ingest.job.IngestJob`
 batches (one version per key, the updater after every batch so each commit moves the LWM), and
-one broker (the same Spark session, result cache off) serves it. Two standing queries are
+one broker (the same Spark session, result cache off) serves it. Three standing queries are
 followed, each once with an incremental strategy and once with ``exact_diff`` (the query run
 again at every snapshot), one after the other so they do not share the two cores:
 
 * ``filter``: ``SELECT id, region, amount, seq FROM accounts WHERE seq > 0`` (``change_feed``:
-  the keys updated so far, so every batch changes the answer, which stays small),
+  the keys updated so far, so every batch changes the answer, which stays small; the re-run
+  skips the loaded row groups by their ``seq`` statistics),
+* ``wide_filter``: the same columns ``WHERE amount < 1000`` (``change_feed``: a tenth of the
+  table, so the re-run reads every row group and the answer is large),
 * ``aggregate``: ``SELECT region, count(*), sum(amount) FROM accounts GROUP BY region``
   (``changed_groups``).
 
@@ -45,6 +48,10 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 QUERIES = {
     "filter": (f"SELECT id, region, amount, seq FROM {TABLE} WHERE seq > 0", "change_feed"),
+    "wide_filter": (
+        f"SELECT id, region, amount, seq FROM {TABLE} WHERE amount < 1000",
+        "change_feed",
+    ),
     "aggregate": (
         f"SELECT region, count(*) AS n, sum(amount) AS total FROM {TABLE} GROUP BY region",
         "changed_groups",
@@ -84,8 +91,9 @@ class Subscriber:
     def _read(self) -> None:
         try:
             for message in self._stream:
+                received = time.perf_counter()  # before the subscriber's own work of applying
                 if self.live.apply(message):
-                    self.steps.put((time.perf_counter(), message.to_snapshot))
+                    self.steps.put((received, message.to_snapshot))
         except BaseException as error:  # handed to the benchmark
             self.steps.put(error)
 
@@ -124,13 +132,16 @@ def follow_commits(env: dict[str, Any], sql: str, strategy: str, version: int) -
     spark, job, client, follower = env["spark"], env["job"], env["client"], env["follower"]
     rng = random.Random(version)
     subscriber = Subscriber(env["target"], sql, strategy)
-    commit_to_delta, lwm_to_delta, commit_to_lwm = [], [], []
+    commit_to_delta, lwm_to_delta, commit_to_lwm, batch = [], [], [], []
     try:
         subscriber.until(0)  # the first result
         for number in range(env["commits"]):
             keys = rng.sample(range(env["rows"]), env["keys"])
-            result = job.run_batch(changed_rows(spark, keys, version + number + 1))
+            frame = changed_rows(spark, keys, version + number + 1)
+            began = time.perf_counter()
+            result = job.run_batch(frame)
             committed = time.perf_counter()
+            batch.append((committed - began) * 1000)
             snapshot = tokens.decode(result.token)[TABLE]
             seen: list[float] = []
             watcher = threading.Thread(
@@ -153,6 +164,7 @@ def follow_commits(env: dict[str, Any], sql: str, strategy: str, version: int) -
         "commit_to_delta_ms": summarize(commit_to_delta),
         "lwm_to_delta_ms": summarize(lwm_to_delta),
         "commit_to_lwm_ms": summarize(commit_to_lwm),
+        "batch_ms": summarize(batch),
         "result_rows": live.table.num_rows,
         "correct": correct,
     }
@@ -173,6 +185,7 @@ def run_size(spark: Any, redis_url: str, rows: int, commits: int, keys: int) -> 
     job = IngestJob(spark, table, server).start()
     job.run_batch(base_rows(spark, rows))
     ingest_s = time.perf_counter() - started
+    print(f"  {rows:,} rows ingested in {ingest_s:.1f} s", flush=True)
     config = config_from_mapping(
         {
             "server": {"listen": "127.0.0.1:0"},
@@ -194,7 +207,11 @@ def run_size(spark: Any, redis_url: str, rows: int, commits: int, keys: int) -> 
             version = 0
             for name, (sql, incremental) in QUERIES.items():
                 for strategy in (incremental, "exact_diff"):
-                    print(f"  {rows:,} rows, {name}, {strategy}", flush=True)
+                    print(
+                        f"  {rows:,} rows, {name}, {strategy} "
+                        f"(at {time.perf_counter() - started:.0f} s)",
+                        flush=True,
+                    )
                     try:
                         figures[f"{name}/{strategy}"] = follow_commits(env, sql, strategy, version)
                     except Exception as error:  # a strategy refused: say so, go on

@@ -48,7 +48,9 @@ QUERIES = {
         "SELECT a.user_id, a.balance * 10 + a.seq AS mixed FROM {t} AS a",
         "SELECT user_id FROM {t} WHERE balance % 2 = 0",
     ],
-    "changed_groups": [
+    "changed_groups": [  # the first and last by totals (group_totals), the others re-run
+        "SELECT substr(user_id, 1, 1) AS initial, count(*) AS n, sum(balance) AS total, "
+        "count(seq) AS seqs FROM {t} WHERE balance > 1 GROUP BY 1",
         "SELECT balance % 3 AS bucket, count(*) AS n, sum(balance) AS total, min(balance) AS lo, "
         "max(balance) AS hi, avg(balance) AS mean FROM {t} GROUP BY balance % 3",
         "SELECT substr(user_id, 1, 1) AS initial, max(balance) AS hi, min(seq) AS first "

@@ -12,6 +12,7 @@ import sqlglot
 
 from horizon_broker._core.errors import InvalidArgument
 from horizon_broker.broker.subscribe.choose import TableFacts, check_name, choose
+from horizon_broker.broker.subscribe.group_totals import totals_of
 from horizon_broker.broker.subscribe.incremental_sql import (
     feed_images_sql,
     groups_at_sql,
@@ -167,3 +168,25 @@ def test_many_touched_groups_make_a_shallow_condition_the_depth_limit_allows() -
 def test_group_values_become_exact_literals_or_none(value: object, literal: str | None) -> None:
     found = sql_literal(value)
     assert (found.sql(dialect="spark") if found is not None else None) == literal
+
+
+@pytest.mark.parametrize(
+    ("sql", "totals"),
+    [
+        ("SELECT owner, count(*) AS n, sum(balance) AS s FROM accounts GROUP BY owner", 2),
+        ("SELECT upper(owner) AS u, count(id) FROM accounts WHERE balance > 0 GROUP BY 1", 1),
+        ("SELECT owner FROM accounts GROUP BY owner", 0),
+        ("SELECT owner, min(balance) FROM accounts GROUP BY owner", None),
+        ("SELECT owner, avg(balance) FROM accounts GROUP BY owner", None),
+        ("SELECT owner, count(DISTINCT id) FROM accounts GROUP BY owner", None),
+        ("SELECT owner, sum(balance) + 1 AS s FROM accounts GROUP BY owner", None),
+        ("SELECT owner, count(*) AS n FROM accounts GROUP BY owner HAVING count(*) > 1", None),
+    ],
+)
+def test_only_counts_and_sums_without_having_are_kept_as_totals(
+    sql: str, totals: int | None
+) -> None:
+    """Adding the feed's contributions to held totals is exact for count and sum only (min and
+    max need the rows, HAVING hides groups whose totals must still be kept)."""
+    found = totals_of(sql, choose(sql, TABLES))
+    assert (None if found is None else len(found)) == totals

@@ -62,6 +62,10 @@ class ChangedGroups:
     def resume(self, snapshot: int) -> None:
         self.start(snapshot)
 
+    def resume_from(self, snapshot: int, answer: pa.Table) -> None:
+        """Go on from ``snapshot``, whose ``answer`` the caller already ran."""
+        self._answer, self._at = answer, snapshot
+
     def advance(self, to: int) -> Delta:
         assert self._answer is not None and self._at is not None, "start() or resume() first"
         held = self._answer

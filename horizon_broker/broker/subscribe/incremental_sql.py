@@ -37,6 +37,12 @@ def _feed(table: str, start: int, end: int) -> str:
     return f"table_changes({exp.Literal.string(table).sql(dialect='spark')}, {start}, {end})"
 
 
+def feed_sql(choice: Choice, start: int, end: int) -> str:
+    """The change feed of ``choice``'s table in ``(start, end]``, named as the query names the
+    table."""
+    return f"{_feed(choice.table, start, end)} AS {_name(choice.alias)}"
+
+
 def images_sql(table: str, primary_key: Sequence[str], start: int, end: int) -> str:
     """Each key changed in ``(start, end]``: its row at ``start`` and its row at ``end`` (when
     it has one), the table's columns plus ``_change_type``."""
@@ -93,10 +99,7 @@ def touched_groups_sql(sql: str, choice: Choice, start: int, end: int) -> str:
     )
     where = tree.args.get("where")
     condition = f" WHERE {where.this.sql(dialect='spark')}" if where is not None else ""
-    return (
-        f"SELECT DISTINCT {columns} FROM {_feed(choice.table, start, end)} AS "
-        f"{_name(choice.alias)}{condition}"
-    )
+    return f"SELECT DISTINCT {columns} FROM {feed_sql(choice, start, end)}{condition}"
 
 
 def sql_literal(value: Any) -> exp.Expr | None:

@@ -21,6 +21,7 @@ from .change_feed import ChangeFeed
 from .changed_groups import ChangedGroups
 from .choose import CHANGE_FEED, CHANGED_GROUPS, EXACT_DIFF, Choice, TableFacts, choose
 from .diff import Delta, diff
+from .group_totals import GroupTotals, totals_of
 
 Run = Callable[[int], pa.Table]
 """The query's answer at a snapshot (through the engine, with every limit a query has)."""
@@ -109,7 +110,10 @@ def make_strategy(choice: Choice, reads: Reads, forced: bool = False) -> DeltaSt
     if choice.strategy == CHANGE_FEED:
         return ChangeFeed(choice, reads)
     if choice.strategy == CHANGED_GROUPS:
-        return ChangedGroups(choice, reads)
+        totals = totals_of(reads.sql, choice)
+        return (
+            ChangedGroups(choice, reads) if totals is None else GroupTotals(choice, reads, totals)
+        )
     return ExactDiff(reads)
 
 
