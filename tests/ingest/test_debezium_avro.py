@@ -5,15 +5,19 @@ twins, through the same flattening; a container cut short is a dead letter, not 
 from __future__ import annotations
 
 import base64
+import datetime
 import io
+import json
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import fastavro
+import pytest
 
 from horizon_broker.ingest.debezium import DeadLetter, EnvelopeSpec, Row, Truncate, gathered
 from horizon_broker.ingest.debezium_avro import avro_verdicts, is_avro
+from horizon_broker.ingest.job import IngestJob
 from tests.ingest.debezium_encoded import SAMPLE_AFTER, SAMPLE_ROW, events_table
 from tests.ingest.debezium_events import postgres_event
 
@@ -108,3 +112,48 @@ def test_a_container_cut_short_is_a_dead_letter_after_its_readable_records() -> 
     [letter] = flattened.dead_letters
     assert isinstance(letter, DeadLetter) and "not a readable Avro container" in letter.reason
     assert letter.place.source == "cut.avro"
+
+
+ROADS = {
+    "driver rows": {},
+    "driver columns": {"driver_batch_rows": 1},
+    "spark": {"driver_batch_rows": 0},
+}
+
+
+@pytest.mark.parametrize("road", sorted(ROADS))
+def test_an_avro_changelog_file_is_ingested_like_a_json_one(
+    spark: Any, server: Any, tmp_path: Path, road: str
+) -> None:
+    """An Avro container and a JSON file in one directory pass, on every road (the Spark road
+    too): the Avro event's row is stored with its values, and the JSON delete after it ends it.
+    Stored timestamps are read back as the UTC instants they are (Spark writes INT96, which
+    pyarrow reads without a zone)."""
+    import pyarrow.parquet as pq
+
+    table = events_table(tmp_path / "store", **ROADS[road])
+    job = IngestJob(spark, table, server("avro")).start()
+    changes = tmp_path / "changes"
+    changes.mkdir()
+    (changes / "001.avro").write_bytes(
+        container([avro_record("c", lsn=40, tx=5, after=SAMPLE_AFTER)])
+    )
+    (changes / "002.json").write_text(json.dumps(postgres_event("d", lsn=41, before={"id": 7})))
+    first = job.run_directory(str(changes), "debezium")
+    stored = [
+        row
+        for segment in first.segments
+        for location in segment.location
+        for row in pq.read_table(
+            location.removeprefix("file:"), coerce_int96_timestamp_unit="us"
+        ).to_pylist()
+    ]
+    assert [{name: _utc(row[name]) for name in SAMPLE_ROW} for row in stored] == [SAMPLE_ROW]
+    assert stored[0]["validUntil"] is not None  # ended by the JSON delete of the same batch
+
+
+def _utc(value: Any) -> Any:
+    """A stored timestamp (naive, UTC) as the aware instant it is."""
+    if isinstance(value, datetime.datetime) and value.tzinfo is None:
+        return value.replace(tzinfo=datetime.UTC)
+    return value
