@@ -176,11 +176,17 @@ def table_lag(job: IngestJob, source: StreamSource, client: Any) -> Lag:
 def check_trimmed(job: IngestJob, source: StreamSource, client: Any) -> int:
     """Whether entries after the table's offset were removed from the stream unread (1, skipped
     under ``on_stream_trimmed = "skip"``, the gap then taken as seen) or not (0); raises
-    :class:`horizon_broker.ingest.redis_stream_trim.StreamTrimmed` under ``stop``."""
-    after, position = _position(job, source, client)
+    :class:`horizon_broker.ingest.redis_stream_trim.StreamTrimmed` under ``stop``. Counts the
+    entries after the offset only when its entry is gone (the lag after the pass counts)."""
+    after, position = _position(job, source, client, count=False)
     known = _witnesses.get(job, {}).get(source.key)
     gap = judged_gap(job.table.name, source.address, after, position, known, source.on_trimmed)
-    if gap is not None and after is not None and position.entries_added is not None:
+    if (
+        gap is not None
+        and after is not None
+        and position.entries_added is not None
+        and position.counted
+    ):
         seen = Witness(after, position.entries_added - position.after)
         _witnesses.setdefault(job, {})[source.key] = seen
         return 1
@@ -189,10 +195,10 @@ def check_trimmed(job: IngestJob, source: StreamSource, client: Any) -> int:
 
 
 def _position(
-    job: IngestJob, source: StreamSource, client: Any
+    job: IngestJob, source: StreamSource, client: Any, *, count: bool = True
 ) -> tuple[str | None, StreamPosition]:
     after, _ = read_bounds(owned_offsets(job, source.key), job.partitions)
-    return after, stream_position(client, source.key, after, LAG_COUNT_CAP)
+    return after, stream_position(client, source.key, after, LAG_COUNT_CAP, count=count)
 
 
 def _remember_witness(

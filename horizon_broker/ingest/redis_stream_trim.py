@@ -5,7 +5,8 @@ A Redis stream forgets its oldest entries when a producer caps it (``XADD ... MA
 ``XTRIM``) and any entry ``XDEL`` names. A table reads by id after its committed offset, so an
 entry removed before the table reached it would simply never be read. Every pass (and every
 micro-batch of ``--stream``) first asks the stream where the offset stands
-(:func:`stream_position`: one script, XINFO STREAM and counts) and judges (:func:`trim_gap`):
+(:func:`stream_position`: one script, XINFO STREAM and, only when the offset's entry is gone, a
+count of the entries after it) and judges (:func:`trim_gap`):
 
 - an entry deleted after the offset (``max-deleted-entry-id`` past it) was lost;
 - a table that has read nothing lost every entry ever removed (``entries-added`` minus
@@ -17,6 +18,10 @@ micro-batch of ``--stream``) first asks the stream where the offset stands
   whenever it counts the lag, while the offset's entry is still there). A server that started
   after its offset's entry was trimmed has no witness and cannot tell: it says entries *may* have
   been lost.
+
+Counting walks up to the count cap (1M entries) in Redis, so a pass counts once: its lag, which
+refreshes the witness; the trim check counts only in the one case it needs the count (the
+offset's entry gone).
 
 A gap stops the table (:class:`StreamTrimmed`, FAILED_PRECONDITION, naming the stream, the offset
 and what was lost) unless its entry sets ``on_stream_trimmed = "skip"``: then the gap is logged
@@ -72,6 +77,8 @@ class StreamPosition:
     oldest_after: str | None
     capped: bool
     """Whether :attr:`after` stopped at the count asked for."""
+    counted: bool = True
+    """Whether :attr:`after` and :attr:`oldest_after` were counted (else 0 and None)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,10 +102,14 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def stream_position(client: Any, key: str, offset: str | None, cap: int) -> StreamPosition:
-    """Where ``offset`` (None: before the first entry) stands in stream ``key`` (one script)."""
-    added, length, first, deleted, here, after, oldest = client.eval(
-        _STREAM_POSITION, 1, key, offset or "", cap
+def stream_position(
+    client: Any, key: str, offset: str | None, cap: int, *, count: bool = True
+) -> StreamPosition:
+    """Where ``offset`` (None: before the first entry) stands in stream ``key`` (one script);
+    ``count=False``: the entries after it counted only if its entry is gone (a trim check)."""
+    mode = "always" if count else "if-gone"
+    added, length, first, deleted, here, after, oldest, counted = client.eval(
+        _STREAM_POSITION, 1, key, offset or "", cap, mode
     )
     added, deleted = int(added), _text(deleted)
     return StreamPosition(
@@ -109,7 +120,8 @@ def stream_position(client: Any, key: str, offset: str | None, cap: int) -> Stre
         offset_present=bool(here),
         after=int(after),
         oldest_after=_text(oldest) or None,
-        capped=int(after) >= cap,
+        capped=bool(counted) and int(after) >= cap,
+        counted=bool(counted),
     )
 
 
@@ -120,6 +132,7 @@ def witness_of(offset: str | None, position: StreamPosition) -> Witness | None:
     if (
         offset is None
         or position.entries_added is None
+        or not position.counted
         or not position.offset_present
         or position.capped
         or _after(position.max_deleted, offset)
@@ -146,7 +159,12 @@ def trim_gap(offset: str | None, position: StreamPosition, witness: Witness | No
         return Gap(f"entries up to {position.max_deleted} were deleted (XDEL) unread", None)
     if position.offset_present:
         return None
-    if witness is not None and witness.offset == offset and not position.capped:
+    if (
+        witness is not None
+        and witness.offset == offset
+        and position.counted
+        and not position.capped
+    ):
         lost = added - witness.added_through - position.after
         if lost <= 0:
             return None

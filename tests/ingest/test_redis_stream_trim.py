@@ -33,7 +33,27 @@ def added(client: redis.Redis, count: int, key: str = "s") -> list[str]:
 
 
 def gap_of(client: redis.Redis, offset: str | None, witness: Witness | None = None) -> Any:
-    return trim_gap(offset, stream_position(client, "s", offset, CAP), witness)
+    """The gap as a pass's trim check judges it: without counting unless the offset is gone."""
+    return trim_gap(offset, stream_position(client, "s", offset, CAP, count=False), witness)
+
+
+def xrange_calls(client: redis.Redis) -> int:
+    return int(client.info("commandstats").get("cmdstat_xrange", {}).get("calls", 0))
+
+
+def test_a_trim_check_walks_no_entries_while_the_offsets_entry_is_there(
+    redis_client: redis.Redis,
+) -> None:
+    """A pass counts the entries behind its table once (its lag, up to 1M walked in Redis): the
+    trim check before it only looks the offset's entry up, and counts only once it is gone."""
+    ids = added(redis_client, 10)
+    redis_client.config_resetstat()
+    present = stream_position(redis_client, "s", ids[2], CAP, count=False)
+    assert (present.counted, present.after, xrange_calls(redis_client)) == (False, 0, 1)
+    assert stream_position(redis_client, "s", ids[2], CAP).after == 7  # the lag counts
+    redis_client.xtrim("s", maxlen=5, approximate=False)
+    gone = stream_position(redis_client, "s", ids[2], CAP, count=False)
+    assert (gone.counted, gone.after, gone.oldest_after) == (True, 5, ids[5])
 
 
 def test_trimming_only_entries_the_table_read_is_no_gap(redis_client: redis.Redis) -> None:
