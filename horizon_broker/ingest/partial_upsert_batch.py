@@ -21,7 +21,7 @@ events). Its cost grows with the history of the batch's keys: nothing compacts t
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -93,7 +93,8 @@ def merge_batch(server: ServerTable, rows: Any) -> MergedBatch:
         for rank, index in enumerate(order)
     ]
     touched = sorted({record["_kp"] for record in records})
-    history = read_history(server, touched) if records else []
+    keys = {name: list({record[name] for record in records}) for name in table.primary_key}
+    history = read_history(server, touched, keys) if records else []
     merged = merged_rows(batch, history, table)
     columns = {
         name: merged_column(table, name, [row[name] for row in merged], collected.schema)
@@ -225,22 +226,30 @@ def _key_function(primary_key: Sequence[str]) -> Any:
     return key
 
 
-def read_history(server: ServerTable, partitions: Sequence[int]) -> list[Event]:
-    """The logged events of the key partitions, from every server's committed batches."""
+def read_history(
+    server: ServerTable, partitions: Sequence[int], keys: Mapping[str, Sequence[Any]]
+) -> list[Event]:
+    """The logged events of the batch's keys (``keys``: each key column's values in the batch;
+    a composite key may take a few other keys' events too, which fold apart harmlessly) in its
+    key partitions, from every server's committed batches. Only these keys' events become
+    Python objects and are folded: the log of the partitions holds the whole table's history."""
     table = server.table
     root = events_root(server.root)
     if not server.storage.exists(root):
         return []
     local = server.storage.local_path(root)
     if local is not None:
-        logged = _read_local(local, partitions)
+        logged = read_local_log(local, partitions, keys)
     else:
         from pyspark.sql import functions as F
 
         schema = f"{table.spark_schema_ddl()}, `_kp` int, `_order` bigint, "
         schema += f"`{ABSENT}` array<string>, `_base` bigint"
         frame = server.spark.read.schema(schema).parquet(f"{root}/*/*")
-        logged = frame.filter(F.col("_kp").isin(list(partitions))).toArrow()
+        wanted = F.col("_kp").isin(list(partitions))
+        for name, values in keys.items():
+            wanted = wanted & F.col(name).isin(list(values))
+        logged = frame.filter(wanted).toArrow()
     events = []
     for record in logged.to_pylist():
         commit = (0, int(record["_base"]), int(record["_order"]))
@@ -248,11 +257,15 @@ def read_history(server: ServerTable, partitions: Sequence[int]) -> list[Event]:
     return events
 
 
-def _read_local(directory: str, partitions: Sequence[int]) -> Any:
+def read_local_log(
+    directory: str, partitions: Sequence[int], keys: Mapping[str, Sequence[Any]]
+) -> Any:
+    """The events logged under the local ``directory`` (every server's batches) of the key
+    partitions ``partitions`` whose key columns take the values ``keys`` gives (Arrow)."""
     from pathlib import Path
 
     import pyarrow as pa
-    import pyarrow.dataset as ds
+    import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
     files = sorted(str(path) for path in Path(directory).glob("*/*/*.parquet"))
@@ -260,7 +273,13 @@ def _read_local(directory: str, partitions: Sequence[int]) -> Any:
     if not tables:
         return pa.table({})
     logged = pa.concat_tables(tables, promote_options="default")
-    return ds.dataset(logged).to_table(filter=ds.field("_kp").isin(list(partitions)))
+    wanted = {"_kp": partitions, **keys}
+    mask = None
+    for name, values in wanted.items():
+        column = logged[name]
+        kept = pc.is_in(column, value_set=pa.array(list(values), type=column.type))
+        mask = kept if mask is None else pc.and_(mask, kept)
+    return logged.filter(mask)
 
 
 def _write_local(events: Any, directory: str) -> None:

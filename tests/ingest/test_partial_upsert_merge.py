@@ -256,3 +256,20 @@ def test_each_merged_row_is_the_fold_of_its_keys_events_up_to_it(
             assert rows[place]["deleted"] is True
         else:
             assert rows[place] == expected
+
+
+def test_a_batch_reads_only_its_own_keys_events_from_the_log(tmp_path: Path) -> None:
+    """The log of a batch's partitions holds the whole table's history: only the batch's keys'
+    events are taken (and turned into Python objects and folded), from every server's log."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from horizon_broker.ingest.partial_upsert_batch import read_local_log
+
+    for server, ids in (("s1", [1, 2, 3, 4]), ("s2", [2, 5])):
+        (tmp_path / server / "b0000000001").mkdir(parents=True)
+        logged = pa.table({"id": pa.array(ids, pa.int64()), "_kp": pa.array([0] * len(ids))})
+        pq.write_table(logged, tmp_path / server / "b0000000001" / "events.parquet")
+    taken = read_local_log(str(tmp_path), [0], {"id": [2, 4, 9]})
+    assert sorted(taken["id"].to_pylist()) == [2, 2, 4]
+    assert read_local_log(str(tmp_path), [1], {"id": [2]}).num_rows == 0
