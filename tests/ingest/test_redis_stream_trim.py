@@ -38,7 +38,8 @@ def gap_of(client: redis.Redis, offset: str | None, witness: Witness | None = No
 
 
 def xrange_calls(client: redis.Redis) -> int:
-    return int(client.info("commandstats").get("cmdstat_xrange", {}).get("calls", 0))
+    stats: dict[str, Any] = client.info("commandstats")  # type: ignore[assignment]
+    return int(stats.get("cmdstat_xrange", {}).get("calls", 0))
 
 
 def test_a_trim_check_walks_no_entries_while_the_offsets_entry_is_there(
