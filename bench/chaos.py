@@ -76,12 +76,14 @@ def run(
     inject_faults: bool = True,
     short: bool = False,
     brokers: int = 2,
+    faults_first: tuple[str, ...] | None = None,
 ) -> dict[str, Any]:
     """One run. ``mutation`` plants a bug (:mod:`chaos.mutations`) in the processes it names;
     ``compaction_pass`` runs one compaction to its end from a quarter in (mutated runs: it must
     complete inside the window, not only be killed); ``inject_faults`` False injects none but
     those the mutation asks for; ``short`` keeps fault windows just past the heartbeat timeout
-    (the short run of the tests)."""
+    (the short run of the tests); ``faults_first`` are injected first (by default those the
+    mutation asks for)."""
     from chaos.checker import check, count_by_kind
     from chaos.cluster import BANK, Cluster
     from chaos.faults import Faults
@@ -112,7 +114,9 @@ def run(
         quiet = threading.Event()  # no writes while the compaction pass runs
         deadline = reading_from + duration
         background = [
-            _started(faults.run, deadline, _faults_first(mutation), others=inject_faults),
+            _started(
+                faults.run, deadline, _faults_first(mutation, faults_first), others=inject_faults
+            ),
             _started(_compaction_pass, cluster, reading_from + duration / 4, deadline, quiet)
             if compaction_pass
             else None,
@@ -179,10 +183,13 @@ def _wait_for_brokers(cluster: Any) -> None:
             cluster.wait_for_broker(client, name=name)
 
 
-def _faults_first(mutation: str | None) -> tuple[str, ...]:
-    """The fault kinds the planted bugs need early (none unmutated)."""
+def _faults_first(mutation: str | None, given: tuple[str, ...] | None) -> tuple[str, ...]:
+    """The fault kinds to inject first: ``given``, else those the planted bugs need early
+    (none unmutated)."""
     from chaos.mutations import mutations
 
+    if given is not None:
+        return given
     return tuple(k for m in mutations(mutation) for k in m.faults) if mutation else ()
 
 
@@ -356,6 +363,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--no-faults", action="store_true", help="inject no faults (but those a mutation asks for)"
     )
+    parser.add_argument(
+        "--compaction-pass", action="store_true",
+        help="with --mutations: one compaction pass in every run, as 'all' has (to run its "
+        "list in parts)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--lock", type=Path,
+        help="with --mutations: flock this file during each run (a shared machine's Spark lock, "
+        "let go between runs)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     # A SIGTERM unwinds like an exception: the cluster stops its processes and unmounts storage.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
@@ -394,14 +411,22 @@ def _mutations(args: argparse.Namespace) -> int:
         chosen = names(args.mutations)
     except ValueError as error:
         raise SystemExit(str(error)) from None
+    from bench.tpch import PhaseLock
+
     outcomes = {}
+    lock = PhaseLock(args.lock)
     for name in chosen:
+        lock.take()
         print(f"-- {name}", flush=True)
-        outcomes[name] = results = run_mutation(
-            run, name, args.duration, args.seed, servers=args.servers, brokers=args.brokers,
-            inject_faults=not args.no_faults, compaction_pass=needs_compaction(chosen),
-            keep=args.keep,
-        )  # fmt: skip
+        try:
+            outcomes[name] = results = run_mutation(
+                run, name, args.duration, args.seed, servers=args.servers, brokers=args.brokers,
+                inject_faults=not args.no_faults,
+                compaction_pass=args.compaction_pass or needs_compaction(chosen),
+                keep=args.keep,
+            )  # fmt: skip
+        finally:
+            lock.let_go()
         print_report(results)
         print_verdicts(outcomes)
     if args.json is not None:

@@ -3,8 +3,8 @@ checker (:mod:`chaos.mutations`).
 
 Each mutation gets a short seeded run of its own (the same seed, duration and faults for all;
 when one of them needs it, one compaction pass run to its end in every run), and
-``none`` the same run unmutated, which must find nothing (else a caught mutation proves
-nothing). A mutation is caught when the checker finds an anomaly of one of the kinds it is
+``none`` the same run unmutated, under every fault any of them asks for, which must find
+nothing (else a caught mutation proves nothing). A mutation is caught when the checker finds an anomaly of one of the kinds it is
 expected to cause. ``A+B`` plants two in one run (a test's way to pay for one run), each caught
 by its own kinds, which must not overlap.
 """
@@ -20,7 +20,15 @@ from typing import Any
 from bench.report import print_table
 
 CONTROL = "none"
-"""The unmutated run of the same seed."""
+"""The unmutated run of the same seed, under every fault a planted bug asks for
+(:func:`control_faults`): a check that fires on the real system under them fires here."""
+
+
+def control_faults() -> tuple[str, ...]:
+    """The faults of every mutation, in the order of :data:`chaos.mutations.MUTATIONS`."""
+    from chaos.mutations import MUTATIONS
+
+    return tuple(kind for m in MUTATIONS.values() for kind in m.faults)
 
 
 def names(requested: str) -> list[str]:
@@ -67,6 +75,7 @@ def run_mutation(
         results = run(
             duration, seed, work, servers=servers, inject_faults=inject_faults, brokers=brokers,
             mutation=None if name == CONTROL else name, compaction_pass=compaction_pass,
+            faults_first=control_faults() if name == CONTROL else None,
         )  # fmt: skip
     finally:
         if keep:
@@ -86,7 +95,8 @@ def run_mutation(
 
 
 def verdict_rows(outcomes: dict[str, dict[str, Any]]) -> list[tuple[Any, ...]]:
-    """One table row per run: mutation, caught, by which kinds, how many, first anomaly."""
+    """One table row per run: mutation, caught, by which kinds, how many, first anomaly, and
+    how long the run took (start to stop)."""
     rows = []
     for name, results in outcomes.items():
         found = results["anomalies"]
@@ -96,16 +106,21 @@ def verdict_rows(outcomes: dict[str, dict[str, Any]]) -> list[tuple[Any, ...]]:
             caught = "yes" if results["caught"] else "NO"
         kinds = ", ".join(f"{k} ({n})" for k, n in found.items()) or "-"
         first = results.get("first_anomaly_s")
+        run_s = results.get("run_s")
         rows.append(
-            (name, caught, kinds, sum(found.values()), "-" if first is None else f"{first:.1f} s")
-        )
+            (
+                name, caught, kinds, sum(found.values()),
+                "-" if first is None else f"{first:.1f} s",
+                "-" if run_s is None else f"{run_s:.0f} s",
+            )
+        )  # fmt: skip
     return rows
 
 
 def print_verdicts(outcomes: dict[str, dict[str, Any]]) -> None:
     print_table(
         "planted bugs",
-        ["mutation", "caught", "anomaly kinds (count)", "anomalies", "first anomaly after"],
+        ["mutation", "caught", "anomaly kinds (count)", "anomalies", "first anomaly after", "run"],
         verdict_rows(outcomes),
     )
 

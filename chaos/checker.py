@@ -12,7 +12,8 @@ by what went wrong:
   covered its commit);
 * ``phantom_row``: a key shown although it was deleted, or never written, by the snapshot;
 * ``unknown_version``: a version no write produced;
-* ``lwm_backwards``: a client's default (LWM) snapshot going down between two of its reads;
+* ``lwm_backwards``: a client's default (LWM) snapshot going down between two of its reads
+  (a client sending its session token);
 * ``snapshot_below_served``: a default read of one table answered below a snapshot of it the same
   broker already served to another client (its served LWM went down, or it forgot its floor
   when restarted);
@@ -238,10 +239,11 @@ def _error(history: History, read: Read, settle_s: float) -> list[Anomaly]:
 
 def _lwm_backwards(reads: Iterable[Read]) -> list[Anomaly]:
     """A client's default snapshot is never below one it was served by a read that ended
-    before this one started."""
+    before this one started (its session token asks for that; a client without one is only
+    owed what its broker served: ``snapshot_below_served``)."""
     per_client: dict[tuple[str, str], list[Read]] = defaultdict(list)
     for read in reads:
-        if read.ok and read.kind == "lwm" and read.snapshot is not None:
+        if read.ok and read.session and read.kind == "lwm" and read.snapshot is not None:
             per_client[(read.client, read.table)].append(read)
     return [
         Anomaly("lwm_backwards", f"snapshot {read.snapshot} after {highest.snapshot} for "
@@ -256,8 +258,10 @@ def _snapshot_below_served(reads: Iterable[Read]) -> list[Anomaly]:
     the same broker to any client by a read that ended before it started (a broker's served LWM
     never goes down, across clients and across its restarts: its floor). Brokers follow the
     store apart (one cut off from it serves its last state), so across brokers only a client's
-    own reads are ordered (its session token: ``lwm_backwards``). Queries of several tables read
-    at their lowest LWM and are left out."""
+    own reads are ordered (its session token: ``lwm_backwards``); a client without a session
+    token is one whose own earlier reads count here too (the served LWM is all that orders
+    them, and it is what a session token would hide). Queries of several tables read at their
+    lowest LWM and are left out."""
     reads = list(reads)
     tables_read: dict[tuple[str, float, str], int] = defaultdict(int)
     for read in reads:
@@ -272,7 +276,7 @@ def _snapshot_below_served(reads: Iterable[Read]) -> list[Anomaly]:
                 f"was served to {highest.client}", read)
         for same in per_table.values()
         for read, highest in _below_finished(same)
-        if highest.client != read.client  # one client's own: lwm_backwards
+        if highest.client != read.client or not read.session  # with a token: lwm_backwards
     ]  # fmt: skip
 
 

@@ -188,23 +188,25 @@ class Faults:
         """The replica promoted *without* the last writes the primary acknowledged: replication
         is cut, the workload goes on (announcements, reports, grants on the primary alone), then
         the sentinels promote the replica and the old primary follows it, losing them. Variant
-        ``servers_cut``: the servers are cut off from the store (stalled) across the promotion,
-        so for a while nobody puts back what it lost."""
+        ``servers_paused``: the servers are stopped (SIGSTOP) across the promotion and a few
+        seconds past it, so for a while nobody puts back what the store lost (a quiet table's
+        heartbeat clocks: its computed LWM goes down under the served one)."""
         group = self.cluster.group
-        cut = variant == "servers_cut"
-        links = [self.cluster.links[name] for name in self.cluster.servers] if cut else []
-        with self._holding("redis"):
+        paused = sorted(self.cluster.servers) if variant == "servers_paused" else []
+        with self._holding("redis"), contextlib.ExitStack() as holds:
+            for name in paused:
+                holds.enter_context(self._holding(name))
             group.cut_replication()
             try:
                 time.sleep(self.random.uniform(1.5, 3.0))
-                for link in links:
-                    link.set(proxy.STALL)
+                for name in paused:
+                    self.cluster.servers[name].pause()
                 group.fail_over()
-                if links:
+                if paused:
                     time.sleep(self.random.uniform(*self.pause_s) / 2)
             finally:
-                for link in links:
-                    link.set(proxy.OPEN)
+                for name in paused:
+                    self.cluster.servers[name].resume()
                 group.heal_replication()
 
     def _partition_server(self) -> None:

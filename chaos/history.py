@@ -62,6 +62,9 @@ class Read:
     broker: str = ""
     """The broker that answered (its address): a broker's served LWM never goes down, across
     its restarts; across brokers a client's session token keeps its own reads monotonic."""
+    session: bool = True
+    """Whether the client sent its session token (its own reads monotonic across brokers); a
+    client without one (a stateless caller) reads whatever the broker serves."""
 
     @property
     def ok(self) -> bool:

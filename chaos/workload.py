@@ -11,7 +11,8 @@
 * **Readers** query through the gRPC broker: the whole table at the LWM, at a pinned snapshot
   (``VERSION AS OF`` one seen a moment ago), at an old snapshot, a self-join, change feeds, and
   the bank with the quiet table in one query (one snapshot for both, with the client's monotonic
-  session: it must be answered at once, not wait for the quiet table).
+  session: it must be answered at once, not wait for the quiet table); one more reader sends no
+  session token (default reads of one table): a broker serving below what it served shows on it.
 
 The writers know every row they wrote; the servers' acknowledgements (:mod:`chaos.worker`) give
 each file's first commit timestamp, from which each write's own follows (a transaction's changes
@@ -47,11 +48,13 @@ BOTH_SQL = (
     "SELECT 'bank' AS t, account AS k, txn AS v, balance AS b FROM bank "
     "UNION ALL SELECT 'quiet' AS t, key AS k, CAST(value AS STRING) AS v, value AS b FROM quiet"
 )
-QUIET_WRITE_CHANCE = 0.02
+QUIET_EVERY = 50
+"""Writer steps (one every 0.2 s at most) between two writes of the quiet table: about every ten
+seconds, on a fixed cadence from the tenth step (by chance, a seeded 60 s run wrote it never, and
+a batch on a quiet partition, the one that must resume it, is what the quiet table is for)."""
 EXACT_TRAVEL = 0.75
 """Of time travel reads, those at a bank write's own commit timestamp (the others at a snapshot
 seen earlier): where a visibility bound off by one shows."""
-"""Per writer step (one every 0.2 s): the quiet table gets a write about every ten seconds."""
 
 
 @dataclass
@@ -80,6 +83,7 @@ class Writer:
     """file -> the server whose inbox it is in."""
     counts: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     _sequence: int = 0
+    _steps: int = 0
 
     def __post_init__(self) -> None:
         self.random = random.Random(self.seed)
@@ -158,7 +162,8 @@ class Writer:
             writes.append({"key": key, "value": value, "seq": value, "deleted": False})
         self.counts["register write"] += len(writes)
         self._drop(REGISTER, server, writes)
-        if self.random.random() < QUIET_WRITE_CHANCE:
+        self._steps += 1
+        if self._steps % QUIET_EVERY == 10:
             key = self.random.choice(keys)
             self.quiet[key] += 1
             value = self.quiet[key]
@@ -238,6 +243,8 @@ def _acks(work: Path) -> list[dict[str, Any]]:
     return entries
 
 
+STATELESS_PAUSE_S = 0.2
+"""Between two reads of a stateless reader (cheap ones: it adds a little load)."""
 FAILOVER_ERRORS = frozenset({"UNAVAILABLE", "DEADLINE_EXCEEDED", "Unavailable"})
 """Errors after which a reader tries the next broker (the broker is down or cut off)."""
 
@@ -245,10 +252,14 @@ FAILOVER_ERRORS = frozenset({"UNAVAILABLE", "DEADLINE_EXCEEDED", "Unavailable"})
 class Readers:
     """Threads querying the broker until stopped; every answer and error is recorded."""
 
-    def __init__(self, targets: str | list[str], count: int, seed: int) -> None:
-        """``targets``: the brokers (a reader starts on one and fails over to the next)."""
+    def __init__(
+        self, targets: str | list[str], count: int, seed: int, *, stateless: int = 1
+    ) -> None:
+        """``targets``: the brokers (a reader starts on one and fails over to the next);
+        ``stateless`` more readers send no session token (:meth:`_run_stateless`)."""
         self.targets = [targets] if isinstance(targets, str) else list(targets)
         self.count = count
+        self.stateless = stateless
         self.seed = seed
         self.reads: list[Read] = []
         self.stop = threading.Event()
@@ -261,8 +272,10 @@ class Readers:
         and time travel reads at them too, where a bound is exact or off by one."""
 
     def start(self) -> None:
-        for number in range(self.count):
-            thread = threading.Thread(target=self._run, args=(number,), daemon=True)
+        runs = [(self._run, n) for n in range(self.count)]
+        runs += [(self._run_stateless, n) for n in range(self.stateless)]
+        for run, number in runs:
+            thread = threading.Thread(target=run, args=(number,), daemon=True)
             thread.start()
             self._threads.append(thread)
 
@@ -301,6 +314,32 @@ class Readers:
                     if read.error in FAILOVER_ERRORS:
                         current = (current + 1) % len(clients)
                     time.sleep(0.2)
+        finally:
+            for client in clients:
+                client.close()
+
+    def _run_stateless(self, number: int) -> None:
+        """A caller with no session (a stateless service behind a load balancer): default
+        reads of one table each, without a session token, so each answer is at whatever its
+        broker serves. Only the broker's served LWM (its floor) keeps them from going back: a
+        session token would hide a broker serving below what it served before."""
+        from horizon_broker.client import connect
+
+        chooser = random.Random(self.seed * 1000 + 500 + number)
+        name = f"stateless-{number}"
+        clients = [connect(target, timeout=30.0) for target in self.targets]
+        for client in clients:
+            client.monotonic = False
+        current = number % len(clients)
+        try:
+            while not self.stop.wait(STATELESS_PAUSE_S):
+                kind = chooser.choice(["quiet", "register", "lwm"])
+                reads = self._query(clients[current], name, kind, [], chooser)
+                reads = [replace(r, broker=self.targets[current], session=False) for r in reads]
+                with self._lock:
+                    self.reads.extend(reads)
+                if not reads[0].ok and reads[0].error in FAILOVER_ERRORS:
+                    current = (current + 1) % len(clients)
         finally:
             for client in clients:
                 client.close()

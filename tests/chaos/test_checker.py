@@ -180,6 +180,23 @@ def test_a_snapshot_below_one_another_broker_served_is_not_a_regression() -> Non
     assert kinds(history) == {"snapshot_below_served": 1}, "the same broker went back"
 
 
+def test_a_client_without_a_session_token_is_owed_only_what_its_broker_served() -> None:
+    """A stateless client's own reads are ordered by its broker's served LWM alone: lower on the
+    same broker is the broker going back; lower on another broker is not its promise to break."""
+    history = register_history()
+    history.reads = [
+        read(REGISTER, 25, Row("k", 2), at=0, client="s", session=False, broker="b1"),
+        read(REGISTER, 15, Row("k", 1), at=1, client="s", session=False, broker="b2"),
+    ]
+    assert check(history) == [], "no token, two brokers: nothing owed"
+    history.reads.append(
+        read(REGISTER, 15, Row("k", 1), at=2, client="s", session=False, broker="b1")
+    )
+    found = check(history)
+    assert count_by_kind(found) == {"snapshot_below_served": 1}
+    assert "served to s" in found[0].detail
+
+
 def test_one_query_at_one_snapshot_answering_differently_is_caught() -> None:
     history = bank_history()
     history.reads = [
