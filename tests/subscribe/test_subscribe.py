@@ -23,7 +23,7 @@ from horizon_broker.broker.api.server import BrokerServer
 from horizon_broker.broker.subscribe.live import LiveResult, SubscriptionMessage
 from horizon_broker.client import HorizonClient, connect
 from horizon_broker.timeline.segment import Segment
-from tests.broker.data import CHUNK, VERSION, descriptor, write_rows
+from tests.broker.data import CHUNK, VERSION, descriptor, version, write_rows
 from tests.subscribe.harness import (
     ADMIN,
     LIMIT,
@@ -363,3 +363,62 @@ def test_a_stopping_broker_ends_streams_unavailable_and_the_token_resumes_on_the
             assert applied(live, step) == answer(client, sql, 3000)
     finally:
         resumed.close()
+
+
+def quiet_capable_table(env: Env) -> str:
+    """Ids 1..3 open from 500 in one file and id 9 open from 1500 in another, each segment
+    telling its greatest validFrom and that its file holds open rows only; LWM at 1000."""
+    env.count += 1
+    name = f"sub{env.count}"
+    desc = descriptor(name, storage_root=env.root)
+    parts = [
+        [version(i, f"o{i}", i * 10, 500, None) for i in (1, 2, 3)],
+        [version(9, "o9", 90, 1500, None)],
+    ]
+    segments = []
+    for partition, rows in enumerate(parts):
+        path = write_rows(env.root / name / f"p{partition}.parquet", desc, rows)
+        segments.append(
+            Segment(
+                table=name,
+                interval=CHUNK,
+                version=VERSION,
+                partition=partition,
+                core_partitions=2,
+                location=(path,),
+                row_count=len(rows),
+                max_valid_from=max(r["validFrom"] for r in rows),
+                open_files=(path,),
+            )
+        )
+    env.server.register_table(desc)
+    env.server.announce(segments)
+    env.rows[name] = parts[0] + parts[1]
+    env.move(name, 1000)
+    return name
+
+
+def test_a_window_the_timeline_shows_quiet_runs_no_query_and_a_change_after_it_arrives(
+    env: Env,
+) -> None:
+    """A step after which no file may hold a version beginning or ending is a progress message
+    sent without running the query (no result-cache lookup); while a file may still begin one
+    (id 9 at 1500) the query runs, and the version comes as its delta."""
+    table = quiet_capable_table(env)
+    sql = f"SELECT id, owner, balance FROM {table}"
+    cache = env.broker.engine.cache
+    reader = Reader(env, sql)
+    try:
+        assert [m.kind for m in reader.step()] == ["first_result"]
+        misses = cache.misses
+        env.move(table, 1200)  # quiet in fact, but id 9's file may begin a version after 1000
+        assert shown(reader.step()) == [("progress", 1000, 1200, (), [])]
+        assert cache.misses > misses, "the query ran"
+        env.move(table, 2000)
+        assert shown(reader.step()) == [("delta", 1200, 2000, ("id",), [("insert", 9, "o9", 90)])]
+        misses = cache.misses
+        env.move(table, 2500)  # every file's versions began at or before 2000, none ends
+        assert shown(reader.step()) == [("progress", 2000, 2500, (), [])]
+        assert cache.misses == misses, "no query ran for the quiet step"
+    finally:
+        reader.close()

@@ -98,6 +98,15 @@ def _parse(sql: str) -> exp.Expr:
         raise Refused(f"the SQL does not parse ({error})") from None
 
 
+def volatile(sql: str) -> str | None:
+    """The first function of ``sql`` whose value changes without the data (None: none, or the
+    SQL does not parse)."""
+    try:
+        return _volatile(sqlglot.parse_one(sql, read="spark"))
+    except sqlglot.errors.ParseError:
+        return None
+
+
 def _volatile(tree: exp.Expr) -> str | None:
     for node in tree.find_all(exp.Func):
         if isinstance(node, _VOLATILE):

@@ -25,11 +25,12 @@ from horizon_broker.broker.grants import Principal
 from horizon_broker.broker.spark.executor import QueryScope
 
 from . import resume
-from .choose import check_name
+from .choose import check_name, volatile
 from .coalesce import DEFAULT_MAX_ROWS_PER_MESSAGE, MAX_ROWS_PER_MESSAGE, next_range
 from .handover import RESUME_TOKEN_TRAILER, HandOver, SubscriberBehind
 from .limits import STOPPING_MESSAGE, OpenSubscriptions
 from .messages import delta_messages, first_result_messages, progress_message, resumed_message
+from .quiet import quiet_since
 from .recording import RecordedSubscription
 from .snapshot_sql import at_snapshot
 from .strategy import DeltaStrategy, Reads, choose_strategy
@@ -117,6 +118,9 @@ class Subscription:
                 "a subscription follows the snapshots of upsert tables; this query reads none"
             )
         self.start_snapshot = prepared.plan.snapshot
+        self.skips_quiet = len(self.tables) == len(prepared.tables) and volatile(plan.sql) is None
+        """Whether a window the timeline shows to be quiet needs no query: the query reads only
+        upsert tables at the snapshot, and no function that changes without the data."""
         follower = engine.follower
         keys = [follower.descriptor(table).primary_key for table in self.tables]
         self.key = result_key(engine.result_schema(prepared).names, keys)
@@ -176,11 +180,13 @@ class Subscription:
         """Send the changes from ``start`` to ``to``. When there were none (the commits touched
         no row the query shows, or only compaction and rewrites, which change no rows), a
         progress message (no rows, the token from ``to``), only if the subscriber has room for
-        it: a quiet stream never makes a subscriber that does not read fall behind. True when
+        it: a quiet stream never makes a subscriber that does not read fall behind. A window in
+        which the timeline shows no version beginning or ending runs no query at all. True when
         the subscriber was brought to ``to``."""
-        delta = self.strategy.advance(to)
+        quiet = self.skips_quiet and self._quiet_since(start)
+        delta = None if quiet else self.strategy.advance(to)
         name, token = self.strategy.name, self.token(to)
-        if delta.empty:
+        if delta is None or delta.empty:
             if not self.pipe.offer(progress_message(name, start, to, token)):
                 return False  # the next message's range covers this snapshot too
             self._sent(to, 0)
@@ -189,6 +195,12 @@ class Subscription:
             self.pipe.put(message)
         self._sent(to, delta.rows.num_rows)
         return True
+
+    def _quiet_since(self, start: int) -> bool:
+        """No version of the query's tables began or ended after ``start`` (:mod:`.quiet`): the
+        answer is the one at ``start``, and the strategy's next window simply starts earlier."""
+        follower = self.engine.follower
+        return all(quiet_since(follower.view(t).visible_segments, start) for t in self.tables)
 
     def follow(self, stopping: Any) -> None:
         """Deltas until the subscriber leaves or the broker stops (then UNAVAILABLE)."""
