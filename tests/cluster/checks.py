@@ -77,9 +77,25 @@ def _ended_and_let_go(client: Any, query_id: str, state: str, timeout: float = 6
     raise AssertionError(f"query {query_id} did not end {state} with its jobs gone: {record}")
 
 
+def _running_jobs(client: Any, query_id: str, timeout: float = 60.0) -> None:
+    """Once ``query_id`` runs Spark jobs, so a cancel must stop tasks, not a plan (where Spark
+    cannot tell, as over Spark Connect: a few seconds after the broker took it)."""
+    deadline = time.monotonic() + timeout
+    record = None
+    while time.monotonic() < deadline:
+        record = next((q for q in client.queries() if q.query_id == query_id), None)
+        if record is not None and not record.HasField("spark_jobs_running"):
+            time.sleep(3)
+            return
+        if record is not None and record.spark_jobs_running > 0:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"query {query_id} never ran a Spark job: {record}")
+
+
 def cancel_and_deadline_stop_a_query(client: Any) -> None:
     call = client.start_query(SLOW_SQL, query_id="cluster-cancel", cache=False)
-    time.sleep(3)  # let its jobs start
+    _running_jobs(client, "cluster-cancel")
     call.cancel()
     with pytest.raises(Cancelled):
         call.result()

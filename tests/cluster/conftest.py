@@ -21,9 +21,10 @@ from tests.processes import RedisProcess
 
 LWM = 1200
 
-SLOW_SQL = "SELECT count(DISTINCT sha2(repeat(owner, 100000), 256)) AS n FROM big"
-"""Within every work budget, yet minutes of hashing (100 kB per row), in tasks that a cancel
-interrupts within about a second (one Parquet batch)."""
+SLOW_SQL = "SELECT count(DISTINCT sha2(repeat(owner, 400000), 256)) AS n FROM big"
+"""Within every work budget, yet about 80 GB of hashing (400 kB for each of 200,000 rows: tens
+of seconds on two cores, where the cancel comes after about one and the deadline at four), in
+tasks that a cancel interrupts between Parquet batches."""
 
 
 @dataclass
