@@ -210,49 +210,73 @@ def run(
     plans_dir: Path = RESULTS_DIR,
     keep_work: bool = False,
     lock: Path | None = None,
+    conf: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """The whole benchmark; a test passes its own Spark session and Redis (kept running) and
     a directory of its own for the plans. With ``lock``, each phase holds that file's lock
-    (``flock``) and the lock is let go between them, so a long run never holds it throughout."""
+    (``flock``) and the lock is let go between them, so a long run never holds it throughout;
+    the first phase takes it before the run's own Spark starts. ``conf`` goes into the Spark
+    session the run starts, so both sides read with it."""
+    read = tables_read(numbers)  # the tables the chosen queries read, no others
+    tables = {name: table for name, table in generate(scale).items() if name in read}
+    results: dict[str, Any] = {"scale": scale, "rounds": rounds, "conf": conf or {}}
+    results["rows"] = {name: table.num_rows for name, table in tables.items()}
+    expected = reference_answers(tables, {number: QUERIES[number] for number in numbers})
+    results["step_seconds"] = {}  # where a run's time goes
+    gate = PhaseLock(lock)
+    gate.take()  # the plain tables, ingestion and the first phase (and starting Spark)
+    try:
+        with _services(spark, redis_url, conf or {}) as (spark, redis_url):
+            work = Path(tempfile.mkdtemp(prefix="horizon-bench-tpch-"))
+            try:
+                _phases(spark, redis_url, tables, numbers, expected, results, gate, work, plans_dir, compaction)  # fmt: skip
+            finally:
+                if keep_work:
+                    print(f"work directory kept: {work}")
+                else:
+                    shutil.rmtree(work, ignore_errors=True)
+    finally:
+        gate.let_go()
+    return results
+
+
+def _phases(
+    spark: Any, redis_url: str, tables: dict[str, Any], numbers: list[int], expected: dict[int, Any],
+    results: dict[str, Any], gate: PhaseLock, work: Path, plans_dir: Path, compaction: bool,
+) -> None:  # fmt: skip
+    """Ingestion and the phase before compaction (under the lock ``gate`` holds), then, with
+    the lock let go and taken again, the compaction and the phase after it."""
     from horizon_broker.watermark.server import ServerClient
 
-    with _services(spark, redis_url) as (spark, redis_url):
-        work = Path(tempfile.mkdtemp(prefix="horizon-bench-tpch-"))
-        server = ServerClient(redis_url, f"bench-tpch-ingest-{os.getpid()}-{time.monotonic_ns()}")
-        broker = None
-        results: dict[str, Any] = {"scale": scale, "rounds": rounds}
-        try:
-            read = tables_read(numbers)  # the tables the chosen queries read, no others
-            tables = {name: table for name, table in generate(scale).items() if name in read}
-            results["rows"] = {name: table.num_rows for name, table in tables.items()}
-            expected = reference_answers(tables, {number: QUERIES[number] for number in numbers})
-            steps = results["step_seconds"] = {}  # where a run's time goes
-            with holding(lock):  # the plain tables, ingestion and the first phase
-                with step(steps, "plain tables"):
-                    plain = plain_session(spark, tables, work)
-                with step(steps, "ingestion"):
-                    ingested = ingest(spark, server, tables, work)
-                results["ingest_seconds"] = ingested["seconds"]
-                print(f"ingested in {sum(ingested['seconds'].values()):.0f} s: {ingested['seconds']}")  # fmt: skip
-                broker = start_broker(redis_url, spark)
-                with step(steps, "before"):
-                    results["before"] = phase(broker, plain, numbers, expected, rounds, ingested, plans_dir, "before")  # fmt: skip
-            if compaction:
-                with holding(lock):  # taken again: others' Spark runs may go in between
-                    with step(steps, "compaction"):
-                        results["compaction"] = compact(spark, redis_url, ingested["definitions"], broker.follower)  # fmt: skip
-                    with step(steps, "after"):
-                        results["after"] = phase(broker, plain, numbers, expected, rounds, ingested, plans_dir, "after")  # fmt: skip
-        finally:
-            if broker is not None:
-                broker.stop(0)
-                broker.follower.stop()
-            server.close()
-            if keep_work:
-                print(f"work directory kept: {work}")
-            else:
-                shutil.rmtree(work, ignore_errors=True)
-    return results
+    rounds, steps = results["rounds"], results["step_seconds"]
+    server = ServerClient(redis_url, f"bench-tpch-ingest-{os.getpid()}-{time.monotonic_ns()}")
+    broker = None
+    # Ingestion and compaction run on a session of their own, as in their own processes: the
+    # settings they make (ingestion's requireAllClusterKeysForCoPartition) must not reach the
+    # broker's session, whose plans are measured (Q02 planned one shuffle fewer with it).
+    writer = spark.newSession()
+    try:
+        with step(steps, "plain tables"):
+            plain = plain_session(spark, tables, work)
+        with step(steps, "ingestion"):
+            ingested = ingest(writer, server, tables, work)
+        results["ingest_seconds"] = ingested["seconds"]
+        print(f"ingested in {sum(ingested['seconds'].values()):.0f} s: {ingested['seconds']}")
+        broker = start_broker(redis_url, spark)
+        with step(steps, "before"):
+            results["before"] = phase(broker, plain, numbers, expected, rounds, ingested, plans_dir, "before")  # fmt: skip
+        gate.let_go()
+        if compaction:
+            gate.take()  # taken again: others' Spark runs may go in between
+            with step(steps, "compaction"):
+                results["compaction"] = compact(writer, redis_url, ingested["definitions"], broker.follower)  # fmt: skip
+            with step(steps, "after"):
+                results["after"] = phase(broker, plain, numbers, expected, rounds, ingested, plans_dir, "after")  # fmt: skip
+    finally:
+        if broker is not None:
+            broker.stop(0)
+            broker.follower.stop()
+        server.close()
 
 
 def phase(
@@ -285,26 +309,36 @@ def step(seconds: dict[str, float], name: str) -> Iterator[None]:
         seconds[name] = round(time.perf_counter() - started, 2)
 
 
-@contextmanager
-def holding(lock: Path | None) -> Iterator[None]:
-    """``lock``'s exclusive ``flock`` for the block (nothing without a path)."""
-    if lock is None:
-        yield
-        return
-    import fcntl
+class PhaseLock:
+    """An exclusive ``flock`` on a file, taken and let go phase by phase (nothing without a
+    path); letting go twice, or without having taken it, does nothing."""
 
-    with open(lock, "a") as handle:
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self._handle: Any = None
+
+    def take(self) -> None:
+        import fcntl
+
+        if self.path is None or self._handle is not None:
+            return
         started = time.perf_counter()
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        print(f"holding {lock} (waited {time.perf_counter() - started:.0f} s)", flush=True)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+        self._handle = open(self.path, "a")  # noqa: SIM115 (held across phases, closed in let_go)
+        fcntl.flock(self._handle, fcntl.LOCK_EX)
+        print(f"holding {self.path} (waited {time.perf_counter() - started:.0f} s)", flush=True)
+
+    def let_go(self) -> None:
+        import fcntl
+
+        if self._handle is None:
+            return
+        fcntl.flock(self._handle, fcntl.LOCK_UN)
+        self._handle.close()
+        self._handle = None
 
 
 @contextmanager
-def _services(spark: Any, redis_url: str | None) -> Iterator[tuple[Any, str]]:
+def _services(spark: Any, redis_url: str | None, conf: dict[str, str]) -> Iterator[tuple[Any, str]]:
     """The Spark session and Redis to use: the given ones, or ones of its own (then stopped)."""
     from horizon_broker._core.spark_session import create_spark_session
     from tests.processes import RedisProcess
@@ -316,7 +350,7 @@ def _services(spark: Any, redis_url: str | None) -> Iterator[tuple[Any, str]]:
         spark = create_spark_session(
             master="local[2]",
             app_name="bench-tpch",
-            conf={"spark.sql.maxMetadataStringLength": "4000"},
+            conf={"spark.sql.maxMetadataStringLength": "4000", **conf},
         )
     try:
         yield spark, redis.url if redis is not None else str(redis_url)
@@ -328,7 +362,7 @@ def _services(spark: Any, redis_url: str | None) -> Iterator[tuple[Any, str]]:
 
 
 def report(results: dict[str, Any]) -> None:
-    print(f"seconds by step: {results.get('step_seconds')}")
+    print(f"seconds by step: {results.get('step_seconds')}; Spark settings: {results.get('conf')}")
     for phase in ("before", "after"):
         if phase not in results:
             continue
@@ -375,12 +409,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-compaction", action="store_true", help="skip the second phase")
     parser.add_argument("--keep-work", action="store_true", help="keep the tables' directory")
     parser.add_argument("--lock", type=Path, help="flock this file during each phase")
+    parser.add_argument(
+        "--conf", action="append", default=[], metavar="KEY=VALUE",
+        help="a Spark setting of the run's session (both sides), repeatable",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     try:
         numbers = parse_numbers(args.queries)
     except ValueError as error:
         parser.error(str(error))
     rounds = args.rounds or (3 if args.quick else 9)
+    if any("=" not in item for item in args.conf):
+        parser.error("--conf takes KEY=VALUE")
+    conf = dict(item.split("=", 1) for item in args.conf)
     # The default scale keeps the names ``make bench`` and the README read; others get their own.
     name = "tpch" if args.scale == 0.01 else f"tpch-sf{args.scale:g}"
     results = run(
@@ -390,6 +431,7 @@ def main(argv: list[str] | None = None) -> int:
         compaction=not args.no_compaction,
         keep_work=args.keep_work,
         lock=args.lock,
+        conf=conf,
         plans_dir=RESULTS_DIR if name == "tpch" else RESULTS_DIR / name,
     )
     report(results)

@@ -192,3 +192,23 @@ def test_a_query_subset_ingests_only_the_tables_it_reads() -> None:
     assert tables_read([1]) == {"lineitem"}
     assert tables_read([3, 19]) == {"customer", "orders", "lineitem", "part"}
     assert tables_read(sorted(QUERIES)) == set(KEYS)
+
+
+def test_the_phase_lock_excludes_others_while_taken_and_only_then(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """``bench.tpch --lock`` holds the shared Spark lock per phase: another flock of the file
+    is refused while a phase holds it and granted once it lets go (twice is harmless)."""
+    import fcntl
+
+    from bench.tpch import PhaseLock
+
+    path = tmp_path / "spark.lock"
+    gate = PhaseLock(path)
+    gate.take()
+    with open(path, "a") as other:
+        with pytest.raises(BlockingIOError):
+            fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        gate.let_go()
+        gate.let_go()
+        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)  # free now
+        fcntl.flock(other, fcntl.LOCK_UN)
+    PhaseLock(None).take()  # no path: nothing to hold
