@@ -277,17 +277,19 @@ def main(argv: list[str] | None = None) -> int:
     from horizon_broker._core.spark_session import create_spark_session
     from tests.processes import RedisProcess
 
-    redis = RedisProcess().start()
     spark = create_spark_session(
         master="local[2]", app_name="bench-subscribe", conf={"spark.sql.shuffle.partitions": "4"}
     )
     results: dict[str, Any] = {"commits": commits, "keys_per_commit": args.keys, "sizes": {}}
     try:
         for rows in sizes:
-            results["sizes"][str(rows)] = run_size(spark, redis.url, rows, commits, args.keys)
+            redis = RedisProcess().start()  # a state store per size: one table named accounts
+            try:
+                results["sizes"][str(rows)] = run_size(spark, redis.url, rows, commits, args.keys)
+            finally:
+                redis.close()
     finally:
         spark.stop()
-        redis.close()
     show(results)
     print(f"wrote {write_results('subscribe', results)}")
     failed = [

@@ -267,6 +267,8 @@ def test_a_token_that_cannot_read_the_table_is_refused(env: Env) -> None:
 def test_an_identity_holds_at_most_its_limit_of_subscriptions(env: Env) -> None:
     table = env.table()
     sql = f"SELECT id FROM {table}"
+    open_now = env.broker._subscriptions.count  # the per-identity count both doors share
+    eventually(lambda: open_now("admin") == 0, "the streams of earlier tests ended")
     held = [Reader(env, sql) for _ in range(LIMIT)]
     try:
         for reader in held:
