@@ -24,12 +24,12 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from bench.report import RESULTS_DIR, print_table, write_results
+from bench.report import RESULTS_DIR, code_commit, print_table, write_results
 from bench.tpch_answers import reference_answers
 from bench.tpch_data import DELETED, KEYS, SEQUENCE, batches, generate
 from bench.tpch_history import check_time_travel
@@ -211,15 +211,18 @@ def run(
     keep_work: bool = False,
     lock: Path | None = None,
     conf: dict[str, str] | None = None,
+    save: Callable[[dict[str, Any]], Any] | None = None,
 ) -> dict[str, Any]:
     """The whole benchmark; a test passes its own Spark session and Redis (kept running) and
     a directory of its own for the plans. With ``lock``, each phase holds that file's lock
     (``flock``) and the lock is let go between them, so a long run never holds it throughout;
     the first phase takes it before the run's own Spark starts. ``conf`` goes into the Spark
-    session the run starts, so both sides read with it."""
+    session the run starts, so both sides read with it. ``save`` is given the results after
+    each phase (a run stopped while it waits for the lock keeps its first phase's figures)."""
     read = tables_read(numbers)  # the tables the chosen queries read, no others
     tables = {name: table for name, table in generate(scale).items() if name in read}
     results: dict[str, Any] = {"scale": scale, "rounds": rounds, "conf": conf or {}}
+    results["started_at_commit"] = code_commit()  # others may commit while it runs
     results["rows"] = {name: table.num_rows for name, table in tables.items()}
     expected = reference_answers(tables, {number: QUERIES[number] for number in numbers})
     results["step_seconds"] = {}  # where a run's time goes
@@ -229,7 +232,7 @@ def run(
         with _services(spark, redis_url, conf or {}) as (spark, redis_url):
             work = Path(tempfile.mkdtemp(prefix="horizon-bench-tpch-"))
             try:
-                _phases(spark, redis_url, tables, numbers, expected, results, gate, work, plans_dir, compaction)  # fmt: skip
+                _phases(spark, redis_url, tables, numbers, expected, results, gate, work, plans_dir, compaction, save or (lambda _: None))  # fmt: skip
             finally:
                 if keep_work:
                     print(f"work directory kept: {work}")
@@ -243,6 +246,7 @@ def run(
 def _phases(
     spark: Any, redis_url: str, tables: dict[str, Any], numbers: list[int], expected: dict[int, Any],
     results: dict[str, Any], gate: PhaseLock, work: Path, plans_dir: Path, compaction: bool,
+    save: Callable[[dict[str, Any]], Any],
 ) -> None:  # fmt: skip
     """Ingestion and the phase before compaction (under the lock ``gate`` holds), then, with
     the lock let go and taken again, the compaction and the phase after it."""
@@ -266,12 +270,14 @@ def _phases(
         with step(steps, "before"):
             results["before"] = phase(broker, plain, numbers, expected, rounds, ingested, plans_dir, "before")  # fmt: skip
         gate.let_go()
+        save(results)
         if compaction:
             gate.take()  # taken again: others' Spark runs may go in between
             with step(steps, "compaction"):
                 results["compaction"] = compact(writer, redis_url, ingested["definitions"], broker.follower)  # fmt: skip
             with step(steps, "after"):
                 results["after"] = phase(broker, plain, numbers, expected, rounds, ingested, plans_dir, "after")  # fmt: skip
+            save(results)
     finally:
         if broker is not None:
             broker.stop(0)
@@ -432,6 +438,7 @@ def main(argv: list[str] | None = None) -> int:
         keep_work=args.keep_work,
         lock=args.lock,
         conf=conf,
+        save=lambda partial: write_results(name, partial),
         plans_dir=RESULTS_DIR if name == "tpch" else RESULTS_DIR / name,
     )
     report(results)
