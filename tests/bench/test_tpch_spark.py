@@ -1,7 +1,13 @@
-"""``bench.tpch`` end to end at a tiny scale: three TPC-H queries through a real broker over
+"""``bench.tpch`` end to end at a tiny scale: two TPC-H queries through a real broker over
 tables that real ingestion batches built (corrections, deletes, re-inserts, late rows), before
-and after a compaction, each answer equal to DuckDB's on the final state (the run raises
-``WrongAnswer`` otherwise), and the plans written side by side."""
+and after a compaction, each answer equal to DuckDB's on the final state and at the first
+batches' snapshot by ``VERSION AS OF`` and ``TIMESTAMP AS OF`` (the run raises ``WrongAnswer``
+otherwise), and the plans written side by side.
+
+Two queries, five tables: Q03 went (a three-table join with a limit, which Q21 also is, with
+more tables), and with it the customer table's ingestion, plain copy and compaction (the call
+took 40.6 s with three queries: plain tables 5.0 s, ingestion 7.0 s, phase before 16.3 s,
+compaction 2.5 s, phase after 8.0 s)."""
 
 from __future__ import annotations
 
@@ -12,11 +18,11 @@ from bench.tpch import run
 from bench.tpch_queries import tables_read
 from tests.processes import RedisProcess
 
-QUERIES = [3, 19, 21]
-"""A three-table join with a limit, the OR-of-joins query, EXISTS and NOT EXISTS on lineitem."""
+QUERIES = [19, 21]
+"""The OR-of-joins query; a four-table join with a limit, EXISTS and NOT EXISTS on lineitem."""
 
 
-def test_three_queries_through_horizon_answer_as_duckdb_before_and_after_compaction(
+def test_tpch_queries_through_horizon_answer_as_duckdb_before_and_after_compaction(
     spark: Any, redis_server: RedisProcess, tmp_path: Path
 ) -> None:
     results = run(
@@ -30,7 +36,7 @@ def test_three_queries_through_horizon_answer_as_duckdb_before_and_after_compact
     )
     assert set(results["rows"]) == tables_read(QUERIES)  # only the tables the queries read
     for phase in ("before", "after"):
-        assert sorted(results[phase]["queries"]) == ["Q03", "Q19", "Q21"]
+        assert sorted(results[phase]["queries"]) == ["Q19", "Q21"]
         assert all(q["rows"] > 0 for q in results[phase]["queries"].values())
         # Spark's metrics of both sides' scans: every file a plan lists is read (the counts
         # name the tables the plans name), and the A/A control was timed beside them.
