@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -194,7 +195,7 @@ def test_a_query_subset_ingests_only_the_tables_it_reads() -> None:
     assert tables_read(sorted(QUERIES)) == set(KEYS)
 
 
-def test_the_phase_lock_excludes_others_while_taken_and_only_then(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_the_phase_lock_excludes_others_while_taken_and_only_then(tmp_path: Path) -> None:
     """``bench.tpch --lock`` holds the shared Spark lock per phase: another flock of the file
     is refused while a phase holds it and granted once it lets go (twice is harmless)."""
     import fcntl
