@@ -126,3 +126,15 @@ def test_arrow_framing_splits_big_results_into_bounded_messages():
     assert sum(rows for _, rows in messages) == 10_000
     schema = arrow_ipc.decode_schema(arrow_ipc.encode_schema(table.schema))
     assert arrow_ipc.decode_batches(schema, [data for data, _ in messages]).equals(table)
+
+
+def test_a_comma_join_is_planned_as_the_inner_join_plain_spark_makes_of_it(client):
+    """An Inner join keeps Spark's runtime filters and partition pruning; a Cross one loses them."""
+    explain = client.explain(
+        "SELECT a.owner FROM accounts a, accounts b WHERE a.id = b.id AND b.balance > 0",
+        include_spark_plan=True,
+    )
+    assert "INNER JOIN" in explain.rewritten_sql
+    joins = [line for line in explain.spark_plan.splitlines() if "Join" in line]
+    assert joins and all("Cross" not in line for line in joins), explain.spark_plan
+    assert any("Inner" in line for line in joins), explain.spark_plan

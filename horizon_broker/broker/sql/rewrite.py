@@ -36,6 +36,7 @@ from horizon_broker.broker.sql.passes.choose_snapshot import choose_snapshot
 from horizon_broker.broker.sql.passes.describe_shape import describe_shape
 from horizon_broker.broker.sql.passes.expand_table_changes import expand_table_changes
 from horizon_broker.broker.sql.passes.find_key_lookup import find_key_lookup
+from horizon_broker.broker.sql.passes.inner_cross_joins import inner_cross_joins
 from horizon_broker.broker.sql.passes.resolve_references import resolve_references
 from horizon_broker.broker.sql.passes.snapshot_schema import snapshot_schema
 from horizon_broker.broker.sql.passes.substitute_tables import substitute_tables
@@ -182,6 +183,7 @@ def _bind_tree(
     tree = choose_snapshot(tree)
     tree = snapshot_schema(tree)
     tree = expand_table_changes(tree)
+    tree = inner_cross_joins(tree)  # before the tables become derived ones (the test of a table)
     tree = substitute_tables(tree)
     plan = _plan(state_of(tree))
     sql = generate(tree, pretty=pretty)
