@@ -118,21 +118,29 @@ def test_each_strategy_is_named_on_every_message_of_its_stream_and_by_explain(
 ) -> None:
     with connect(env.broker.target, token=ADMIN) as client:
         explained = client.explain(SQL[strategy])
-    assert explained.subscribe_strategy == "exact_diff"  # the default until measured cheaper
-    assert explained.subscribe_strategy_reason.startswith("exact_diff: ")
-    if strategy != "exact_diff":
-        assert f"{strategy} suits the query" in explained.subscribe_strategy_reason
+    assert explained.subscribe_strategy == strategy  # an unforced stream takes it too
+    assert explained.subscribe_strategy_reason.startswith(f"{strategy}: ")
     messages = follow_one_batch(env, SQL[strategy], strategy=strategy)
     assert {m.strategy for m in messages} == {strategy}
     assert messages[0].kind == "first_result"
     assert "delta" in [m.kind for m in messages]
 
 
-def test_an_unforced_stream_uses_the_exact_diff_even_where_an_incremental_strategy_suits(
+def test_an_unforced_stream_uses_the_incremental_strategy_that_suits_its_query(
     env: Env,
 ) -> None:
     messages = follow_one_batch(env, SQL["change_feed"])
-    assert {m.strategy for m in messages} == {"exact_diff"}
+    assert {m.strategy for m in messages} == {"change_feed"}
+
+
+def test_a_group_by_with_min_is_left_to_the_exact_diff_unless_forced(env: Env) -> None:
+    """Changed groups with min, max, avg or HAVING re-run the query for the touched groups,
+    which costs about a whole re-run: the broker does not take it by itself."""
+    sql = "SELECT balance % 2 AS parity, min(user_id) AS first FROM accounts GROUP BY balance % 2"
+    with connect(env.broker.target, token=ADMIN) as client:
+        explained = client.explain(sql)
+    assert explained.subscribe_strategy == "exact_diff"
+    assert "changed_groups suits the query" in explained.subscribe_strategy_reason
 
 
 @pytest.mark.parametrize(
