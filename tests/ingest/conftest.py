@@ -153,6 +153,21 @@ def visible_at(rows: Sequence[dict[str, Any]], snapshot: int) -> list[dict[str, 
     ]
 
 
+def visible_by_key(
+    rows: Sequence[dict[str, Any]], snapshot: int, key: str = "id"
+) -> dict[Any, dict[str, Any]]:
+    """The rows visible at ``snapshot`` (the visibility rule) by their key, each key once."""
+    visible = [
+        row
+        for row in rows
+        if row["validFrom"] <= snapshot
+        and (row["validUntil"] is None or row["validUntil"] > snapshot)
+    ]
+    keys = [row[key] for row in visible]
+    assert len(keys) == len(set(keys)), f"a key is visible twice at {snapshot}: {keys}"
+    return {row[key]: row for row in visible}
+
+
 def visible_rows(spark: Any, segments: Sequence[Any], snapshot: int) -> list[dict[str, Any]]:
     """Rows of the visible segments that are visible at ``snapshot``."""
     return visible_at(segment_rows(spark, segments), snapshot)

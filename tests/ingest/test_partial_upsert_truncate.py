@@ -18,7 +18,7 @@ from horizon_broker.ingest.redis_stream_source import stream_source
 from horizon_broker.ingest.server import IngestServer
 from horizon_broker.ingest.server_config import TableSource
 from horizon_broker.ingest.table import TableDefinition
-from tests.ingest.conftest import broker_view
+from tests.ingest.conftest import broker_view, visible_by_key
 from tests.ingest.debezium_events import lines, postgres_event
 
 ROADS = {
@@ -82,15 +82,8 @@ def table(root: Path, name: str, **overrides: Any) -> TableDefinition:
 
 
 def table_at(rows: list[dict[str, Any]], snapshot: int) -> dict[int, tuple[Any, Any]]:
-    visible = [
-        row
-        for row in rows
-        if row["validFrom"] <= snapshot
-        and (row["validUntil"] is None or row["validUntil"] > snapshot)
-    ]
-    keys = [row["id"] for row in visible]
-    assert len(keys) == len(set(keys)), f"a key is visible twice at {snapshot}: {keys}"
-    return {row["id"]: (row["status"], row["visits"]) for row in visible}
+    visible = visible_by_key(rows, snapshot)
+    return {key: (row["status"], row["visits"]) for key, row in visible.items()}
 
 
 def stored_rows(view: Any) -> list[dict[str, Any]]:
