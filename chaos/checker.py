@@ -23,7 +23,10 @@ by what went wrong:
   answer at that snapshot would change);
 * ``change_feed``: a change feed whose versions are not exactly the writes of its window;
 * ``unexpected_error``: an error status the API does not document (INTERNAL, UNKNOWN...), or a
-  documented outage status (UNAVAILABLE, DEADLINE_EXCEEDED) while no fault was in force.
+  documented outage status (UNAVAILABLE, DEADLINE_EXCEEDED) while no fault was in force;
+* ``segment_id_reused``: one segment id (table, interval, version, partition) committed by two
+  servers, or twice by one server with different files (the servers' commit logs at the end of
+  the run: store, hold and updater take two such segments for one, and one is lost silently).
 
 >>> from chaos.history import History, Read, Row, Write
 >>> history = History(writes=[Write("r", "k", 1, commit_ts=10), Write("r", "k", 2, commit_ts=20)])
@@ -36,9 +39,11 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 
-from chaos.history import Anomaly, History, Key, Read, Row, Version, Write
+from chaos.history import Anomaly, History, Key, LoggedSegment, Read, Row, Version, Write
+from horizon_broker.ingest.manifest import ABANDON, COMMIT, INGEST, UPDATE, Record
+from horizon_broker.timeline.segment import Segment
 
 DOCUMENTED_ERRORS = frozenset(
     {
@@ -96,6 +101,7 @@ def check(history: History, *, settle_s: float = 30.0) -> list[Anomaly]:
     anomalies += _snapshot_below_served(history.reads)
     anomalies += _unrepeatable(history.reads)
     anomalies += _commit_below_served(history.writes, history.reads)
+    anomalies += segment_id_reused(history.commit_logs)
     return anomalies
 
 
@@ -350,3 +356,57 @@ def _commit_below_served(writes: Iterable[Write], reads: Iterable[Read]) -> list
 
 def _canonical(rows: Iterable[Row]) -> list[str]:
     return sorted(repr((row.key, row.version, row.value)) for row in rows)
+
+
+# -- the servers' commit logs ---------------------------------------------------------------------
+
+
+def segment_id_reused(logs: Mapping[tuple[str, str], Sequence[Record]]) -> list[Anomaly]:
+    """Every segment id that two servers' commit logs name, or that one server's log names twice
+    with different files (``logs``: ``(server, table)`` -> its records). A segment's id is all
+    the store, a broker's hold and the updater know it by, so two segments under one id are one
+    segment to them: one of the two is dropped silently. The same files named twice (a record
+    read back again) are one segment."""
+    places: dict[tuple[str, str, str, int], list[LoggedSegment]] = defaultdict(list)
+    for (server, _table), records in sorted(logs.items()):
+        for logged in _committed_segments(server, records):
+            places[logged.segment].append(logged)
+    found = []
+    for segment, named in places.items():
+        servers = sorted({logged.server for logged in named})
+        if len(servers) > 1:
+            detail = f"segment {_segment_name(segment)} committed by {' and '.join(servers)}"
+        elif len({logged.location for logged in named}) > 1:
+            detail = f"segment {_segment_name(segment)} committed twice by {servers[0]}"
+        else:
+            continue
+        found.append(Anomaly("segment_id_reused", detail, None, named))
+    return found
+
+
+def _committed_segments(server: str, records: Iterable[Record]) -> list[LoggedSegment]:
+    """The segments the committed batches (INGEST) and kept updates (UPDATE additions) of one
+    log name; an abandoned update's never counted."""
+    commits = [record for record in records if record.phase == COMMIT]
+    abandoned = {int(record.body["update"]) for record in commits if record.kind == ABANDON}
+    named = []
+    for record in sorted(commits, key=lambda r: r.seq):
+        if record.kind == INGEST:
+            added = record.body.get("segments", ())
+        elif record.kind == UPDATE and record.seq not in abandoned:
+            added = record.body.get("add", ())
+        else:
+            continue
+        for raw in added:
+            segment = Segment.from_dict(raw)
+            table, interval, version, partition = segment.id
+            named.append(
+                LoggedSegment(server, record.seq, record.kind,
+                              (table, str(interval), version, partition), segment.location)
+            )  # fmt: skip
+    return named
+
+
+def _segment_name(segment: tuple[str, str, str, int]) -> str:
+    table, interval, version, partition = segment
+    return f"{table} {interval} version {version} partition {partition}"

@@ -341,6 +341,43 @@ class Cluster:
         if self.disk_limited is None:
             subprocess.run(["umount", "-l", str(self.storage)], capture_output=True, check=False)
 
+    def commit_logs(self) -> dict[tuple[str, str], list[Any]]:
+        """``(server, table)`` -> the records of that server's commit log of that table (the
+        newest checkpoint and what follows it: the tables keep every record, see
+        ``checkpoint_interval``), read from storage directly, for the end-of-run checks."""
+        from horizon_broker.ingest.manifest import Record, live_names, manifest_dir, parse_name
+
+        logs: dict[tuple[str, str], list[Any]] = {}
+        for table in TABLES:
+            for server in self.servers:
+                directory = Path(manifest_dir(str(self.storage / table), server))
+                names = {}
+                for path in directory.glob("*.json"):
+                    parsed = parse_name(path.name)
+                    if parsed is not None:
+                        names[parsed] = path
+                logs[(server, table)] = [
+                    Record(seq, phase, json.loads(names[(seq, phase)].read_text()))
+                    for seq, phase in live_names(names)
+                ]
+        return logs
+
+    def save_store_segments(self, path: Path) -> None:
+        """Every table's announced segments as the store's primary holds them now (its
+        ``segs`` hashes: segment key -> segment JSON), written to ``path`` as JSON."""
+        from horizon_broker._core.keys import Keys
+
+        keys = Keys()
+        with self.group.client(self.group.primary_port()) as primary:
+            hashes = {
+                keys.segments(table): {
+                    field.decode(): json.loads(value)
+                    for field, value in primary.hgetall(keys.segments(table)).items()
+                }
+                for table in TABLES
+            }
+        path.write_text(json.dumps(hashes, indent=1, sort_keys=True))
+
     def wait_for_broker(self, client: Any, timeout: float = 180.0, name: str = BROKERS[0]) -> None:
         broker = self.brokers[name]
         deadline = time.monotonic() + timeout

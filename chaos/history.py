@@ -8,9 +8,11 @@ trusting anything the broker says about it.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from horizon_broker.ingest.manifest import Record
 
 Key = Hashable
 Version = Hashable
@@ -90,10 +92,31 @@ class History:
     bank_tables: frozenset[str] = frozenset()
     """Tables whose values must sum to ``bank_total`` at every snapshot."""
     bank_total: int = 0
+    commit_logs: Mapping[tuple[str, str], Sequence[Record]] = field(default_factory=dict)
+    """``(server, table)`` -> that server's commit log of that table at the end of the run:
+    which segment ids each server committed (none may be committed twice)."""
 
     def faults_during(self, started: float, ended: float) -> list[Fault]:
         """The faults in force at some moment of ``[started, ended]``."""
         return [f for f in self.faults if f.started <= ended and started <= f.ended]
+
+
+@dataclass(frozen=True, slots=True)
+class LoggedSegment:
+    """A segment as one commit record of one server's log names it."""
+
+    server: str
+    seq: int
+    """The commit record's sequence number in that server's log of the table."""
+    kind: str
+    """``ingest`` (a batch) or ``update`` (a validUntil rewrite)."""
+    segment: tuple[str, str, str, int]
+    """Its id: (table, interval, version, partition)."""
+    location: tuple[str, ...]
+
+    def __str__(self) -> str:
+        where = ", ".join(self.location[:2]) + (" ..." if len(self.location) > 2 else "")
+        return f"{self.server} {self.kind} record {self.seq} at {where or 'no files'}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +130,8 @@ class Anomaly:
 
     def describe(self) -> str:
         where = ""
+        if self.read is None and self.rows:
+            where = f" [{'; '.join(str(row) for row in self.rows[:4])}]"
         if self.read is not None:
             where = (
                 f" [{self.read.client} {self.read.kind} read of {self.read.table} at snapshot "

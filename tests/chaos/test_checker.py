@@ -8,6 +8,9 @@ import doctest
 import chaos.checker
 from chaos.checker import check, count_by_kind
 from chaos.history import Fault, History, Read, Row, Write
+from horizon_broker.ingest.manifest import ABANDON, COMMIT, INGEST, UPDATE, Record
+from horizon_broker.timeline.interval import Interval
+from horizon_broker.timeline.segment import Segment
 
 BANK = "bank"
 REGISTER = "register"
@@ -253,3 +256,42 @@ def test_a_write_whose_batch_began_before_the_read_ended_is_not_below_a_served_s
     ]
     history.reads = [read(REGISTER, 35, Row("k", 2), at=2.0)]
     assert check(history) == []
+
+
+def logged(partition: int, location: str, *, kind: str = INGEST, seq: int = 1) -> Record:
+    """A commit record of one bank segment (chunk 0, version v1) at ``location``."""
+    segment = Segment(
+        table=BANK, interval=Interval(0, 3_600_000), version="v1", partition=partition,
+        location=(location,),
+    ).to_dict()  # fmt: skip
+    body = (
+        {"kind": kind, "segments": [segment]}
+        if kind == INGEST
+        else {"kind": kind, "add": [segment]}
+    )
+    return Record(seq, COMMIT, body)
+
+
+def test_a_segment_id_committed_by_two_servers_or_twice_with_other_files_is_caught() -> None:
+    """The partition number drawn twice across a failover (bench/runs/2026-11-29-chaos-1800-
+    anomalies): two servers' segments under one id, which store, hold and updater take for one."""
+    clean = {
+        ("s1", BANK): [logged(0, "s1/a", seq=1), logged(2, "s1/b", kind=UPDATE, seq=2)],
+        ("s2", BANK): [logged(1, "s2/a", seq=1), logged(1, "s2/a", seq=1)],  # read back twice
+    }
+    assert check(History(commit_logs=clean)) == []
+    across = {**clean, ("s2", BANK): [logged(1, "s2/a"), logged(2, "s2/b", seq=2)]}
+    (anomaly,) = check(History(commit_logs=across))
+    assert anomaly.kind == "segment_id_reused" and "s1 and s2" in anomaly.detail
+    assert {row.location for row in anomaly.rows} == {("s1/b",), ("s2/b",)}
+    within = {("s1", BANK): [logged(0, "s1/a", seq=1), logged(0, "s1/other", seq=3)]}
+    assert kinds(History(commit_logs=within)) == {"segment_id_reused": 1}
+
+
+def test_an_abandoned_updates_segments_are_not_counted_as_committed() -> None:
+    abandoned = [
+        logged(0, "s1/a", seq=1),
+        logged(0, "s1/rewrite", kind=UPDATE, seq=2),
+        Record(3, COMMIT, {"kind": ABANDON, "update": 2}),
+    ]
+    assert check(History(commit_logs={("s1", BANK): abandoned})) == []
