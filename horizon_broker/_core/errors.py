@@ -137,5 +137,10 @@ class LockLost(FailedPrecondition):
     under it must not be published."""
 
 
+class SegmentIdReused(FailedPrecondition):
+    """An announcement names a segment id the state store already gives to other files: refused,
+    so neither segment's rows vanish silently (a failover can hand a partition number out twice)."""
+
+
 class PartitionNotOwned(FailedPrecondition):
     """A server tried to publish segments of a key partition it no longer owns."""

@@ -1,5 +1,9 @@
 """Allocating a batch's segments: a fresh, locked partition number per (time chunk, key partition).
 
+Key partition ``kp`` of a table with ``K`` key partitions draws only numbers congruent to ``kp``
+modulo ``K``, so servers owning different key partitions can never be handed the same number, not
+even by a state store that failed over and forgot the last numbers it gave out.
+
 A batch may write one first-generation segment per time chunk and key partition it touches
 (:func:`segment_slots`). Their numbers are reserved in Redis and locked (segment locks, see
 :mod:`horizon_broker.ingest.locking`) before the keys are resolved, in each chunk's current major version: a major
@@ -72,7 +76,7 @@ def allocate_partitions(
         versions = {chunk: current[interval] for chunk, interval in intervals.items()}
         for chunk, kps in sorted(by_chunk.items()):
             allocated = client.allocate_partitions(
-                name, intervals[chunk], versions[chunk], len(kps)
+                name, intervals[chunk], versions[chunk], kps, table.key_partitions
             )
             locks.lock_partitions(intervals[chunk], versions[chunk], allocated)
             numbers.update({(chunk, kp): n for kp, n in zip(kps, allocated, strict=True)})

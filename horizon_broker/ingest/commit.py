@@ -30,6 +30,7 @@ from horizon_broker.ingest.manifest import (
     Record,
     wall_ms,
 )
+from horizon_broker.ingest.reconcile import announced_files
 from horizon_broker.ingest.server_table import ServerTable
 from horizon_broker.locks.client import LockRenewer
 from horizon_broker.timeline.segment import Segment
@@ -236,12 +237,12 @@ class CommitProtocol:
         or, once collected, their files are gone): announcing those again would bring back what
         the compaction replaced, or be refused below a major compaction's version."""
         server = self.server
-        announced = {segment.id for segment in server.client.announced_segments(server.table.name)}
+        announced = announced_files(server.client.announced_segments(server.table.name))
         compacted = compacted_inputs(server.storage, server.root)
         return [
             segment
             for segment in segments
-            if segment.id not in announced
+            if announced.get(segment.id) != tuple(segment.location)
             and segment.id not in compacted
             and all(server.storage.exists(path) for path in segment.location)
         ]

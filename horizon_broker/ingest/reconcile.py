@@ -60,6 +60,13 @@ def logged_segments(
     return kept, withdrawn
 
 
+def announced_files(announced: Iterable[Segment]) -> dict[SegmentId, tuple[str, ...]]:
+    """Each announced segment's files by id. A segment counts as announced only when the store
+    holds *it*, its id with its files: the same id with other files is another server's segment
+    that a failover let reuse the number (the announcement then fails loudly, rule F4)."""
+    return {segment.id: tuple(segment.location) for segment in announced}
+
+
 def reconcile(protocol: CommitProtocol, *, unpublished: Record | None) -> int:
     """Announce what the commit log says is announced and the store lacks; returns how many
     segments were announced again. ``unpublished`` (a commit without its ``done``) is left to
@@ -71,8 +78,12 @@ def reconcile(protocol: CommitProtocol, *, unpublished: Record | None) -> int:
     kept, withdrawn = logged_segments(records)
     if not kept and not withdrawn:
         return 0
-    announced = {segment.id for segment in server.client.announced_segments(server.table.name)}
-    missing = [segment for segment_id, segment in kept.items() if segment_id not in announced]
+    announced = announced_files(server.client.announced_segments(server.table.name))
+    missing = [
+        segment
+        for segment_id, segment in kept.items()
+        if announced.get(segment_id) != tuple(segment.location)
+    ]
     if missing:
         compacted = compacted_inputs(server.storage, server.root)
         missing = [

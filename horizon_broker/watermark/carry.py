@@ -41,12 +41,17 @@ def hold_served(
             if rewound
             else {k: served[k] for k in previous.held.get(name, ()) if k in served}
         )
-        present = {segment_key(s) for s in raw_segments.get(name, [])}
-        carried = {key: segment for key, segment in candidates.items() if key not in present}
+        present = {segment_key(s): s.location for s in raw_segments.get(name, [])}
+        carried = {
+            key: segment
+            for key, segment in candidates.items()
+            if present.get(key) != segment.location
+        }
         if not carried:
             continue
         state.descriptors.setdefault(name, descriptor)
-        raw_segments.setdefault(name, []).extend(carried.values())
+        raw_segments[name] = _without_reused_ids(name, raw_segments.get(name, []), carried)
+        raw_segments[name].extend(carried.values())
         state.held[name] = set(carried)
         log.warning(
             "state store is behind what this broker served: holding %d segment(s) of table %s "
@@ -54,6 +59,62 @@ def hold_served(
             len(carried),
             name,
         )
+
+
+def _without_reused_ids(
+    table: str, fresh: list[Segment], carried: Mapping[str, Segment]
+) -> list[Segment]:
+    """The fresh snapshot's segments minus those that reuse a held segment's id for other
+    files (a failover handed the number out twice): the held segment is what was served."""
+    kept = []
+    for segment in fresh:
+        held = carried.get(segment_key(segment))
+        if held is None:
+            kept.append(segment)
+            continue
+        log.error(
+            "table %s: the state store gives held segment %s's id to other files %s (a failover "
+            "handed the number out twice): the held segment stays, the other is ignored",
+            table,
+            held.id,
+            list(segment.location),
+        )
+    return kept
+
+
+def ignore_reused_ids(
+    held: Mapping[str, set[str]],
+    stored: Mapping[str, Mapping[str, Segment]],
+    event: Mapping[str, Any],
+) -> Mapping[str, Any]:
+    """A segments event minus what names a held segment's id with other files (a failover
+    handed the number out twice): the held segment is what was served, and stays held; neither
+    an add nor a remove of the other segment may replace it or end its hold."""
+    if not held:
+        return event
+
+    def reused(raw: Mapping[str, Any]) -> bool:
+        segment = Segment.from_dict(dict(raw))
+        key = segment_key(segment)
+        if key not in held.get(segment.table, ()):
+            return False
+        mine = stored.get(segment.table, {}).get(key)
+        if mine is None or mine.location == segment.location:
+            return False
+        log.error(
+            "table %s: held segment %s's id now names other files %s (a failover handed the "
+            "number out twice): the held segment stays, the event's is ignored",
+            segment.table,
+            mine.id,
+            list(segment.location),
+        )
+        return True
+
+    return {
+        **event,
+        "add": [raw for raw in event.get("add", ()) if not reused(raw)],
+        "remove": [raw for raw in event.get("remove", ()) if not reused(raw)],
+    }
 
 
 def release_held(held: dict[str, set[str]], event: Mapping[str, Any]) -> list[str]:

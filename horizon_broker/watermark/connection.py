@@ -29,6 +29,7 @@ from horizon_broker._core.errors import (
     NotFound,
     PartitionNotOwned,
     ResourceExhausted,
+    SegmentIdReused,
     Unavailable,
 )
 from horizon_broker._core.keys import Keys
@@ -65,6 +66,7 @@ ERRORS: dict[str, type[HorizonError]] = {
     "LOCK_LOST": LockLost,
     "NOT_OWNER": PartitionNotOwned,
     "SUPERSEDED": FailedPrecondition,
+    "ID_REUSED": SegmentIdReused,
 }
 
 Execute = Callable[[str, list[str]], list[Any]]

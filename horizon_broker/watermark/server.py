@@ -21,7 +21,7 @@ import dataclasses
 import json
 import logging
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -266,23 +266,43 @@ class ServerClient:
         }
 
     def allocate_partitions(
-        self, table: str, interval: Interval, version: str, count: int
+        self,
+        table: str,
+        interval: Interval,
+        version: str,
+        key_partitions: Sequence[int],
+        modulus: int,
     ) -> list[int]:
-        """Reserve ``count`` unused first-generation partition numbers of a chunk and version."""
-        return self._allocate(table, interval, version, count, "first", 0, ROOT_PARTITION_LIMIT)
+        """Reserve an unused first-generation partition number of a chunk and version for each
+        of ``key_partitions`` (in that order), each congruent to its key partition modulo
+        ``modulus`` (the table's key partitions): the owners of different key partitions draw
+        from disjoint number spaces, so a failover that rolls the shared counter back cannot
+        hand one number to two servers (rule F4 of ``docs/design/contract/failover.md``)."""
+        if not key_partitions:
+            raise InvalidArgument("a batch allocates at least one partition number")
+        if modulus < 1 or any(not 0 <= kp < modulus for kp in key_partitions):
+            raise InvalidArgument(
+                f"key partitions {sorted(set(key_partitions))} are not all in [0, {modulus})"
+            )
+        return self._allocate(
+            table, interval, version, "first", 0, ROOT_PARTITION_LIMIT, modulus, key_partitions
+        )
 
     def allocate_overwrite_partitions(
         self, table: str, interval: Interval, version: str, count: int
     ) -> list[int]:
         """Reserve ``count`` overwrite partition numbers (32768..65535) of a chunk and version."""
+        if count < 1:
+            raise InvalidArgument(f"partition count must be >= 1, got {count}")
         return self._allocate(
             table,
             interval,
             version,
-            count,
             "overwrite",
             ROOT_PARTITION_LIMIT,
             OVERWRITE_PARTITION_LIMIT,
+            1,
+            [0] * count,
         )
 
     def _allocate(
@@ -290,21 +310,20 @@ class ServerClient:
         table: str,
         interval: Interval,
         version: str,
-        count: int,
         kind: str,
         base: int,
         limit: int,
+        modulus: int,
+        residues: Sequence[int],
     ) -> list[int]:
-        if count < 1:
-            raise InvalidArgument(f"partition count must be >= 1, got {count}")
         key = chunk_key(interval.start_ms, interval.end_ms, version, kind)
         with self._lock:
-            reply = self._run("ALLOCATE", [table, key, str(count), str(base), str(limit)])
-            first = int(reply[0])
+            args = [table, key, str(modulus), str(base), str(limit), *map(str, residues)]
+            numbers = [int(n) for n in self._run("ALLOCATE", args)[0]]
             self._reservations[(table, key)] = max(
-                self._reservations.get((table, key), 0), first + count
+                self._reservations.get((table, key), 0), numbers[-1] + 1
             )
-            return list(range(first, first + count))
+            return numbers
 
     def claim_partitions(self, table: str, partitions: Iterable[int]) -> int | None:
         """Own unowned partitions (or those of a server that is no longer live, or parked).

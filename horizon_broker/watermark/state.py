@@ -17,7 +17,12 @@ from typing import Any
 from horizon_broker._core.errors import HorizonError
 from horizon_broker.timeline.segment import Segment
 from horizon_broker.timeline.timeline import Timeline
-from horizon_broker.watermark.carry import carry_unpublished, hold_served, release_held
+from horizon_broker.watermark.carry import (
+    carry_unpublished,
+    hold_served,
+    ignore_reused_ids,
+    release_held,
+)
 from horizon_broker.watermark.catalog import TableDescriptor
 from horizon_broker.watermark.lwm import (
     ACTIVE,
@@ -210,6 +215,7 @@ class ServerState:
         return {name}
 
     def _on_segments(self, data: Mapping[str, Any], server: str, t_ms: int) -> set[str]:
+        data = ignore_reused_ids(self.held, self.segments, data)
         touched: set[str] = set()
         removed: dict[str, list[Segment]] = {}
         for raw in data.get("remove", ()):

@@ -13,6 +13,7 @@ from horizon_broker._core.errors import (
     FailedPrecondition,
     InvalidArgument,
     ResourceExhausted,
+    SegmentIdReused,
     Unavailable,
 )
 from horizon_broker.timeline.interval import Interval
@@ -95,7 +96,7 @@ def test_partition_allocation_is_collision_free_across_concurrent_servers(redis_
 
     def allocate(server) -> None:
         for _ in range(25):
-            numbers = server.allocate_partitions("accounts", chunk, "v1", 3)
+            numbers = server.allocate_partitions("accounts", chunk, "v1", [0, 1, 2], 3)
             with lock:
                 results.append(numbers)
 
@@ -109,16 +110,46 @@ def test_partition_allocation_is_collision_free_across_concurrent_servers(redis_
     overwrite = servers[1].allocate_overwrite_partitions("accounts", chunk, "v1", 2)
     assert overwrite == [32768, 32769]
     # Another version of the same chunk has its own numbers.
-    assert servers[2].allocate_partitions("accounts", chunk, "v2", 1) == [0]
+    assert servers[2].allocate_partitions("accounts", chunk, "v2", [0], 1) == [0]
 
 
 def test_allocation_skips_partitions_already_announced_and_runs_out_clearly(redis_url, make_server):
     server = make_server(redis_url, "s1")
     server.register_table(table_descriptor())
     server.announce([segment(partition=5)])
-    assert server.allocate_partitions("accounts", Interval(0, 3_600_000), "v1", 2) == [6, 7]
+    assert server.allocate_partitions("accounts", Interval(0, 3_600_000), "v1", [2, 3], 4) == [6, 7]
+    server.announce([segment(partition=32_765)])
+    assert server.allocate_partitions("accounts", Interval(0, 3_600_000), "v1", [7], 8) == [32_767]
     with pytest.raises(ResourceExhausted, match="partition numbers"):
-        server.allocate_partitions("accounts", Interval(0, 3_600_000), "v1", 40_000)
+        server.allocate_partitions("accounts", Interval(0, 3_600_000), "v1", [0], 8)
+
+
+def test_key_partitions_draw_disjoint_numbers_even_when_the_counter_goes_back(
+    redis_url, make_server, redis_client
+):
+    """A failover can roll the shared counter back; the owner of another key partition must
+    still never be handed a number the first one holds (rule F4)."""
+    first, second = make_server(redis_url, "s1"), make_server(redis_url, "s2")
+    first.register_table(table_descriptor())
+    chunk = Interval(0, 3_600_000)
+    held = first.allocate_partitions("accounts", chunk, "v1", [1], 4)
+    assert held == [1]
+    for _ in range(5):
+        held += first.allocate_partitions("accounts", chunk, "v1", [1], 4)
+    redis_client.delete("horizon:t:accounts:alloc")  # the store forgot every number it gave out
+    drawn = [
+        n for _ in range(10) for n in second.allocate_partitions("accounts", chunk, "v1", [0, 2], 4)
+    ]
+    assert all(n % 4 == 1 for n in held)
+    assert not set(held) & set(drawn)
+    assert sorted(n % 4 for n in drawn[:2]) == [0, 2]
+
+
+def test_allocating_for_a_key_partition_outside_the_table_is_refused(redis_url, make_server):
+    server = make_server(redis_url, "s1")
+    server.register_table(table_descriptor())
+    with pytest.raises(InvalidArgument, match=r"not all in \[0, 4\)"):
+        server.allocate_partitions("accounts", Interval(0, 3_600_000), "v1", [4], 4)
 
 
 def test_claiming_a_partition_of_a_live_server_fails_but_a_dead_ones_is_taken(
@@ -180,14 +211,19 @@ def test_server_republishes_its_state_when_redis_lost_its_data(
     server.announce([seg])
     server.report("accounts", {0: (300, 250)})
     server.report_retention_horizon("accounts", 10)
-    assert server.allocate_partitions("accounts", Interval(0, 3_600_000), "v1", 4) == [1, 2, 3, 4]
+    assert server.allocate_partitions("accounts", Interval(0, 3_600_000), "v1", [0] * 4, 1) == [
+        1,
+        2,
+        3,
+        4,
+    ]
     redis_client.flushall()
     server.heartbeat()  # any call notices and re-publishes first
     assert server.announced_segments("accounts") == [dataclasses.replace(seg, server="s1")]
     assert server.partition_progress("accounts")[0].applied == 250
     assert read_table_lwm(redis_client, "accounts").lwm == 250
     assert redis_client.hget("horizon:t:accounts:ret", "s1") == b"10"
-    assert server.allocate_partitions("accounts", Interval(0, 3_600_000), "v1", 1) == [5]
+    assert server.allocate_partitions("accounts", Interval(0, 3_600_000), "v1", [0], 1) == [5]
 
 
 def test_a_republishing_server_registers_only_after_everything_else_is_back(
@@ -244,3 +280,18 @@ def test_calls_survive_a_quick_redis_restart(private_redis, make_server):
     client = redis.Redis.from_url(process.url)
     assert read_table_lwm(client, "accounts").lwm == 19
     client.close()
+
+
+def test_an_id_the_store_gives_to_other_files_is_refused_and_the_stored_segment_kept(
+    redis_url, make_server
+):
+    """Overwriting would drop the first segment's rows without a trace (rule F4)."""
+    first, second = make_server(redis_url, "s1"), make_server(redis_url, "s2")
+    first.register_table(table_descriptor())
+    mine = segment(partition=3, location=("/data/s1/batch-7/part-0.parquet",))
+    first.announce([mine])
+    first.announce([mine])  # the same segment again (a re-publish) changes nothing
+    theirs = segment(partition=3, location=("/data/s2/batch-2/part-0.parquet",))
+    with pytest.raises(SegmentIdReused, match="already announced by server s1 with other files"):
+        second.announce([theirs])
+    assert [s.location for s in second.announced_segments("accounts")] == [mine.location]

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 from horizon_broker.timeline.segment import Segment
+from horizon_broker.watermark.records import segment_key
 from horizon_broker.watermark.state import ServerState
 from tests.watermark.conftest import segment, table_descriptor
 
@@ -129,3 +131,35 @@ def test_a_decommissioned_server_is_not_carried_into_a_new_data_set():
     )
     assert "s1" not in fresh.servers and fresh.progress["accounts"].get(1) is None
     assert fresh.served["accounts"].served == 7
+
+
+def _rooted_snapshot(segments: tuple[Segment, ...]) -> list:
+    """A SNAPSHOT reply whose table keeps its files under /data (located segments are read)."""
+    reply = snapshot("e1", servers=("s1", "s2"), progress={0: reported("s1", 50)})
+    descriptor = dataclasses.replace(table_descriptor(), storage_root="/data")
+    reply[3] = ["accounts", descriptor.to_json()]
+    reply[6][0][1] = [json.dumps(s.to_dict()) for s in segments]
+    return reply
+
+
+def test_a_held_segment_stays_when_the_store_gives_its_id_to_other_files():
+    """A failover that handed a partition number out twice must not swap the served segment
+    for another server's under the same id, neither at the resync nor by a later event."""
+    served = segment(chunk=1, partition=2, server="s2", location=("/data/s2/x.parquet",))
+    other = dataclasses.replace(served, server="s1", location=("/data/s1/b1.parquet",))
+    before = ServerState.from_snapshot(_rooted_snapshot((served,)))
+    after = ServerState.from_snapshot(_rooted_snapshot((other,)), previous=before, rewound=True)
+
+    def files() -> list[tuple[str, ...]]:
+        return [s.location for s in after.timelines["accounts"].visible_segments()]
+
+    assert files() == [served.location]
+    assert after.held == {"accounts": {segment_key(served)}}
+    third = dataclasses.replace(served, server="s1", location=("/data/s1/b2.parquet",))
+    after.apply("segments", {"add": [third.to_dict()], "remove": []}, "s1", NOW_MS + 1)
+    after.apply("segments", {"add": [], "remove": [other.to_dict()]}, "s1", NOW_MS + 2)
+    assert files() == [served.location]
+    assert after.held == {"accounts": {segment_key(served)}}
+    after.apply("segments", {"add": [served.to_dict()], "remove": []}, "s2", NOW_MS + 3)
+    assert after.held == {}
+    assert files() == [served.location]

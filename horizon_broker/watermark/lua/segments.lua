@@ -24,6 +24,23 @@ if ARGV[6] ~= '' then
 end
 local refused = check_guard(ARGV[6])
 if refused then return refused end
+-- One id names one segment: an add whose id the store already gives to other files is refused,
+-- never written over (a failover that rolled a partition counter back could hand out a number
+-- twice; overwriting would drop the other segment's rows without a trace, rule F4).
+i = 7
+for _ = 1, n_add do
+  local stored = redis.call('HGET', k_segs(ARGV[i]), ARGV[i + 1])
+  if stored then
+    local old, new = cjson.decode(stored), cjson.decode(ARGV[i + 2])
+    if cjson.encode(old.location or {}) ~= cjson.encode(new.location or {}) then
+      return {'ERR', 'ID_REUSED', 'segment ' .. ARGV[i + 1] .. ' of table ' .. ARGV[i] ..
+              ' is already announced by server ' .. tostring(old.server) .. ' with other files ' ..
+              '(stored ' .. cjson.encode(old.location or {}) .. ', given ' ..
+              cjson.encode(new.location or {}) .. '): one id cannot name two segments'}
+    end
+  end
+  i = i + STRIDE
+end
 i = 7
 for _ = 1, n_add do
   local t, partition = ARGV[i], tonumber(ARGV[i + 4])
