@@ -2,9 +2,10 @@
 
 A Redis Sentinel group (a primary, a replica, three sentinels), two gRPC brokers and one or two
 ingestion servers run as processes; writers move money between bank accounts and bump registers,
-readers query through the brokers (each reader fails over to the other broker with its session
-token: LWM, pinned, time travel, self-join, change feeds, the bank with a quiet table in one
-query), and faults hit at seeded random moments (:mod:`chaos.faults`: kill -9 and restart of a
+readers query through the brokers (each reader holds one client of both brokers, the product's
+multi-target client, which retries a read on the other broker with its session token: LWM,
+pinned, time travel, self-join, change feeds, the bank with a quiet table in one query), and
+faults hit at seeded random moments (:mod:`chaos.faults`: kill -9 and restart of a
 server, a clean stop that parks its partitions and a restart that resumes them, a stalled server,
 the primary paused until the sentinels promote the replica, the replica promoted *without* the
 primary's last acknowledged writes, a server or a broker cut off from the store by a proxy that
@@ -12,7 +13,8 @@ stalls then drops its connections, a server's wall clock stepped ahead and behin
 heartbeat timeout, segment storage full (ENOSPC on a size-limited tmpfs), one of the two brokers
 killed, a segment file vanishing or cut short under queries, a compaction killed mid-flight).
 Then everything is brought back, the writes are awaited at the LWM, and
-:func:`chaos.checker.check` looks for anomalies. The report gives operations and queries by kind,
+:func:`chaos.checker.check` looks for anomalies (in the recorded history, and in the servers'
+commit logs: no segment id committed twice). The report gives operations and queries by kind,
 faults by kind with each window, availability inside each kind's windows and outside any, and
 anomalies by kind; the exit code is 1 on any anomaly. Results go to ``bench/results/chaos.json``.
 
@@ -37,10 +39,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.report import print_table, write_results
+from bench.report import RESULTS_DIR, print_table, write_results
 
 ACCOUNTS = 40
 SETTLE_TIMEOUT_S = 240.0
+STORE_SEGMENTS = "store-segments.json"
+"""Where a run with anomalies saves the store's segments hashes (in its work directory, and
+beside its results)."""
 
 
 def key_owners(servers: dict[str, list[int]], keys: int) -> dict[int, str]:
@@ -84,10 +89,11 @@ def run(
     those the mutation asks for; ``short`` keeps fault windows just past the heartbeat timeout
     (the short run of the tests); ``faults_first`` are injected first (by default those the
     mutation asks for)."""
-    from chaos.checker import check, count_by_kind
+    from bench.chaos_settle import wait_for_writes
+    from chaos.checker import count_by_kind
     from chaos.cluster import BANK, Cluster
     from chaos.faults import Faults
-    from chaos.workload import Readers, Writer, commit_points, history
+    from chaos.workload import Readers, Writer, commit_points
     from horizon_broker.client import connect
 
     owned = _partitions(servers)
@@ -96,13 +102,13 @@ def run(
     writer = Writer(work, owners, seed)
     started = time.monotonic()
     cluster.start()
-    client = connect(cluster.target, timeout=30.0)
+    client = connect(cluster.targets, timeout=30.0)  # any broker that answers
     faults = Faults(cluster, client, seed, short=short)
     readers = Readers(cluster.targets, 3, seed)
     try:
         _wait_for_brokers(cluster)
         writer.opening()
-        bank_since = _wait_for_writes(client, writer, SETTLE_TIMEOUT_S)
+        bank_since = wait_for_writes(client, writer, SETTLE_TIMEOUT_S, cluster)
         readers.since = bank_since
         readers.commit_points = lambda: commit_points(work)
         startup_s = time.monotonic() - started
@@ -128,13 +134,7 @@ def run(
         for thread in background:
             if thread is not None:
                 thread.join()
-        faults.settle()
-        final_high = _wait_for_writes(client, writer, SETTLE_TIMEOUT_S)
-        time.sleep(2.0)  # a few reads at the final LWM
-        readers.join()
-        faults.stop.set()
-        recorded = history(writer, readers, faults.recorded)
-        anomalies = check(recorded)
+        recorded, anomalies, final_high = _finish(cluster, client, writer, readers, faults)
     finally:
         readers.stop.set()
         faults.stop.set()
@@ -146,6 +146,7 @@ def run(
         "seed": seed,
         "mutation": mutation,
         "compaction_pass": _pass_outcome(cluster) if compaction_pass else None,
+        "time_origin": "seconds from the readers' start (startup_s after the cluster's)",
         "first_anomaly_s": _first_anomaly_s(anomalies, reading_from),
         "anomaly_kinds_first_s": _first_by_kind(anomalies, reading_from),
         "startup_s": round(startup_s, 1),
@@ -165,14 +166,38 @@ def run(
         "availability": availability,
         "final_lwm_covers": final_high,
         "anomalies": count_by_kind(anomalies),
-        "anomaly_details": [a.describe() for a in anomalies[:50]],
+        "anomaly_details": [_detail(a, reading_from) for a in anomalies[:50]],
         "fault_windows": [
-            f"{f.kind}: {f.started - started:.1f}-{f.ended - started:.1f} s"
+            f"{f.kind}: {f.started - reading_from:.1f}-{f.ended - reading_from:.1f} s"
             for f in recorded.faults
         ],
+        "store_segments": str(work / STORE_SEGMENTS) if anomalies else None,
         "log_tails": _log_tails(cluster.logs) if anomalies else {},
         "bank_table": BANK,
     }
+
+
+def _finish(
+    cluster: Any, client: Any, writer: Any, readers: Any, faults: Any
+) -> tuple[Any, list[Any], int]:
+    """Everything brought back, the writes awaited at the LWM, a few reads there; the history
+    (with the servers' commit logs) and its anomalies, and the final commit timestamp awaited.
+    With anomalies, the store's segments are saved in the work directory."""
+    from bench.chaos_settle import wait_for_writes
+    from chaos.checker import check
+    from chaos.workload import history
+
+    faults.settle()
+    final_high = wait_for_writes(client, writer, SETTLE_TIMEOUT_S, cluster)
+    time.sleep(2.0)  # a few reads at the final LWM
+    readers.join()
+    faults.stop.set()
+    recorded = history(writer, readers, faults.recorded)
+    recorded.commit_logs = cluster.commit_logs()
+    anomalies = check(recorded)
+    if anomalies:  # what the store held at the end, for the diagnosis
+        cluster.save_store_segments(cluster.work / STORE_SEGMENTS)
+    return recorded, anomalies, final_high
 
 
 def _wait_for_brokers(cluster: Any) -> None:
@@ -229,6 +254,13 @@ def _first_anomaly_s(anomalies: list[Any], since: float) -> float | None:
     return round(min(times) - since, 1) if times else None
 
 
+def _detail(anomaly: Any, since: float) -> str:
+    """An anomaly as a line, prefixed with when its read started (the fault windows' origin)."""
+    if anomaly.read is None:
+        return f"end of run: {anomaly.describe()}"
+    return f"{anomaly.read.started - since:.1f} s: {anomaly.describe()}"
+
+
 def _first_by_kind(anomalies: list[Any], since: float) -> dict[str, float]:
     first: dict[str, float] = {}
     for anomaly in anomalies:
@@ -236,28 +268,6 @@ def _first_by_kind(anomalies: list[Any], since: float) -> dict[str, float]:
             at = round(anomaly.read.started - since, 1)
             first[anomaly.kind] = min(first.get(anomaly.kind, at), at)
     return dict(sorted(first.items()))
-
-
-def _wait_for_writes(client: Any, writer: Any, timeout: float) -> int:
-    """Wait until every file written so far is acknowledged and the LWM of both tables covers
-    it; returns the highest commit timestamp awaited."""
-    from chaos.cluster import TABLES
-    from chaos.workload import acknowledged
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        writes = writer.writes()
-        acked = acknowledged(writer.work)
-        if set(writer.files) <= acked and writes:
-            high = max(write.commit_ts for write in writes)
-            try:
-                lwms = [client.watermarks(table).lwm for table in TABLES]
-            except Exception:
-                lwms = [0]
-            if min(lwms) >= high:
-                return high
-        time.sleep(0.5)
-    raise RuntimeError(f"the writes were not all visible at the LWM within {timeout} s")
 
 
 def _log_tails(logs: Path, lines: int = 60) -> dict[str, list[str]]:
@@ -320,6 +330,8 @@ def print_report(results: dict[str, Any]) -> None:
         ["window", "queries", "answered", "share"],
         [(k, v["queries"], v["answered"], v["share"]) for k, v in results["availability"].items()],
     )
+    print("  (fault windows and anomalies: seconds from the readers' start, "
+          f"{results.get('startup_s')} s after the cluster's)")  # fmt: skip
     for window in results["fault_windows"]:
         print(f"  window {window}")
     for status, messages in results["error_samples"].items():
@@ -327,6 +339,8 @@ def print_report(results: dict[str, Any]) -> None:
             print(f"  {status} {message}")
     for line in results["anomaly_details"]:
         print(f"  {line}")
+    if results.get("store_segments"):
+        print(f"  the store's segments at the end: {results['store_segments']}")
 
 
 def _partitions(servers: int) -> dict[str, list[int]]:
@@ -364,6 +378,11 @@ def main(argv: list[str] | None = None) -> int:
         "--no-faults", action="store_true", help="inject no faults (but those a mutation asks for)"
     )
     parser.add_argument(
+        "--faults", metavar="KIND,...",
+        help="fault kinds injected first, in this order (a kind may repeat; KIND:variant), "
+        "before every kind once and then random ones (none with --no-faults)",
+    )  # fmt: skip
+    parser.add_argument(
         "--compaction-pass", action="store_true",
         help="with --mutations: one compaction pass in every run, as 'all' has (to run its "
         "list in parts)",
@@ -382,8 +401,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         results = run(
             args.duration, args.seed, work, servers=args.servers, short=args.short,
-            brokers=args.brokers,
+            brokers=args.brokers, inject_faults=not args.no_faults,
+            faults_first=_fault_list(args.faults),
         )  # fmt: skip
+        _keep_store_segments(results, args.json)
     finally:
         if args.keep:
             print(f"work directory kept: {work}")
@@ -395,6 +416,30 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_results:
         print(f"wrote {write_results('chaos', results)}")
     return 1 if results["anomalies"] else 0
+
+
+def _fault_list(given: str | None) -> tuple[str, ...] | None:
+    """``--faults``: the kinds named (each a known kind, a variant after ``:``), or None."""
+    from chaos.faults import FAULT_KINDS
+
+    if not given:
+        return None
+    kinds = tuple(kind.strip() for kind in given.split(",") if kind.strip())
+    unknown = sorted({k for k in kinds if k.partition(":")[0] not in FAULT_KINDS})
+    if unknown:
+        raise SystemExit(f"--faults: unknown kinds {unknown}; known: {', '.join(FAULT_KINDS)}")
+    return kinds
+
+
+def _keep_store_segments(results: dict[str, Any], json_path: Path | None) -> None:
+    """Copy the store's segments hashes a run with anomalies saved out of its work directory
+    (which goes away unless kept): beside ``--json``, else beside the results."""
+    saved = results.get("store_segments")
+    if not saved or not Path(saved).exists():
+        return
+    folder = json_path.parent if json_path is not None else RESULTS_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    results["store_segments"] = str(shutil.copy(saved, folder / f"chaos-{STORE_SEGMENTS}"))
 
 
 def _mutations(args: argparse.Namespace) -> int:

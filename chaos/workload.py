@@ -245,8 +245,6 @@ def _acks(work: Path) -> list[dict[str, Any]]:
 
 STATELESS_PAUSE_S = 0.2
 """Between two reads of a stateless reader (cheap ones: it adds a little load)."""
-FAILOVER_ERRORS = frozenset({"UNAVAILABLE", "DEADLINE_EXCEEDED", "Unavailable"})
-"""Errors after which a reader tries the next broker (the broker is down or cut off)."""
 
 
 class Readers:
@@ -255,7 +253,7 @@ class Readers:
     def __init__(
         self, targets: str | list[str], count: int, seed: int, *, stateless: int = 1
     ) -> None:
-        """``targets``: the brokers (a reader starts on one and fails over to the next);
+        """``targets``: the brokers (a reader's client starts on one and fails over to the next);
         ``stateless`` more readers send no session token (:meth:`_run_stateless`)."""
         self.targets = [targets] if isinstance(targets, str) else list(targets)
         self.count = count
@@ -285,64 +283,49 @@ class Readers:
             thread.join(timeout=120)
 
     def _run(self, number: int) -> None:
-        """One reader: it talks to one broker and moves to the next after an outage error,
-        carrying its session token (monotonic reads across brokers)."""
-        from horizon_broker.client import connect
-        from horizon_broker.watermark import tokens
-
+        """One reader: one client of every broker (the product's, :func:`connect` with the
+        list), starting on broker ``number`` of the list; the client moves to the next broker
+        when one goes away, with its session token (monotonic reads across brokers)."""
         chooser = random.Random(self.seed * 1000 + number)
         client_name = f"reader-{number}"
         seen: list[int] = []
-        clients = [connect(target, timeout=30.0) for target in self.targets]
-        current = number % len(clients)
-        try:
+        with self._client(number, monotonic=True) as client:
             while not self.stop.is_set():
                 kind = chooser.choice(
                     ["lwm", "lwm", "register", "quiet", "both", "pinned", "travel", "self_join",
                      "changes"]
                 )  # fmt: skip
-                client = clients[current]
-                client.session_token = tokens.merge(*(c.session_token for c in clients))
                 reads = self._query(client, client_name, kind, seen, chooser)
-                reads = [replace(read, broker=self.targets[current]) for read in reads]
                 with self._lock:
                     self.reads.extend(reads)
                 read = reads[0]
                 if read.ok and read.kind == "lwm" and read.table == BANK and read.snapshot:
                     seen.append(read.snapshot)  # the bank's LWMs only: the tables' differ
                 if not read.ok:
-                    if read.error in FAILOVER_ERRORS:
-                        current = (current + 1) % len(clients)
                     time.sleep(0.2)
-        finally:
-            for client in clients:
-                client.close()
 
     def _run_stateless(self, number: int) -> None:
         """A caller with no session (a stateless service behind a load balancer): default
         reads of one table each, without a session token, so each answer is at whatever its
         broker serves. Only the broker's served LWM (its floor) keeps them from going back: a
         session token would hide a broker serving below what it served before."""
-        from horizon_broker.client import connect
-
         chooser = random.Random(self.seed * 1000 + 500 + number)
         name = f"stateless-{number}"
-        clients = [connect(target, timeout=30.0) for target in self.targets]
-        for client in clients:
-            client.monotonic = False
-        current = number % len(clients)
-        try:
+        with self._client(number, monotonic=False) as client:
             while not self.stop.wait(STATELESS_PAUSE_S):
                 kind = chooser.choice(["quiet", "register", "lwm"])
-                reads = self._query(clients[current], name, kind, [], chooser)
-                reads = [replace(r, broker=self.targets[current], session=False) for r in reads]
+                reads = self._query(client, name, kind, [], chooser)
+                reads = [replace(read, session=False) for read in reads]
                 with self._lock:
                     self.reads.extend(reads)
-                if not reads[0].ok and reads[0].error in FAILOVER_ERRORS:
-                    current = (current + 1) % len(clients)
-        finally:
-            for client in clients:
-                client.close()
+
+    def _client(self, number: int, *, monotonic: bool) -> Any:
+        """A client of every broker, the list turned to start at broker ``number``."""
+        from horizon_broker.client import connect
+
+        first = number % len(self.targets)
+        targets = self.targets[first:] + self.targets[:first]
+        return connect(targets, timeout=30.0, monotonic=monotonic)
 
     def _query(
         self, client: Any, name: str, kind: str, seen: list[int], chooser: random.Random
@@ -371,19 +354,23 @@ class Readers:
         else:
             kind = "lwm"
         started = time.monotonic()
+        broker = client.current
         try:
             # Half the reads skip the result cache: a hit is then checked against answers Spark
             # computed (a repeat served only from the cache would prove nothing).
-            result = client.execute(sql, cache=chooser.random() < 0.5)
+            call = client.start_query(sql, cache=chooser.random() < 0.5)
+            broker = call.address
+            result = call.result()
+            broker = call.address  # the broker that answered (another if the first went away)
         except Exception as error:  # every failure is recorded for the checker
             code = getattr(getattr(error, "code", None), "value", None) or type(error).__name__
             return [Read(name, table, sql, kind, started, time.monotonic(), error=str(code),
-                         message=str(error)[:500], window=window)]  # fmt: skip
+                         message=str(error)[:500], window=window, broker=broker)]  # fmt: skip
         ended = time.monotonic()
         per_table = _rows_by_table(sql, table, result.table.to_pylist())
         return [
             Read(name, read_table, sql, kind, started, ended, snapshot=result.snapshot,
-                 rows=found, window=window)
+                 rows=found, window=window, broker=broker)
             for read_table, found in per_table.items()
         ]  # fmt: skip
 
