@@ -134,7 +134,9 @@ def run(
         for thread in background:
             if thread is not None:
                 thread.join()
-        recorded, anomalies, final_high = _finish(cluster, client, writer, readers, faults)
+        recorded, anomalies, final_high, settle_s = _finish(
+            cluster, client, writer, readers, faults
+        )
     finally:
         readers.stop.set()
         faults.stop.set()
@@ -165,6 +167,7 @@ def run(
         "server_parks": dict(faults.parks),
         "availability": availability,
         "final_lwm_covers": final_high,
+        "final_settle_s": round(settle_s, 1),
         "anomalies": count_by_kind(anomalies),
         "anomaly_details": [_detail(a, reading_from) for a in anomalies[:50]],
         "fault_windows": [
@@ -179,16 +182,19 @@ def run(
 
 def _finish(
     cluster: Any, client: Any, writer: Any, readers: Any, faults: Any
-) -> tuple[Any, list[Any], int]:
+) -> tuple[Any, list[Any], int, float]:
     """Everything brought back, the writes awaited at the LWM, a few reads there; the history
-    (with the servers' commit logs) and its anomalies, and the final commit timestamp awaited.
+    (with the servers' commit logs) and its anomalies, the final commit timestamp awaited and
+    how long that wait took (of :data:`SETTLE_TIMEOUT_S`).
     With anomalies, the store's segments are saved in the work directory."""
     from bench.chaos_settle import wait_for_writes
     from chaos.checker import check
     from chaos.workload import history
 
     faults.settle()
+    settling = time.monotonic()
     final_high = wait_for_writes(client, writer, SETTLE_TIMEOUT_S, cluster)
+    settle_s = time.monotonic() - settling
     time.sleep(2.0)  # a few reads at the final LWM
     readers.join()
     faults.stop.set()
@@ -197,7 +203,7 @@ def _finish(
     anomalies = check(recorded)
     if anomalies:  # what the store held at the end, for the diagnosis
         cluster.save_store_segments(cluster.work / STORE_SEGMENTS)
-    return recorded, anomalies, final_high
+    return recorded, anomalies, final_high, settle_s
 
 
 def _wait_for_brokers(cluster: Any) -> None:

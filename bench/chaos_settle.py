@@ -16,6 +16,8 @@ from typing import Any
 
 NAMED = 8
 """Batches and files named in the message (the file has them all)."""
+TAIL = 20
+"""Lines of each process's log in the file (the message has the last two)."""
 
 
 class NotSettled(RuntimeError):
@@ -83,6 +85,10 @@ def unsettled(writer: Any, cluster: Any, tables: tuple[str, ...]) -> dict[str, A
         report["processes"] = _processes(cluster)
         report["links"] = {name: link.proxies()[0].state for name, link in cluster.links.items()}
         report["primary"] = _primary(cluster)
+        report["log_tails"] = {
+            path.stem: path.read_text(errors="replace").splitlines()[-TAIL:]
+            for path in sorted(cluster.logs.glob("*.log"))
+        }
     return report
 
 
@@ -102,6 +108,8 @@ def summary(report: dict[str, Any]) -> str:
             lines.append(f"{broker} {table}: {_one_line(seen)}")
     lines.append(f"processes: {report.get('processes', '-')}")
     lines.append(f"links: {report.get('links', '-')}; primary: {report.get('primary', '-')}")
+    for name, tail in report.get("log_tails", {}).items():
+        lines += [f"{name}| {line[:200]}" for line in tail[-2:]]
     return "\n".join(lines)
 
 
