@@ -142,5 +142,11 @@ class SegmentIdReused(FailedPrecondition):
     so neither segment's rows vanish silently (a failover can hand a partition number out twice)."""
 
 
+class RepublishPending(Unavailable):
+    """The state store changed primary and a live server has not published its state on the new
+    one yet: no partition number is handed out until it has (it may hold numbers the new primary
+    never saw)."""
+
+
 class PartitionNotOwned(FailedPrecondition):
     """A server tried to publish segments of a key partition it no longer owns."""

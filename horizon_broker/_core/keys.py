@@ -15,6 +15,8 @@ Everything lives under one prefix (default ``horizon``):
 ``{p}:hb``                     hash server -> last heartbeat (Redis time, ms)
 ``{p}:hbclock``                hash server -> the server's clock (HLC) at its last heartbeat: the
                                LWM of its idle partitions
+``{p}:publishedon``            hash server -> run id of the primary it last registered on (rule F4:
+                               no partition number is handed out until every live server has)
 ``{p}:clock``                  the state store's clock: the time (ms) of the last event, so the
                                store's time as scripts see it never goes back
 ``{p}:floor``                  hash table -> the highest snapshot a broker served (read-only here)
@@ -109,6 +111,7 @@ class Keys:
         self.servers = f"{prefix}:servers"
         self.heartbeats = f"{prefix}:hb"
         self.heartbeat_clocks = f"{prefix}:hbclock"
+        self.published_on = f"{prefix}:publishedon"
         self.clock = f"{prefix}:clock"
         self.floor = f"{prefix}:floor"
 

@@ -238,6 +238,9 @@ class CommitProtocol:
         the compaction replaced, or be refused below a major compaction's version."""
         server = self.server
         announced = announced_files(server.client.announced_segments(server.table.name))
+        server.client.remember_announced(
+            s for s in segments if announced.get(s.id) == tuple(s.location)
+        )
         compacted = compacted_inputs(server.storage, server.root)
         return [
             segment

@@ -93,6 +93,11 @@ def reconcile(protocol: CommitProtocol, *, unpublished: Record | None) -> int:
             and all(server.storage.exists(path) for path in segment.location)
         ]
     stale = [segment for segment_id, segment in withdrawn.items() if segment_id in announced]
+    server.client.remember_announced(
+        segment
+        for segment_id, segment in kept.items()
+        if announced.get(segment_id) == tuple(segment.location)
+    )
     if not missing:
         return 0  # an update's removal alone lost: its additions are missing too, or compacted
     log.warning(

@@ -28,6 +28,7 @@ from horizon_broker._core.errors import (
     LockLost,
     NotFound,
     PartitionNotOwned,
+    RepublishPending,
     ResourceExhausted,
     SegmentIdReused,
     Unavailable,
@@ -67,6 +68,7 @@ ERRORS: dict[str, type[HorizonError]] = {
     "NOT_OWNER": PartitionNotOwned,
     "SUPERSEDED": FailedPrecondition,
     "ID_REUSED": SegmentIdReused,
+    "REPUBLISH_PENDING": RepublishPending,
 }
 
 Execute = Callable[[str, list[str]], list[Any]]

@@ -21,13 +21,19 @@ import dataclasses
 import json
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 import redis
 
-from horizon_broker._core.errors import FailedPrecondition, InvalidArgument, Unavailable
+from horizon_broker._core.errors import (
+    FailedPrecondition,
+    InvalidArgument,
+    RepublishPending,
+    Unavailable,
+)
 from horizon_broker._core.hlc import HybridLogicalClock
 from horizon_broker._core.keys import (
     DEFAULT_PREFIX,
@@ -158,6 +164,15 @@ class ServerClient:
                 self._segments[(segment.table, segment_key(segment))] = segment
             with self._remembered_first(lambda: self._restore_segments(previous)):
                 self._run("SEGMENTS", segment_args(added, removed, guard))
+
+    def remember_announced(self, segments: Iterable[Segment]) -> None:
+        """Count segments an earlier run of this server announced (found in the store at start)
+        as this client's own, so a later change of primary re-publishes them too (rule F4)."""
+        with self._lock:
+            for segment in segments:
+                stamped = self._stamp(segment)
+                self._remember_table(stamped.table)
+                self._segments.setdefault((stamped.table, segment_key(stamped)), stamped)
 
     def _restore_segments(self, previous: dict[tuple[str, str], Segment]) -> None:
         self._segments = previous
@@ -317,13 +332,23 @@ class ServerClient:
         residues: Sequence[int],
     ) -> list[int]:
         key = chunk_key(interval.start_ms, interval.end_ms, version, kind)
-        with self._lock:
-            args = [table, key, str(modulus), str(base), str(limit), *map(str, residues)]
-            numbers = [int(n) for n in self._run("ALLOCATE", args)[0]]
-            self._reservations[(table, key)] = max(
-                self._reservations.get((table, key), 0), numbers[-1] + 1
-            )
-            return numbers
+        args = [table, key, str(modulus), str(base), str(limit)]
+        args += [str(self._heartbeat_timeout_ms), *map(str, residues)]
+        # Another live server catches up within a heartbeat, or stops counting as live within
+        # the heartbeat timeout: wait that long, no longer.
+        deadline = time.monotonic() + self._heartbeat_timeout_ms / 1000 + 1.0
+        while True:
+            try:
+                with self._lock:
+                    numbers = [int(n) for n in self._run("ALLOCATE", args)[0]]
+                    self._reservations[(table, key)] = max(
+                        self._reservations.get((table, key), 0), numbers[-1] + 1
+                    )
+                    return numbers
+            except RepublishPending:
+                if time.monotonic() >= deadline:
+                    raise
+            time.sleep(0.05)
 
     def claim_partitions(self, table: str, partitions: Iterable[int]) -> int | None:
         """Own unowned partitions (or those of a server that is no longer live, or parked).

@@ -1,7 +1,7 @@
 """A starting ingestion server reconciles a failed-over store with its commit log (rule F4 of
 docs/design/contract/failover.md): a batch its log calls done, which the promoted replica lost,
 is announced again with the same segments and commit timestamps, and its report does not go
-below the log. One short test on the session's Spark (the server writes real segments)."""
+below the log; what it found present counts as its own when it publishes again later. One short test on the session's Spark (the server writes real segments)."""
 
 from __future__ import annotations
 
@@ -41,5 +41,11 @@ def test_a_restarted_server_announces_again_the_batch_a_failover_lost(
         assert _stored(group) == before  # the same segments, the same commit timestamps
         progress = restarted.partition_progress("accounts")
         assert all(int(p.ingested or 0) >= lost.high for p in progress.values())
+        # The store loses everything again: the running server re-publishes both batches, the
+        # one it found present at start as well as the one it announced again.
+        with group.client(group.primary_port()) as primary:
+            primary.flushall()
+        restarted.heartbeat()
+        assert _stored(group) == before
     finally:
         restarted.close()

@@ -10,6 +10,7 @@ s2's numbers, and one server's acknowledged batch vanished from the store and ev
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -33,8 +34,13 @@ DESCRIPTOR = dataclasses.replace(
 
 
 @contextmanager
-def two_servers(group: SentinelGroup) -> Iterator[tuple[ServerClient, ServerClient]]:
-    servers = [ServerClient(group.url, name, heartbeat_timeout_s=60) for name in ("s1", "s2")]
+def two_servers(
+    group: SentinelGroup, heartbeat_timeout_s: float = 60
+) -> Iterator[tuple[ServerClient, ServerClient]]:
+    servers = [
+        ServerClient(group.url, name, heartbeat_timeout_s=heartbeat_timeout_s)
+        for name in ("s1", "s2")
+    ]
     try:
         for server, partition in zip(servers, range(KEY_PARTITIONS), strict=True):
             server.register()
@@ -68,7 +74,8 @@ def stored_files(server: ServerClient) -> dict[object, tuple[str, ...]]:
 @pytest.mark.parametrize("s2", ["keeps running", "dies and restarts"])
 def test_a_failover_never_hands_one_partition_number_to_two_servers(group: SentinelGroup, s2: str):
     follower = Follower(group.url, heartbeat_timeout_s=60, max_staleness_s=None)
-    with two_servers(group) as (first, second):
+    # A server that died counts as live until its heartbeat times out: keep that short.
+    with two_servers(group, 60 if s2 == "keeps running" else 3) as (first, second):
         try:
             batch(first, 0, 100)
             batch(second, 1, 101)
@@ -81,10 +88,13 @@ def test_a_failover_never_hands_one_partition_number_to_two_servers(group: Senti
                 second.close()
             group.fail_over()
             group.heal_replication()
-            acknowledged += [batch(first, 0, 300), batch(first, 0, 301)]
             if s2 == "keeps running":
-                second.heartbeat()  # its first call on the new primary re-publishes
+                late = threading.Timer(1.0, second.heartbeat)  # its first call on the new primary
+                late.start()
+                acknowledged += [batch(first, 0, 300), batch(first, 0, 301)]
+                late.join()
             else:
+                acknowledged += [batch(first, 0, 300), batch(first, 0, 301)]
                 second = ServerClient(group.url, "s2", heartbeat_timeout_s=60)
                 present = stored_files(second)
                 lost = [s for s in acknowledged[1:3] if present.get(s.id) != s.location]
@@ -98,3 +108,21 @@ def test_a_failover_never_hands_one_partition_number_to_two_servers(group: Senti
         finally:
             follower.stop()
             second.close()
+
+
+def test_no_number_is_handed_out_until_every_live_server_published_again(group: SentinelGroup):
+    """Overwrite numbers share one counter per chunk and version: after a failover a live server
+    may hold numbers the new primary never saw, so nobody draws until it re-published them."""
+    with two_servers(group) as (first, second):
+        first.allocate_overwrite_partitions(TABLE, HOUR, "v1", 1)
+        group.cut_replication()
+        held = second.allocate_overwrite_partitions(TABLE, HOUR, "v1", 2)  # old primary alone
+        group.fail_over()
+        group.heal_replication()
+        late = threading.Timer(1.0, second.heartbeat)  # its first call on the new primary
+        late.start()
+        try:
+            drawn = first.allocate_overwrite_partitions(TABLE, HOUR, "v1", 2)
+        finally:
+            late.join()
+        assert not set(held) & set(drawn), f"{held} handed out again as {drawn}"

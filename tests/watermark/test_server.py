@@ -295,3 +295,21 @@ def test_an_id_the_store_gives_to_other_files_is_refused_and_the_stored_segment_
     with pytest.raises(SegmentIdReused, match="already announced by server s1 with other files"):
         second.announce([theirs])
     assert [s.location for s in second.announced_segments("accounts")] == [mine.location]
+
+
+def test_segments_an_earlier_run_announced_are_re_published_once_remembered(
+    redis_url, make_server, redis_client
+):
+    """A restarted server finds its old segments in the store; a later lost data set (or
+    failover) must bring them back too, not only what this run announced (rule F4)."""
+    earlier = make_server(redis_url, "s1")
+    earlier.register_table(table_descriptor())
+    old = segment(partition=0, location=("/data/s1/batch-1.parquet",))
+    earlier.announce([old])
+    earlier.close()
+    restarted = make_server(redis_url, "s1")
+    restarted.register()
+    restarted.remember_announced(restarted.announced_segments("accounts"))
+    redis_client.flushall()
+    restarted.heartbeat()  # notices the lost data set and re-publishes first
+    assert [s.location for s in restarted.announced_segments("accounts")] == [old.location]

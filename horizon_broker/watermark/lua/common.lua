@@ -13,6 +13,9 @@ local function emit(kind, data)
              'k', kind, 'd', data, 't', NOW, 'e', EPOCH, 's', SERVER, 'p', previous)
   return seq
 end
+local function primary_run_id()
+  return string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')
+end
 local function split(s)
   local out = {}
   for piece in string.gmatch(s .. '|', '([^|]*)|') do out[#out + 1] = piece end
