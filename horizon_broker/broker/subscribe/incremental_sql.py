@@ -23,6 +23,11 @@ from sqlglot import exp
 from .choose import Choice
 from .snapshot_sql import at_snapshot
 
+KEY_PREFIX = "_subscribe_k"
+"""The change feed events' copies of the primary key's columns (``_subscribe_k0``, ...)."""
+AT = "_subscribe_at"
+ENDS = "_subscribe_ends"
+PASSES = "_subscribe_passes"
 SIDE = "_subscribe_side"
 """The column telling a changed key's row at the first snapshot (``before``) from the last."""
 BEFORE, AFTER = "before", "after"
@@ -88,6 +93,50 @@ def feed_images_sql(sql: str, choice: Choice, start: int, end: int) -> str:
     tree.set("expressions", [side, *tree.expressions])
     tree.set("order", None)
     return tree.sql(dialect="spark")
+
+
+def _output(projection: exp.Expr) -> str | None:
+    """The column name Spark gives ``projection`` when sqlglot can say it (aliased, a column)."""
+    if isinstance(projection, exp.Alias):
+        return projection.alias
+    if isinstance(projection, exp.Column) and not isinstance(projection.this, exp.Star):
+        return projection.name
+    return None
+
+
+def feed_events_sql(sql: str, choice: Choice, start: int, end: int) -> str | None:
+    """Every change of the query's table in ``(start, end]``, one row each: the query's columns
+    (computed only where its filter holds, NULL elsewhere, so nothing the filter guards is
+    evaluated), the primary key (:data:`KEY_PREFIX`), the commit instant (:data:`AT`), whether
+    the change ends a version (:data:`ENDS`) and whether the filter holds (:data:`PASSES`).
+
+    The changed keys' rows at ``start`` and ``end`` are picked from these in Arrow
+    (:func:`.change_feed.pick_images`), so Spark runs the feed alone, without a second shuffle
+    by key. None when a column's name is not one sqlglot can tell (a star, an unnamed
+    expression under a filter): :func:`feed_images_sql` then."""
+    tree = _parse(sql)
+    where = tree.args.get("where")
+    condition = where.this.sql(dialect="spark") if where is not None else None
+    alias = _name(choice.alias)
+    columns = []
+    for projection in tree.expressions:
+        if projection.find(exp.Star) is not None:
+            return None
+        if condition is None:
+            columns.append(projection.sql(dialect="spark"))
+            continue
+        output = _output(projection)
+        if output is None:
+            return None
+        value = projection.unalias().sql(dialect="spark")
+        columns.append(f"CASE WHEN {condition} THEN {value} END AS {_name(output)}")
+    columns += [f"{alias}.{_name(k)} AS {KEY_PREFIX}{n}" for n, k in enumerate(choice.primary_key)]
+    columns += [
+        f"{alias}._commit_timestamp AS {AT}",
+        f"{alias}.{_IS_END} AS {ENDS}",
+        f"COALESCE({condition or 'TRUE'}, FALSE) AS {PASSES}",
+    ]
+    return f"SELECT {', '.join(columns)} FROM {feed_sql(choice, start, end)}"
 
 
 def touched_groups_sql(sql: str, choice: Choice, start: int, end: int) -> str:
