@@ -34,11 +34,12 @@ import sys
 import tempfile
 import threading
 import time
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench import chaos_figures as figures
 from bench.report import RESULTS_DIR, print_table, write_results
 
 ACCOUNTS = 40
@@ -142,15 +143,15 @@ def run(
         faults.stop.set()
         client.close()
         cluster.stop()
-    availability = _availability(recorded)
+    availability = figures.availability(recorded, reading_from)
     return {
         "duration_s": duration,
         "seed": seed,
         "mutation": mutation,
         "compaction_pass": _pass_outcome(cluster) if compaction_pass else None,
         "time_origin": "seconds from the readers' start (startup_s after the cluster's)",
-        "first_anomaly_s": _first_anomaly_s(anomalies, reading_from),
-        "anomaly_kinds_first_s": _first_by_kind(anomalies, reading_from),
+        "first_anomaly_s": figures.first_anomaly_s(anomalies, reading_from),
+        "anomaly_kinds_first_s": figures.first_by_kind(anomalies, reading_from),
         "startup_s": round(startup_s, 1),
         "run_s": round(time.monotonic() - started, 1),
         "files_written": len(writer.files),
@@ -159,7 +160,7 @@ def run(
         "queries": dict(Counter(r.kind for r in recorded.reads)),
         "answers_by_table": dict(Counter(r.table for r in recorded.reads if r.ok)),
         "errors": dict(Counter(r.error for r in recorded.reads if not r.ok)),
-        "error_samples": _error_samples(recorded.reads),
+        "error_samples": figures.error_samples(recorded.reads),
         "faults": dict(faults.counts),
         "faults_not_runnable": dict(faults.not_runnable),
         "fault_failures": dict(faults.failures),
@@ -169,7 +170,7 @@ def run(
         "final_lwm_covers": final_high,
         "final_settle_s": round(settle_s, 1),
         "anomalies": count_by_kind(anomalies),
-        "anomaly_details": [_detail(a, reading_from) for a in anomalies[:50]],
+        "anomaly_details": [figures.detail(a, reading_from) for a in anomalies[:50]],
         "fault_windows": [
             f"{f.kind}: {f.started - reading_from:.1f}-{f.ended - reading_from:.1f} s"
             for f in recorded.faults
@@ -254,62 +255,11 @@ def _pass_outcome(cluster: Any) -> str:
     return lines[-1][:300] if lines else "no output"
 
 
-def _first_anomaly_s(anomalies: list[Any], since: float) -> float | None:
-    """Seconds from the readers' start to the first read an anomaly names."""
-    times = [a.read.started for a in anomalies if a.read is not None]
-    return round(min(times) - since, 1) if times else None
-
-
-def _detail(anomaly: Any, since: float) -> str:
-    """An anomaly as a line, prefixed with when its read started (the fault windows' origin)."""
-    if anomaly.read is None:
-        return f"end of run: {anomaly.describe()}"
-    return f"{anomaly.read.started - since:.1f} s: {anomaly.describe()}"
-
-
-def _first_by_kind(anomalies: list[Any], since: float) -> dict[str, float]:
-    first: dict[str, float] = {}
-    for anomaly in anomalies:
-        if anomaly.read is not None:
-            at = round(anomaly.read.started - since, 1)
-            first[anomaly.kind] = min(first.get(anomaly.kind, at), at)
-    return dict(sorted(first.items()))
-
-
 def _log_tails(logs: Path, lines: int = 60) -> dict[str, list[str]]:
     """The end of each process's log (with the anomalies, to see what a server was doing)."""
     return {
         path.name: path.read_text(errors="replace").splitlines()[-lines:]
         for path in sorted(logs.glob("*.log"))
-    }
-
-
-def _error_samples(reads: list[Any]) -> dict[str, list[str]]:
-    """A few messages of each error status (the documented ones too: they should make sense)."""
-    samples: dict[str, list[str]] = defaultdict(list)
-    for read in reads:
-        if not read.ok and len(samples[read.error]) < 3 and read.message not in samples[read.error]:
-            samples[read.error].append(f"{read.kind}: {read.message[:300]}")
-    return dict(samples)
-
-
-def _availability(recorded: Any) -> dict[str, dict[str, Any]]:
-    """Share of queries answered, for the reads overlapping each kind of fault, and for the rest."""
-    totals: dict[str, Counter[str]] = defaultdict(Counter)
-    for read in recorded.reads:
-        kinds = {f.kind for f in recorded.faults_during(read.started, read.ended)} or {"no fault"}
-        for kind in kinds:
-            totals[kind]["queries"] += 1
-            totals[kind]["answered"] += read.ok
-    return {
-        kind: {
-            "queries": counts["queries"],
-            "answered": counts["answered"],
-            "share": round(counts["answered"] / counts["queries"], 3)
-            if counts["queries"]
-            else None,
-        }
-        for kind, counts in sorted(totals.items())
     }
 
 
