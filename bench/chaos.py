@@ -169,6 +169,7 @@ def run(
         "availability": availability,
         "final_lwm_covers": final_high,
         "final_settle_s": round(settle_s, 1),
+        "segments_in_commit_logs": figures.segments_logged(recorded.commit_logs),
         "anomalies": count_by_kind(anomalies),
         "anomaly_details": [figures.detail(a, reading_from) for a in anomalies[:50]],
         "fault_windows": [

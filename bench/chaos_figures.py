@@ -70,3 +70,13 @@ def availability(recorded: Any, since: float = 0.0) -> dict[str, dict[str, Any]]
         }
         for kind, counts in sorted(totals.items())
     }
+
+
+def segments_logged(commit_logs: Any) -> dict[str, int]:
+    """How many segments each server's commit logs name (what ``segment_id_reused`` checked)."""
+    from chaos.checker import committed_segments
+
+    counts: Counter[str] = Counter()
+    for (server, _table), records in commit_logs.items():
+        counts[server] += len(committed_segments(server, records))
+    return dict(sorted(counts.items()))

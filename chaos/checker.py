@@ -369,7 +369,7 @@ def segment_id_reused(logs: Mapping[tuple[str, str], Sequence[Record]]) -> list[
     read back again) are one segment."""
     places: dict[tuple[str, str, str, int], list[LoggedSegment]] = defaultdict(list)
     for (server, _table), records in sorted(logs.items()):
-        for logged in _committed_segments(server, records):
+        for logged in committed_segments(server, records):
             places[logged.segment].append(logged)
     found = []
     for segment, named in places.items():
@@ -384,7 +384,7 @@ def segment_id_reused(logs: Mapping[tuple[str, str], Sequence[Record]]) -> list[
     return found
 
 
-def _committed_segments(server: str, records: Iterable[Record]) -> list[LoggedSegment]:
+def committed_segments(server: str, records: Iterable[Record]) -> list[LoggedSegment]:
     """The segments the committed batches (INGEST) and kept updates (UPDATE additions) of one
     log name; an abandoned update's never counted."""
     commits = [record for record in records if record.phase == COMMIT]
