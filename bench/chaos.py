@@ -83,6 +83,7 @@ def run(
     short: bool = False,
     brokers: int = 2,
     faults_first: tuple[str, ...] | None = None,
+    settle_timeout: float = SETTLE_TIMEOUT_S,
 ) -> dict[str, Any]:
     """One run. ``mutation`` plants a bug (:mod:`chaos.mutations`) in the processes it names;
     ``compaction_pass`` runs one compaction to its end from a quarter in (mutated runs: it must
@@ -109,7 +110,7 @@ def run(
     try:
         _wait_for_brokers(cluster)
         writer.opening()
-        bank_since = wait_for_writes(client, writer, SETTLE_TIMEOUT_S, cluster)
+        bank_since = wait_for_writes(client, writer, settle_timeout, cluster)
         readers.since = bank_since
         readers.commit_points = lambda: commit_points(work)
         startup_s = time.monotonic() - started
@@ -136,7 +137,7 @@ def run(
             if thread is not None:
                 thread.join()
         recorded, anomalies, final_high, settle_s = _finish(
-            cluster, client, writer, readers, faults
+            cluster, client, writer, readers, faults, settle_timeout
         )
     finally:
         readers.stop.set()
@@ -183,11 +184,11 @@ def run(
 
 
 def _finish(
-    cluster: Any, client: Any, writer: Any, readers: Any, faults: Any
+    cluster: Any, client: Any, writer: Any, readers: Any, faults: Any, settle_timeout: float
 ) -> tuple[Any, list[Any], int, float]:
     """Everything brought back, the writes awaited at the LWM, a few reads there; the history
     (with the servers' commit logs) and its anomalies, the final commit timestamp awaited and
-    how long that wait took (of :data:`SETTLE_TIMEOUT_S`).
+    how long that wait took (of ``settle_timeout``).
     With anomalies, the store's segments are saved in the work directory."""
     from bench.chaos_settle import wait_for_writes
     from chaos.checker import check
@@ -195,7 +196,7 @@ def _finish(
 
     faults.settle()
     settling = time.monotonic()
-    final_high = wait_for_writes(client, writer, SETTLE_TIMEOUT_S, cluster)
+    final_high = wait_for_writes(client, writer, settle_timeout, cluster)
     settle_s = time.monotonic() - settling
     time.sleep(2.0)  # a few reads at the final LWM
     readers.join()
@@ -320,6 +321,11 @@ def main(argv: list[str] | None = None) -> int:
         help="brokers (one keeps a mutated run without faults short)",
     )  # fmt: skip
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
+    parser.add_argument(
+        "--settle-timeout", type=float, default=SETTLE_TIMEOUT_S, metavar="SECONDS",
+        help="how long the writes may take to be visible at the LWM (at the start, and after "
+        "the faults) before the run fails saying which were not",
+    )  # fmt: skip
     parser.add_argument("--no-results", action="store_true", help="do not write chaos.json")
     parser.add_argument("--json", type=Path, help="also write the results to this file")
     parser.add_argument(
@@ -359,7 +365,7 @@ def main(argv: list[str] | None = None) -> int:
         results = run(
             args.duration, args.seed, work, servers=args.servers, short=args.short,
             brokers=args.brokers, inject_faults=not args.no_faults,
-            faults_first=_fault_list(args.faults),
+            faults_first=_fault_list(args.faults), settle_timeout=args.settle_timeout,
         )  # fmt: skip
         _keep_store_segments(results, args.json)
     finally:

@@ -45,13 +45,15 @@ def wait_for_writes(client: Any, writer: Any, timeout: float, cluster: Any = Non
             if min(lwms) >= high:
                 return high
         time.sleep(0.5)
-    report = unsettled(writer, cluster, TABLES)
-    path = writer.work / "not-settled.json"
-    path.write_text(json.dumps(report, indent=1, default=str))
-    raise NotSettled(
-        f"the writes were not all visible at the LWM within {timeout} s "
-        f"(everything in {path}):\n{summary(report)}"
-    )
+    message = f"the writes were not all visible at the LWM within {timeout} s"
+    try:  # the report must never hide the failure it explains
+        report = unsettled(writer, cluster, TABLES)
+        path = writer.work / "not-settled.json"
+        path.write_text(json.dumps(report, indent=1, default=str))
+        message += f" (everything in {path}):\n{summary(report)}"
+    except Exception as error:
+        message += f" (and the report of why failed: {type(error).__name__}: {error})"
+    raise NotSettled(message)
 
 
 def unsettled(writer: Any, cluster: Any, tables: tuple[str, ...]) -> dict[str, Any]:

@@ -7,7 +7,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from bench.chaos_settle import summary, unsettled
+import pytest
+
+from bench.chaos_settle import NotSettled, summary, unsettled, wait_for_writes
 from chaos.cluster import BANK, TABLES
 from chaos.workload import Writer
 
@@ -27,3 +29,12 @@ def test_a_run_that_did_not_settle_names_the_writes_it_waited_for(tmp_path: Path
     assert above["keys"] == [0]
     text = summary(report)
     assert "files not acknowledged: 5" in text and "bank base 117700000000 by server-1" in text
+
+
+def test_the_failure_message_carries_the_report(tmp_path: Path) -> None:
+    writer = Writer(tmp_path, {0: "server-1"}, seed=1)
+    writer.opening()
+    with pytest.raises(NotSettled, match=r"within 0.0 s \(everything in .*not-settled.json\)"):
+        wait_for_writes(None, writer, 0.0)  # no time left: no broker is asked
+    report = json.loads((tmp_path / "not-settled.json").read_text())
+    assert len(report["files_not_acknowledged"]) == len(writer.files)
