@@ -136,7 +136,7 @@ def run(
         for thread in background:
             if thread is not None:
                 thread.join()
-        recorded, anomalies, final_high, settle_s = _finish(
+        recorded, anomalies, final_high, settle_s, foreign = _finish(
             cluster, client, writer, readers, faults, settle_timeout
         )
     finally:
@@ -170,6 +170,7 @@ def run(
         "availability": availability,
         "final_lwm_covers": final_high,
         "final_settle_s": round(settle_s, 1),
+        "foreign_sentinels": foreign,
         "segments_in_commit_logs": figures.segments_logged(recorded.commit_logs),
         "anomalies": count_by_kind(anomalies),
         "anomaly_details": [figures.detail(a, reading_from) for a in anomalies[:50]],
@@ -185,12 +186,13 @@ def run(
 
 def _finish(
     cluster: Any, client: Any, writer: Any, readers: Any, faults: Any, settle_timeout: float
-) -> tuple[Any, list[Any], int, float]:
+) -> tuple[Any, list[Any], int, float, Any]:
     """Everything brought back, the writes awaited at the LWM, a few reads there; the history
     (with the servers' commit logs) and its anomalies, the final commit timestamp awaited and
-    how long that wait took (of ``settle_timeout``).
+    how long that wait took (of ``settle_timeout``), and the sentinels not the run's found on
+    its data nodes (leftovers of other groups: they can reconfigure the run's nodes).
     With anomalies, the store's segments are saved in the work directory."""
-    from bench.chaos_settle import wait_for_writes
+    from bench.chaos_settle import foreign_sentinels_or_why, wait_for_writes
     from chaos.checker import check
     from chaos.workload import history
 
@@ -206,7 +208,7 @@ def _finish(
     anomalies = check(recorded)
     if anomalies:  # what the store held at the end, for the diagnosis
         cluster.save_store_segments(cluster.work / STORE_SEGMENTS)
-    return recorded, anomalies, final_high, settle_s
+    return recorded, anomalies, final_high, settle_s, foreign_sentinels_or_why(cluster)
 
 
 def _wait_for_brokers(cluster: Any) -> None:

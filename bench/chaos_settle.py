@@ -87,6 +87,7 @@ def unsettled(writer: Any, cluster: Any, tables: tuple[str, ...]) -> dict[str, A
         report["processes"] = _processes(cluster)
         report["links"] = {name: link.proxies()[0].state for name, link in cluster.links.items()}
         report["primary"] = _primary(cluster)
+        report["foreign_sentinels"] = foreign_sentinels_or_why(cluster)
         report["log_tails"] = {
             path.stem: path.read_text(errors="replace").splitlines()[-TAIL:]
             for path in sorted(cluster.logs.glob("*.log"))
@@ -110,6 +111,7 @@ def summary(report: dict[str, Any]) -> str:
             lines.append(f"{broker} {table}: {_one_line(seen)}")
     lines.append(f"processes: {report.get('processes', '-')}")
     lines.append(f"links: {report.get('links', '-')}; primary: {report.get('primary', '-')}")
+    lines.append(f"sentinels not the run's, on its nodes: {report.get('foreign_sentinels', '-')}")
     for name, tail in report.get("log_tails", {}).items():
         lines += [f"{name}| {line[:200]}" for line in tail[-2:]]
     return "\n".join(lines)
@@ -168,6 +170,32 @@ def _processes(cluster: Any) -> dict[str, str]:
         name: ("paused" if process.paused else "alive" if process.alive else "down")
         for name, process in [*cluster.servers.items(), *cluster.brokers.items()]
     }
+
+
+def foreign_sentinels(group: Any) -> dict[int, list[str]]:
+    """Sentinels connected to the run's data nodes that are not the run's own, by node port
+    (their ids' first 8 characters): a sentinel left over from another group, watching a
+    master of the same name at a port the run now uses, can reconfigure the run's nodes."""
+    ours = set()
+    for port in group.sentinel_ports:
+        with group.client(port) as sentinel:
+            ours.add(sentinel.execute_command("SENTINEL", "MYID").decode()[:8])
+    found: dict[int, list[str]] = {}
+    for port in group.data_ports:
+        with group.client(port) as node:
+            names = {str(c.get("name", "")) for c in node.client_list()}
+        ids = {n.split("-")[1] for n in names if n.startswith("sentinel-") and n.count("-") >= 2}
+        if ids - ours:
+            found[port] = sorted(ids - ours)
+    return found
+
+
+def foreign_sentinels_or_why(cluster: Any) -> Any:
+    """:func:`foreign_sentinels` of the run's group, or why they could not be listed."""
+    try:
+        return foreign_sentinels(cluster.group)
+    except Exception as error:
+        return f"unknown ({type(error).__name__}: {error})"[:200]
 
 
 def _primary(cluster: Any) -> str:
