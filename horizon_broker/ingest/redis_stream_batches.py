@@ -37,8 +37,11 @@ from horizon_broker.ingest.redis_stream_read import (
 )
 from horizon_broker.ingest.redis_stream_source import StreamSource
 from horizon_broker.ingest.redis_stream_trim import (
+    Carry,
     StreamPosition,
     Witness,
+    carried,
+    carried_lag,
     judged_gap,
     stream_position,
     witness_of,
@@ -136,6 +139,7 @@ def _pass(
 ) -> BatchResult:
     trimmed = check_trimmed(job, source, client)
     end = head(client, source.key)
+    carry = counted_carry(job, source)
     result = None
     while end is not None:
         after, through = read_bounds(owned_offsets(job, source.key), job.partitions)
@@ -147,10 +151,12 @@ def _pass(
         if not entries:
             break
         if result is not None and on_batch is not None:
-            on_batch(remembered(job, with_lag(result, table_lag(job, source, client))))
+            behind, carry = passing_lag(job, source, client, carry, entries[0].id)
+            on_batch(remembered(job, with_lag(result, behind)))
         job.follow_registered_schema()  # an alter since the last batch: flatten under it
         batch = stream_batch(job.server, source, entries, keys_reader(job))
         result = with_arrival(job.run_batch(batch.frame, sources=[batch.name]), batch)
+        carry = carried(carry, after, entries[-1].id, len(entries))
     if result is None:
         state = job.state
         if state.pending and len(state.pending) >= job.table.update_cadence:
@@ -171,6 +177,29 @@ def table_lag(job: IngestJob, source: StreamSource, client: Any) -> Lag:
         return Lag(0, 0.0)
     waited = (time.time_ns() // 1_000_000 - entry_ms(position.oldest_after)) / 1000
     return Lag(position.after, max(0.0, waited))
+
+
+def counted_carry(job: IngestJob, source: StreamSource) -> Carry | None:
+    """The job's last counted witness of the stream, to carry along a pass's batches (None:
+    it has counted nothing yet)."""
+    witness = _witnesses.get(job, {}).get(source.key)
+    return None if witness is None else Carry(witness.offset, witness)
+
+
+def passing_lag(
+    job: IngestJob, source: StreamSource, client: Any, carry: Carry | None, oldest: str
+) -> tuple[Lag, Carry | None]:
+    """The lag between two batches of a pass (``oldest``: the next batch's first entry, the
+    oldest unread) and the carry for the batches after it: said by the carry without a count
+    when it can be (:func:`horizon_broker.ingest.redis_stream_trim.carried_lag`), else counted
+    as :func:`table_lag` does, once: the count's witness is carried on from there."""
+    if carry is not None:
+        after, position = _position(job, source, client, count=False)
+        events = carried_lag(carry, after, position)
+        if events is not None:
+            waited = (time.time_ns() // 1_000_000 - entry_ms(oldest)) / 1000
+            return Lag(events, max(0.0, waited)), carry
+    return table_lag(job, source, client), counted_carry(job, source)
 
 
 def check_trimmed(job: IngestJob, source: StreamSource, client: Any) -> int:

@@ -19,9 +19,11 @@ count of the entries after it) and judges (:func:`trim_gap`):
   after its offset's entry was trimmed has no witness and cannot tell: it says entries *may* have
   been lost.
 
-Counting walks up to the count cap (1M entries) in Redis, so a pass counts once: its lag, which
-refreshes the witness; the trim check counts only in the one case it needs the count (the
-offset's entry gone).
+Counting walks up to the count cap (1M entries) in Redis, so a pass counts once: its last lag,
+which refreshes the witness; the trim check counts only in the one case it needs the count (the
+offset's entry gone), and the lag between a pass's batches is carried (:class:`Carry`: the
+witness plus the entries each batch read) instead of counted, after one count if the server had
+no witness of its offset yet.
 
 A gap stops the table (:class:`StreamTrimmed`, FAILED_PRECONDITION, naming the stream, the offset
 and what was lost) unless its entry sets ``on_stream_trimmed = "skip"``: then the gap is logged
@@ -139,6 +141,51 @@ def witness_of(offset: str | None, position: StreamPosition) -> Witness | None:
     ):
         return None
     return Witness(offset, position.entries_added - position.after)
+
+
+@dataclass(frozen=True, slots=True)
+class Carry:
+    """A counted witness carried along a pass's batches without counting again."""
+
+    since: str
+    """The offset it was counted at: an entry deleted after it voids the carry."""
+    witness: Witness
+    """The witness of the last offset it was carried to."""
+
+
+def carried(carry: Carry | None, offset: str | None, last: str, read: int) -> Carry | None:
+    """``carry`` once a batch read ``read`` entries right after ``offset`` through ``last``:
+    a stream holds its entries contiguously, so ``read`` more had been added through ``last``
+    (None: no carry, or not one of ``offset``).
+
+    >>> carried(Carry("3-0", Witness("3-0", 3)), "3-0", "6-0", 2)
+    Carry(since='3-0', witness=Witness(offset='6-0', added_through=5))
+    """
+    if carry is None or carry.witness.offset != offset:
+        return None
+    return Carry(carry.since, Witness(last, carry.witness.added_through + read))
+
+
+def carried_lag(carry: Carry, offset: str | None, position: StreamPosition) -> int | None:
+    """The entries after ``offset`` without counting them: entries ever added minus those added
+    through it (the carry's witness). None when that cannot be trusted: a witness of another
+    offset, Redis before 7.0, the offset's entry gone, or an entry deleted after the carry was
+    counted (the carried sum would miss it).
+
+    >>> here = StreamPosition(20, 20, "1-0", "0-0", True, 0, None, False, counted=False)
+    >>> carry = Carry("3-0", Witness("9-0", 9))
+    >>> carried_lag(carry, "9-0", here), carried_lag(carry, "8-0", here)
+    (11, None)
+    """
+    if (
+        offset is None
+        or carry.witness.offset != offset
+        or position.entries_added is None
+        or not position.offset_present
+        or _after(position.max_deleted, carry.since)
+    ):
+        return None
+    return max(0, position.entries_added - carry.witness.added_through)
 
 
 def trim_gap(offset: str | None, position: StreamPosition, witness: Witness | None) -> Gap | None:

@@ -152,3 +152,41 @@ def test_a_pass_stops_a_table_whose_stream_was_trimmed_unread_or_reads_on_when_t
         "horizon_ingest_stream_trimmed_total", {"table": "customers"}
     )
     assert counted == 1
+
+
+@pytest.mark.usefixtures("redis_client")  # a state store flushed of earlier tests' tables
+def test_a_pass_of_several_batches_carries_its_lag_between_them_instead_of_counting(
+    spark: Any, redis_server: Any, tmp_path: Path
+) -> None:
+    """Between a pass's batches the lag is carried (entries ever added minus those added through
+    the offset: the last count's witness plus the entries each batch read), not counted: each
+    batch's lag is exact and a pass walks the entries behind it once, in its last count, plus
+    once more on its first batch when the server had counted nothing yet (every other XRANGE is
+    a batch's read or a one-entry look-up of the offset). The stream has a redis-server of its
+    own, so the state store's calls are not in its command counts."""
+    from tests.processes import RedisProcess
+
+    table = customers_table(tmp_path / "store")
+    stream_server = RedisProcess().start()
+    client = redis.Redis.from_url(stream_server.url)
+    lags, calls = [], []
+    try:
+        source = stream_source(f"{stream_server.url}#orders", "debezium", max_events=4)
+        with IngestServer(redis_server.url, "carry", spark) as server:
+            server.add_tables([TableSource(table, None, "debezium", None, {}, source)])
+            for first in (1, 11):  # ten entries a pass: batches of 4, 4 and 2
+                _push(client, range(first, first + 10))
+                client.config_resetstat()
+                earlier: list[Any] = []
+                last = server.run_source("customers", on_batch=earlier.append)
+                calls.append(xrange_calls(client))
+                lags.append([(r.rows, r.stream_lag_events) for r in [*earlier, last]])
+    finally:
+        client.close()
+        stream_server.close()
+    assert lags == [[(4, 6), (4, 2), (2, 0)]] * 2
+    # no offset to look up yet, three reads, a count (no witness yet; look-up and walk) then a
+    # look-up carried, the last count's look-up and walk
+    assert calls[0] == 0 + 3 + 2 + 1 + 2
+    # the offset's look-up, three reads, a look-up per carried lag, the last count's two
+    assert calls[1] == 1 + 3 + 1 + 1 + 2
