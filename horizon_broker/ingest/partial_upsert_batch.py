@@ -9,7 +9,9 @@ road (driver rows, driver columns, Spark) accepts every record as the key's new 
 the one before at its commit, the updater's ``validUntil`` rewrite included: a late event makes a
 new version from its commit on, snapshots before it keep what they showed. A delete's row keeps
 deleting; a late event below a delete gives the delete again. The transaction column keeps each
-event's own value, so commit timestamps are what they would be.
+event's own value, so commit timestamps are what they would be. A batch without late events is
+folded as columns (:mod:`.partial_upsert_scan`, the usual case); any other is folded event by
+event in Python (:func:`folded_columns`, the reference).
 
 The event log: each batch writes its events (the user columns as they came, which were absent,
 key partition, the batch's first commit timestamp ``_base`` and the event's commit order in it
@@ -21,7 +23,7 @@ events). Its cost grows with the history of the batch's keys: nothing compacts t
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +36,7 @@ from horizon_broker.ingest.partial_upsert import (
     comparison_rank,
     fold,
 )
+from horizon_broker.ingest.partial_upsert_scan import commit_order_arrow, scanned_columns
 from horizon_broker.ingest.resolve import SOURCE_FILE
 from horizon_broker.ingest.table import TableDefinition
 
@@ -80,11 +83,62 @@ def events_root(root: str) -> str:
 def merge_batch(server: ServerTable, rows: Any) -> MergedBatch:
     """The enriched ``rows`` of a partial table's batch with their merged values (a local frame
     of the same columns, so every road reads the same rows), and the events they were."""
-    import pyarrow as pa
+    merged, log = merged_arrow(
+        server.table,
+        rows.toArrow(),
+        lambda partitions, keys: read_history(server, partitions, keys),
+    )
+    schema = rows.drop(ABSENT).schema if ABSENT in rows.columns else rows.schema
+    frame = server.spark.createDataFrame(merged.select(schema.names), schema=schema)
+    return MergedBatch(frame, log)
 
-    table = server.table
-    collected = rows.toArrow()
+
+HistoryReader = Callable[[Sequence[int], Mapping[str, Sequence[Any]]], Any]
+"""The logged events (Arrow; None: no log) of some key partitions and key values
+(:func:`read_history`)."""
+
+
+def merged_arrow(table: TableDefinition, collected: Any, history: HistoryReader) -> tuple[Any, Any]:
+    """A collected batch (Arrow, enriched) as its merged rows (the same columns but
+    :data:`ABSENT`) and its events to log, in commit order (the driver's work of
+    :func:`merge_batch`): folded as columns when the batch has no late event
+    (:mod:`.partial_upsert_scan`), else event by event in Python."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     user = list(table.column_names)
+    order = commit_order_arrow(collected, SOURCE_FILE, table.transaction_column)
+    logged = None
+    if collected.num_rows:
+        touched = sorted(pc.unique(collected["_kp"]).to_pylist())
+        keys = {name: pc.unique(collected[name]).to_pylist() for name in table.primary_key}
+        logged = history(touched, keys)
+    columns = scanned_columns(table, collected, order, logged)
+    if columns is None:
+        columns = folded_columns(table, collected, logged)
+    others = [name for name in collected.column_names if name not in user and name != ABSENT]
+    result = pa.table({**columns, **{name: collected[name] for name in others}})
+    taken = pa.array(order.astype(np.int64))
+    absent = (
+        collected[ABSENT].cast(pa.list_(pa.string())).take(taken)
+        if ABSENT in collected.column_names
+        else pa.array([[]] * len(order), pa.list_(pa.string()))
+    )
+    log = pa.table(
+        {
+            **{name: collected[name].take(taken) for name in user},
+            "_kp": collected["_kp"].take(taken),
+            "_order": pa.array(range(len(order)), type=pa.int64()),
+            ABSENT: absent,
+        }
+    )
+    return result, log
+
+
+def folded_columns(table: TableDefinition, collected: Any, logged: Any) -> dict[str, Any]:
+    """The merged user columns of a collected batch, each event folded in Python (the
+    reference; any batch)."""
     records = collected.to_pylist()
     absent = [set(record.pop(ABSENT, None) or ()) for record in records]
     order = commit_order(records, table.transaction_column)
@@ -92,27 +146,11 @@ def merge_batch(server: ServerTable, rows: Any) -> MergedBatch:
         event_of(records[index], absent[index], table, (1, 0, rank), index)
         for rank, index in enumerate(order)
     ]
-    touched = sorted({record["_kp"] for record in records})
-    keys = {name: list({record[name] for record in records}) for name in table.primary_key}
-    history = read_history(server, touched, keys) if records else []
-    merged = merged_rows(batch, history, table)
-    columns = {
+    merged = merged_rows(batch, history_events(table, logged), table)
+    return {
         name: merged_column(table, name, [row[name] for row in merged], collected.schema)
-        for name in user
+        for name in table.column_names
     }
-    others = [name for name in collected.column_names if name not in user and name != ABSENT]
-    result = pa.table({**columns, **{name: collected[name] for name in others}})
-    schema = rows.drop(ABSENT).schema if ABSENT in rows.columns else rows.schema
-    frame = server.spark.createDataFrame(result.select(schema.names), schema=schema)
-    log = pa.table(
-        {
-            **{name: collected[name].take(order) for name in user},
-            "_kp": collected["_kp"].take(order),
-            "_order": pa.array(range(len(order)), type=pa.int64()),
-            ABSENT: pa.array([sorted(absent[index]) for index in order], pa.list_(pa.string())),
-        }
-    )
-    return MergedBatch(frame, log)
 
 
 def merged_column(table: TableDefinition, name: str, values: list[Any], schema: Any) -> Any:
@@ -228,15 +266,15 @@ def _key_function(primary_key: Sequence[str]) -> Any:
 
 def read_history(
     server: ServerTable, partitions: Sequence[int], keys: Mapping[str, Sequence[Any]]
-) -> list[Event]:
+) -> Any:
     """The logged events of the batch's keys (``keys``: each key column's values in the batch;
     a composite key may take a few other keys' events too, which fold apart harmlessly) in its
-    key partitions, from every server's committed batches. Only these keys' events become
-    Python objects and are folded: the log of the partitions holds the whole table's history."""
+    key partitions, from every server's committed batches, as Arrow (None: no log yet). Only
+    these keys' events are folded: the log of the partitions holds the whole table's history."""
     table = server.table
     root = events_root(server.root)
     if not server.storage.exists(root):
-        return []
+        return None
     local = server.storage.local_path(root)
     if local is not None:
         logged = read_local_log(local, partitions, keys)
@@ -250,8 +288,13 @@ def read_history(
         for name, values in keys.items():
             wanted = wanted & F.col(name).isin(list(values))
         logged = frame.filter(wanted).toArrow()
+    return logged
+
+
+def history_events(table: TableDefinition, logged: Any) -> list[Event]:
+    """The logged events (Arrow; None: none) as the fold's."""
     events = []
-    for record in logged.to_pylist():
+    for record in [] if logged is None else logged.to_pylist():
         commit = (0, int(record["_base"]), int(record["_order"]))
         events.append(event_of(record, set(record[ABSENT] or ()), table, commit, 0))
     return events
