@@ -1,6 +1,7 @@
-"""The change-feed strategy reads the feed's events and picks each changed key's rows at both
-snapshots in Arrow (no second shuffle in Spark): the SQL (pure) and the picking, against the
-rule the images SQL states, over random event histories (pure)."""
+"""The incremental strategies run the change feed alone and finish in Arrow (no second shuffle in
+Spark): change_feed picks each changed key's rows at both snapshots, the count-and-sum totals sum
+each change's contributions by group. The SQL (pure), and the picking and the sums against the
+rules the Spark SQL stated, over random event histories (pure)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,12 @@ from hypothesis import strategies as st
 
 from horizon_broker.broker.subscribe.change_feed import pick_images
 from horizon_broker.broker.subscribe.choose import TableFacts, choose
+from horizon_broker.broker.subscribe.group_totals import (
+    ROWS,
+    contribution_events_sql,
+    summed,
+    totals_of,
+)
 from horizon_broker.broker.subscribe.incremental_sql import AT, ENDS, PASSES, feed_events_sql
 
 TABLES = [TableFacts("accounts", ("id",))]
@@ -92,3 +99,39 @@ def test_each_changed_keys_rows_at_both_snapshots_are_its_first_ending_and_last_
         return {tuple(r.values()) for r in t.to_pylist()}
 
     assert (rows(before), rows(after)) == _reference(events)
+
+
+def test_the_totals_sql_gives_each_changes_contributions_unsummed() -> None:
+    sql = "SELECT owner, count(*) AS n, sum(balance) AS b FROM accounts WHERE balance > 0 GROUP BY owner"
+    choice = choose(sql, TABLES)
+    totals = totals_of(sql, choice)
+    assert totals is not None
+    text = contribution_events_sql(sql, choice, totals, 3, 9)
+    sqlglot.parse_one(text, read="spark")
+    assert text.startswith("SELECT owner AS _subscribe_g0, CASE WHEN _change_type IN")
+    assert "* (balance) AS _subscribe_t1" in text and "sum(" not in text.lower()
+    assert text.endswith("FROM table_changes('accounts', 3, 9) AS `accounts` WHERE balance > 0")
+
+
+contribution = st.tuples(
+    st.sampled_from(["a", "b", None]), st.sampled_from([1, -1]), st.none() | st.integers(-5, 5)
+)
+
+
+@given(st.lists(contribution, max_size=10))
+def test_each_groups_contributions_are_summed_null_where_every_value_was(
+    events: list[tuple[str | None, int, int | None]],
+) -> None:
+    table = pa.table(
+        {
+            "_subscribe_g0": pa.array([e[0] for e in events], pa.string()),
+            ROWS: pa.array([e[1] for e in events], pa.int32()),
+            "_subscribe_t0": pa.array([e[2] for e in events], pa.int32()),
+        }
+    )
+    expected: dict[str | None, tuple[int, int | None]] = {}
+    for group, sign, value in events:
+        rows, total = expected.get(group, (0, None))
+        expected[group] = (rows + sign, total if value is None else (total or 0) + value)
+    got = {r["_subscribe_g0"]: (r[ROWS], r["_subscribe_t0"]) for r in summed(table, 1).to_pylist()}
+    assert got == expected

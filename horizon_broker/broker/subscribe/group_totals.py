@@ -5,8 +5,8 @@ DISTINCT, no HAVING), a group's totals at ``to`` are its totals at ``from`` plus
 feed of ``(from, to]`` adds: each version that began in the window (``insert``,
 ``update_postimage``) counts once, each one that ended (``delete``, ``update_preimage``) counts
 minus once, a version that began and ended inside the window cancels out, and the query's WHERE
-applies to every one. One query over the feed (:func:`contributions_sql`) gives each touched
-group's signed sums; nothing re-reads the table. The held answer carries, per group, its row
+applies to every one. One query over the feed (:func:`contribution_events_sql`) gives each
+change's signed contributions, summed by group in Arrow; nothing re-reads the table. The held answer carries, per group, its row
 count and each sum's count of non-null values (hidden columns of the first query,
 :func:`held_sql`): a group whose rows all left is a ``delete``, a sum whose values all left is
 NULL, as the query gives them.
@@ -96,32 +96,48 @@ def held_sql(sql: str, totals: tuple[Total, ...]) -> str:
     return tree.select(*extra, append=True).sql(dialect="spark")
 
 
-def contributions_sql(
-    sql: str, choice: Choice, totals: tuple[Total, ...], start: int, end: int
-) -> str:
-    """Each touched group's signed change of its row count and of each total in
-    ``(start, end]`` (:data:`ROWS`, then each total's output and a sum's non-null count)."""
-    tree = sqlglot.parse_one(sql, read="spark")
+def _contribution_columns(choice: Choice, totals: tuple[Total, ...]) -> list[tuple[str, str]]:
+    """One change's groups and signed contributions, as (expression, name): the groups
+    (``_subscribe_g<n>``), then :data:`ROWS`, each total and a sum's non-null count."""
     sign = f"CASE WHEN {_ENDS} THEN -1 ELSE 1 END"
-    columns = [f"{g.expression} AS _subscribe_g{n}" for n, g in enumerate(choice.groups)]
-    columns.append(f"sum({sign}) AS {ROWS}")
+    columns = [(g.expression, f"_subscribe_g{n}") for n, g in enumerate(choice.groups)]
+    columns.append((sign, ROWS))
     for number, total in enumerate(totals):
         if total.kind == COUNT_ROWS:
-            columns.append(f"sum({sign}) AS _subscribe_t{number}")
+            columns.append((sign, f"_subscribe_t{number}"))
             continue
         present = f"CASE WHEN ({total.argument}) IS NULL THEN 0 ELSE {sign} END"
         if total.kind == COUNT:
-            columns.append(f"sum({present}) AS _subscribe_t{number}")
+            columns.append((present, f"_subscribe_t{number}"))
         else:
-            columns.append(f"sum({sign} * ({total.argument})) AS _subscribe_t{number}")
-            columns.append(f"sum({present}) AS {total.non_null(number)}")
-    where = tree.args.get("where")
-    condition = f" WHERE {where.this.sql(dialect='spark')}" if where is not None else ""
-    groups = ", ".join(group.expression for group in choice.groups)
-    return (
-        f"SELECT {', '.join(columns)} FROM {feed_sql(choice, start, end)}{condition} "
-        f"GROUP BY {groups}"
-    )
+            columns.append((f"{sign} * ({total.argument})", f"_subscribe_t{number}"))
+            columns.append((present, total.non_null(number)))
+    return columns
+
+
+def _where(sql: str) -> str:
+    where = sqlglot.parse_one(sql, read="spark").args.get("where")
+    return f" WHERE {where.this.sql(dialect='spark')}" if where is not None else ""
+
+
+def contribution_events_sql(
+    sql: str, choice: Choice, totals: tuple[Total, ...], start: int, end: int
+) -> str:
+    """Each change in ``(start, end]`` that passes the query's WHERE, one row: its groups and
+    its signed contributions (:func:`_contribution_columns`). Arrow sums them by group
+    (:func:`summed`), which spares Spark a shuffle by group."""
+    columns = ", ".join(f"{e} AS {name}" for e, name in _contribution_columns(choice, totals))
+    return f"SELECT {columns} FROM {feed_sql(choice, start, end)}{_where(sql)}"
+
+
+def summed(events: pa.Table, groups: int) -> pa.Table:
+    """Each touched group's signed change of its row count and of each total: the events'
+    contributions summed by group (NULL where every value was NULL, as Spark's ``sum``; a
+    decimal is summed at precision 38, Spark's bound)."""
+    keys = [f"_subscribe_g{n}" for n in range(groups)]
+    values = [name for name in events.column_names if name not in keys]
+    totals = events.group_by(keys, use_threads=False).aggregate([(name, "sum") for name in values])
+    return totals.select(keys + [f"{v}_sum" for v in values]).rename_columns(keys + values)
 
 
 def exact_types(answer: pa.Schema, choice: Choice, totals: tuple[Total, ...]) -> bool:
@@ -186,8 +202,8 @@ class GroupTotals:
         if self._rerun is not None:
             return self._rerun.advance(to)
         assert self._at is not None and self._schema is not None, "start() or resume() first"
-        sql = contributions_sql(self._reads.sql, self._choice, self._totals, self._at, to)
-        changes = self._reads.query(sql).to_pylist()
+        sql = contribution_events_sql(self._reads.sql, self._choice, self._totals, self._at, to)
+        changes = summed(self._reads.query(sql), len(self._choice.groups)).to_pylist()
         before, after = [], []
         for change in changes:
             values = tuple(
