@@ -133,8 +133,10 @@ def follow_commits(env: dict[str, Any], sql: str, strategy: str, version: int) -
     rng = random.Random(version)
     subscriber = Subscriber(env["target"], sql, strategy)
     commit_to_delta, lwm_to_delta, commit_to_lwm, batch = [], [], [], []
+    views = env["views"]
     try:
         subscriber.until(0)  # the first result
+        view_sets, file_sets = views.builds, views.file_sets_read
         for number in range(env["commits"]):
             keys = rng.sample(range(env["rows"]), env["keys"])
             frame = changed_rows(spark, keys, version + number + 1)
@@ -153,10 +155,13 @@ def follow_commits(env: dict[str, Any], sql: str, strategy: str, version: int) -
             commit_to_delta.append((arrived - committed) * 1000)
             lwm_to_delta.append((arrived - seen[0]) * 1000)
             commit_to_lwm.append((seen[0] - committed) * 1000)
+        view_sets, file_sets = views.builds - view_sets, views.file_sets_read - file_sets
         live = subscriber.live
+        answer = live.table
+        assert answer is not None, "the first result came"
         at = at_snapshot(sql, [TABLE], live.snapshot or 0)
         expected = Counter(tuple(r.values()) for r in client.query(at).to_pylist())
-        correct = Counter(tuple(r.values()) for r in live.table.to_pylist()) == expected
+        correct = Counter(tuple(r.values()) for r in answer.to_pylist()) == expected
     finally:
         subscriber.close()
     return {
@@ -165,7 +170,9 @@ def follow_commits(env: dict[str, Any], sql: str, strategy: str, version: int) -
         "lwm_to_delta_ms": summarize(lwm_to_delta),
         "commit_to_lwm_ms": summarize(commit_to_lwm),
         "batch_ms": summarize(batch),
-        "result_rows": live.table.num_rows,
+        "view_sets_per_commit": round(view_sets / env["commits"], 1),
+        "file_sets_read_per_commit": round(file_sets / env["commits"], 1),
+        "result_rows": answer.num_rows,
         "correct": correct,
     }
 
@@ -196,12 +203,13 @@ def run_size(spark: Any, redis_url: str, rows: int, commits: int, keys: int) -> 
         }
     )
     broker = BrokerServer(config, spark=spark).start()
+    assert broker.engine is not None, "a started broker has its engine"
     figures: dict[str, Any] = {"rows": rows, "ingest_s": round(ingest_s, 1)}
     try:
         with connect(broker.target) as client:
             env = {
                 "spark": spark, "job": job, "client": client, "follower": broker.follower,
-                "target": broker.target,
+                "target": broker.target, "views": broker.engine.views,
                 "rows": rows, "commits": commits, "keys": keys,
             }  # fmt: skip
             version = 0
@@ -241,7 +249,7 @@ def show(results: dict[str, Any]) -> None:
             if not isinstance(run, dict):
                 continue
             if "error" in run:
-                lines.append((f"{int(size):,}", label, "error", run["error"][:60], "", "", "", ""))
+                lines.append((f"{int(size):,}", label, "error", run["error"][:60], *[""] * 5))
                 continue
             commit, lwm = run["commit_to_delta_ms"], run["lwm_to_delta_ms"]
             follow = run.get("commit_to_lwm_ms", {"p50": float("nan"), "p99": float("nan")})
@@ -254,13 +262,16 @@ def show(results: dict[str, Any]) -> None:
                     f"{follow['p50']:.0f} / {follow['p99']:.0f}",
                     f"{lwm['p50']:.0f} / {lwm['p99']:.0f}",
                     cost_ratio(figures, name, strategy),
+                    f"{run.get('view_sets_per_commit', '?')} / "
+                    f"{run.get('file_sets_read_per_commit', '?')}",
                     f"{run['result_rows']:,}",
                     "yes" if run["correct"] else "NO",
                 )
             )
     columns = [
         "rows", "query/strategy", "commit->delta p50/p99 ms", "commit->LWM p50/p99 ms",
-        "LWM->delta p50/p99 ms", "cost vs exact_diff (p50)", "result rows", "exact",
+        "LWM->delta p50/p99 ms", "cost vs exact_diff (p50)",
+        "view sets / file sets read per commit", "result rows", "exact",
     ]  # fmt: skip
     print_table("bench.subscribe", columns, lines)
 
