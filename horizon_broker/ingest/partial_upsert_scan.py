@@ -166,7 +166,7 @@ def _plan(table: TableDefinition, batch: Any, history: Any) -> _Plan | None:
     base = history["_base"].to_numpy() if logged else np.zeros(0, np.int64)
     order = history["_order"].to_numpy() if logged else np.zeros(0, np.int64)
     ranks = {
-        "_batch": np.concatenate([np.zeros(logged, bool), np.ones(batch.num_rows, bool)]),
+        "in_batch": np.concatenate([np.zeros(logged, bool), np.ones(batch.num_rows, bool)]),
         "_base": np.concatenate([base.astype(np.int64), np.zeros(batch.num_rows, np.int64)]),
         "_order": order.astype(np.int64),
     }
@@ -208,14 +208,14 @@ def _runs(table: TableDefinition, plan: _Plan, order: Any) -> _Runs | None:
 
     names = table.column_names
     present = _present(plan, names)
-    batch_rows = int(plan.ranks["_batch"].sum())
+    batch_rows = int(plan.ranks["in_batch"].sum())
     commit = np.empty(batch_rows, np.int64)
     commit[np.asarray(order, np.int64)] = np.arange(batch_rows)
     sort_columns = {f"k{i}": plan.columns[n] for i, n in enumerate(table.primary_key)}
     for i, name in enumerate(table.comparison_columns):
         # an absent comparison value ranks as a null does (lowest)
         sort_columns[f"c{i}"] = pc.if_else(present[name], plan.columns[name], None)
-    sort_columns["b"] = pa.array(plan.ranks["_batch"])
+    sort_columns["b"] = pa.array(plan.ranks["in_batch"])
     sort_columns["t"] = pa.array(plan.ranks["_base"])
     sort_columns["o"] = pa.array(np.concatenate([plan.ranks["_order"], commit]))
     keys = [(name, "ascending") for name in sort_columns]
@@ -229,7 +229,7 @@ def _runs(table: TableDefinition, plan: _Plan, order: Any) -> _Runs | None:
         if column.null_count:
             return None
         new_key[1:] |= pc.not_equal(column[1:], column[:-1]).to_numpy(zero_copy_only=False)
-    from_batch = plan.ranks["_batch"][sort]
+    from_batch = plan.ranks["in_batch"][sort]
     ranked = sort_columns["o"].to_numpy()[sort]
     same = ~new_key[1:]
     late = same & (

@@ -320,7 +320,12 @@ class TableFile(BaseModel):
         Granularity, BeforeValidator(_granularity), WithJsonSchema(_GRANULARITY_SCHEMA)
     ] = Field(Granularity.DAY, description="The time chunks' length (any case).")
     key_partitions: int = Field(
-        1, ge=1, le=32_767, description="Partitions of the primary key's hash."
+        1,
+        ge=1,
+        le=32_767,
+        description="Partitions of the primary key's hash. Each draws every K-th segment "
+        "number of a time chunk (failover safety), so one key partition can write 32768 / K "
+        "batches into one time chunk and version.",
     )
     retention: Duration | None = Field(
         None,
