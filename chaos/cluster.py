@@ -83,6 +83,31 @@ def toml_text(definition: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def read_commit_logs(
+    storage: Path, servers: list[str], tables: tuple[str, ...]
+) -> dict[tuple[str, str], list[Any]]:
+    """``(server, table)`` -> the records of that server's commit log of that table (the newest
+    checkpoint and what follows it: the run's tables keep every record, see
+    ``checkpoint_interval``), read from local storage directly (no Spark), for the end-of-run
+    checks."""
+    from horizon_broker.ingest.manifest import Record, live_names, manifest_dir, parse_name
+
+    logs: dict[tuple[str, str], list[Any]] = {}
+    for table in tables:
+        for server in servers:
+            directory = Path(manifest_dir(str(storage / table), server))
+            names = {}
+            for path in directory.glob("*.json"):
+                parsed = parse_name(path.name)
+                if parsed is not None:
+                    names[parsed] = path
+            logs[(server, table)] = [
+                Record(seq, phase, json.loads(names[(seq, phase)].read_text()))
+                for seq, phase in live_names(names)
+            ]
+    return logs
+
+
 @dataclass
 class Process:
     """One child process, started again with the same command after a kill."""
@@ -342,25 +367,8 @@ class Cluster:
             subprocess.run(["umount", "-l", str(self.storage)], capture_output=True, check=False)
 
     def commit_logs(self) -> dict[tuple[str, str], list[Any]]:
-        """``(server, table)`` -> the records of that server's commit log of that table (the
-        newest checkpoint and what follows it: the tables keep every record, see
-        ``checkpoint_interval``), read from storage directly, for the end-of-run checks."""
-        from horizon_broker.ingest.manifest import Record, live_names, manifest_dir, parse_name
-
-        logs: dict[tuple[str, str], list[Any]] = {}
-        for table in TABLES:
-            for server in self.servers:
-                directory = Path(manifest_dir(str(self.storage / table), server))
-                names = {}
-                for path in directory.glob("*.json"):
-                    parsed = parse_name(path.name)
-                    if parsed is not None:
-                        names[parsed] = path
-                logs[(server, table)] = [
-                    Record(seq, phase, json.loads(names[(seq, phase)].read_text()))
-                    for seq, phase in live_names(names)
-                ]
-        return logs
+        """The servers' commit logs of every table (:func:`read_commit_logs`)."""
+        return read_commit_logs(self.storage, list(self.servers), TABLES)
 
     def save_store_segments(self, path: Path) -> None:
         """Every table's announced segments as the store's primary holds them now (its
