@@ -210,14 +210,16 @@ def run(
     plans_dir: Path = RESULTS_DIR,
     keep_work: bool = False,
     lock: Path | None = None,
+    hold_lock: bool = False,
     conf: dict[str, str] | None = None,
     save: Callable[[dict[str, Any]], Any] | None = None,
 ) -> dict[str, Any]:
     """The whole benchmark; a test passes its own Spark session and Redis (kept running) and
     a directory of its own for the plans. With ``lock``, each phase holds that file's lock
     (``flock``) and the lock is let go between them, so a long run never holds it throughout;
-    the first phase takes it before the run's own Spark starts. ``conf`` goes into the Spark
-    session the run starts, so both sides read with it. ``save`` is given the results after
+    the first phase takes it before the run's own Spark starts; ``hold_lock`` keeps it from
+    the first phase to the end (a short run: its second phase never queues). ``conf`` goes
+    into the Spark session the run starts, so both sides read with it. ``save`` is given the results after
     each phase (a run stopped while it waits for the lock keeps its first phase's figures)."""
     read = tables_read(numbers)  # the tables the chosen queries read, no others
     tables = {name: table for name, table in generate(scale).items() if name in read}
@@ -226,7 +228,7 @@ def run(
     results["rows"] = {name: table.num_rows for name, table in tables.items()}
     expected = reference_answers(tables, {number: QUERIES[number] for number in numbers})
     results["step_seconds"] = {}  # where a run's time goes
-    gate = PhaseLock(lock)
+    gate = PhaseLock(lock, hold=hold_lock)
     gate.take()  # the plain tables, ingestion and the first phase (and starting Spark)
     try:
         with _services(spark, redis_url, conf or {}) as (spark, redis_url):
@@ -239,7 +241,7 @@ def run(
                 else:
                     shutil.rmtree(work, ignore_errors=True)
     finally:
-        gate.let_go()
+        gate.close()
     return results
 
 
@@ -317,10 +319,14 @@ def step(seconds: dict[str, float], name: str) -> Iterator[None]:
 
 class PhaseLock:
     """An exclusive ``flock`` on a file, taken and let go phase by phase (nothing without a
-    path); letting go twice, or without having taken it, does nothing."""
+    path); letting go twice, or without having taken it, does nothing. With ``hold`` it is
+    let go only by :meth:`close`: a short run keeps it between its phases, so its second phase
+    never waits behind others' runs (at scale 0.01 both phases take about four minutes; runs
+    that let go between phases lost their second phase to the queue three times)."""
 
-    def __init__(self, path: Path | None) -> None:
+    def __init__(self, path: Path | None, *, hold: bool = False) -> None:
         self.path = path
+        self.hold = hold
         self._handle: Any = None
 
     def take(self) -> None:
@@ -329,11 +335,17 @@ class PhaseLock:
         if self.path is None or self._handle is not None:
             return
         started = time.perf_counter()
-        self._handle = open(self.path, "a")  # noqa: SIM115 (held across phases, closed in let_go)
+        self._handle = open(self.path, "a")  # noqa: SIM115 (held across phases, closed in close)
         fcntl.flock(self._handle, fcntl.LOCK_EX)
         print(f"holding {self.path} (waited {time.perf_counter() - started:.0f} s)", flush=True)
 
     def let_go(self) -> None:
+        """The end of a phase: the lock goes unless it is held for the whole run."""
+        if not self.hold:
+            self.close()
+
+    def close(self) -> None:
+        """The end of the run: the lock goes."""
         import fcntl
 
         if self._handle is None:
@@ -416,6 +428,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep-work", action="store_true", help="keep the tables' directory")
     parser.add_argument("--lock", type=Path, help="flock this file during each phase")
     parser.add_argument(
+        "--hold-lock", action="store_true",
+        help="with --lock: hold it from the first phase to the end (short runs: scale 0.01)",
+    )  # fmt: skip
+    parser.add_argument(
         "--conf", action="append", default=[], metavar="KEY=VALUE",
         help="a Spark setting of the run's session (both sides), repeatable",
     )  # fmt: skip
@@ -437,6 +453,7 @@ def main(argv: list[str] | None = None) -> int:
         compaction=not args.no_compaction,
         keep_work=args.keep_work,
         lock=args.lock,
+        hold_lock=args.hold_lock,
         conf=conf,
         save=lambda partial: write_results(name, partial),
         plans_dir=RESULTS_DIR if name == "tpch" else RESULTS_DIR / name,

@@ -213,3 +213,24 @@ def test_the_phase_lock_excludes_others_while_taken_and_only_then(tmp_path: Path
         fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)  # free now
         fcntl.flock(other, fcntl.LOCK_UN)
     PhaseLock(None).take()  # no path: nothing to hold
+
+
+def test_a_held_phase_lock_stays_between_phases_and_goes_at_the_end(tmp_path: Path) -> None:
+    """``bench.tpch --lock F --hold-lock`` keeps the shared Spark lock from the first phase to
+    the end of the run: the end of a phase does not let it go (another flock stays refused),
+    taking it again does nothing, and the run's end lets it go."""
+    import fcntl
+
+    from bench.tpch import PhaseLock
+
+    path = tmp_path / "spark.lock"
+    gate = PhaseLock(path, hold=True)
+    gate.take()
+    with open(path, "a") as other:
+        gate.let_go()  # the end of the first phase
+        with pytest.raises(BlockingIOError):  # still held between the phases
+            fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        gate.take()  # the second phase: already held
+        gate.close()  # the end of the run
+        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)  # free now
+        fcntl.flock(other, fcntl.LOCK_UN)
