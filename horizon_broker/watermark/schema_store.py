@@ -23,12 +23,15 @@ import redis
 from horizon_broker._core.errors import FailedPrecondition, NotFound
 from horizon_broker._core.hlc import HybridLogicalClock
 from horizon_broker._core.keys import DEFAULT_PREFIX, Keys, padded_hlc
+from horizon_broker._core.redis_calls import retrying
 from horizon_broker.watermark.catalog import TableDescriptor
 from horizon_broker.watermark.connection import Execute, StoreConnection
 from horizon_broker.watermark.schema_rules import KeyRoles, SchemaChange, apply_changes
 from horizon_broker.watermark.schema_versions import SchemaVersion
 
 _ATTEMPTS = 20
+_READ_RETRY_S = 30.0
+"""How long a schema read retries a lost connection before it fails UNAVAILABLE."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,8 +57,14 @@ def key_roles(descriptor: TableDescriptor) -> KeyRoles:
 def registered_descriptor(
     client: redis.Redis, table: str, prefix: str = DEFAULT_PREFIX
 ) -> TableDescriptor | None:
-    """The table's registered descriptor (None: not registered)."""
-    text: Any = client.hget(Keys(prefix).tables, table)
+    """The table's registered descriptor (None: not registered). A lost connection, or one
+    that reached a new primary, is retried: a batch reads this on every run, and a failover must
+    not end the ingestion server (its next script call re-publishes first, rule F4)."""
+    text: Any = retrying(
+        lambda: client.hget(Keys(prefix).tables, table),
+        _READ_RETRY_S,
+        f"Redis is unreachable reading table {table!r}'s schema",
+    )
     if text is None:
         return None
     return TableDescriptor.from_json(text.decode() if isinstance(text, bytes) else text)
