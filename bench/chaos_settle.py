@@ -85,7 +85,7 @@ def unsettled(writer: Any, cluster: Any, tables: tuple[str, ...]) -> dict[str, A
     ]
     if cluster is not None:
         report["processes"] = _processes(cluster)
-        report["links"] = {name: link.proxies()[0].state for name, link in cluster.links.items()}
+        report["links"] = {name: link.proxies[0].state for name, link in cluster.links.items()}
         report["primary"] = _primary(cluster)
         report["foreign_sentinels"] = foreign_sentinels_or_why(cluster)
         report["log_tails"] = {
