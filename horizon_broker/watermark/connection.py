@@ -125,8 +125,17 @@ class StoreConnection:
         return self.retrying(attempt)
 
     def read(self, operation: Callable[[redis.Redis], Any]) -> Any:
-        """A plain read (no epoch involved), retried, with bytes decoded."""
-        return self.retrying(lambda: decode_reply(operation(self.redis)))
+        """A plain read, retried, with bytes decoded; after a change of primary, this server's
+        state is published again first (rule F4), so it never reads a store that lacks what it
+        announced itself (an update planned on such a read finds its targets missing)."""
+
+        def attempt() -> Any:
+            if self._epoch is not None and self._primary != primary_generation(self.redis):
+                self._epoch = None
+                self._adopt_epoch()
+            return decode_reply(operation(self.redis))
+
+        return self.retrying(attempt)
 
     def retrying(self, operation: Callable[[], Any]) -> Any:
         return retrying(

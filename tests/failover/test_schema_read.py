@@ -7,7 +7,7 @@ from __future__ import annotations
 from chaos.sentinel_group import SentinelGroup
 from horizon_broker.watermark.schema_store import registered_descriptor
 from horizon_broker.watermark.server import ServerClient
-from tests.watermark.conftest import table_descriptor
+from tests.watermark.conftest import segment, table_descriptor
 
 
 def test_the_schema_read_of_a_batch_survives_a_change_of_primary(group: SentinelGroup):
@@ -18,5 +18,23 @@ def test_the_schema_read_of_a_batch_survives_a_change_of_primary(group: Sentinel
         group.fail_over()
         found = registered_descriptor(server.redis, "accounts", server.prefix)
         assert found == table_descriptor("accounts")
+    finally:
+        server.close()
+
+
+def test_a_read_after_a_change_of_primary_sees_what_the_server_announced(group: SentinelGroup):
+    """The updater plans on a read of the announced segments; a store that lost the server's
+    last announcement must get it back before that read (found by a fault run: the update's
+    target was missing and the server died on it)."""
+    server = ServerClient(group.url, "s1", heartbeat_timeout_s=60)
+    try:
+        server.register()
+        server.register_table(table_descriptor("accounts"))
+        server.announce([segment("accounts", partition=0)])
+        group.cut_replication()
+        server.announce([segment("accounts", partition=1)])  # on the old primary alone
+        group.fail_over()
+        group.heal_replication()
+        assert sorted(s.partition for s in server.announced_segments("accounts")) == [0, 1]
     finally:
         server.close()
