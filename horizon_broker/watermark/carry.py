@@ -55,9 +55,10 @@ def hold_served(
         state.held[name] = set(carried)
         log.warning(
             "state store is behind what this broker served: holding %d segment(s) of table %s "
-            "and its snapshot until the store has them again",
+            "and its snapshot until the store has them again: %s",
             len(carried),
             name,
+            ", ".join(f"{s.id} ({s.server})" for s in carried.values()),
         )
 
 
