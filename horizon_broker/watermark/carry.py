@@ -118,6 +118,32 @@ def ignore_reused_ids(
     }
 
 
+def release_replaced(state: ServerState, events: Iterable[Mapping[str, Any]]) -> int:
+    """Let go of held segments that the store's history itself removed (an update or a
+    compaction whose event this broker never applied: it resynced past it). They were replaced,
+    not lost, and no later event will name them: held, they would freeze the table for good.
+    A segment whose last mention in the log is an add stays held. Returns how many went."""
+    if not state.held:
+        return 0
+    last: dict[tuple[str, str], Mapping[str, Any] | None] = {}
+    for event in events:
+        for kind in ("remove", "add"):
+            for raw in event.get(kind, ()):
+                segment = Segment.from_dict(dict(raw))
+                key = segment_key(segment)
+                if key in state.held.get(segment.table, ()):
+                    last[(segment.table, key)] = raw if kind == "remove" else None
+    replaced = [raw for raw in last.values() if raw is not None]
+    if replaced:
+        log.warning(
+            "%d held segment(s) were replaced by events of the store's history this broker "
+            "resynced past: no longer held",
+            len(replaced),
+        )
+        state.apply("segments", {"add": [], "remove": replaced}, "", state.store_ms)
+    return len(replaced)
+
+
 def release_held(held: dict[str, set[str]], event: Mapping[str, Any]) -> list[str]:
     """A segments event of the new history: what it adds again or removes is no longer held.
     Returns the tables whose hold it ended."""

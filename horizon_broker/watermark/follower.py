@@ -35,6 +35,7 @@ from horizon_broker._core.redis_calls import connect, decode_reply
 from horizon_broker.timeline.segment import Segment
 from horizon_broker.watermark import generation as history
 from horizon_broker.watermark import scripts
+from horizon_broker.watermark.carry import release_replaced
 from horizon_broker.watermark.catalog import TableDescriptor
 from horizon_broker.watermark.follower_views import TableState, WatermarkReport
 from horizon_broker.watermark.lwm import breakdown, no_lwm_error
@@ -376,6 +377,8 @@ class Follower:
         fresh = ServerState.from_snapshot(
             reply, unreadable=known_unreadable, previous=previous, rewound=rewound
         )
+        if fresh.held:
+            release_replaced(fresh, history.segment_events(self._redis, self._keys, fresh.seq))
         with self._lock:
             # Marks set or cleared while the snapshot was being built.
             for ref, mark in self._state.unreadable.items():

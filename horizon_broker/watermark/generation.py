@@ -10,6 +10,8 @@ and server), and after a sync it notes the fingerprint of the snapshot's positio
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterator
 from typing import Any, Literal
 
 import redis
@@ -53,3 +55,20 @@ def history_at(client: redis.Redis, keys: Keys, seq: int, applied: Fingerprint |
     if applied is None:
         return "unknown"
     return "same" if found == applied else "rewound"
+
+
+def segment_events(
+    client: redis.Redis, keys: Keys, through: int, page: int = 2_000
+) -> Iterator[dict[str, Any]]:
+    """The data of every segments event the log still holds up to event ``through``, in order
+    (read after a resync that held segments: which of them the new history replaced)."""
+    start = "-"
+    while True:
+        entries: Any = client.xrange(keys.log, start, f"{through}-0", count=page)
+        for _, fields in entries:
+            if fields.get(b"k") == b"segments":
+                yield json.loads(fields[b"d"])
+        if len(entries) < page:
+            return
+        last = entries[-1][0]
+        start = "(" + (last.decode() if isinstance(last, bytes) else str(last))

@@ -65,3 +65,42 @@ def test_a_busy_follower_never_skips_what_a_new_history_wrote_under_its_position
     finally:
         follower.stop()
         server.close()
+
+
+def test_a_segment_the_new_history_removed_under_the_followers_position_is_not_held(
+    redis_client: redis.Redis, redis_server
+):
+    """The follower resyncs past the new history's events under its position: a served segment
+    one of them removed is gone from the store for good, not lost, and holding it would freeze
+    the table's snapshot forever (a fault run's broker did)."""
+    server = ServerClient(redis_server.url, "s1")
+    follower = Follower(redis_server.url, heartbeat_timeout_s=60)
+    try:
+        server.register()
+        server.register_table(table_descriptor(TABLE))
+        server.announce([segment(TABLE, chunk=0)])
+        follower.start()
+        follower.wait_until_synced(10)
+        server.announce([segment(TABLE, chunk=1)])
+        server.report(TABLE, {0: (2000, 2000)})
+        position = int(redis_client.get("horizon:seq"))
+        assert follower.wait_for(lambda f: f.state_seq == position, 10)
+
+        _take_back_last_events(redis_client, 2)
+        time.sleep(0.01)
+        server.replace(add=[segment(TABLE, chunk=5)], remove=[segment(TABLE, chunk=0)])
+        server.announce([segment(TABLE, chunk=2)])
+        server.announce([segment(TABLE, chunk=3)])  # the first one past the follower's position
+
+        def resynced(f: Follower) -> bool:
+            starts = {s.interval.start_ms // 3_600_000 for s in f.view(TABLE).visible_segments}
+            return {2, 3, 5} <= starts
+
+        assert follower.wait_for(resynced, 10)
+        assert follower.rewinds >= 1
+        assert follower.held() == {TABLE: 1}  # chunk 1 only: lost, held until announced again
+        starts = {s.interval.start_ms // 3_600_000 for s in follower.view(TABLE).visible_segments}
+        assert 0 not in starts
+    finally:
+        follower.stop()
+        server.close()

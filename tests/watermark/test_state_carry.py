@@ -6,6 +6,7 @@ import dataclasses
 import json
 
 from horizon_broker.timeline.segment import Segment
+from horizon_broker.watermark.carry import release_replaced
 from horizon_broker.watermark.records import segment_key
 from horizon_broker.watermark.state import ServerState
 from tests.watermark.conftest import segment, table_descriptor
@@ -163,3 +164,23 @@ def test_a_held_segment_stays_when_the_store_gives_its_id_to_other_files():
     after.apply("segments", {"add": [served.to_dict()], "remove": []}, "s2", NOW_MS + 3)
     assert after.held == {}
     assert files() == [served.location]
+
+
+def test_held_segments_the_stores_history_replaced_are_let_go_and_the_rest_stay_held():
+    """A resync past an update's event holds what the update removed; no later event names it
+    again, so the hold would never end (a fault run's broker froze a table that way)."""
+    replaced = segment(chunk=1, partition=2, server="s2", location=("/data/s2/x.parquet",))
+    lost = segment(chunk=1, partition=3, server="s2", location=("/data/s2/y.parquet",))
+    readded = segment(chunk=1, partition=4, server="s2", location=("/data/s2/z.parquet",))
+    before = ServerState.from_snapshot(_rooted_snapshot((replaced, lost, readded)))
+    after = ServerState.from_snapshot(_rooted_snapshot(()), previous=before, rewound=True)
+    assert after.held == {"accounts": {segment_key(s) for s in (replaced, lost, readded)}}
+    history = [
+        {"add": [replaced.to_dict(), readded.to_dict()], "remove": []},
+        {"add": [], "remove": [replaced.to_dict(), readded.to_dict()]},
+        {"add": [readded.to_dict()], "remove": []},  # its last mention is an add: still held
+    ]
+    assert release_replaced(after, history) == 1
+    assert after.held == {"accounts": {segment_key(lost), segment_key(readded)}}
+    visible = {s.location for s in after.timelines["accounts"].visible_segments()}
+    assert visible == {lost.location, readded.location}
