@@ -274,7 +274,9 @@ def _tpch(r: dict[str, Any]) -> list[Row]:
         if not figures:
             continue
         worst = "; ".join(
-            f"{w['query']} {_num(w['ratio'], 'x', 2)}" for w in figures.get("worst", [])
+            f"{w['query']} {_num(w['ratio'], 'x', 2)}"
+            + (f" ({w['verdict']}, A/A {_num(w['aa_ratio'], 'x', 2)})" if "verdict" in w else "")
+            for w in figures.get("worst", [])
         )
         target = "each <= 1.3x, total <= 1.05x" if phase == "before" else "each <= 1.15x"
         rows.append((f"22 queries at scale {r.get('scale')}, {phase} compaction: total / geometric mean, Horizon / plain Spark", f"{_num(figures.get('total_horizon_ms'), ' ms', 0)} vs {_num(figures.get('total_plain_ms'), ' ms', 0)} ({_num(figures.get('total_ratio'), 'x', 2)}) / {_num(figures.get('geomean_ratio'), 'x', 2)}", target))  # fmt: skip

@@ -6,15 +6,19 @@ ingested by ingestion's own job (:class:`~horizon_broker.ingest.job.IngestJob`, 
 deletes, deletes then re-inserts, late rows), so versions, closed intervals and overshadowed
 files exist. A broker (result cache off) then answers the 22 queries of
 :mod:`bench.tpch_queries`; a second session of the same Spark application reads plain Parquet
-tables of the final state. Per query, warm and alternating round by round: the two medians,
-their ratio, Horizon's time outside Spark (end to end minus the trailer's Spark time) and the
-two physical plans side by side (``bench/results/tpch_plans_<phase>.md``, :mod:`bench.tpch_plans`).
+tables of the final state. Per query, warm and alternating round by round (at least
+``--rounds``, more while the query has taken under ``--budget`` seconds): the two medians,
+their ratio with its noise and a verdict against the target (:mod:`bench.tpch_stats`: within
+noise when the query's own A/A spread covers the gap), Horizon's time outside Spark (end to
+end minus the trailer's Spark time) and the two physical plans side by side
+(``bench/results/tpch_plans_<phase>.md``, :mod:`bench.tpch_plans`).
 Every answer of either side is checked against DuckDB's first (:mod:`bench.tpch_answers`): a
 mismatch stops the run. All of it before and after one compaction of every table, each phase
 ending with every query at the snapshot of the first round of batches by ``VERSION AS OF`` and
 ``TIMESTAMP AS OF``, checked against DuckDB on those batches (:mod:`bench.tpch_history`).
 
-Run: ``python -m bench.tpch [--scale 0.01] [--queries 3,17,21] [--rounds 9] [--quick]``.
+Run: ``python -m bench.tpch [--scale 0.01] [--queries 3,17,21] [--rounds 9] [--budget 10]
+[--quick]``.
 """
 
 from __future__ import annotations
@@ -29,13 +33,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from bench.report import RESULTS_DIR, code_commit, print_table, write_results
+from bench.report import RESULTS_DIR, code_commit, write_results
 from bench.tpch_answers import reference_answers
 from bench.tpch_data import DELETED, KEYS, SEQUENCE, batches, generate
 from bench.tpch_history import check_time_travel
-from bench.tpch_measure import check_both, metered, reads_differ, time_rounds, totals
+from bench.tpch_measure import Rounds, check_both, metered, reads_differ, time_rounds, totals
 from bench.tpch_plans import differences, side_by_side, summarize
 from bench.tpch_queries import QUERIES, parse_numbers, tables_read
+from bench.tpch_report import report
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
@@ -145,7 +150,7 @@ def plans(number: int, client: Any, plain: Any, token: Any) -> tuple[str, str]:
 
 
 def measure(
-    client: Any, plain: Any, numbers: list[int], expected: dict[int, Any], rounds: int,
+    client: Any, plain: Any, numbers: list[int], expected: dict[int, Any], rounds: Rounds,
     token: Any, phase: str, plans_dir: Path,
 ) -> dict[str, Any]:  # fmt: skip
     """Every chosen query measured, its plans written to ``tpch_plans_<phase>.md``."""
@@ -164,11 +169,13 @@ def measure(
         per_query[f"Q{number:02d}"] = figures
         sections.append(side_by_side(number, figures, horizon_plan, plain_plan))
         print(f"  Q{number:02d}: {figures['horizon_ms']:.0f} ms vs {figures['plain_ms']:.0f} ms "
-              f"({figures['ratio']:.2f}x, A/A {figures['aa_ratio']:.2f}x); plans differ in "
+              f"({figures['ratio']:.2f}x, range {figures['ratio_range'][0]:.2f}-"
+              f"{figures['ratio_range'][1]:.2f}x; A/A {figures['aa_ratio']:.2f}x, spread "
+              f"{figures['aa_spread']:.2f}x; {figures['rounds']} rounds); plans differ in "
               f"{figures['plans_differ_in']}; reads differ: {figures['reads_differ'] or '-'}", flush=True)  # fmt: skip
     plans_dir.mkdir(parents=True, exist_ok=True)
     (plans_dir / f"tpch_plans_{phase}.md").write_text("\n".join(sections))
-    return {"queries": per_query, **totals(per_query)}
+    return {"queries": per_query, **totals(per_query, phase)}
 
 
 def compact(spark: Any, redis_url: str, definitions: dict[str, Any], follower: Any) -> dict[str, Any]:  # fmt: skip
@@ -202,7 +209,7 @@ def compact(spark: Any, redis_url: str, definitions: dict[str, Any], follower: A
 def run(
     scale: float,
     numbers: list[int],
-    rounds: int,
+    rounds: Rounds | int,
     compaction: bool,
     *,
     spark: Any = None,
@@ -223,7 +230,9 @@ def run(
     each phase (a run stopped while it waits for the lock keeps its first phase's figures)."""
     read = tables_read(numbers)  # the tables the chosen queries read, no others
     tables = {name: table for name, table in generate(scale).items() if name in read}
-    results: dict[str, Any] = {"scale": scale, "rounds": rounds, "conf": conf or {}}
+    rounds = rounds if isinstance(rounds, Rounds) else Rounds(rounds)
+    results: dict[str, Any] = {"scale": scale, "rounds": rounds.least, "conf": conf or {}}
+    results["round_budget_s"], results["max_rounds"] = rounds.budget_s, rounds.most
     results["started_at_commit"] = code_commit()  # others may commit while it runs
     results["rows"] = {name: table.num_rows for name, table in tables.items()}
     expected = reference_answers(tables, {number: QUERIES[number] for number in numbers})
@@ -254,7 +263,8 @@ def _phases(
     the lock let go and taken again, the compaction and the phase after it."""
     from horizon_broker.watermark.server import ServerClient
 
-    rounds, steps = results["rounds"], results["step_seconds"]
+    steps = results["step_seconds"]
+    rounds = Rounds(results["rounds"], results["round_budget_s"], results["max_rounds"])
     server = ServerClient(redis_url, f"bench-tpch-ingest-{os.getpid()}-{time.monotonic_ns()}")
     broker = None
     # Ingestion and compaction run on a session of their own, as in their own processes: the
@@ -288,7 +298,7 @@ def _phases(
 
 
 def phase(
-    broker: Any, plain: Any, numbers: list[int], expected: dict[int, Any], rounds: int,
+    broker: Any, plain: Any, numbers: list[int], expected: dict[int, Any], rounds: Rounds,
     ingested: dict[str, Any], plans_dir: Path, name: str,
 ) -> dict[str, Any]:  # fmt: skip
     """One phase: every query measured at the latest snapshot, then at the first round's
@@ -379,51 +389,17 @@ def _services(spark: Any, redis_url: str | None, conf: dict[str, str]) -> Iterat
             redis.close()
 
 
-def report(results: dict[str, Any]) -> None:
-    print(f"seconds by step: {results.get('step_seconds')}; Spark settings: {results.get('conf')}")
-    for phase in ("before", "after"):
-        if phase not in results:
-            continue
-        figures = results[phase]
-        print_table(
-            f"TPC-H at scale {results['scale']}, {phase} compaction: Horizon / plain Spark "
-            f"({results['rounds']} interleaved rounds, medians; A/A = plain again / plain)",
-            ["query", "Horizon ms", "plain ms", "ratio", "A/A", "outside Spark ms",
-             "plans differ in", "reads differ (Horizon/plain)"],
-            [
-                (
-                    name,
-                    q["horizon_ms"],
-                    q["plain_ms"],
-                    f"{q['ratio']:.2f}x",
-                    f"{q['aa_ratio']:.2f}x",
-                    q["outside_spark_ms"],
-                    ", ".join(q["plans_differ_in"]) or "-",
-                    q["reads_differ"] or "-",
-                )
-                for name, q in figures["queries"].items()
-            ],
-        )  # fmt: skip
-        print(
-            f"{phase} compaction: total {figures['total_horizon_ms'] / 1000:.2f} s vs "
-            f"{figures['total_plain_ms'] / 1000:.2f} s ({figures['total_ratio']:.2f}x; "
-            f"A/A total {figures['aa_total_ratio']:.2f}x, single-query A/A spread median "
-            f"{figures['aa_median_spread']:.2f}x, max {figures['aa_max_spread']:.2f}x), "
-            f"geometric mean {figures['geomean_ratio']:.2f}x; worst: "
-            + "; ".join(
-                f"{w['query']} {w['ratio']:.2f}x (A/A {w['aa_ratio']:.2f}x; plans differ in "
-                f"{', '.join(w['why']) or 'nothing'}; reads differ: {w['reads'] or 'nothing'})"
-                for w in figures["worst"]
-            )
-        )
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scale", type=float, default=0.01, help="TPC-H scale factor")
     parser.add_argument("--queries", help="comma-separated query numbers (default: all 22)")
-    parser.add_argument("--rounds", type=int, help="timed runs of each side per query (9)")
-    parser.add_argument("--quick", action="store_true", help="3 rounds")
+    parser.add_argument("--rounds", type=int, help="least timed runs of each side per query (9)")
+    parser.add_argument(
+        "--budget", type=float,
+        help="more rounds while a query's timed runs took under this many seconds (10; quick 3)",
+    )  # fmt: skip
+    parser.add_argument("--max-rounds", type=int, help="at most this many rounds (5x --rounds)")
+    parser.add_argument("--quick", action="store_true", help="3 rounds, 3 s budget")
     parser.add_argument("--no-compaction", action="store_true", help="skip the second phase")
     parser.add_argument("--keep-work", action="store_true", help="keep the tables' directory")
     parser.add_argument("--lock", type=Path, help="flock this file during each phase")
@@ -440,7 +416,9 @@ def main(argv: list[str] | None = None) -> int:
         numbers = parse_numbers(args.queries)
     except ValueError as error:
         parser.error(str(error))
-    rounds = args.rounds or (3 if args.quick else 9)
+    least = args.rounds or (3 if args.quick else 9)
+    budget = args.budget if args.budget is not None else (3.0 if args.quick else 10.0)
+    rounds = Rounds(least, budget, args.max_rounds or 5 * least)
     if any("=" not in item for item in args.conf):
         parser.error("--conf takes KEY=VALUE")
     conf = dict(item.split("=", 1) for item in args.conf)

@@ -13,11 +13,40 @@ from __future__ import annotations
 import math
 import statistics
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from bench.tpch_answers import check, rows_of
 from bench.tpch_metrics import last_execution_id, read_by_scan
 from bench.tpch_queries import QUERIES
+from bench.tpch_stats import (
+    MISSED,
+    TARGETS,
+    TOTAL_TARGET,
+    WITHIN_NOISE,
+    query_noise,
+    spread,
+    total_range,
+    verdict,
+)
+
+
+@dataclass(frozen=True)
+class Rounds:
+    """How many rounds a query gets: at least ``least``, then more while its timed runs have
+    taken under ``budget_s`` seconds, at most ``most`` (0: ``least``)."""
+
+    least: int
+    budget_s: float = 0.0
+    most: int = 0
+
+
+def another_round(rounds: Rounds, done: int, seconds: float) -> bool:
+    """Whether a query that has run ``done`` rounds in ``seconds`` gets one more."""
+    if done < rounds.least:
+        return True
+    return done < rounds.most and seconds < rounds.budget_s
+
 
 SIDES = ("horizon", "plain", "again")
 """Horizon, plain Spark, and plain Spark again (the A/A control)."""
@@ -44,12 +73,19 @@ def _median_ms(samples: list[float]) -> float:
     return round(statistics.median(samples), 1)
 
 
-def time_rounds(number: int, client: Any, plain: Any, rounds: int, token: Any) -> dict[str, Any]:
-    """``rounds`` interleaved runs of the three sides: each side's median, the ratios."""
+def time_rounds(
+    number: int, client: Any, plain: Any, rounds: Rounds | int, token: Any
+) -> dict[str, Any]:
+    """Interleaved runs of the three sides, as many as ``rounds`` says (a cheap query gets more
+    rounds for the same time). Each side's median, the ratios, the samples and the query's
+    noise (:mod:`bench.tpch_stats`)."""
     sql = QUERIES[number]
+    rounds = rounds if isinstance(rounds, Rounds) else Rounds(rounds)
     samples: dict[str, list[float]] = {side: [] for side in SIDES}
     outside: list[float] = []
-    for index in range(rounds):
+    spent = time.perf_counter()
+    index = 0
+    while another_round(rounds, index, time.perf_counter() - spent):
         for side in side_order(index):
             started = time.perf_counter()
             if side == "horizon":
@@ -60,7 +96,14 @@ def time_rounds(number: int, client: Any, plain: Any, rounds: int, token: Any) -
                 plain.sql(sql).toArrow()
                 elapsed = (time.perf_counter() - started) * 1000
             samples[side].append(elapsed)
+        index += 1
+    return figures_of(samples, outside, seed=number)
+
+
+def figures_of(samples: dict[str, list[float]], outside: list[float], *, seed: int) -> dict[str, Any]:  # fmt: skip
+    """The medians, ratios and noise of one query's rounds."""
     figures: dict[str, Any] = {
+        "rounds": len(samples["horizon"]),
         "horizon_ms": _median_ms(samples["horizon"]),
         "plain_ms": _median_ms(samples["plain"]),
         "plain_again_ms": _median_ms(samples["again"]),
@@ -68,6 +111,8 @@ def time_rounds(number: int, client: Any, plain: Any, rounds: int, token: Any) -
     }
     figures["ratio"] = round(figures["horizon_ms"] / figures["plain_ms"], 3)
     figures["aa_ratio"] = round(figures["plain_again_ms"] / figures["plain_ms"], 3)
+    figures.update(query_noise(samples, seed))
+    figures["samples_ms"] = {side: [round(v, 1) for v in values] for side, values in samples.items()}  # fmt: skip
     return figures
 
 
@@ -116,27 +161,47 @@ def noise(per_query: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def totals(per_query: dict[str, Any]) -> dict[str, Any]:
+def totals(per_query: dict[str, Any], phase: str = "before") -> dict[str, Any]:
     """The total of the medians on each side, the geometric mean of the ratios, the worst three
-    (each with its A/A ratio and why), and the run's noise."""
+    (each with its A/A ratio, verdict and why), the run's noise, and each query's verdict
+    against the phase's target (:mod:`bench.tpch_stats`)."""
+    target = TARGETS[phase]
+    for figures in per_query.values():
+        figures["verdict"] = verdict(
+            figures["ratio"], tuple(figures["ratio_range"]), figures["aa_spread"], target
+        )
     ratios = [figures["ratio"] for figures in per_query.values()]
     worst = sorted(per_query, key=lambda name: per_query[name]["ratio"], reverse=True)[:3]
     horizon = sum(figures["horizon_ms"] for figures in per_query.values())
     plain = sum(figures["plain_ms"] for figures in per_query.values())
-    return {
+    result: dict[str, Any] = {
+        "target": target,
         "total_horizon_ms": round(horizon, 1),
         "total_plain_ms": round(plain, 1),
         "total_ratio": round(horizon / plain, 3),
+        "total_range": total_range({n: q["samples_ms"] for n, q in per_query.items()}, seed=0),
         "geomean_ratio": round(math.exp(statistics.fmean(math.log(r) for r in ratios)), 3),
         **noise(per_query),
+        "missed": [name for name, q in per_query.items() if q["verdict"] == MISSED],
+        "within_noise": [name for name, q in per_query.items() if q["verdict"] == WITHIN_NOISE],
         "worst": [
             {
                 "query": name,
                 "ratio": per_query[name]["ratio"],
                 "aa_ratio": per_query[name]["aa_ratio"],
+                "ratio_range": per_query[name]["ratio_range"],
+                "aa_spread": per_query[name]["aa_spread"],
+                "verdict": per_query[name]["verdict"],
                 "why": per_query[name]["plans_differ_in"],
                 "reads": per_query[name].get("reads_differ", ""),
             }
             for name in worst
         ],
     }
+    if phase in TOTAL_TARGET:
+        result["total_target"] = TOTAL_TARGET[phase]
+        result["total_verdict"] = verdict(
+            result["total_ratio"], tuple(result["total_range"]),
+            spread(result["aa_total_ratio"]), TOTAL_TARGET[phase],
+        )  # fmt: skip
+    return result

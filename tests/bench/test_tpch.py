@@ -234,3 +234,69 @@ def test_a_held_phase_lock_stays_between_phases_and_goes_at_the_end(tmp_path: Pa
         gate.close()  # the end of the run
         fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)  # free now
         fcntl.flock(other, fcntl.LOCK_UN)
+
+
+def _rounds(horizon: list[float], plain: list[float], again: list[float]) -> dict[str, list[float]]:
+    return {"horizon": horizon, "plain": plain, "again": again}
+
+
+def test_a_ratio_above_its_target_is_within_noise_when_the_queries_own_aa_spread_covers_it() -> (
+    None
+):
+    """A 1.4x ratio against a 1.3x target, on a query whose plain side timed twice lands 1.2x
+    apart, is not a miss: the same query measured against itself moves that much."""
+    from bench.tpch_stats import MET, MISSED, WITHIN_NOISE, query_noise, verdict
+
+    noisy = _rounds([140, 141, 139, 142, 140], [100, 101, 99, 100, 100], [120, 121, 119, 120, 122])
+    figures = query_noise(noisy, seed=1)
+    assert figures["aa_spread"] >= 1.2
+    assert verdict(1.4, tuple(figures["ratio_range"]), figures["aa_spread"], 1.3) == WITHIN_NOISE
+    quiet = _rounds([140, 141, 139, 142, 140], [100, 101, 99, 100, 100], [100, 100, 101, 99, 100])
+    figures = query_noise(quiet, seed=1)
+    assert verdict(1.4, tuple(figures["ratio_range"]), figures["aa_spread"], 1.3) == MISSED
+    assert verdict(1.2, (1.1, 1.3), 1.0, 1.3) == MET
+
+
+def test_a_ratio_whose_range_reaches_below_the_target_is_within_noise() -> None:
+    """One slow round of five must not make a miss: the range drawn over the rounds says how
+    far the ratio of medians moves with the rounds it happened to get."""
+    from bench.tpch_stats import WITHIN_NOISE, bootstrap_range, verdict
+
+    horizon, plain = [100, 180, 100, 175, 102], [100, 100, 101, 99, 100]
+    low, high = bootstrap_range(horizon, plain, seed=3)
+    assert low <= 1.02 and high >= 1.7
+    assert bootstrap_range(horizon, plain, seed=3) == (low, high)  # repeatable
+    assert verdict(1.45, (low, high), 1.0, 1.3) == WITHIN_NOISE
+
+
+def test_the_phase_summary_names_misses_and_queries_within_noise_and_judges_the_total() -> None:
+    from bench.tpch_measure import totals
+
+    def query(horizon: float, again: float) -> dict[str, object]:
+        samples = _rounds([horizon] * 4, [100.0] * 4, [again] * 4)
+        return {
+            "horizon_ms": horizon, "plain_ms": 100.0, "plain_again_ms": again,
+            "ratio": horizon / 100, "aa_ratio": again / 100, "ratio_range": [horizon / 100] * 2,
+            "aa_spread": max(again / 100, 100 / again), "samples_ms": samples,
+            "plans_differ_in": [], "reads_differ": "",
+        }  # fmt: skip
+
+    per_query = {"Q01": query(150, 100), "Q02": query(150, 130), "Q03": query(90, 100)}
+    before = totals(per_query, "before")
+    assert before["missed"] == ["Q01"] and before["within_noise"] == ["Q02"]
+    assert [w["query"] for w in before["worst"]][:2] == ["Q01", "Q02"]
+    assert before["total_range"] == [1.3, 1.3] and before["total_verdict"] == "missed"
+    after = totals(per_query, "after")
+    assert after["target"] == 1.15 and "total_verdict" not in after
+
+
+def test_a_query_gets_its_least_rounds_then_more_only_within_its_budget_and_ceiling() -> None:
+    """A cheap query gets more rounds for the same time; an expensive one stops at its least."""
+    from bench.tpch_measure import Rounds, another_round
+
+    rounds = Rounds(least=3, budget_s=10.0, most=6)
+    assert another_round(rounds, 2, seconds=60.0)  # the least, whatever the time
+    assert another_round(rounds, 3, seconds=4.0)
+    assert not another_round(rounds, 3, seconds=10.5)  # budget spent
+    assert not another_round(rounds, 6, seconds=1.0)  # the ceiling
+    assert not another_round(Rounds(3), 3, seconds=0.0)  # no budget: exactly the least
