@@ -206,6 +206,20 @@ def compact(spark: Any, redis_url: str, definitions: dict[str, Any], follower: A
     return outcomes
 
 
+@contextmanager
+def compaction_row_groups(size: int | None) -> Iterator[None]:
+    """Compaction's output written with ``size``-byte row groups (a probe of a compaction-only
+    size: the product's ``ROW_GROUP_BYTES`` is ingestion's too; nothing changes without one)."""
+    from horizon_broker.ingest import segments
+
+    kept = segments.ROW_GROUP_BYTES
+    segments.ROW_GROUP_BYTES = size or kept
+    try:
+        yield
+    finally:
+        segments.ROW_GROUP_BYTES = kept
+
+
 def run(
     scale: float,
     numbers: list[int],
@@ -219,6 +233,7 @@ def run(
     lock: Path | None = None,
     hold_lock: bool = False,
     conf: dict[str, str] | None = None,
+    compaction_row_group_bytes: int | None = None,
     save: Callable[[dict[str, Any]], Any] | None = None,
 ) -> dict[str, Any]:
     """The whole benchmark; a test passes its own Spark session and Redis (kept running) and
@@ -233,6 +248,7 @@ def run(
     rounds = rounds if isinstance(rounds, Rounds) else Rounds(rounds)
     results: dict[str, Any] = {"scale": scale, "rounds": rounds.least, "conf": conf or {}}
     results["round_budget_s"], results["max_rounds"] = rounds.budget_s, rounds.most
+    results["compaction_row_group_bytes"] = compaction_row_group_bytes
     results["started_at_commit"] = code_commit()  # others may commit while it runs
     results["rows"] = {name: table.num_rows for name, table in tables.items()}
     expected = reference_answers(tables, {number: QUERIES[number] for number in numbers})
@@ -285,7 +301,8 @@ def _phases(
         save(results)
         if compaction:
             gate.take()  # taken again: others' Spark runs may go in between
-            with step(steps, "compaction"):
+            row_groups = compaction_row_groups(results["compaction_row_group_bytes"])
+            with step(steps, "compaction"), row_groups:
                 results["compaction"] = compact(writer, redis_url, ingested["definitions"], broker.follower)  # fmt: skip
             with step(steps, "after"):
                 results["after"] = phase(broker, plain, numbers, expected, rounds, ingested, plans_dir, "after")  # fmt: skip
@@ -401,6 +418,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-rounds", type=int, help="at most this many rounds (5x --rounds)")
     parser.add_argument("--quick", action="store_true", help="3 rounds, 3 s budget")
     parser.add_argument("--no-compaction", action="store_true", help="skip the second phase")
+    parser.add_argument(
+        "--compaction-row-group-mib", type=int,
+        help="a probe: compaction writes row groups of this size (the product's: 8)",
+    )  # fmt: skip
     parser.add_argument("--keep-work", action="store_true", help="keep the tables' directory")
     parser.add_argument("--lock", type=Path, help="flock this file during each phase")
     parser.add_argument(
@@ -433,6 +454,7 @@ def main(argv: list[str] | None = None) -> int:
         lock=args.lock,
         hold_lock=args.hold_lock,
         conf=conf,
+        compaction_row_group_bytes=(args.compaction_row_group_mib or 0) * 1024**2 or None,
         save=lambda partial: write_results(name, partial),
         plans_dir=RESULTS_DIR if name == "tpch" else RESULTS_DIR / name,
     )

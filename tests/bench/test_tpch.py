@@ -300,3 +300,17 @@ def test_a_query_gets_its_least_rounds_then_more_only_within_its_budget_and_ceil
     assert not another_round(rounds, 3, seconds=10.5)  # budget spent
     assert not another_round(rounds, 6, seconds=1.0)  # the ceiling
     assert not another_round(Rounds(3), 3, seconds=0.0)  # no budget: exactly the least
+
+
+def test_the_compaction_row_group_probe_sets_the_size_for_its_block_only() -> None:
+    """``bench.tpch --compaction-row-group-mib`` changes what the compaction writes and nothing
+    after it (ingestion shares the setting); without a size nothing changes."""
+    from bench.tpch import compaction_row_groups
+    from horizon_broker.ingest import segments
+
+    product = segments.ROW_GROUP_BYTES
+    with compaction_row_groups(32 * 2**20):
+        assert segments.ROW_GROUP_BYTES == 32 * 2**20
+    assert segments.ROW_GROUP_BYTES == product
+    with compaction_row_groups(None):
+        assert segments.ROW_GROUP_BYTES == product
