@@ -311,6 +311,6 @@ def test_the_compaction_row_group_probe_sets_the_size_for_its_block_only() -> No
     product = segments.ROW_GROUP_BYTES
     with compaction_row_groups(32 * 2**20):
         assert segments.ROW_GROUP_BYTES == 32 * 2**20
-    assert segments.ROW_GROUP_BYTES == product
+    assert product == segments.ROW_GROUP_BYTES
     with compaction_row_groups(None):
-        assert segments.ROW_GROUP_BYTES == product
+        assert product == segments.ROW_GROUP_BYTES
