@@ -32,7 +32,7 @@ from horizon_broker.ingest.redis_stream_read import (
     Lag,
     dead_letter_line,
     head,
-    read_entries,
+    judged_read,
     stream_rows,
 )
 from horizon_broker.ingest.redis_stream_source import StreamSource
@@ -57,6 +57,8 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 _witnesses: weakref.WeakKeyDictionary[IngestJob, dict[str, Witness]] = weakref.WeakKeyDictionary()
 """Each job's witness of each stream it reads (:class:`Witness`): process memory, refreshed
 whenever the lag is counted."""
+_seen_deleted: weakref.WeakKeyDictionary[IngestJob, dict[str, str]] = weakref.WeakKeyDictionary()
+"""Each job's last ``max-deleted-entry-id`` of each stream judged a gap and skipped."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,11 +149,13 @@ def _pass(
             break
         if through is None or entry_key(through) > entry_key(end):
             through = end
-        entries = read_entries(client, source.key, after, through, source.max_events)
+        entries, position, gap = checked_read(job, source, client, after, through, carry)
+        if gap:  # skipped: the carry is taken again from the gap's count
+            trimmed, carry = trimmed + gap, counted_carry(job, source)
         if not entries:
             break
         if result is not None and on_batch is not None:
-            behind, carry = passing_lag(job, source, client, carry, entries[0].id)
+            behind, carry = passing_lag(job, source, client, carry, entries[0].id, position)
             on_batch(remembered(job, with_lag(result, behind)))
         job.follow_registered_schema()  # an alter since the last batch: flatten under it
         batch = stream_batch(job.server, source, entries, keys_reader(job))
@@ -164,8 +168,38 @@ def _pass(
         from horizon_broker.ingest.job import BatchResult
 
         result = BatchResult(seq=0, rows=0, skipped=True, high=state.high, sources=())
-    result = dataclasses.replace(result, stream_trimmed=trimmed)
+    result = dataclasses.replace(result, stream_trimmed=trimmed)  # the pass's gaps, all told
     return remembered(job, with_lag(result, table_lag(job, source, client)))
+
+
+def checked_read(
+    job: IngestJob,
+    source: StreamSource,
+    client: Any,
+    after: str | None,
+    through: str | None,
+    carry: Carry | None,
+) -> tuple[list[Entry], StreamPosition, int]:
+    """The next batch's entries (after ``after`` through ``through``, at most ``max_events``)
+    and where ``after`` stood as they were read, judged as the pass's first trim check judges
+    (1: a gap, skipped under ``on_stream_trimmed = "skip"``; raises under ``stop``): entries a
+    producer trimmed since the last batch are found on the read that would skip them. The
+    witness is the carry's while it holds (:func:`trusted_carry`), else the job's."""
+    entries, position = judged_read(client, source.key, after, through, source.max_events)
+    trusted = trusted_carry(carry, after, position)
+    witness = trusted.witness if trusted is not None else None
+    return entries, position, judge_position(job, source, after, position, witness)
+
+
+def trusted_carry(carry: Carry | None, after: str | None, position: StreamPosition) -> Carry | None:
+    """``carry`` if it witnesses ``after`` and no entry after the offset it was counted at was
+    deleted since (its sum of entries read would count one that was not added after them)."""
+    if carry is None or carry.witness.offset != after:
+        return None
+    deleted = position.max_deleted
+    if deleted is not None and deleted != "0-0" and entry_key(deleted) > entry_key(carry.since):
+        return None
+    return carry
 
 
 def table_lag(job: IngestJob, source: StreamSource, client: Any) -> Lag:
@@ -187,14 +221,20 @@ def counted_carry(job: IngestJob, source: StreamSource) -> Carry | None:
 
 
 def passing_lag(
-    job: IngestJob, source: StreamSource, client: Any, carry: Carry | None, oldest: str
+    job: IngestJob,
+    source: StreamSource,
+    client: Any,
+    carry: Carry | None,
+    oldest: str,
+    position: StreamPosition,
 ) -> tuple[Lag, Carry | None]:
     """The lag between two batches of a pass (``oldest``: the next batch's first entry, the
-    oldest unread) and the carry for the batches after it: said by the carry without a count
-    when it can be (:func:`horizon_broker.ingest.redis_stream_trim.carried_lag`), else counted
-    as :func:`table_lag` does, once: the count's witness is carried on from there."""
+    oldest unread; ``position``: where the offset stood as it was read) and the carry for the
+    batches after it: said by the carry without a count when it can be
+    (:func:`horizon_broker.ingest.redis_stream_trim.carried_lag`), else counted as
+    :func:`table_lag` does, once: the count's witness is carried on from there."""
     if carry is not None:
-        after, position = _position(job, source, client, count=False)
+        after, _ = read_bounds(owned_offsets(job, source.key), job.partitions)
         events = carried_lag(carry, after, position)
         if events is not None:
             waited = (time.time_ns() // 1_000_000 - entry_ms(oldest)) / 1000
@@ -208,19 +248,37 @@ def check_trimmed(job: IngestJob, source: StreamSource, client: Any) -> int:
     :class:`horizon_broker.ingest.redis_stream_trim.StreamTrimmed` under ``stop``. Counts the
     entries after the offset only when its entry is gone (the lag after the pass counts)."""
     after, position = _position(job, source, client, count=False)
-    known = _witnesses.get(job, {}).get(source.key)
-    gap = judged_gap(job.table.name, source.address, after, position, known, source.on_trimmed)
-    if (
-        gap is not None
-        and after is not None
-        and position.entries_added is not None
-        and position.counted
-    ):
+    return judge_position(job, source, after, position)
+
+
+def judge_position(
+    job: IngestJob,
+    source: StreamSource,
+    after: str | None,
+    position: StreamPosition,
+    witness: Witness | None = None,
+) -> int:
+    """:func:`check_trimmed`'s judgement of ``position`` (``witness``: None, the job's last of
+    the stream). A gap skipped is taken as seen: its count as the offset's witness, its deletion
+    by id (the same ``max-deleted-entry-id`` is not judged again)."""
+    known = _seen_deleted.get(job, {}).get(source.key)
+    judged = position
+    if known is not None and position.max_deleted == known:
+        judged = dataclasses.replace(position, max_deleted=None)
+    if witness is None:
+        witness = _witnesses.get(job, {}).get(source.key)
+    gap = judged_gap(job.table.name, source.address, after, judged, witness, source.on_trimmed)
+    if gap is None:
+        _remember_witness(job, source, after, position)
+        return 0
+    if position.max_deleted is not None:
+        _seen_deleted.setdefault(job, {})[source.key] = position.max_deleted
+    if after is not None and position.entries_added is not None and position.counted:
         seen = Witness(after, position.entries_added - position.after)
         _witnesses.setdefault(job, {})[source.key] = seen
-        return 1
-    _remember_witness(job, source, after, position)
-    return int(gap is not None)
+    else:
+        _remember_witness(job, source, after, position)
+    return 1
 
 
 def _position(

@@ -6,8 +6,10 @@ The one reading path of a stream table, whichever way its batches come: a pass o
 task; either way the entries are then flattened on the driver by :func:`stream_rows`, once,
 before the batch takes its road (driver rows, driver columns or Spark), as Debezium files are.
 
-Entries are read by id (``XRANGE``, the start exclusive), never through a consumer group: the
-table's commit log holds the offsets (:mod:`horizon_broker.ingest.stream_offsets`).
+Entries are read by id (``XRANGE``), never through a consumer group: the table's commit log
+holds the offsets (:mod:`horizon_broker.ingest.stream_offsets`). A batch is read from its offset's
+own entry (:func:`judged_read`), so entries trimmed after the offset unread are found on the read
+itself.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from horizon_broker.ingest.debezium import (
     Verdict,
 )
 from horizon_broker.ingest.redis_stream_source import StreamSource, event_text
+from horizon_broker.ingest.redis_stream_trim import StreamPosition, read_position
 from horizon_broker.ingest.stream_offsets import entry_ms
 from horizon_broker.ingest.table import TableDefinition
 
@@ -71,6 +74,16 @@ def read_entries(
         Entry(_text(entry_id), {_text(k): _text(v) for k, v in fields.items()})
         for entry_id, fields in reply
     ]
+
+
+def judged_read(
+    client: Any, key: str, after: str | None, through: str | None, count: int | None
+) -> tuple[list[Entry], StreamPosition]:
+    """The entries :func:`read_entries` reads, and where ``after`` stood in the stream as they
+    were read (one script: the read starts at ``after``'s own entry), for a trim check that no
+    producer's trim can slip past (:mod:`horizon_broker.ingest.redis_stream_trim`)."""
+    position, entries = read_position(client, key, after, through, count, LAG_COUNT_CAP)
+    return [Entry(entry_id, fields) for entry_id, fields in entries], position
 
 
 def head(client: Any, key: str) -> str | None:

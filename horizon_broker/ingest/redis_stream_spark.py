@@ -30,8 +30,9 @@ from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows
 from horizon_broker._core.redis_calls import connect
 from horizon_broker.ingest import redis_stream_batches
 from horizon_broker.ingest.debezium_truncate import keys_reader
-from horizon_broker.ingest.redis_stream_read import Entry, read_entries
+from horizon_broker.ingest.redis_stream_read import Entry, judged_read, read_entries
 from horizon_broker.ingest.redis_stream_source import StreamSource
+from horizon_broker.ingest.redis_stream_trim import StreamPosition
 from horizon_broker.ingest.stream_offsets import (
     entry_key,
     read_bounds,
@@ -43,7 +44,10 @@ if TYPE_CHECKING:
 
 SOURCE_NAME = "horizon_redis_stream"
 ENTRY_SCHEMA = "entry string, fields string"
-"""A micro-batch's rows: each entry's id and its fields as a JSON object."""
+"""A micro-batch's rows: each entry's id and its fields as a JSON object, and one more row
+(:data:`POSITION_ROW`) saying where the read's start stood in the stream as it was read."""
+POSITION_ROW = ""
+"""The entry of a micro-batch's position row (no stream entry has an empty id)."""
 
 
 @dataclass(frozen=True)
@@ -108,15 +112,34 @@ class RedisStreamReader(DataSourceStreamReader):
         return [EntryRange(start.get("after", ""), end["after"])]
 
     def read(self, partition: EntryRange) -> Iterator[tuple[str, str]]:  # type: ignore[override]
+        """The range's entries, then a row saying where its start stood as they were read (one
+        script: :func:`horizon_broker.ingest.redis_stream_read.judged_read`), for the driver's
+        trim check (:func:`read_position`)."""
         client = connect(self.url, socket_timeout=30.0)
         try:
-            entries = read_entries(
+            entries, position = judged_read(
                 client, self.key, partition.after or None, partition.through, None
             )
         finally:
             client.close()
         for entry in entries:
             yield entry.id, json.dumps(entry.fields)
+        read = {"position": dataclasses.asdict(position), "after": partition.after}
+        yield POSITION_ROW, json.dumps(read)
+
+
+def read_position(rows: list[Any]) -> tuple[list[Entry], tuple[str | None, StreamPosition] | None]:
+    """A micro-batch's collected rows as its entries, and where its read started (None: the
+    first entry) and stood as its Spark task read them (None: no such row, a frame made
+    elsewhere)."""
+    entries, read_at = [], None
+    for row in rows:
+        if row["entry"] == POSITION_ROW:
+            read = json.loads(row["fields"])
+            read_at = (read["after"] or None, StreamPosition(**read["position"]))
+        else:
+            entries.append(Entry(row["entry"], json.loads(row["fields"])))
+    return entries, read_at
 
 
 def stream_frame(job: IngestJob, source: StreamSource) -> Any:
@@ -148,14 +171,17 @@ def micro_batch(
 
     def each(frame: Any, batch_id: int) -> list[BatchResult]:
         del batch_id  # the entries name the batch, not Spark's numbering
-        with redis_stream_batches.stream_errors(source):
-            trimmed = redis_stream_batches.check_trimmed(job, source, client)
-        entries = [Entry(row["entry"], json.loads(row["fields"])) for row in frame.collect()]
+        entries, read_at = read_position(frame.collect())
+        offsets = redis_stream_batches.owned_offsets(job, source.key)
+        after, _ = read_bounds(offsets, job.partitions)
+        if read_at is not None and read_at[0] == after:  # judged where the task read
+            trimmed = redis_stream_batches.judge_position(job, source, after, read_at[1])
+        else:  # read from before the offset (a replay), or not by the source: judged now
+            with redis_stream_batches.stream_errors(source):
+                trimmed = redis_stream_batches.check_trimmed(job, source, client)
         ids = [entry.id for entry in entries]
         results = []
-        runs = unconsumed_runs(
-            ids, redis_stream_batches.owned_offsets(job, source.key), job.partitions
-        )
+        runs = unconsumed_runs(ids, offsets, job.partitions)
         for start, end in _pieces(runs, source.max_events):
             job.follow_registered_schema()  # an alter since the last batch: flatten under it
             batch = redis_stream_batches.stream_batch(

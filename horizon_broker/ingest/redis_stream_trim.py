@@ -6,18 +6,24 @@ A Redis stream forgets its oldest entries when a producer caps it (``XADD ... MA
 entry removed before the table reached it would simply never be read. Every pass (and every
 micro-batch of ``--stream``) first asks the stream where the offset stands
 (:func:`stream_position`: one script, XINFO STREAM and, only when the offset's entry is gone, a
-count of the entries after it) and judges (:func:`trim_gap`):
+count of the entries after it) and judges (:func:`trim_gap`); so does every batch's read
+(:func:`read_position`, the same script), which starts at the offset's own entry: a producer
+trimming *during* a pass, between its batches or between a micro-batch's check and its Spark
+task's read, is judged on the very read that would otherwise skip the entries. The rules:
 
 - an entry deleted after the offset (``max-deleted-entry-id`` past it) was lost;
-- a table that has read nothing lost every entry ever removed (``entries-added`` minus
-  ``length``);
+- a table that has read nothing (no offset, or ``0-0``, which no entry has) lost every entry ever
+  removed (``entries-added`` minus ``length``);
 - while the offset's entry is still in the stream, nothing after it was trimmed (trimming
   removes the oldest entries first);
+- the offset's entry deleted alone (``XDEL``, the stream still holding an entry before it, so no
+  trim reached it, and nothing after it deleted) lost nothing;
 - once it is gone, the entries lost are those ever added after it minus those still there: the
   server remembers how many entries had been added up to its offset (a :class:`Witness`, taken
-  whenever it counts the lag, while the offset's entry is still there). A server that started
-  after its offset's entry was trimmed has no witness and cannot tell: it says entries *may* have
-  been lost.
+  whenever it counts the lag, while the offset's entry is still there, and carried along a
+  pass's batches). A server that started after its offset's entry was trimmed has no witness and
+  cannot tell: it says entries *may* have been lost. A stream deleted entirely (``DEL``; its
+  ``entries-added`` falls below the witness's) lost what it held unread, how much unknown.
 
 Counting walks up to the count cap (1M entries) in Redis, so a pass counts once: its last lag,
 which refreshes the witness; the trim check counts only in the one case it needs the count (the
@@ -28,7 +34,9 @@ no witness of its offset yet.
 A gap stops the table (:class:`StreamTrimmed`, FAILED_PRECONDITION, naming the stream, the offset
 and what was lost) unless its entry sets ``on_stream_trimmed = "skip"``: then the gap is logged
 and counted and the table reads on from the stream's first entry. Either way the metric
-``horizon_ingest_stream_trimmed`` counts it. Redis before 7.0 lacks the counters: nothing is
+``horizon_ingest_stream_trimmed`` counts it. Under ``skip`` a gap is counted once: a deletion
+is taken as seen by its id (``max-deleted-entry-id``), so a later ``XDEL`` of an older unread
+entry in the same stretch is not told apart. Redis before 7.0 lacks the counters: nothing is
 checked there.
 """
 
@@ -110,9 +118,35 @@ def stream_position(
     """Where ``offset`` (None: before the first entry) stands in stream ``key`` (one script);
     ``count=False``: the entries after it counted only if its entry is gone (a trim check)."""
     mode = "always" if count else "if-gone"
-    added, length, first, deleted, here, after, oldest, counted = client.eval(
-        _STREAM_POSITION, 1, key, offset or "", cap, mode
+    reply = client.eval(_STREAM_POSITION, 1, key, _anchor(offset), cap, mode)
+    return _position_of(reply, cap)
+
+
+def read_position(
+    client: Any, key: str, offset: str | None, through: str | None, most: int | None, cap: int
+) -> tuple[StreamPosition, list[tuple[str, dict[str, str]]]]:
+    """The entries after ``offset`` through ``through`` (None: the head), at most ``most``
+    (None: every one), and where ``offset`` stood as they were read (as a trim check sees it):
+    one script, reading from the offset's own entry, so no trim falls between the two."""
+    reply = client.eval(
+        _STREAM_POSITION,
+        1,
+        key,
+        _anchor(offset),
+        cap,
+        "if-gone",
+        through or "+",
+        "" if most is None else most,
     )
+    entries = [
+        (_text(entry_id), {_text(flat[i]): _text(flat[i + 1]) for i in range(0, len(flat), 2)})
+        for entry_id, flat in reply[8]
+    ]
+    return _position_of(reply, cap), entries
+
+
+def _position_of(reply: list[Any], cap: int) -> StreamPosition:
+    added, length, first, deleted, here, after, oldest, counted = reply[:8]
     added, deleted = int(added), _text(deleted)
     return StreamPosition(
         entries_added=None if added < 0 else added,
@@ -125,6 +159,12 @@ def stream_position(
         capped=bool(counted) and int(after) >= cap,
         counted=bool(counted),
     )
+
+
+def _anchor(offset: str | None) -> str:
+    """An offset as the script takes it: '' for none, and for ``0-0`` (no entry has that id:
+    an offset there is before the first entry, with no entry of its own to look up)."""
+    return "" if offset is None or offset == "0-0" else offset
 
 
 def witness_of(offset: str | None, position: StreamPosition) -> Witness | None:
@@ -199,12 +239,18 @@ def trim_gap(offset: str | None, position: StreamPosition, witness: Witness | No
     added = position.entries_added
     if added is None:
         return None
-    if offset is None:
+    if offset is None or not _anchor(offset):
         lost = added - position.length
         return Gap(f"{lost} entries were removed before the table read any", lost) if lost else None
     if _after(position.max_deleted, offset):
         return Gap(f"entries up to {position.max_deleted} were deleted (XDEL) unread", None)
-    if position.offset_present:
+    if witness is not None and witness.offset == offset and added < witness.added_through:
+        return Gap(
+            f"the stream was deleted (its entries-added fell from {witness.added_through} to "
+            f"{added}): what it held after the offset is unknown",
+            None,
+        )
+    if position.offset_present or _only_its_entry_deleted(offset, position):
         return None
     if (
         witness is not None
@@ -249,6 +295,14 @@ def judged_gap(
         )
     log.warning("%s; reading on from the stream's first entry (on_stream_trimmed = skip)", message)
     return gap
+
+
+def _only_its_entry_deleted(offset: str, position: StreamPosition) -> bool:
+    """Whether the offset's entry alone is gone: the stream still holds an entry before it, so
+    no trim reached it (trims remove the oldest entries first), and nothing after it was
+    deleted (checked before): it was deleted itself (XDEL), after the table read it."""
+    first = position.first
+    return first is not None and entry_key(first) < entry_key(offset)
 
 
 def _after(deleted: str | None, offset: str) -> bool:

@@ -162,8 +162,9 @@ def test_a_pass_of_several_batches_carries_its_lag_between_them_instead_of_count
     the offset: the last count's witness plus the entries each batch read), not counted: each
     batch's lag is exact and a pass walks the entries behind it once, in its last count, plus
     once more on its first batch when the server had counted nothing yet (every other XRANGE is
-    a batch's read or a one-entry look-up of the offset). The stream has a redis-server of its
-    own, so the state store's calls are not in its command counts."""
+    a batch's read, which looks its offset up as it reads, or the pass's first trim check). The
+    stream has a redis-server of its own, so the state store's calls are not in its command
+    counts."""
     from tests.processes import RedisProcess
 
     table = customers_table(tmp_path / "store")
@@ -185,8 +186,9 @@ def test_a_pass_of_several_batches_carries_its_lag_between_them_instead_of_count
         client.close()
         stream_server.close()
     assert lags == [[(4, 6), (4, 2), (2, 0)]] * 2
-    # no offset to look up yet, three reads, a count (no witness yet; look-up and walk) then a
-    # look-up carried, the last count's look-up and walk
-    assert calls[0] == 0 + 3 + 2 + 1 + 2
-    # the offset's look-up, three reads, a look-up per carried lag, the last count's two
-    assert calls[1] == 1 + 3 + 1 + 1 + 2
+    # no offset to look up yet, three reads (each also the look-up of its offset, so a carried
+    # lag needs no call of its own), a count (no witness yet; look-up and walk), the last
+    # count's look-up and walk
+    assert calls[0] == 0 + 3 + 2 + 2
+    # the trim check's look-up of the offset, three reads, the last count's two
+    assert calls[1] == 1 + 3 + 2
