@@ -18,6 +18,7 @@ MODULES = [
     "horizon_broker.broker.sql.passes.choose_snapshot",
     "horizon_broker.broker.sql.passes.expand_table_changes",
     "horizon_broker.broker.sql.passes.substitute_tables",
+    "horizon_broker.broker.sql.passes.name_views",
     "horizon_broker.broker.sql.passes.inner_cross_joins",
     "horizon_broker.broker.sql.passes.describe_shape",
     "horizon_broker.broker.sql.passes.find_key_lookup",

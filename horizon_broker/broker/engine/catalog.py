@@ -19,6 +19,7 @@ from horizon_broker.broker.spark.scan_layout import (
     segment_files,
     view_name,
 )
+from horizon_broker.broker.spark.segment_schema import storage_column_names
 from horizon_broker.broker.sql.catalog import Catalog, CatalogTable
 from horizon_broker.broker.sql.feed_files import FileValidity, file_validity
 
@@ -72,6 +73,7 @@ def catalog_table(
         closed_through=layout.closed_through,
         rows=facts.rows,
         file_validity=facts.validity,
+        view_columns=storage_column_names(table_view.descriptor),
     )
 
 

@@ -21,3 +21,10 @@ def storage_ddl(descriptor: TableDescriptor) -> str:
     columns = [f"`{c.name}` {c.type}" for c in descriptor.schema_history.storage_columns()]
     columns += [f"`{name}` bigint" for name in VALIDITY_COLUMNS]
     return ", ".join(columns)
+
+
+def storage_column_names(descriptor: TableDescriptor) -> tuple[str, ...]:
+    """The names :func:`storage_ddl` gives a segment view, in its order (the catalog's
+    ``view_columns``)."""
+    stored = descriptor.schema_history.storage_columns()
+    return (*(column.name for column in stored), *VALIDITY_COLUMNS)

@@ -63,6 +63,10 @@ class CatalogTable:
     file_validity: tuple[FileValidity, ...] = ()
     """Each visible file's validity bounds, as the timeline knows them: the change feed reads
     only the files whose versions may lie in its window (empty: it reads every file)."""
+    view_columns: tuple[str, ...] = ()
+    """The columns each of the table's views shows, in order (empty: not known). A scan whose
+    derived table would list exactly these names the view directly
+    (:mod:`horizon_broker.broker.sql.passes.name_views`)."""
 
     def __post_init__(self) -> None:
         if not self.columns:
@@ -99,6 +103,7 @@ class CatalogTable:
         closed_through: int | None = None,
         rows: int = 0,
         file_validity: Iterable[FileValidity] = (),
+        view_columns: Iterable[str] = (),
     ) -> CatalogTable:
         """The catalog entry of a table a server published, with the broker's current state."""
         return cls(
@@ -119,6 +124,7 @@ class CatalogTable:
             rows=rows,
             schema_history=descriptor.schema_history if descriptor.schema_versions else None,
             file_validity=tuple(file_validity),
+            view_columns=tuple(view_columns),
         )
 
     @property

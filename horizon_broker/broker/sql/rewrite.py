@@ -37,6 +37,7 @@ from horizon_broker.broker.sql.passes.describe_shape import describe_shape
 from horizon_broker.broker.sql.passes.expand_table_changes import expand_table_changes
 from horizon_broker.broker.sql.passes.find_key_lookup import find_key_lookup
 from horizon_broker.broker.sql.passes.inner_cross_joins import inner_cross_joins
+from horizon_broker.broker.sql.passes.name_views import name_views
 from horizon_broker.broker.sql.passes.resolve_references import resolve_references
 from horizon_broker.broker.sql.passes.snapshot_schema import snapshot_schema
 from horizon_broker.broker.sql.passes.substitute_tables import substitute_tables
@@ -185,6 +186,7 @@ def _bind_tree(
     tree = expand_table_changes(tree)
     tree = inner_cross_joins(tree)  # before the tables become derived ones (the test of a table)
     tree = substitute_tables(tree)
+    tree = name_views(tree)  # a derived table that is only its view: the view (plans faster)
     plan = _plan(state_of(tree))
     sql = generate(tree, pretty=pretty)
     capped = generate(cap_rows(tree, row_cap + 1), pretty=pretty) if row_cap is not None else ""
