@@ -52,7 +52,8 @@ def test_tpch_queries_through_horizon_answer_as_duckdb_before_and_after_compacti
             assert figures["aa_ratio"] > 0
             # Each ratio is judged beside its own noise (bench.tpch_stats).
             assert figures["verdict"] in {"met", "within noise", "missed"}
-            assert figures["ratio_range"][0] <= figures["ratio"] <= figures["ratio_range"][1]
+            low, high = figures["ratio_range"]  # of unrounded medians: 0.01 either way
+            assert low - 0.01 <= figures["ratio"] <= high + 0.01
         plans = (tmp_path / f"tpch_plans_{phase}.md").read_text()
         assert plans.count("<summary>Horizon plan</summary>") == len(QUERIES)
     compacted = results["compaction"]
