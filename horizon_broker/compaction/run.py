@@ -46,6 +46,7 @@ from horizon_broker.compaction.plan import (
 from horizon_broker.compaction.publish import publish_checked
 from horizon_broker.ingest.compaction_records import compaction_record_dir
 from horizon_broker.ingest.garbage import delete_unannounced
+from horizon_broker.ingest.logged_numbers import logged_segments_of_table
 from horizon_broker.ingest.resolve import segment_schema, stored_columns
 from horizon_broker.ingest.retention import kept_rows
 from horizon_broker.ingest.schema_follow import follow_schema
@@ -126,6 +127,7 @@ class Compactor:
         self.root = self.storage.qualify(table.table_root)
         self._progress = progress or (lambda message: log.info("%s", message))
         self._fail_at = fail_at
+        self._numbers_reserved = False
 
     def plan(self, **kwargs: Any) -> list[CompactionTarget]:
         """The targets a run would compact now (see :func:`horizon_broker.compaction.plan.plan_minor`)."""
@@ -149,6 +151,7 @@ class Compactor:
             if not targets:
                 return CompactionReport(run_id, "nothing to do", message="inputs changed")
             self._kill_point("after_lock")
+            self._reserve_logged_numbers()
             partitions = self._allocate_outputs(locks, targets)
             self._progress(
                 f"compacting {sum(len(t.inputs) for t in targets)} segments of table "
@@ -480,6 +483,19 @@ class Compactor:
             )
             for (target, number, item), summary in zip(kept, summaries, strict=True)
         ]
+
+    def _reserve_logged_numbers(self) -> None:
+        """Before the first allocation: the store hands out no number a commit log or compaction
+        record of the table names, now or after a change of primary (rule F4)."""
+        if self._numbers_reserved:
+            return
+
+        def logged() -> list[Segment]:
+            return logged_segments_of_table(self.storage, self.root)
+
+        self.client.follow_numbers_of(f"table {self.table.name}", logged)
+        self.client.reserve_numbers_of(logged())
+        self._numbers_reserved = True
 
     def _record(self, run_id: str, inputs: Sequence[Segment], outputs: Sequence[Segment]) -> None:
         """What :mod:`horizon_broker.compaction.collect` needs to withdraw and delete the inputs later."""

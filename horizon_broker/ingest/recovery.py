@@ -15,12 +15,15 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
+from horizon_broker._core.errors import HorizonError, SegmentIdReused
 from horizon_broker.ingest import garbage, upkeep
 from horizon_broker.ingest.commit import CommitProtocol
 from horizon_broker.ingest.locking import UpdateSuperseded
+from horizon_broker.ingest.logged_numbers import logged_segments_of_table
 from horizon_broker.ingest.manifest import (
     ABANDON,
     PREPARE,
+    UPDATE,
     ManifestState,
     Record,
     manifest_dir,
@@ -29,6 +32,7 @@ from horizon_broker.ingest.manifest import (
 )
 from horizon_broker.ingest.reconcile import reconcile
 from horizon_broker.ingest.stream_offsets import batch_source
+from horizon_broker.timeline.segment import Segment
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +52,7 @@ def recover(protocol: CommitProtocol) -> None:
         # Before any roll-forward publishes history dropped below it (and into a Redis that
         # may have lost it).
         server.client.report_retention_horizon(server.table.name, state.retention_horizon)
+    reserve_logged_numbers(protocol)
     # A store that failed over may lack batches the log calls done (before the report below).
     reconcile(protocol, unpublished=state.unpublished)
     if state.unpublished is not None:
@@ -55,11 +60,30 @@ def recover(protocol: CommitProtocol) -> None:
             protocol.publish(state.unpublished)  # a collect has nothing to publish
         except UpdateSuperseded as error:
             abandon_update(protocol, state.unpublished, error)
+        except SegmentIdReused as error:
+            # Its numbers were drawn on a primary that failed over before its commit record
+            # existed, and handed out again: never announced, so nobody served it (rule F4).
+            if state.unpublished.kind != UPDATE:
+                raise
+            abandon_update(protocol, state.unpublished, error)
     protocol.report()
     if state.unpublished is not None:
         protocol.done(state.unpublished)
     else:
         upkeep.maintain(server, state)
+
+
+def reserve_logged_numbers(protocol: CommitProtocol) -> None:
+    """Keep the store from handing out again a partition number any server's commit log of the
+    table names, now and after every change of primary (a server that is down cannot re-publish
+    its own; rule F4)."""
+    server = protocol.server
+
+    def logged() -> list[Segment]:
+        return logged_segments_of_table(server.storage, server.root)
+
+    server.client.follow_numbers_of(f"table {server.table.name}", logged)
+    server.client.reserve_numbers_of(logged())
 
 
 def clean_up(protocol: CommitProtocol, prepare: Record) -> None:
@@ -108,10 +132,11 @@ def observe_reported_progress(protocol: CommitProtocol, partitions: Iterable[int
             protocol.adopted[partition] = (ingested, applied)
 
 
-def abandon_update(protocol: CommitProtocol, record: Record, error: UpdateSuperseded) -> None:
+def abandon_update(protocol: CommitProtocol, record: Record, error: HorizonError) -> None:
     """Give up an unpublished update whose segments a compaction replaced while this server
-    was down: delete its files that no announcement names and make its updates pending again
-    (the next updater run applies them to the segments that replaced them)."""
+    was down (or whose partition numbers a failed-over store handed out again before it was
+    announced): delete its files that no announcement names and make its updates pending again
+    (the next updater run applies them to the segments that are current then)."""
     protocol.release_transaction_locks()
     pending = record.body.get("pending")
     if pending is None:  # written before updates were recorded in their commit

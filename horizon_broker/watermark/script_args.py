@@ -9,7 +9,7 @@ refuses a publish below a major compaction (:data:`horizon_broker.watermark.scri
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 from horizon_broker._core.errors import InvalidArgument
@@ -29,6 +29,24 @@ def allocation_counter(segment: Segment) -> tuple[str, int]:
     kind, base = ("overwrite", ROOT_PARTITION_LIMIT) if segment.is_overwrite else ("first", 0)
     start, end = segment.interval.start_ms, segment.interval.end_ms
     return chunk_key(start, end, segment.version, kind), base
+
+
+def counter_floors(segments: Iterable[Segment]) -> dict[tuple[str, str], int]:
+    """(table, counter) -> the lowest number each allocation counter must stay at for none of
+    ``segments``' partition numbers to be handed out again: what announcing them would raise the
+    counters to (the SEGMENTS script's rule), without announcing them."""
+    floors: dict[tuple[str, str], int] = {}
+
+    def raise_to(table: str, key: str, number: int) -> None:
+        floors[(table, key)] = max(floors.get((table, key), 0), number)
+
+    for segment in segments:
+        key, _base = allocation_counter(segment)
+        raise_to(segment.table, key, segment.partition + 1)
+        start, end = segment.interval.start_ms, segment.interval.end_ms
+        first = chunk_key(start, end, segment.version, "first")
+        raise_to(segment.table, first, int(segment.root_end))  # type: ignore[arg-type]
+    return floors
 
 
 def segment_args(

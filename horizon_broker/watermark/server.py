@@ -52,7 +52,13 @@ from horizon_broker.watermark.heartbeat import Heartbeats
 from horizon_broker.watermark.lwm import PartitionProgress, is_live
 from horizon_broker.watermark.read import TableLwm, read_table_lwm
 from horizon_broker.watermark.records import parse_progress, segment_key
-from horizon_broker.watermark.script_args import check_partition, dumps, report_args, segment_args
+from horizon_broker.watermark.script_args import (
+    check_partition,
+    counter_floors,
+    dumps,
+    report_args,
+    segment_args,
+)
 
 __all__ = ["ServerClient"]
 
@@ -92,6 +98,7 @@ class ServerClient:
         self._idle: dict[str, set[int]] = {}
         self._retention: dict[str, int] = {}
         self._reservations: dict[tuple[str, str], int] = {}
+        self._number_sources: dict[str, Callable[[], Iterable[Segment]]] = {}
         self._heartbeats = Heartbeats(self.heartbeat, f"horizon-heartbeat-{self.server_id}")
 
     # -- the calls ---------------------------------------------------------------------------
@@ -173,6 +180,22 @@ class ServerClient:
                 stamped = self._stamp(segment)
                 self._remember_table(stamped.table)
                 self._segments.setdefault((stamped.table, segment_key(stamped)), stamped)
+
+    def reserve_numbers_of(self, segments: Iterable[Segment]) -> None:
+        """Keep the allocation counters above every partition number ``segments`` use, without
+        announcing them: the numbers a commit log names, which a store that failed over may have
+        forgotten handing out (rule F4)."""
+        with self._lock:
+            for (table, key), next_free in sorted(counter_floors(segments).items()):
+                self._run("RESERVE", [table, key, str(next_free)])
+
+    def follow_numbers_of(self, name: str, source: Callable[[], Iterable[Segment]]) -> None:
+        """After every change of primary, before this client allocates again, reserve the
+        numbers of the segments ``source`` lists (every server's commit log of a table, read
+        from storage): a server that was down then cannot re-publish its own, and another
+        would be handed them again (rule F4). ``name`` replaces an earlier source."""
+        with self._lock:
+            self._number_sources[name] = source
 
     def _restore_segments(self, previous: dict[tuple[str, str], Segment]) -> None:
         self._segments = previous
@@ -509,6 +532,15 @@ class ServerClient:
                 self._progress.get(table, {}).pop(partition, None)
         return kept
 
+    def _republish_reservations(self, execute: Execute) -> None:
+        """The numbers this server reserved, and those its sources name (other servers' logs)."""
+        floors = dict(self._reservations)
+        for source in list(self._number_sources.values()):
+            for counter, next_free in counter_floors(source()).items():
+                floors[counter] = max(floors.get(counter, 0), next_free)
+        for (table, key), next_free in sorted(floors.items()):
+            execute("RESERVE", [table, key, str(next_free)])
+
     def _republish(self, execute: Execute) -> None:
         """Publish our whole state again into a new data set, in causal order."""
         if not (
@@ -518,6 +550,7 @@ class ServerClient:
             or self._owned
             or self._retention
             or self._reservations
+            or self._number_sources
         ):
             return
         log.info("server %s re-publishes its state", self.server_id)
@@ -535,8 +568,7 @@ class ServerClient:
         for table, horizon in self._retention.items():
             event = dumps({"table": table, "horizon": str(horizon)})
             execute("RETENTION", [table, str(horizon), event])
-        for (table, key), next_free in self._reservations.items():
-            execute("RESERVE", [table, key, str(next_free)])
+        self._republish_reservations(execute)
         # Registering comes last: a follower reads "registered in this data set" as "has
         # re-published everything", and keeps carrying the server's old state until then.
         if self._registered:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from pathlib import Path
@@ -15,6 +16,7 @@ from horizon_broker.ingest.job import IngestJob, SimulatedCrash
 from horizon_broker.ingest.storage import Storage
 from horizon_broker.locks.client import JobLocks, LockClient
 from horizon_broker.locks.rules import BATCH_INGESTION_PRIORITY
+from horizon_broker.timeline.segment import Segment
 from tests.compaction.history import (
     assert_every_snapshot_answers_the_replay,
     batch,
@@ -203,6 +205,42 @@ def test_an_update_cut_short_before_its_publish_is_applied_again_to_the_compacte
     assert not restarted.state.pending
     assert_broker_sees(spark, follower, client, "accounts", log, exact_ts=False)
     churn(restarted, spark, log, rounds=1, start=4)
+    assert_broker_sees(spark, follower, client, "accounts", log, exact_ts=False)
+
+
+def test_an_update_whose_numbers_were_handed_out_again_before_its_publish_is_applied_again(
+    spark, server, follower, tmp_path
+):
+    """The updater drew its numbers on a primary that then failed over, before its commit record
+    existed, and another server was handed them: the store refuses the rewrite at publish, which
+    nobody ever served. The restart abandons it and applies its updates with fresh numbers
+    instead of failing on the refusal at every start (rule F4)."""
+    table = accounts_table(tmp_path)
+    client = server("s1")
+    log: list = []
+    churn(IngestJob(spark, table, client).start(), spark, log, rounds=2)
+    crashing = IngestJob(spark, table, client, fail_at="update_after_commit")
+    changes = [Change(f"k{i:02d}", 900 + i, 10) for i in range(0, 12, 2)]  # updates only
+    with pytest.raises(SimulatedCrash):
+        batch(crashing, spark, changes, [])
+    log.extend((max(ts for ts, _ in log) + 1 + i, c) for i, c in enumerate(changes))
+    (unpublished,) = [r for r in crashing.manifest.records() if r.phase == "commit"][-1:]
+    taken = Segment.from_dict(unpublished.body["add"][0])
+    other = server("s2")
+    stand_in = dataclasses.replace(  # another server's rewrite of other roots, same number
+        taken, root_start=30_000, root_end=30_001, location=("/elsewhere/s2.parquet",), server="s2"
+    )
+    other.announce([stand_in])
+
+    restarted = IngestJob(spark, table, server("s1")).start()
+    kinds = [r.body.get("kind") for r in restarted.manifest.records() if r.phase == "commit"]
+    assert kinds[-1] == "abandon", "the refused update should have been abandoned"
+    assert restarted.state.pending, "its updates should be pending again"
+    restarted.flush_updates()
+    assert not restarted.state.pending
+    stored = {s.id: s for s in client.announced_segments("accounts")}
+    assert stored[taken.id].location == ("/elsewhere/s2.parquet",)  # the other's, untouched
+    other.unannounce([stored[taken.id]])  # its stand-in files do not exist: let the check read
     assert_broker_sees(spark, follower, client, "accounts", log, exact_ts=False)
 
 

@@ -126,3 +126,35 @@ def test_no_number_is_handed_out_until_every_live_server_published_again(group: 
         finally:
             late.join()
         assert not set(held) & set(drawn), f"{held} handed out again as {drawn}"
+
+
+def test_numbers_of_a_server_down_across_a_failover_are_not_handed_out_again(
+    group: SentinelGroup,
+):
+    """A server whose heartbeat timed out cannot re-publish what it reserved, so the fence no
+    longer waits for it: the others reserve what its commit log names (here a list standing in
+    for the log in storage) before they draw again (rule F4)."""
+    with two_servers(group, heartbeat_timeout_s=1) as (first, second):
+        logged: list[Segment] = []
+        first.follow_numbers_of("table bank", lambda: list(logged))
+        first.allocate_overwrite_partitions(TABLE, HOUR, "v1", 1)
+        group.cut_replication()
+        held = second.allocate_overwrite_partitions(TABLE, HOUR, "v1", 2)  # old primary alone
+        logged += [
+            segment(
+                TABLE,
+                partition=n,
+                root_start=1,
+                root_end=2,
+                minor_version=1,
+                location=(f"/data/s2/u{n}",),
+            )
+            for n in held
+        ]
+        second.close()  # down, with its update committed in its log
+        group.fail_over()
+        group.heal_replication()
+        time.sleep(1.5)  # its heartbeat times out: the fence no longer waits for it
+        drawn = first.allocate_overwrite_partitions(TABLE, HOUR, "v1", 2)
+        assert not set(held) & set(drawn), f"{held} handed out again as {drawn}"
+        assert min(drawn) > max(held)
