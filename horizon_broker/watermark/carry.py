@@ -50,7 +50,7 @@ def hold_served(
         if not carried:
             continue
         state.descriptors.setdefault(name, descriptor)
-        raw_segments[name] = _without_reused_ids(name, raw_segments.get(name, []), carried)
+        raw_segments[name] = _without_reused_ids(raw_segments.get(name, []), carried)
         raw_segments[name].extend(carried.values())
         state.held[name] = set(carried)
         log.warning(
@@ -62,30 +62,30 @@ def hold_served(
         )
 
 
-def _without_reused_ids(
-    table: str, fresh: list[Segment], carried: Mapping[str, Segment]
-) -> list[Segment]:
+def _without_reused_ids(fresh: list[Segment], carried: Mapping[str, Segment]) -> list[Segment]:
     """The fresh snapshot's segments minus those that reuse a held segment's id for other
     files (a failover handed the number out twice): the held segment is what was served."""
-    kept = []
-    for segment in fresh:
-        held = carried.get(segment_key(segment))
-        if held is None:
-            kept.append(segment)
-            continue
-        log.error(
-            "table %s: the state store gives held segment %s's id to other files %s (a failover "
-            "handed the number out twice): the held segment stays, the other is ignored",
-            table,
-            held.id,
-            list(segment.location),
-        )
-    return kept
+    return [segment for segment in fresh if not _reuses_held_id(segment, carried)]
+
+
+def _reuses_held_id(segment: Segment, held: Mapping[str, Segment]) -> bool:
+    """Whether ``segment`` names a held segment's id with other files (logged when it does)."""
+    mine = held.get(segment_key(segment))
+    if mine is None or mine.location == segment.location:
+        return False
+    log.error(
+        "table %s: held segment %s's id now names other files %s (a failover handed the "
+        "number out twice): the held segment stays, the other is ignored",
+        segment.table,
+        mine.id,
+        list(segment.location),
+    )
+    return True
 
 
 def ignore_reused_ids(
     held: Mapping[str, set[str]],
-    stored: Mapping[str, Mapping[str, Segment]],
+    stored_segments: Mapping[str, Mapping[str, Segment]],
     event: Mapping[str, Any],
 ) -> Mapping[str, Any]:
     """A segments event minus what names a held segment's id with other files (a failover
@@ -99,17 +99,8 @@ def ignore_reused_ids(
         key = segment_key(segment)
         if key not in held.get(segment.table, ()):
             return False
-        mine = stored.get(segment.table, {}).get(key)
-        if mine is None or mine.location == segment.location:
-            return False
-        log.error(
-            "table %s: held segment %s's id now names other files %s (a failover handed the "
-            "number out twice): the held segment stays, the event's is ignored",
-            segment.table,
-            mine.id,
-            list(segment.location),
-        )
-        return True
+        mine = stored_segments.get(segment.table, {}).get(key)
+        return mine is not None and _reuses_held_id(segment, {key: mine})
 
     return {
         **event,
