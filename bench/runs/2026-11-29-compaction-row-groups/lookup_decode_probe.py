@@ -49,7 +49,7 @@ def main() -> None:
         parquet = pq.ParquetFile(path)
         groups = parquet.metadata.num_row_groups
         cold, warm, decoded = [], [], 0
-        for rep in range(REPS):
+        for _ in range(REPS):
             group = chooser.randrange(groups)
             first = group * group_rows
             wanted = np.array([keys[first + chooser.randrange(group_rows)]])
