@@ -80,6 +80,11 @@ class EpochChanged(Exception):
     """Redis's data set is not the one this client published into: re-publish first."""
 
 
+_EPOCH_ATTEMPTS = 5
+"""Adoptions of a data set a call tries before it gives up (UNAVAILABLE): each fails only when
+the data set changed again under it (another failover, a lost data set)."""
+
+
 class StoreConnection:
     """Scripts and reads of one server against one Redis key space."""
 
@@ -111,14 +116,14 @@ class StoreConnection:
         primary is not the one we last wrote to."""
 
         def attempt() -> list[Any]:
-            for _ in range(5):
-                if self._primary != primary_generation(self.redis):
-                    self._epoch = None  # another Redis: re-publish before anything else
-                if self._epoch is None:
-                    self._adopt_epoch()
+            for _ in range(_EPOCH_ATTEMPTS):
                 try:
+                    if self._primary != primary_generation(self.redis):
+                        self._epoch = None  # another Redis: re-publish before anything else
+                    if self._epoch is None:
+                        self._adopt_epoch()
                     return self.execute(name, args)
-                except EpochChanged:
+                except EpochChanged:  # also from the re-publish: the data set changed again
                     self._epoch = None
             raise Unavailable("the state store's data set keeps changing; giving up")
 
@@ -130,10 +135,16 @@ class StoreConnection:
         announced itself (an update planned on such a read finds its targets missing)."""
 
         def attempt() -> Any:
-            if self._epoch is not None and self._primary != primary_generation(self.redis):
-                self._epoch = None
-                self._adopt_epoch()
-            return decode_reply(operation(self.redis))
+            publish = self._epoch is not None and self._primary != primary_generation(self.redis)
+            for _ in range(_EPOCH_ATTEMPTS):
+                try:
+                    if publish:
+                        self._epoch = None
+                        self._adopt_epoch()
+                    return decode_reply(operation(self.redis))
+                except EpochChanged:  # from the re-publish: the data set changed again
+                    publish = True
+            raise Unavailable("the state store's data set keeps changing; giving up")
 
         return self.retrying(attempt)
 

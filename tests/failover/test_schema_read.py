@@ -38,3 +38,39 @@ def test_a_read_after_a_change_of_primary_sees_what_the_server_announced(group: 
         assert sorted(s.partition for s in server.announced_segments("accounts")) == [0, 1]
     finally:
         server.close()
+
+
+def test_a_data_set_that_changes_again_during_the_re_publish_is_adopted_again(
+    group: SentinelGroup,
+):
+    """The re-publish after a change of primary can meet yet another data set (found by the
+    30-minute fault run: both servers died on the EpochChanged their re-publish raised inside a
+    read). Both a read and a script call adopt the new one and publish again."""
+    server = ServerClient(group.url, "s1", heartbeat_timeout_s=60)
+    moves: list[str] = []
+    allowed = [0]
+
+    def epoch_moves_under_the_re_publish() -> list:
+        if len(moves) < allowed[0]:
+            moves.append(f"moved-{len(moves)}")
+            with group.client(group.primary_port()) as primary:
+                primary.set(f"{server.prefix}:epoch", moves[-1])
+        return []
+
+    try:
+        server.register()
+        server.register_table(table_descriptor("accounts"))
+        server.announce([segment("accounts", partition=0)])
+        server.follow_numbers_of("race", epoch_moves_under_the_re_publish)
+        allowed[0] = 1
+        group.fail_over()
+        assert [s.partition for s in server.announced_segments("accounts")] == [0]  # a read
+        assert moves == ["moved-0"]
+        allowed[0] = 2
+        with group.client(group.primary_port()) as primary:
+            primary.set(f"{server.prefix}:epoch", "lost")  # the data set is not ours any more
+        server.heartbeat()  # a script call
+        assert moves == ["moved-0", "moved-1"]
+        assert [s.partition for s in server.announced_segments("accounts")] == [0]
+    finally:
+        server.close()
