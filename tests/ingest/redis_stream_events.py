@@ -5,7 +5,7 @@ The sink adds one entry per event to a stream named after the event's topic: wit
 one field, the key's JSON as the field's name and the envelope as its value; a tombstone's null
 value is written as the sink's ``null.value``, ``"default"``. :func:`history` draws a
 reproducible change history of a small table (every ``op``, tombstones after deletes,
-transactions, malformed events) and :func:`reference` says what the table must hold after it.
+transactions, malformed events, a truncate if asked) and :func:`reference` says what the table must hold after it.
 """
 
 from __future__ import annotations
@@ -41,10 +41,11 @@ class Change:
         return {key: self.text} if compact else {"key": key, "value": self.text}
 
 
-def history(seed: int, count: int, keys: int = 8) -> list[Change]:
+def history(seed: int, count: int, keys: int = 8, truncate_at: int | None = None) -> list[Change]:
     """A snapshot of ``keys`` rows (``r``), then ``count`` changes with increasing LSNs:
     creates, updates and deletes (each delete followed by its tombstone), runs of changes in one
-    transaction (of distinct keys), and malformed events."""
+    transaction (of distinct keys), and malformed events; a truncate of the table (``t``) once
+    there are ``truncate_at`` changes (None: none)."""
     rng = random.Random(seed)
     lsn = 0
     live: set[int] = set()
@@ -67,20 +68,35 @@ def history(seed: int, count: int, keys: int = 8) -> list[Change]:
     for key in range(1, keys + 1):
         event("r", key, None)
     while len(changes) < count:
-        roll = rng.random()
-        if roll < 0.05:
-            changes.append(Change(None, None, rng.choice(MALFORMED)))
-        elif roll < 0.15:
-            tx = f"tx{lsn}"
-            for key in rng.sample(range(1, keys + 1), 3):
-                event("u" if key in live else "c", key, tx)
-        else:
-            key = rng.randint(1, keys + 2)
-            if key not in live:
-                event("c", key, None)
-            else:
-                event(rng.choice("uud"), key, None)
+        if truncate_at is not None and len(changes) >= truncate_at:
+            lsn, truncate_at = lsn + 1, None
+            changes.append(Change(None, "t", json.dumps(postgres_event("t", lsn=lsn))))
+            live.clear()
+        _draw(rng, keys, live, changes, event, f"tx{lsn}")
     return changes
+
+
+def _draw(
+    rng: random.Random,
+    keys: int,
+    live: set[int],
+    changes: list[Change],
+    event: Any,
+    tx: str,
+) -> None:
+    """One drawn change: a malformed event, a transaction of three keys, or one key's change."""
+    roll = rng.random()
+    if roll < 0.05:
+        changes.append(Change(None, None, rng.choice(MALFORMED)))
+    elif roll < 0.15:
+        for key in rng.sample(range(1, keys + 1), 3):
+            event("u" if key in live else "c", key, tx)
+    else:
+        key = rng.randint(1, keys + 2)
+        if key not in live:
+            event("c", key, None)
+        else:
+            event(rng.choice("uud"), key, None)
 
 
 def reference(changes: list[Change]) -> tuple[dict[int, dict[str, Any]], dict[int, int]]:
@@ -90,6 +106,9 @@ def reference(changes: list[Change]) -> tuple[dict[int, dict[str, Any]], dict[in
     rows: dict[int, dict[str, Any]] = {}
     versions: dict[int, int] = {}
     for change in changes:
+        if change.op == "t":  # every current version ends; none is added
+            rows.clear()
+            continue
         if change.key is None or change.op is None:
             continue
         if change.op == "d":
@@ -103,4 +122,4 @@ def reference(changes: list[Change]) -> tuple[dict[int, dict[str, Any]], dict[in
 
 def malformed(changes: list[Change]) -> list[int]:
     """The positions (in ``changes``) of the malformed events."""
-    return [i for i, c in enumerate(changes) if c.key is None and c.text != TOMBSTONE]
+    return [i for i, c in enumerate(changes) if c.op is None and c.text != TOMBSTONE]

@@ -2,8 +2,8 @@
 the middle of the streams and restarted: every table ends as its events define it (each live
 key's newest row, deleted keys gone) with exactly one stored version per create, update and
 snapshot read (none lost, none twice), and every malformed event dead-lettered once with its
-entry id. One server reads two streams (one table each), in both message formats of Debezium
-Server's Redis sink."""
+entry id; a truncate (``op = t``) ends every version current at it, once. One server reads two
+streams (one table each), in both message formats of Debezium Server's Redis sink."""
 
 from __future__ import annotations
 
@@ -29,6 +29,7 @@ comparison = ["lsn"]
 delete_column = "deleted"
 transaction_column = "txn"
 debezium_order = "lsn"
+allow_truncate = true
 key_partitions = 2
 
 [columns]
@@ -107,7 +108,8 @@ def stored_rows(redis_url: str, table: str) -> list[dict[str, Any]]:
     for segment in reader.announced_segments(table):
         for location in segment.location:
             path = location.removeprefix("file:")
-            rows += pq.read_table(path, columns=["id", "name", "lsn", "validUntil"]).to_pylist()
+            columns = ["id", "name", "lsn", "validFrom", "validUntil"]
+            rows += pq.read_table(path, columns=columns).to_pylist()
     return rows
 
 
@@ -120,11 +122,27 @@ def dead_letters(tmp_path: Path, table: str) -> list[dict[str, Any]]:
     ]
 
 
+def assert_truncated(stored: list[dict[str, Any]], events: list[Change]) -> None:
+    """Every version current at the truncate ended there: before any version after it began."""
+    [at] = [json.loads(c.text)["source"]["lsn"] for c in events if c.op == "t"]
+    began = min(row["validFrom"] for row in stored if row["lsn"] > at)
+    alive = [
+        row["id"]
+        for row in stored
+        if row["lsn"] < at and (row["validUntil"] is None or row["validUntil"] > began)
+    ]
+    assert not alive, f"versions of keys {alive} outlived the truncate at lsn {at}"
+
+
 def test_killed_stream_servers_lose_nothing_and_ingest_nothing_twice(
     redis_server: Any, redis_client: redis.Redis, tmp_path: Path
 ) -> None:
     config = server_file(tmp_path, redis_server.url)
-    changes = {"customers": history(1, 160), "accounts": history(2, 140)}
+    # each stream truncates its table once, in the stretch the second killed server reads
+    changes = {
+        "customers": history(1, 160, truncate_at=90),
+        "accounts": history(2, 140, truncate_at=80),
+    }
     ids: dict[str, list[str]] = {}
     for table, events in changes.items():
         ids[table] = add(redis_client, table, events[: len(events) // 2])
@@ -154,6 +172,7 @@ def test_killed_stream_servers_lose_nothing_and_ingest_nothing_twice(
         for row in stored:
             counted[row["id"]] = counted.get(row["id"], 0) + 1
         assert counted == versions, f"{table}: versions per key differ from one per event"
+        assert_truncated(stored, events)
         letters = dead_letters(tmp_path, table)
         assert sorted(letter["entry"] for letter in letters) == sorted(
             ids[table][i] for i in malformed(events)
