@@ -19,6 +19,7 @@ it.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -39,6 +40,19 @@ ARROW_EXPANSION = 16
 500,000-row Parquet changelog: estimate 9.6 MB, Arrow 84 MB)."""
 
 
+_made_from: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+"""Frames made on the driver from Arrow (:func:`driver_frame`) -> that Arrow."""
+
+
+def driver_frame(spark: Any, arrow: Any, schema: Any) -> Any:
+    """A batch's rows held on the driver as Arrow (a partial table's merged rows), as a frame
+    of ``schema`` whose driver roads take ``arrow`` as it is: collecting the frame again would
+    send the same rows through the JVM and back."""
+    frame = spark.createDataFrame(arrow, schema=schema)
+    _made_from[frame] = arrow
+    return frame
+
+
 def collect_on_driver(
     server: ServerTable, rows: Any, key_index: Mapping[int, KeyIndexVersion]
 ) -> SmallBatch | ColumnarBatch | None:
@@ -50,16 +64,10 @@ def collect_on_driver(
         return None
     fit = DRIVER_COLUMNAR_BYTES // row_bytes(table)
     most = max(table.driver_batch_rows, min(table.driver_columnar_rows, fit))
-    with server.steps.action(COLLECT_ACTION):
-        estimate = estimated_bytes(rows)
-        whole = estimate is not None and estimate * ARROW_EXPANSION <= DRIVER_COLUMNAR_BYTES
-        try:
-            arrow = rows.toArrow() if whole else rows.limit(most + 1).toArrow()
-        except Exception as error:
-            if "maxResultSize" not in str(error):
-                raise
-            return None  # more than Spark lets the driver collect: Spark runs the batch
-    if arrow.num_rows > most:
+    arrow = _made_from.get(rows)
+    if arrow is None:
+        arrow = collected(server, rows, most)
+    if arrow is None or arrow.num_rows > most:
         return None
     if arrow.num_rows <= table.driver_batch_rows:
         small = small_batch(server, arrow, key_index)
@@ -68,6 +76,20 @@ def collect_on_driver(
     if arrow.num_rows <= table.driver_columnar_rows:
         return columnar_batch(server, arrow, key_index)
     return None
+
+
+def collected(server: ServerTable, rows: Any, most: int) -> Any:
+    """``rows`` collected as Arrow (whole, or ``most`` + 1 of them when Spark cannot tell it
+    is small); None: more than Spark lets the driver collect."""
+    with server.steps.action(COLLECT_ACTION):
+        estimate = estimated_bytes(rows)
+        whole = estimate is not None and estimate * ARROW_EXPANSION <= DRIVER_COLUMNAR_BYTES
+        try:
+            return rows.toArrow() if whole else rows.limit(most + 1).toArrow()
+        except Exception as error:
+            if "maxResultSize" not in str(error):
+                raise
+            return None  # more than Spark lets the driver collect: Spark runs the batch
 
 
 def row_bytes(table: Any) -> int:

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from horizon_broker._core.errors import FailedPrecondition
+from horizon_broker.ingest.driver_batches import driver_frame
 from horizon_broker.ingest.partial_upsert import (
     ABSENT,
     Event,
@@ -42,6 +43,9 @@ from horizon_broker.ingest.table import TableDefinition
 
 if TYPE_CHECKING:
     from horizon_broker.ingest.server_table import ServerTable
+
+
+MERGE_ACTION = "collect and merge partial events on the driver"
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,14 +86,16 @@ def events_root(root: str) -> str:
 
 def merge_batch(server: ServerTable, rows: Any) -> MergedBatch:
     """The enriched ``rows`` of a partial table's batch with their merged values (a local frame
-    of the same columns, so every road reads the same rows), and the events they were."""
-    merged, log = merged_arrow(
-        server.table,
-        rows.toArrow(),
-        lambda partitions, keys: read_history(server, partitions, keys),
-    )
-    schema = rows.drop(ABSENT).schema if ABSENT in rows.columns else rows.schema
-    frame = server.spark.createDataFrame(merged.select(schema.names), schema=schema)
+    of the same columns, so every road reads the same rows; the driver roads take its Arrow
+    without collecting it again), and the events they were."""
+    with server.steps.action(MERGE_ACTION):
+        merged, log = merged_arrow(
+            server.table,
+            rows.toArrow(),
+            lambda partitions, keys: read_history(server, partitions, keys),
+        )
+        schema = rows.drop(ABSENT).schema if ABSENT in rows.columns else rows.schema
+        frame = driver_frame(server.spark, merged.select(schema.names), schema)
     return MergedBatch(frame, log)
 
 

@@ -4,7 +4,8 @@ comparison order (ties: commit order) with the columns' strategies, late events 
 comparison value, in a later batch too) included. A deleted key is absent; the events before a
 delete (in comparison order) no longer count. A transaction's events commit at its first
 event's timestamp, so an event from outside it that sits between them in the file commits after
-all of them. A Debezium ``after`` image without a column leaves it as it was.
+all of them. A Debezium ``after`` image without a column leaves it as it was. The merged rows,
+held on the driver, are collected once.
 """
 
 from __future__ import annotations
@@ -19,7 +20,9 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from horizon_broker.ingest.driver_batches import COLLECT_ACTION
 from horizon_broker.ingest.job import STEPS, IngestJob, SimulatedCrash
+from horizon_broker.ingest.partial_upsert_batch import MERGE_ACTION
 from horizon_broker.ingest.table import TableDefinition
 from tests.ingest.conftest import Change as ConfChange
 from tests.ingest.conftest import accounts_table, broker_view, visible_rows, write_changelog
@@ -283,6 +286,9 @@ def test_a_debezium_status_event_without_the_other_columns_keeps_their_values(
     for number, events in enumerate(batches):
         (changes / f"{number:04d}.json").write_text(lines(events))
         result = job.run_directory(str(changes), "debezium")
+        if road != "spark":  # the merged rows, held on the driver, are not collected again
+            assert MERGE_ACTION in job.action_seconds
+            assert COLLECT_ACTION not in job.action_seconds
         view = broker_view(follower, client, name)
         assert view.lwm >= result.high
         seen.append(table_of(stored_debezium_rows(view), view.lwm))
