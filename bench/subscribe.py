@@ -23,7 +23,15 @@ moment the broker's follower saw the LWM reach the batch's snapshot to that delt
 strategy's cost per snapshot plus the hand-over. Every delta applied to the first result is
 checked against the query at the delta's snapshot at the end.
 
-Run: ``python -m bench.subscribe [--quick] [--sizes 1000000,5000000] [--commits 20]``.
+Before the measured subscriptions, each of them is followed for ``--warmup`` commits on the same
+broker (excluded from the figures, and the output says so): the first subscriptions of a fresh
+broker paid the JVM's and the view cache's warm-up. Per commit, a second table says where the
+delta's time went (:mod:`bench.subscribe_profile`): the queries the subscription ran between
+the batch and its delta (and how many gave no rows), and the delta query's admission, rewrite,
+views and Spark time, the span of its Spark jobs and the Spark time outside them (analysis,
+planning, fetching the result), its jobs, stages and tasks.
+
+Run: ``python -m bench.subscribe [--quick] [--sizes 1000000,5000000] [--commits 20] [--warmup 2]``.
 """
 
 from __future__ import annotations
@@ -43,6 +51,7 @@ from typing import Any
 
 from bench.history_table import TABLE, definition, version_columns
 from bench.report import print_table, summarize, write_results
+from bench.subscribe_profile import QueryProfile, breakdown
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
@@ -125,36 +134,19 @@ def lwm_seen(follower: Any, snapshot: int) -> float:
 
 
 def follow_commits(env: dict[str, Any], sql: str, strategy: str, version: int) -> dict[str, Any]:
-    """One subscription while ``commits`` batches land; its latencies and its check."""
+    """One subscription while ``commits`` batches land; its latencies, where the delta's time
+    went (:mod:`bench.subscribe_profile`) and its check."""
     from horizon_broker.broker.subscribe.snapshot_sql import at_snapshot
-    from horizon_broker.watermark import tokens
 
-    spark, job, client, follower = env["spark"], env["job"], env["client"], env["follower"]
-    rng = random.Random(version)
+    client = env["client"]
+    profile = QueryProfile()
     subscriber = Subscriber(env["target"], sql, strategy)
-    commit_to_delta, lwm_to_delta, commit_to_lwm, batch = [], [], [], []
     views = env["views"]
     try:
         subscriber.until(0)  # the first result
         view_sets, file_sets = views.builds, views.file_sets_read
-        for number in range(env["commits"]):
-            keys = rng.sample(range(env["rows"]), env["keys"])
-            frame = changed_rows(spark, keys, version + number + 1)
-            began = time.perf_counter()
-            result = job.run_batch(frame)
-            committed = time.perf_counter()
-            batch.append((committed - began) * 1000)
-            snapshot = tokens.decode(result.token)[TABLE]
-            seen: list[float] = []
-            watcher = threading.Thread(
-                target=lambda at=snapshot, into=seen: into.append(lwm_seen(follower, at))
-            )
-            watcher.start()
-            arrived = subscriber.until(snapshot)
-            watcher.join()
-            commit_to_delta.append((arrived - committed) * 1000)
-            lwm_to_delta.append((arrived - seen[0]) * 1000)
-            commit_to_lwm.append((seen[0] - committed) * 1000)
+        with profile.profiling(env["engine"]):
+            timed = commit_and_follow(env, subscriber, version)
         view_sets, file_sets = views.builds - view_sets, views.file_sets_read - file_sets
         live = subscriber.live
         answer = live.table
@@ -164,20 +156,65 @@ def follow_commits(env: dict[str, Any], sql: str, strategy: str, version: int) -
         correct = Counter(tuple(r.values()) for r in answer.to_pylist()) == expected
     finally:
         subscriber.close()
+    windows = timed.pop("windows")
+    ends = [start for start, _ in windows[1:]] + [time.perf_counter()]
+    commits = [(start, end, arrived) for (start, arrived), end in zip(windows, ends, strict=True)]
     return {
         "strategy": live.strategy,
-        "commit_to_delta_ms": summarize(commit_to_delta),
-        "lwm_to_delta_ms": summarize(lwm_to_delta),
-        "commit_to_lwm_ms": summarize(commit_to_lwm),
-        "batch_ms": summarize(batch),
+        **{name: summarize(samples) for name, samples in timed.items()},
         "view_sets_per_commit": round(view_sets / env["commits"], 1),
         "file_sets_read_per_commit": round(file_sets / env["commits"], 1),
+        "breakdown": breakdown(env["spark"], profile, commits),
         "result_rows": answer.num_rows,
         "correct": correct,
     }
 
 
-def run_size(spark: Any, redis_url: str, rows: int, commits: int, keys: int) -> dict[str, Any]:
+def commit_and_follow(env: dict[str, Any], subscriber: Subscriber, version: int) -> dict[str, Any]:
+    """``commits`` batches, each followed to its delta at ``subscriber``: the times (ms) and
+    each batch's start and delta's arrival (perf_counter, ``windows``)."""
+    from horizon_broker.watermark import tokens
+
+    spark, job, follower = env["spark"], env["job"], env["follower"]
+    rng = random.Random(version)
+    timed: dict[str, list[Any]] = {
+        "commit_to_delta_ms": [], "lwm_to_delta_ms": [], "commit_to_lwm_ms": [], "batch_ms": [],
+        "windows": [],
+    }  # fmt: skip
+    for number in range(env["commits"]):
+        keys = rng.sample(range(env["rows"]), env["keys"])
+        frame = changed_rows(spark, keys, version + number + 1)
+        began = time.perf_counter()
+        result = job.run_batch(frame)
+        committed = time.perf_counter()
+        snapshot = tokens.decode(result.token)[TABLE]
+        seen: list[float] = []
+        watcher = threading.Thread(
+            target=lambda at=snapshot, into=seen: into.append(lwm_seen(follower, at))
+        )
+        watcher.start()
+        arrived = subscriber.until(snapshot)
+        watcher.join()
+        timed["batch_ms"].append((committed - began) * 1000)
+        timed["commit_to_delta_ms"].append((arrived - committed) * 1000)
+        timed["lwm_to_delta_ms"].append((arrived - seen[0]) * 1000)
+        timed["commit_to_lwm_ms"].append((seen[0] - committed) * 1000)
+        timed["windows"].append((began, arrived))
+    return timed
+
+
+def subscriptions() -> list[tuple[str, str]]:
+    """Every (query, strategy) the run follows, in order."""
+    return [
+        (sql, strategy)
+        for sql, incremental in QUERIES.values()
+        for strategy in (incremental, "exact_diff")
+    ]
+
+
+def run_size(
+    spark: Any, redis_url: str, rows: int, commits: int, keys: int, warmup: int = 0
+) -> dict[str, Any]:
     from horizon_broker.broker.api.server import BrokerServer
     from horizon_broker.broker.config import config_from_mapping
     from horizon_broker.client import connect
@@ -204,15 +241,24 @@ def run_size(spark: Any, redis_url: str, rows: int, commits: int, keys: int) -> 
     )
     broker = BrokerServer(config, spark=spark).start()
     assert broker.engine is not None, "a started broker has its engine"
-    figures: dict[str, Any] = {"rows": rows, "ingest_s": round(ingest_s, 1)}
+    figures: dict[str, Any] = {"rows": rows, "ingest_s": round(ingest_s, 1), "warmup": warmup}
     try:
         with connect(broker.target) as client:
             env = {
                 "spark": spark, "job": job, "client": client, "follower": broker.follower,
                 "target": broker.target, "views": broker.engine.views,
-                "rows": rows, "commits": commits, "keys": keys,
+                "engine": broker.engine, "rows": rows, "commits": commits, "keys": keys,
             }  # fmt: skip
             version = 0
+            if warmup:
+                print(
+                    f"  {rows:,} rows, warm-up: each subscription below for {warmup} commits, "
+                    "excluded from the figures",
+                    flush=True,
+                )
+                for sql, strategy in subscriptions():
+                    follow_commits({**env, "commits": warmup}, sql, strategy, version)
+                    version += warmup
             for name, (sql, incremental) in QUERIES.items():
                 for strategy in (incremental, "exact_diff"):
                     print(
@@ -274,6 +320,39 @@ def show(results: dict[str, Any]) -> None:
         "view sets / file sets read per commit", "result rows", "exact",
     ]  # fmt: skip
     print_table("bench.subscribe", columns, lines)
+    show_breakdown(results)
+
+
+def show_breakdown(results: dict[str, Any]) -> None:
+    """Where each subscription's delta went (medians over its commits)."""
+    lines = []
+    for size, figures in results["sizes"].items():
+        for label, run in figures.items():
+            if not isinstance(run, dict) or "breakdown" not in run:
+                continue
+            split = run["breakdown"]
+            ms, spark = split["delta_query_ms_p50"], split["delta_query_spark_p50"]
+            lines.append(
+                (
+                    f"{int(size):,}",
+                    label,
+                    f"{split['queries_per_commit']:g} / {split['empty_queries_per_commit']:g}",
+                    " / ".join(f"{ms[k]:.0f}" for k in ("queued", "rewrite", "views", "spark")),
+                    f"{ms['jobs_span']:.0f} / {ms['outside_jobs']:.0f}",
+                    " / ".join(f"{spark[k]:g}" for k in ("jobs", "stages", "skipped", "tasks")),
+                )
+            )
+    columns = [
+        "rows", "query/strategy", "queries / empty ones per commit",
+        "delta query: queued / rewrite / views / spark ms",
+        "spark: jobs' span / outside jobs ms", "jobs / stages / skipped / tasks",
+    ]  # fmt: skip
+    print_table(
+        f"where the delta went (p50 of {results['commits']} commits, after "
+        f"{results.get('warmup_commits', 0)} warm-up commits each)",
+        columns,
+        lines,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -282,6 +361,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", default="200000", help="table sizes in rows, comma-separated")
     parser.add_argument("--commits", type=int, default=20, help="batches per subscription")
     parser.add_argument("--keys", type=int, default=10, help="keys each batch updates")
+    parser.add_argument(
+        "--warmup",
+        type=int,
+        default=2,
+        help="commits each subscription follows once before the measured ones (excluded)",
+    )
     args = parser.parse_args(argv)
     sizes = [20_000] if args.quick else [int(s) for s in args.sizes.split(",")]
     commits = 4 if args.quick else args.commits
@@ -291,12 +376,17 @@ def main(argv: list[str] | None = None) -> int:
     spark = create_spark_session(
         master="local[2]", app_name="bench-subscribe", conf={"spark.sql.shuffle.partitions": "4"}
     )
-    results: dict[str, Any] = {"commits": commits, "keys_per_commit": args.keys, "sizes": {}}
+    warmup = 1 if args.quick else args.warmup
+    results: dict[str, Any] = {
+        "commits": commits, "keys_per_commit": args.keys, "warmup_commits": warmup, "sizes": {},
+    }  # fmt: skip
     try:
         for rows in sizes:
             redis = RedisProcess().start()  # a state store per size: one table named accounts
             try:
-                results["sizes"][str(rows)] = run_size(spark, redis.url, rows, commits, args.keys)
+                results["sizes"][str(rows)] = run_size(
+                    spark, redis.url, rows, commits, args.keys, warmup
+                )
             finally:
                 redis.close()
     finally:
