@@ -44,6 +44,7 @@ from horizon_broker.compaction.plan import (
     visible_by_chunk,
 )
 from horizon_broker.compaction.publish import publish_checked
+from horizon_broker.compaction.restore import restore_lost_outputs
 from horizon_broker.ingest.compaction_records import compaction_record_dir
 from horizon_broker.ingest.garbage import delete_unannounced
 from horizon_broker.ingest.logged_numbers import logged_segments_of_table
@@ -140,6 +141,7 @@ class Compactor:
         """Run one minor compaction (of ``targets``, or of what :meth:`plan` finds)."""
         started = time.perf_counter()
         run_id = f"{self.client.server_id}-{uuid.uuid4().hex[:10]}"
+        self.restore_lost_outputs()
         targets = list(self.plan(**plan) if targets is None else targets)
         if not targets:
             return CompactionReport(run_id, "nothing to do")
@@ -202,6 +204,7 @@ class Compactor:
         started = time.perf_counter()
         run_id = f"{self.client.server_id}-{uuid.uuid4().hex[:10]}"
         suffix = f"major-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{run_id[-10:]}"
+        self.restore_lost_outputs()
         announced = self.client.announced_segments(self.table.name)
         majors = plan_major(
             self.table.name, announced, self.settings, suffix,
@@ -483,6 +486,14 @@ class Compactor:
             )
             for (target, number, item), summary in zip(kept, summaries, strict=True)
         ]
+
+    def restore_lost_outputs(self) -> int:
+        """Announce again the outputs of earlier compactions a failed-over store lost
+        (:mod:`horizon_broker.compaction.restore`); returns how many segments."""
+        self._reserve_logged_numbers()
+        return restore_lost_outputs(
+            self.storage, self.client, self.table.name, self.root, self._job_locks
+        )
 
     def _reserve_logged_numbers(self) -> None:
         """Before the first allocation: the store hands out no number a commit log or compaction

@@ -17,6 +17,7 @@ from horizon_broker.ingest.storage import Storage
 from horizon_broker.locks.client import JobLocks, LockClient
 from horizon_broker.locks.rules import BATCH_INGESTION_PRIORITY
 from horizon_broker.timeline.segment import Segment
+from horizon_broker.watermark.records import segment_key
 from tests.compaction.history import (
     assert_every_snapshot_answers_the_replay,
     batch,
@@ -242,6 +243,31 @@ def test_an_update_whose_numbers_were_handed_out_again_before_its_publish_is_app
     assert stored[taken.id].location == ("/elsewhere/s2.parquet",)  # the other's, untouched
     other.unannounce([stored[taken.id]])  # its stand-in files do not exist: let the check read
     assert_broker_sees(spark, follower, client, "accounts", log, exact_ts=False)
+
+
+def test_outputs_a_failed_over_store_lost_are_announced_again_before_the_next_pass(
+    spark, server, follower, tmp_path
+):
+    """The store failed over to a replica without the compaction's publish: it has the inputs
+    and not the outputs, which a broker may have served and then holds. The compactor's record
+    is the only trace: the next pass announces the outputs again, once (rule F4)."""
+    table, client, _job, log = churned(spark, server, tmp_path, rounds=3)
+    compactor = Compactor(spark, table, server("compactor"))
+    report = compactor.compact()
+    assert report.outcome == "published"
+    # The promoted replica never saw the publish: its entries are gone and no event says so.
+    client.redis.hdel("horizon:t:accounts:segs", *[segment_key(s) for s in report.outputs])
+    lost = {s.id for s in report.outputs}
+    assert not lost & {s.id for s in client.announced_segments("accounts")}
+
+    assert compactor.compact(targets=[]).outcome == "nothing to do"  # the next pass
+    stored = {s.id: s.location for s in client.announced_segments("accounts")}
+    assert {s.id: stored.get(s.id) for s in report.outputs} == {
+        s.id: s.location for s in report.outputs
+    }
+    assert compactor.restore_lost_outputs() == 0
+    assert_broker_sees(spark, follower, client, "accounts", log)
+    assert_every_snapshot_answers_the_replay(spark, follower, client, log)
 
 
 def test_a_live_pin_taken_before_the_compaction_keeps_its_inputs_until_released(
