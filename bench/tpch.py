@@ -152,12 +152,14 @@ def plans(number: int, client: Any, plain: Any, token: Any) -> tuple[str, str, i
 
 def measure(
     client: Any, plain: Any, numbers: list[int], expected: dict[int, Any], rounds: Rounds,
-    token: Any, phase: str, plans_dir: Path,
+    token: Any, phase: str, plans_dir: Path, between: Callable[[], None] = lambda: None,
 ) -> dict[str, Any]:  # fmt: skip
-    """Every chosen query measured, its plans written to ``tpch_plans_<phase>.md``."""
+    """Every chosen query measured, its plans written to ``tpch_plans_<phase>.md``; ``between``
+    runs before each query (the lock's :meth:`PhaseLock.breathe`)."""
     per_query: dict[str, Any] = {}
     sections = [f"# TPC-H plans, {phase}: Horizon and plain Spark side by side\n"]
     for number in numbers:
+        between()
         # Both answers checked first: also each side's warm-up run of the query.
         answer = check_both(number, client, plain, expected[number], token)
         figures = {"rows": answer.table.num_rows, **time_rounds(number, client, plain, rounds, token)}  # fmt: skip
@@ -233,6 +235,7 @@ def run(
     keep_work: bool = False,
     lock: Path | None = None,
     hold_lock: bool = False,
+    hold_most_s: float | None = None,
     conf: dict[str, str] | None = None,
     compaction_row_group_bytes: int | None = None,
     save: Callable[[dict[str, Any]], Any] | None = None,
@@ -241,7 +244,8 @@ def run(
     a directory of its own for the plans. With ``lock``, each phase holds that file's lock
     (``flock``) and the lock is let go between them, so a long run never holds it throughout;
     the first phase takes it before the run's own Spark starts; ``hold_lock`` keeps it from
-    the first phase to the end (a short run: its second phase never queues). ``conf`` goes
+    the first phase to the end (a short run: its second phase never queues); ``hold_most_s``
+    bounds each hold (let go and taken again between queries). ``conf`` goes
     into the Spark session the run starts, so both sides read with it. ``save`` is given the results after
     each phase (a run stopped while it waits for the lock keeps its first phase's figures)."""
     read = tables_read(numbers)  # the tables the chosen queries read, no others
@@ -254,7 +258,7 @@ def run(
     results["rows"] = {name: table.num_rows for name, table in tables.items()}
     expected = reference_answers(tables, {number: QUERIES[number] for number in numbers})
     results["step_seconds"] = {}  # where a run's time goes
-    gate = PhaseLock(lock, hold=hold_lock)
+    gate = PhaseLock(lock, hold=hold_lock, most_s=hold_most_s)
     gate.take()  # the plain tables, ingestion and the first phase (and starting Spark)
     try:
         with _services(spark, redis_url, conf or {}) as (spark, redis_url):
@@ -297,7 +301,7 @@ def _phases(
         print(f"ingested in {sum(ingested['seconds'].values()):.0f} s: {ingested['seconds']}")
         broker = start_broker(redis_url, spark)
         with step(steps, "before"):
-            results["before"] = phase(broker, plain, numbers, expected, rounds, ingested, plans_dir, "before")  # fmt: skip
+            results["before"] = phase(broker, plain, numbers, expected, rounds, ingested, plans_dir, "before", gate.breathe)  # fmt: skip
         gate.let_go()
         save(results)
         if compaction:
@@ -306,7 +310,7 @@ def _phases(
             with step(steps, "compaction"), row_groups:
                 results["compaction"] = compact(writer, redis_url, ingested["definitions"], broker.follower)  # fmt: skip
             with step(steps, "after"):
-                results["after"] = phase(broker, plain, numbers, expected, rounds, ingested, plans_dir, "after")  # fmt: skip
+                results["after"] = phase(broker, plain, numbers, expected, rounds, ingested, plans_dir, "after", gate.breathe)  # fmt: skip
             save(results)
     finally:
         if broker is not None:
@@ -317,20 +321,19 @@ def _phases(
 
 def phase(
     broker: Any, plain: Any, numbers: list[int], expected: dict[int, Any], rounds: Rounds,
-    ingested: dict[str, Any], plans_dir: Path, name: str,
+    ingested: dict[str, Any], plans_dir: Path, name: str, between: Callable[[], None],
 ) -> dict[str, Any]:  # fmt: skip
     """One phase: every query measured at the latest snapshot, then at the first round's
-    snapshot by ``VERSION AS OF`` and ``TIMESTAMP AS OF``."""
+    snapshot by ``VERSION AS OF`` and ``TIMESTAMP AS OF`` (``between`` before each query)."""
     from horizon_broker.client import connect
 
     with connect(broker.target) as client:
         token = ingested["tokens"]
-        figures = measure(client, plain, numbers, expected, rounds, token, name, plans_dir)
+        figures = measure(client, plain, numbers, expected, rounds, token, name, plans_dir, between)  # fmt: skip
         seconds: dict[str, float] = {}
         with step(seconds, "time travel"):
-            figures["time_travel_rows"] = check_time_travel(
-                client, numbers, ingested["first_batches"], ingested["first_round_snapshot"]
-            )
+            first = ingested["first_batches"], ingested["first_round_snapshot"]
+            figures["time_travel_rows"] = check_time_travel(client, numbers, *first, between)
         figures["time_travel_seconds"] = seconds["time travel"]
     return figures
 
@@ -352,10 +355,16 @@ class PhaseLock:
     never waits behind others' runs (at scale 0.01 both phases take about four minutes; runs
     that let go between phases lost their second phase to the queue three times)."""
 
-    def __init__(self, path: Path | None, *, hold: bool = False) -> None:
+    def __init__(
+        self, path: Path | None, *, hold: bool = False, most_s: float | None = None,
+        gap: Callable[[], None] = lambda: time.sleep(2.0),
+    ) -> None:  # fmt: skip
         self.path = path
         self.hold = hold
+        self.most_s = most_s
+        self.gap = gap  # between letting go and taking again: a waiter's flock gets in first
         self._handle: Any = None
+        self._since = 0.0
 
     def take(self) -> None:
         import fcntl
@@ -365,7 +374,19 @@ class PhaseLock:
         started = time.perf_counter()
         self._handle = open(self.path, "a")  # noqa: SIM115 (held across phases, closed in close)
         fcntl.flock(self._handle, fcntl.LOCK_EX)
-        print(f"holding {self.path} (waited {time.perf_counter() - started:.0f} s)", flush=True)
+        self._since = time.perf_counter()
+        print(f"holding {self.path} (waited {self._since - started:.0f} s)", flush=True)
+
+    def breathe(self) -> None:
+        """Between two queries: a hold older than ``most_s`` lets go and queues again, so a
+        phase too long for one hold (scale factor 1: 22 queries take over 20 minutes) runs in
+        bounded slices, its Spark and broker idle while others hold the lock."""
+        if self._handle is None or self.hold or self.most_s is None:
+            return
+        if time.perf_counter() - self._since >= self.most_s:
+            self.close()
+            self.gap()
+            self.take()
 
     def let_go(self) -> None:
         """The end of a phase: the lock goes unless it is held for the whole run."""
@@ -430,6 +451,10 @@ def main(argv: list[str] | None = None) -> int:
         help="with --lock: hold it from the first phase to the end (short runs: scale 0.01)",
     )  # fmt: skip
     parser.add_argument(
+        "--hold-minutes", type=float,
+        help="with --lock: let it go and queue again between queries after this long (SF1)",
+    )  # fmt: skip
+    parser.add_argument(
         "--conf", action="append", default=[], metavar="KEY=VALUE",
         help="a Spark setting of the run's session (both sides), repeatable",
     )  # fmt: skip
@@ -454,6 +479,7 @@ def main(argv: list[str] | None = None) -> int:
         keep_work=args.keep_work,
         lock=args.lock,
         hold_lock=args.hold_lock,
+        hold_most_s=args.hold_minutes * 60 if args.hold_minutes else None,
         conf=conf,
         compaction_row_group_bytes=(args.compaction_row_group_mib or 0) * 1024**2 or None,
         save=lambda partial: write_results(name, partial),

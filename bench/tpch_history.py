@@ -10,6 +10,7 @@ so it checks the other half of the rewrite's views.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
@@ -38,10 +39,12 @@ def first_round_state(first_batches: dict[str, pa.Table]) -> dict[str, pa.Table]
 
 
 def check_time_travel(
-    client: Any, numbers: list[int], first_batches: dict[str, pa.Table], snapshot: int
-) -> dict[str, int]:
+    client: Any, numbers: list[int], first_batches: dict[str, pa.Table], snapshot: int,
+    between: Callable[[], None] = lambda: None,
+) -> dict[str, int]:  # fmt: skip
     """Every chosen query at ``snapshot`` by version and by its millisecond's timestamp, each
-    answer checked against DuckDB on the first round's tables; the rows each returned."""
+    answer checked against DuckDB on the first round's tables; the rows each returned.
+    ``between`` runs before each query (the lock's bounded holds)."""
     from horizon_broker._core.hlc import format_snapshot
 
     expected = reference_answers(
@@ -50,6 +53,7 @@ def check_time_travel(
     moment = format_snapshot(snapshot).split("Z+", 1)[0]
     answered = {}
     for number in numbers:
+        between()
         for kind, value in (("VERSION", snapshot), ("TIMESTAMP", moment)):
             answer = client.execute(as_of(QUERIES[number], kind, value), cache=False)
             check(number, f"Horizon {kind} AS OF {value}", rows_of(answer.table), expected[number])

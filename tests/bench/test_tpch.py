@@ -236,6 +236,46 @@ def test_a_held_phase_lock_stays_between_phases_and_goes_at_the_end(tmp_path: Pa
         fcntl.flock(other, fcntl.LOCK_UN)
 
 
+def test_a_bounded_phase_lock_lets_others_in_between_queries_once_held_long_enough(
+    tmp_path: Path,
+) -> None:
+    """``bench.tpch --lock F --hold-minutes M`` (scale factor 1, phases longer than one hold):
+    between two queries a hold older than M lets go, leaves a gap in which another run's flock
+    is granted, and takes it again; a younger hold, or one held for the whole run, stays."""
+    import fcntl
+
+    from bench.tpch import PhaseLock
+
+    path = tmp_path / "spark.lock"
+    granted: list[bool] = []
+    with open(path, "a") as other:
+
+        def another_run() -> None:  # in the gap: another engineer's flock
+            try:
+                fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                granted.append(False)
+                return
+            granted.append(True)
+            fcntl.flock(other, fcntl.LOCK_UN)
+
+        for hold, most_s in ((False, 3600.0), (True, 0.0)):  # young; held for the whole run
+            kept = PhaseLock(path, hold=hold, most_s=most_s, gap=another_run)
+            kept.take()
+            kept.breathe()
+            with pytest.raises(BlockingIOError):
+                fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            kept.close()
+        assert granted == []  # no gap
+        gate = PhaseLock(path, most_s=0.0, gap=another_run)
+        gate.take()
+        gate.breathe()
+        assert granted == [True]  # the other run got in between
+        with pytest.raises(BlockingIOError):  # and the gate holds it again for the next query
+            fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        gate.close()
+
+
 def _rounds(horizon: list[float], plain: list[float], again: list[float]) -> dict[str, list[float]]:
     return {"horizon": horizon, "plain": plain, "again": again}
 
