@@ -20,6 +20,7 @@ from horizon_broker.watermark.lwm import TableProgress
 from horizon_broker.watermark.records import segment_key
 
 if TYPE_CHECKING:
+    from horizon_broker.timeline.timeline import Timeline
     from horizon_broker.watermark.state import ServerState
 
 log = logging.getLogger(__name__)
@@ -133,6 +134,28 @@ def release_replaced(state: ServerState, events: Iterable[Mapping[str, Any]]) ->
         )
         state.apply("segments", {"add": [], "remove": replaced}, "", state.store_ms)
     return len(replaced)
+
+
+def overshadowed_held(
+    held: Mapping[str, set[str]],
+    segments: Mapping[str, Mapping[str, Segment]],
+    timelines: Mapping[str, Timeline],
+) -> list[Segment]:
+    """Held segments that another segment overshadows (pure): the store lost them *and* the
+    update or compaction that replaced them, then their owner published its newer state again.
+    No event will name them (their removal was lost with them), and at every snapshot served
+    the newer segment answers the same rows (what it adds are validUntils above them, set by
+    commits the served snapshots do not include), so they are let go rather than held for good."""
+    found = []
+    for table, keys in held.items():
+        timeline, stored = timelines.get(table), segments.get(table, {})
+        if timeline is None:
+            continue
+        for key in sorted(keys):
+            segment = stored.get(key)
+            if segment is not None and timeline.is_overshadowed(segment):
+                found.append(segment)
+    return found
 
 
 def release_held(held: dict[str, set[str]], event: Mapping[str, Any]) -> list[str]:

@@ -21,6 +21,7 @@ from horizon_broker.watermark.carry import (
     carry_unpublished,
     hold_served,
     ignore_reused_ids,
+    overshadowed_held,
     release_held,
 )
 from horizon_broker.watermark.catalog import TableDescriptor
@@ -154,6 +155,7 @@ class ServerState:
             if not state.held.get(name):
                 tracker.observe(state.progress[name].minimum(state.clocks()), int(now_ms) / 1000)
             state.served[name] = tracker
+        state._release_overshadowed(int(now_ms))
         return state
 
     def clocks(self) -> Clocks:
@@ -237,7 +239,20 @@ class ServerState:
                 touched.add(table)
         for table in release_held(self.held, data):
             self._observe(table, t_ms)
+        self._release_overshadowed(t_ms)
         return touched
+
+    def _release_overshadowed(self, t_ms: int) -> None:
+        """Let go of held segments a segment of the store overshadows (:mod:`.carry`)."""
+        released = overshadowed_held(self.held, self.segments, self.timelines)
+        if released:
+            log.warning(
+                "%d held segment(s) are overshadowed by segments the store has (their "
+                "replacement was lost with them and published again): no longer held: %s",
+                len(released),
+                ", ".join(str(s.id) for s in released),
+            )
+            self._on_segments({"add": [], "remove": [s.to_dict() for s in released]}, "", t_ms)
 
     def _on_report(self, data: Mapping[str, Any], server: str, t_ms: int) -> set[str]:
         table = data["table"]

@@ -184,3 +184,42 @@ def test_held_segments_the_stores_history_replaced_are_let_go_and_the_rest_stay_
     assert after.held == {"accounts": {segment_key(lost), segment_key(readded)}}
     visible = {s.location for s in after.timelines["accounts"].visible_segments()}
     assert visible == {lost.location, readded.location}
+
+
+def _rewrite_of(original: Segment, partition: int, location: str) -> Segment:
+    """The owner's overwrite of ``original``'s root (what its updater announces)."""
+    return dataclasses.replace(
+        original,
+        partition=partition,
+        root_start=original.partition,
+        root_end=original.partition + 1,
+        minor_version=original.minor_version + 1,
+        location=(location,),
+    )
+
+
+def test_a_held_segment_the_store_has_a_newer_rewrite_of_is_let_go_at_the_resync():
+    """The store lost a segment and the update that replaced it; the owner published its newer
+    state again. Nothing names the old segment again, so held it would freeze the table for
+    good (a broker of a 600 s fault run held bank for 7 minutes); the rewrite answers alike."""
+    served = segment(chunk=1, partition=2, server="s1", location=("/data/s1/b.parquet",))
+    rewrite = _rewrite_of(served, 32768, "/data/s1/u.parquet")
+    before = ServerState.from_snapshot(_rooted_snapshot((served,)))
+    after = ServerState.from_snapshot(_rooted_snapshot((rewrite,)), previous=before, rewound=True)
+    assert after.held == {}
+    assert [s.location for s in after.timelines["accounts"].visible_segments()] == [
+        rewrite.location
+    ]
+
+
+def test_a_held_segment_is_let_go_when_an_event_brings_a_segment_that_overshadows_it():
+    served = segment(chunk=1, partition=2, server="s1", location=("/data/s1/b.parquet",))
+    lost = segment(chunk=1, partition=3, server="s1", location=("/data/s1/c.parquet",))
+    before = ServerState.from_snapshot(_rooted_snapshot((served, lost)))
+    after = ServerState.from_snapshot(_rooted_snapshot(()), previous=before, rewound=True)
+    assert after.held == {"accounts": {segment_key(served), segment_key(lost)}}
+    rewrite = _rewrite_of(served, 32768, "/data/s1/u.parquet")
+    after.apply("segments", {"add": [rewrite.to_dict()], "remove": []}, "s1", NOW_MS + 1)
+    assert after.held == {"accounts": {segment_key(lost)}}  # the other one is still missing
+    visible = {s.location for s in after.timelines["accounts"].visible_segments()}
+    assert visible == {rewrite.location, lost.location}
