@@ -239,20 +239,22 @@ class ServerState:
                 touched.add(table)
         for table in release_held(self.held, data):
             self._observe(table, t_ms)
-        self._release_overshadowed(t_ms)
-        return touched
+        return touched | self._release_overshadowed(t_ms)
 
-    def _release_overshadowed(self, t_ms: int) -> None:
-        """Let go of held segments a segment of the store overshadows (:mod:`.carry`)."""
+    def _release_overshadowed(self, t_ms: int) -> set[str]:
+        """Let go of held segments a segment of the store overshadows (:mod:`.carry`); returns
+        the tables that changed."""
         released = overshadowed_held(self.held, self.segments, self.timelines)
-        if released:
-            log.warning(
-                "%d held segment(s) are overshadowed by segments the store has (their "
-                "replacement was lost with them and published again): no longer held: %s",
-                len(released),
-                ", ".join(str(s.id) for s in released),
-            )
-            self._on_segments({"add": [], "remove": [s.to_dict() for s in released]}, "", t_ms)
+        if not released:
+            return set()
+        log.warning(
+            "%d held segment(s) are overshadowed by segments the store has (their "
+            "replacement was lost with them and published again): no longer held: %s",
+            len(released),
+            ", ".join(str(s.id) for s in released),
+        )
+        removal = {"add": [], "remove": [s.to_dict() for s in released]}
+        return self._on_segments(removal, "", t_ms)
 
     def _on_report(self, data: Mapping[str, Any], server: str, t_ms: int) -> set[str]:
         table = data["table"]
