@@ -19,6 +19,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from horizon_broker._core.errors import FailedPrecondition
 from horizon_broker.compaction.plan import visible_by_chunk
 from horizon_broker.ingest.compaction_records import compaction_record_dir
 from horizon_broker.ingest.reconcile import announced_files
@@ -80,9 +81,12 @@ def restore_lost_outputs(
         if not missing or not all(storage.exists(p) for s in missing for p in s.location):
             continue
         inputs = [Segment.from_dict(raw) for raw in record["inputs"]]
-        restored += _announce_again(
-            client, table, inputs, missing, job_locks(f"{record['run']}-restore")
-        )
+        try:
+            restored += _announce_again(
+                client, table, inputs, missing, job_locks(f"{record['run']}-restore")
+            )
+        except FailedPrecondition as error:  # a lock held elsewhere, or a chunk superseded
+            log.warning("not announcing again the outputs of %s now: %s", info.path, error)
     return restored
 
 
