@@ -9,6 +9,9 @@ follower stays connected (a failover that neither kills nor demotes its primary)
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 
 import redis
 
@@ -32,9 +35,12 @@ def _take_back_last_events(client: redis.Redis, count: int) -> None:
     client.hdel(f"horizon:t:{TABLE}:segs", '[3600000,7200000,"v1",0]')
 
 
-def test_a_busy_follower_never_skips_what_a_new_history_wrote_under_its_position(
-    redis_client: redis.Redis, redis_server
-):
+@contextmanager
+def _gone_back_under_a_follower(
+    redis_client: redis.Redis, redis_server: Any
+) -> Iterator[tuple[ServerClient, Follower]]:
+    """A server that announced chunks 0 and 1 and reported, a follower that applied it all, then
+    the store taken back by the last two events (chunk 1's announcement and the report)."""
     server = ServerClient(redis_server.url, "s1")
     follower = Follower(redis_server.url, heartbeat_timeout_s=60)
     try:
@@ -47,8 +53,17 @@ def test_a_busy_follower_never_skips_what_a_new_history_wrote_under_its_position
         server.report(TABLE, {0: (2000, 2000)})
         position = int(redis_client.get("horizon:seq"))
         assert follower.wait_for(lambda f: f.state_seq == position, 10)
-
         _take_back_last_events(redis_client, 2)
+        yield server, follower
+    finally:
+        follower.stop()
+        server.close()
+
+
+def test_a_busy_follower_never_skips_what_a_new_history_wrote_under_its_position(
+    redis_client: redis.Redis, redis_server
+):
+    with _gone_back_under_a_follower(redis_client, redis_server) as (server, follower):
         time.sleep(0.01)  # the new history's events come later on the store's clock
         # The new history: the server goes on (it does not know), under the same numbers.
         server.announce([segment(TABLE, chunk=2)])
@@ -62,9 +77,6 @@ def test_a_busy_follower_never_skips_what_a_new_history_wrote_under_its_position
         assert follower.wait_for(sees_the_new_history, 10), "events of the new history skipped"
         assert follower.rewinds >= 1
         assert follower.held() == {TABLE: 1}  # chunk 1, served, lost: held until announced again
-    finally:
-        follower.stop()
-        server.close()
 
 
 def test_a_segment_the_new_history_removed_under_the_followers_position_is_not_held(
@@ -73,20 +85,7 @@ def test_a_segment_the_new_history_removed_under_the_followers_position_is_not_h
     """The follower resyncs past the new history's events under its position: a served segment
     one of them removed is gone from the store for good, not lost, and holding it would freeze
     the table's snapshot forever (a fault run's broker did)."""
-    server = ServerClient(redis_server.url, "s1")
-    follower = Follower(redis_server.url, heartbeat_timeout_s=60)
-    try:
-        server.register()
-        server.register_table(table_descriptor(TABLE))
-        server.announce([segment(TABLE, chunk=0)])
-        follower.start()
-        follower.wait_until_synced(10)
-        server.announce([segment(TABLE, chunk=1)])
-        server.report(TABLE, {0: (2000, 2000)})
-        position = int(redis_client.get("horizon:seq"))
-        assert follower.wait_for(lambda f: f.state_seq == position, 10)
-
-        _take_back_last_events(redis_client, 2)
+    with _gone_back_under_a_follower(redis_client, redis_server) as (server, follower):
         time.sleep(0.01)
         server.replace(add=[segment(TABLE, chunk=5)], remove=[segment(TABLE, chunk=0)])
         server.announce([segment(TABLE, chunk=2)])
@@ -101,6 +100,3 @@ def test_a_segment_the_new_history_removed_under_the_followers_position_is_not_h
         assert follower.held() == {TABLE: 1}  # chunk 1 only: lost, held until announced again
         starts = {s.interval.start_ms // 3_600_000 for s in follower.view(TABLE).visible_segments}
         assert 0 not in starts
-    finally:
-        follower.stop()
-        server.close()
