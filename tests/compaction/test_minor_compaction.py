@@ -6,6 +6,7 @@ import dataclasses
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -14,10 +15,12 @@ from horizon_broker.compaction.plan import CompactionSettings
 from horizon_broker.compaction.run import CompactionKilled, Compactor
 from horizon_broker.ingest.job import IngestJob, SimulatedCrash
 from horizon_broker.ingest.storage import Storage
+from horizon_broker.ingest.table import TableDefinition
 from horizon_broker.locks.client import JobLocks, LockClient
 from horizon_broker.locks.rules import BATCH_INGESTION_PRIORITY
 from horizon_broker.timeline.segment import Segment
 from horizon_broker.watermark.records import segment_key
+from horizon_broker.watermark.server import ServerClient
 from tests.compaction.history import (
     assert_every_snapshot_answers_the_replay,
     batch,
@@ -181,21 +184,32 @@ def test_compaction_racing_ingestion_keeps_every_snapshot_exact(spark, server, f
     assert_every_snapshot_answers_the_replay(spark, follower, client, log)
 
 
+def _update_cut_short_before_its_publish(
+    spark: Any, server: Any, tmp_path: Path, rounds: int
+) -> tuple[TableDefinition, ServerClient, IngestJob, list]:
+    """Server s1 after ``rounds`` of churn, then an updater run that committed its rewrite and
+    died before announcing it; the changelog includes that batch's updates."""
+    table = accounts_table(tmp_path)
+    client = server("s1")
+    log: list = []
+    churn(IngestJob(spark, table, client).start(), spark, log, rounds=rounds)
+    crashing = IngestJob(spark, table, client, fail_at="update_after_commit")
+    changes = [Change(f"k{i:02d}", 900 + i, 10) for i in range(0, 12, 2)]  # updates only
+    with pytest.raises(SimulatedCrash):
+        batch(crashing, spark, changes, [])
+    log.extend((max(ts for ts, _ in log) + 1 + i, c) for i, c in enumerate(changes))
+    return table, client, crashing, log
+
+
 def test_an_update_cut_short_before_its_publish_is_applied_again_to_the_compacted_segments(
     spark, server, follower, tmp_path
 ):
     """The updater committed its rewrite and died before announcing it; a compaction then took
     in the segments it rewrote. Rolling the stale rewrite forward would be a second minor version
     of the same roots: the restart abandons it and applies its updates to the compaction's output."""
-    table = accounts_table(tmp_path)
-    client = server("s1")
-    log: list = []
-    churn(IngestJob(spark, table, client).start(), spark, log, rounds=4)
-    crashing = IngestJob(spark, table, client, fail_at="update_after_commit")
-    changes = [Change(f"k{i:02d}", 900 + i, 10) for i in range(0, 12, 2)]  # updates only
-    with pytest.raises(SimulatedCrash):
-        batch(crashing, spark, changes, [])
-    log.extend((max(ts for ts, _ in log) + 1 + i, c) for i, c in enumerate(changes))
+    table, client, _crashing, log = _update_cut_short_before_its_publish(
+        spark, server, tmp_path, rounds=4
+    )
     assert Compactor(spark, table, server("compactor")).compact().outcome == "published"
 
     restarted = IngestJob(spark, table, server("s1")).start()
@@ -216,15 +230,9 @@ def test_an_update_whose_numbers_were_handed_out_again_before_its_publish_is_app
     existed, and another server was handed them: the store refuses the rewrite at publish, which
     nobody ever served. The restart abandons it and applies its updates with fresh numbers
     instead of failing on the refusal at every start (rule F4)."""
-    table = accounts_table(tmp_path)
-    client = server("s1")
-    log: list = []
-    churn(IngestJob(spark, table, client).start(), spark, log, rounds=2)
-    crashing = IngestJob(spark, table, client, fail_at="update_after_commit")
-    changes = [Change(f"k{i:02d}", 900 + i, 10) for i in range(0, 12, 2)]  # updates only
-    with pytest.raises(SimulatedCrash):
-        batch(crashing, spark, changes, [])
-    log.extend((max(ts for ts, _ in log) + 1 + i, c) for i, c in enumerate(changes))
+    table, client, crashing, log = _update_cut_short_before_its_publish(
+        spark, server, tmp_path, rounds=2
+    )
     (unpublished,) = [r for r in crashing.manifest.records() if r.phase == "commit"][-1:]
     taken = Segment.from_dict(unpublished.body["add"][0])
     other = server("s2")
