@@ -27,12 +27,7 @@ from horizon_broker.ingest.redis_stream_trim import (
 from horizon_broker.ingest.server import IngestServer
 from horizon_broker.ingest.server_config import TableSource
 from tests.ingest.debezium_events import customers_table, postgres_event
-
-CAP = 1000
-
-
-def added(client: redis.Redis, count: int, key: str = "s") -> list[str]:
-    return [client.xadd(key, {"value": str(n)}).decode() for n in range(count)]  # type: ignore[union-attr]
+from tests.ingest.test_redis_stream_trim import CAP, added
 
 
 def ids_of(entries: list[Any]) -> list[str]:
