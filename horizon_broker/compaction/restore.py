@@ -68,6 +68,7 @@ def restore_lost_outputs(
     """Announce again what :func:`lost_outputs` finds in each compaction record of ``table``;
     returns how many segments were announced again."""
     restored = 0
+    stored = None
     for info in sorted(storage.list_files(compaction_record_dir(table_root), suffix=".json"),
                        key=lambda item: item.path):  # fmt: skip
         try:
@@ -76,7 +77,8 @@ def restore_lost_outputs(
             if storage.exists(info.path):
                 raise
             continue
-        stored = announced_files(client.announced_segments(table))
+        if stored is None:  # once a pass, and again after each announcement
+            stored = announced_files(client.announced_segments(table))
         missing = lost_outputs(record, stored)
         if not missing or not all(storage.exists(p) for s in missing for p in s.location):
             continue
@@ -85,6 +87,7 @@ def restore_lost_outputs(
             restored += _announce_again(
                 client, table, inputs, missing, job_locks(f"{record['run']}-restore")
             )
+            stored = None
         except FailedPrecondition as error:  # a lock held elsewhere, or a chunk superseded
             log.warning("not announcing again the outputs of %s now: %s", info.path, error)
     return restored
