@@ -505,7 +505,6 @@ class Compactor:
             return logged_segments_of_table(self.storage, self.root)
 
         self.client.follow_numbers_of(f"table {self.table.name}", logged)
-        self.client.reserve_numbers_of(logged())
         self._numbers_reserved = True
 
     def _record(self, run_id: str, inputs: Sequence[Segment], outputs: Sequence[Segment]) -> None:

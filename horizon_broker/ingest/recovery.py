@@ -83,7 +83,6 @@ def reserve_logged_numbers(protocol: CommitProtocol) -> None:
         return logged_segments_of_table(server.storage, server.root)
 
     server.client.follow_numbers_of(f"table {server.table.name}", logged)
-    server.client.reserve_numbers_of(logged())
 
 
 def clean_up(protocol: CommitProtocol, prepare: Record) -> None:

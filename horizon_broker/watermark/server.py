@@ -190,12 +190,13 @@ class ServerClient:
                 self._run("RESERVE", [table, key, str(next_free)])
 
     def follow_numbers_of(self, name: str, source: Callable[[], Iterable[Segment]]) -> None:
-        """After every change of primary, before this client allocates again, reserve the
-        numbers of the segments ``source`` lists (every server's commit log of a table, read
-        from storage): a server that was down then cannot re-publish its own, and another
+        """Reserve the numbers of the segments ``source`` lists (every server's commit log of a
+        table, read from storage) now and after every change of primary, before this client
+        allocates again: a server that was down then cannot re-publish its own, and another
         would be handed them again (rule F4). ``name`` replaces an earlier source."""
         with self._lock:
             self._number_sources[name] = source
+            self.reserve_numbers_of(source())
 
     def _restore_segments(self, previous: dict[tuple[str, str], Segment]) -> None:
         self._segments = previous
