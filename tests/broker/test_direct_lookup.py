@@ -177,9 +177,10 @@ def _versions(rng: random.Random, keys: int, null_keys: bool = False) -> list[di
     keys=st.lists(st.integers(-1, 60), min_size=1, max_size=3),
     projection=st.sampled_from([("owner", "id", "validFrom"), ("validUntil", "id"), ("balance",)]),
     kept_from_rows=st.sampled_from([1, 10, 1_000_000]),
+    by_pages=st.booleans(),
 )
 def test_reader_returns_exactly_the_visible_versions_of_the_keys(
-    tmp_path, seed, row_group, sort_by_key, snapshot, keys, projection, kept_from_rows
+    tmp_path, seed, row_group, sort_by_key, snapshot, keys, projection, kept_from_rows, by_pages
 ):
     rng = random.Random(seed)
     rows = _versions(rng, 60, null_keys=True)
@@ -194,9 +195,12 @@ def test_reader_returns_exactly_the_visible_versions_of_the_keys(
         files.append(str(path))
     lookup = KeyLookup("t", projection, (Predicate("id", tuple(keys)),))
     schema = pa.schema([SCHEMA.field(name) for name in projection])
-    # Row groups of ``kept_from_rows`` rows or more are decoded once and kept (every row group,
-    # some of them, or none), so the kept path, the two-pass path and their mix all answer.
-    reader = DirectReader(row_groups=RowGroupCache(min_rows=kept_from_rows))
+    # Row groups of ``kept_from_rows`` rows or more are decoded once and kept, or ``by_pages``
+    # read by pages (every row group, some of them, or none), so the kept path, the paged path,
+    # the two-pass path and their mix all answer.
+    reader = DirectReader(
+        row_groups=RowGroupCache(min_rows=kept_from_rows, max_whole_bytes=0 if by_pages else None)
+    )
     expected = [row for row in visible(rows, snapshot) if row["id"] in keys]
     for _ in range(2):  # the second time from the kept row groups
         answer = reader.read(lookup, files, snapshot, schema)
@@ -307,7 +311,7 @@ def test_kept_row_groups_stay_within_their_byte_budget(tmp_path):
     ]
     pq.write_table(pa.Table.from_pylist(rows, schema=SCHEMA), path, row_group_size=100)
     one_group = pq.ParquetFile(path).read_row_group(0).nbytes
-    cache = RowGroupCache(max_bytes=2 * one_group, min_rows=1)
+    cache = RowGroupCache(max_bytes=2 * one_group, min_rows=1, max_whole_bytes=one_group)
     reader = DirectReader(row_groups=cache)
     for key in (0, 100, 200, 300, 0):
         lookup = KeyLookup("t", None, (Predicate("id", (key,)),))

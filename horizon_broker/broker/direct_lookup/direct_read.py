@@ -64,6 +64,9 @@ from horizon_broker.watermark.catalog import VALID_FROM, VALID_UNTIL
 
 DEFAULT_MAX_ROWS = 1_000_000
 """More candidate rows than this (after row-group pruning) is a job for Spark's parallel scan."""
+PAGED_GROUP_ROWS = 20_000
+"""What a row group read by pages counts against :attr:`DirectReader.max_rows` (a page run of
+Spark's writer)."""
 FILE_SETS_KEPT = 64
 """Indexes of file sets kept (a set is one table generation's visible files)."""
 KEY_SETS_FROM_FILES = 2
@@ -195,7 +198,11 @@ class DirectReader:
         for predicate in lookup.predicates:
             if predicate.column in integer_keys:
                 keep &= contains(file_set.column(predicate.column), predicate.values)  # type: ignore[arg-type]
-        if int(file_set.rows[keep].sum()) > self.max_rows:
+        rows = file_set.rows[keep]
+        if integer_keys:  # a group read by pages costs its matching pages, not its rows
+            paged = self.row_groups.reads_pages(rows, file_set.stored_bytes[keep])
+            rows = np.where(paged, np.minimum(rows, PAGED_GROUP_ROWS), rows)
+        if int(rows.sum()) > self.max_rows:
             return None
         return np.nonzero(keep)[0]
 

@@ -1,7 +1,8 @@
 """The rows of one segment file a key lookup asks for (see :mod:`horizon_broker.broker.direct_lookup.direct_read`).
 
 Large row groups are decoded once and kept (:mod:`horizon_broker.broker.direct_lookup.row_group_cache`): a lookup
-bisects their sorted key positions and filters only the rows holding its keys. Small ones are
+bisects their sorted key positions and filters only the rows holding its keys. Those too large
+to keep are read by pages (:mod:`horizon_broker.broker.direct_lookup.page_rows`). Small ones are
 read in two passes: the filter columns of every candidate row group, then the result columns of
 the row groups that hold a match. The visibility rule and the key predicates follow SQL's
 three-valued logic, as Spark's filter would.
@@ -18,6 +19,7 @@ import pyarrow.parquet as pq
 
 from horizon_broker.broker.direct_lookup.file_sets import Footer, unreadable
 from horizon_broker.broker.direct_lookup.key_sets import lookup_values
+from horizon_broker.broker.direct_lookup.page_rows import read_key_rows
 from horizon_broker.broker.direct_lookup.reading import local_path
 from horizon_broker.broker.direct_lookup.row_group_cache import RowGroupCache
 from horizon_broker.broker.sql.model import Predicate
@@ -43,14 +45,25 @@ def read_file(
     schema: pa.Schema,
     cache: RowGroupCache,
 ) -> pa.Table:
-    """The lookup's rows in one file, in row-group order: large row groups from ``cache``
-    (decoded once), runs of the others in two passes (:func:`_read_groups`)."""
+    """The lookup's rows in one file: large row groups from ``cache`` (decoded once) or, too
+    large to keep, by pages (:func:`_read_by_pages`); runs of the others in two passes
+    (:func:`_read_groups`). In row-group order, the groups read by pages last."""
     metadata = plan.footer.metadata
+    key = _integer_key(plan, predicates)
     pieces: list[pa.Table] = []
     run: list[int] = []
+    paged: list[int] = []
     for group in plan.row_groups:
-        if not cache.keeps(metadata.row_group(group).num_rows):
+        rows, stored = metadata.row_group(group).num_rows, metadata.row_group(group).total_byte_size
+        if not cache.keeps(rows):
             run.append(group)
+            continue
+        if (
+            key is not None
+            and cache.reads_pages(rows, stored)
+            and not cache.hot(path, group, stored)
+        ):
+            paged.append(group)
             continue
         if run:
             pieces.append(_read_groups(path, replace(plan, row_groups=tuple(run)), predicates,
@@ -60,7 +73,45 @@ def read_file(
     if run:
         pieces.append(_read_groups(path, replace(plan, row_groups=tuple(run)), predicates,
                                    snapshot, schema))  # fmt: skip
+    if paged:
+        pieces.append(_read_by_pages(path, replace(plan, row_groups=tuple(paged)), key,
+                                     predicates, snapshot, schema, cache))  # fmt: skip
     return pieces[0] if len(pieces) == 1 else pa.concat_tables(pieces)
+
+
+def _integer_key(plan: FilePlan, predicates: Sequence[Predicate]) -> Predicate | None:
+    """The first predicate on an integer column of the file (what row positions bisect)."""
+    found = [p for p in predicates if _is_integer_column(plan.footer, p.column)]
+    return found[0] if found else None
+
+
+def _read_by_pages(
+    path: str,
+    plan: FilePlan,
+    key: Predicate | None,
+    predicates: Sequence[Predicate],
+    snapshot: int,
+    schema: pa.Schema,
+    cache: RowGroupCache,
+) -> pa.Table:
+    """The lookup's rows in row groups too large to keep: only the rows holding its key, read
+    by :func:`read_key_rows`, then the same filter as every other row; decoded in two passes
+    when that reader declines."""
+    if key is not None:
+        columns = list(dict.fromkeys([*plan.outputs, *plan.filters.values()]))
+        values = lookup_values(key.values).tolist()  # type: ignore[arg-type]
+        rows = read_key_rows(
+            path, plan.footer.metadata, plan.row_groups, columns, plan.filters[key.column], values
+        )
+        if rows is not None:
+            try:
+                keep = pc.fill_null(_condition(rows, plan, predicates, snapshot), False)
+                answer = _as_schema(rows.filter(keep).column, plan.outputs, schema)
+                cache.page_reads += 1
+                return answer
+            except pa.ArrowException:
+                pass  # a type DuckDB gives otherwise than pyarrow: decoded as before
+    return _read_groups(path, plan, predicates, snapshot, schema)
 
 
 def _read_kept_group(
@@ -82,9 +133,8 @@ def _read_kept_group(
         table = cache.group(path, group, decode)
     except (OSError, pa.ArrowException) as error:
         raise unreadable(path, f"cannot read the Parquet file: {error}") from None
-    integer_keys = [p for p in predicates if _is_integer_column(plan.footer, p.column)]
-    if integer_keys:  # only the rows holding a looked-up key can match: no scan of the group
-        key = integer_keys[0]
+    key = _integer_key(plan, predicates)
+    if key is not None:  # only the rows holding a looked-up key can match: no scan of the group
         index = cache.positions(path, group, plan.filters[key.column], table)
         table = table.take(pa.array(index.rows_holding(lookup_values(key.values))))  # type: ignore[arg-type]
     selected = table.filter(pc.fill_null(_condition(table, plan, predicates, snapshot), False))

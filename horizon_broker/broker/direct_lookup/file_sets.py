@@ -176,6 +176,15 @@ class FileSet:
             dtype=np.int64,
         )
         self.total_rows = int(self.rows.sum())
+        self.stored_bytes = np.asarray(
+            [
+                footer.metadata.row_group(index).total_byte_size
+                for footer in footers
+                for index in range(footer.metadata.num_row_groups)
+            ],
+            dtype=np.int64,
+        )
+        """Each row group's uncompressed size, as its footer records it."""
         kinds: dict[tuple[tuple[str, str], ...], int] = {}
         self.kind = [kinds.setdefault(footer.signature, len(kinds)) for footer in footers]
         """Each file's signature as a small number (files alike share it)."""

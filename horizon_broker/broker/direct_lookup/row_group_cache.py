@@ -11,12 +11,21 @@ time (cheap), so a table of many small files does not churn the cache.
 Filtering a kept group still looks at each of its rows; a lookup by an integer key instead bisects
 the group's :class:`KeyPositions` (its keys sorted, with their rows), built once per group and
 column, and filters only the rows that hold the key.
+
+A group larger than ``max_whole_bytes`` uncompressed as its footer says (1/32 of the budget by
+default, 8 MiB; decoded, about three times that: a wide table's compacted group) is read instead
+by pages, only the rows holding a lookup's integer key
+(:mod:`horizon_broker.broker.direct_lookup.page_rows`, about 5 ms at scale factor 1's lineitem,
+against 51 ms to decode its 8 MiB group whole, of which the budget keeps five). A group read by
+pages ``promote_after`` times and no larger than an eighth of the budget is hot: it is then
+decoded and kept like the others.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -25,10 +34,16 @@ import pyarrow.compute as pc
 from horizon_broker._core.lru import Lru
 from horizon_broker.broker.direct_lookup.key_sets import entries_for
 
+_Counts = TypeVar("_Counts", int, np.ndarray)
+
 DEFAULT_MAX_BYTES = 256 * 1024 * 1024
 LARGE_ROW_GROUP_ROWS = 50_000
 """Row groups of this many rows or more are kept (decoding a smaller one takes about a
 millisecond or less)."""
+PROMOTE_AFTER = 8
+"""Reads by pages of one row group after which it is decoded and kept (a hot group)."""
+PAGE_READS_KEPT = 4096
+"""Row groups whose reads by pages are counted (the least recently read forgotten first)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,21 +79,55 @@ class RowGroupCache:
     """Whole decoded row groups by (path, row group), with key positions of their integer keys."""
 
     def __init__(
-        self, max_bytes: int = DEFAULT_MAX_BYTES, min_rows: int = LARGE_ROW_GROUP_ROWS
+        self,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        min_rows: int = LARGE_ROW_GROUP_ROWS,
+        max_whole_bytes: int | None = None,
+        promote_after: int = PROMOTE_AFTER,
     ) -> None:
         self.min_rows = min_rows
+        self.max_whole_bytes = max_bytes // 32 if max_whole_bytes is None else max_whole_bytes
+        self.max_promoted_bytes = max(self.max_whole_bytes, max_bytes // 8)
+        self.promote_after = promote_after
+        self._page_reads: Lru[tuple[str, int], list[int]] = Lru(PAGE_READS_KEPT)
         self.decodes = 0
         """Row groups decoded for the cache (a test probe: a kept row group leaves it flat)."""
         self.indexed = 0
         """Key positions built (a test probe)."""
+        self.page_reads = 0
+        """Row-group runs read by pages (a test probe)."""
         self._groups: Lru[tuple[str, int], pa.Table] = Lru(max_bytes, lambda t: t.nbytes)
         self._positions: Lru[tuple[str, int, str], KeyPositions] = Lru(
             max(1, max_bytes // 4), lambda index: index.nbytes
         )
 
     def keeps(self, rows: int) -> bool:
-        """Whether a row group of ``rows`` rows is read through this cache."""
+        """Whether a row group of ``rows`` rows is a large one (kept, or read by pages)."""
         return rows >= self.min_rows
+
+    def reads_pages(self, rows: _Counts, stored_bytes: _Counts) -> _Counts:
+        """Which row groups (``rows`` rows, ``stored_bytes`` uncompressed, as their footers
+        say) are too large to keep whole at first: a lookup by integer key reads only its rows
+        of them (unless one is hot and kept: :meth:`hot`).
+
+        >>> RowGroupCache(max_bytes=3200, min_rows=10).reads_pages(
+        ...     np.array([5, 50, 50]), np.array([500, 100, 101])).tolist()
+        [False, False, True]
+        """
+        return (rows >= self.min_rows) & (stored_bytes > self.max_whole_bytes)
+
+    def hot(self, path: str, index: int, stored_bytes: int) -> bool:
+        """Whether row group ``index`` of ``path``, read by pages, is now kept or should be:
+        it is, or this is its :attr:`promote_after`-th read by pages and it is small enough
+        (each call counts one read)."""
+        key = (path, index)
+        if self._groups.get(key) is not None:
+            return True
+        if stored_bytes > self.max_promoted_bytes:
+            return False
+        count = self._page_reads.get_or_load(key, lambda: [0])
+        count[0] += 1
+        return count[0] >= self.promote_after
 
     def group(self, path: str, index: int, decode: Callable[[], pa.Table]) -> pa.Table:
         """Row group ``index`` of the file at ``path``, every column (``decode`` reads it when
