@@ -211,16 +211,16 @@ def compact(spark: Any, redis_url: str, definitions: dict[str, Any], follower: A
 
 @contextmanager
 def compaction_row_groups(size: int | None) -> Iterator[None]:
-    """Compaction's output written with ``size``-byte row groups (a probe of a compaction-only
-    size: the product's ``ROW_GROUP_BYTES`` is ingestion's too; nothing changes without one)."""
-    from horizon_broker.ingest import segments
+    """Compaction's output written with ``size``-byte row groups (a probe of another size than
+    the product's ``COMPACTED_ROW_GROUP_BYTES``; nothing changes without one)."""
+    from horizon_broker.compaction import run as compaction_run
 
-    kept = segments.ROW_GROUP_BYTES
-    segments.ROW_GROUP_BYTES = size or kept
+    kept = compaction_run.COMPACTED_ROW_GROUP_BYTES
+    compaction_run.COMPACTED_ROW_GROUP_BYTES = size or kept
     try:
         yield
     finally:
-        segments.ROW_GROUP_BYTES = kept
+        compaction_run.COMPACTED_ROW_GROUP_BYTES = kept
 
 
 def run(
@@ -442,7 +442,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-compaction", action="store_true", help="skip the second phase")
     parser.add_argument(
         "--compaction-row-group-mib", type=int,
-        help="a probe: compaction writes row groups of this size (the product's: 8)",
+        help="a probe: compaction writes row groups of this size (the product's: 32)",
     )  # fmt: skip
     parser.add_argument("--keep-work", action="store_true", help="keep the tables' directory")
     parser.add_argument("--lock", type=Path, help="flock this file during each phase")

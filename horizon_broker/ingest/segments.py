@@ -38,6 +38,9 @@ OPEN_ROWS = "open"
 CLOSED_ROWS = "closed"
 _OPEN_DIR = f"/{ROWS_DIR_COLUMN}={OPEN_ROWS}/"
 ROW_GROUP_BYTES = 8 * 1024 * 1024
+"""Row groups of ingestion's segments: small enough that a key lookup that decodes whole the
+row group holding its key (the updater's, the key index's) stays cheap. Compaction writes larger
+ones (:data:`horizon_broker.compaction.run.COMPACTED_ROW_GROUP_BYTES`)."""
 CONCURRENT_WRITERS = 16
 """Segment (or key index) files one Spark task keeps open at once (see
 :func:`keep_row_order_in_partitioned_writes`)."""
@@ -118,9 +121,11 @@ def write_segments(
     *,
     primary_key: Sequence[str] = (),
     shuffle: bool = True,
+    row_group_bytes: int | None = None,
 ) -> dict[tuple[int, int], WrittenSegment]:
     """Write ``frame`` (which has ``_chunk`` and ``_seg``) as an open and a closed file per
-    (chunk, partition), each omitted when it would be empty.
+    (chunk, partition), each omitted when it would be empty, in row groups of about
+    ``row_group_bytes`` (:data:`ROW_GROUP_BYTES` when None).
 
     Open versions are sorted by ``primary_key`` (row-group statistics on the key then narrow a
     key lookup to about one row group per file), closed ones by ``validFrom`` (so time travel
@@ -152,7 +157,7 @@ def write_segments(
             F.when(is_open, F.lit(OPEN_ROWS)).otherwise(F.lit(CLOSED_ROWS)).alias(ROWS_DIR_COLUMN),
         )
         .write.mode("overwrite")
-        .option("parquet.block.size", ROW_GROUP_BYTES)
+        .option("parquet.block.size", row_group_bytes or ROW_GROUP_BYTES)
         .options(**plain_encoded(plain_segment_columns(columns, primary_key)))
         .partitionBy(CHUNK_DIR_COLUMN, SEGMENT_DIR_COLUMN, ROWS_DIR_COLUMN)
         .parquet(directory)

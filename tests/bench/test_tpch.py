@@ -344,13 +344,13 @@ def test_a_query_gets_its_least_rounds_then_more_only_within_its_budget_and_ceil
 
 def test_the_compaction_row_group_probe_sets_the_size_for_its_block_only() -> None:
     """``bench.tpch --compaction-row-group-mib`` changes what the compaction writes and nothing
-    after it (ingestion shares the setting); without a size nothing changes."""
+    after it; without a size nothing changes."""
     from bench.tpch import compaction_row_groups
-    from horizon_broker.ingest import segments
+    from horizon_broker.compaction import run as compaction_run
 
-    product = segments.ROW_GROUP_BYTES
-    with compaction_row_groups(32 * 2**20):
-        assert segments.ROW_GROUP_BYTES == 32 * 2**20
-    assert product == segments.ROW_GROUP_BYTES
+    product = compaction_run.COMPACTED_ROW_GROUP_BYTES
+    with compaction_row_groups(64 * 2**20):
+        assert compaction_run.COMPACTED_ROW_GROUP_BYTES == 64 * 2**20
+    assert product == compaction_run.COMPACTED_ROW_GROUP_BYTES
     with compaction_row_groups(None):
-        assert product == segments.ROW_GROUP_BYTES
+        assert product == compaction_run.COMPACTED_ROW_GROUP_BYTES

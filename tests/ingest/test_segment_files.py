@@ -172,3 +172,40 @@ def test_the_driver_sizes_row_groups_by_the_bytes_rows_take_in_the_file(tmp_path
         pq.ParquetFile(writer.write(str(tmp_path / "d"), random, budget)).metadata.num_row_groups
         > 4
     )
+
+
+def test_segments_are_written_in_row_groups_of_the_size_asked_for(spark, tmp_path: Path):
+    """Compaction asks for larger row groups than ingestion's (fewer for Spark's scans); the
+    size reaches the writer, and each row group carries the page index key lookups read by."""
+    table = accounts_table(tmp_path)
+    frame = spark.range(60_000).selectExpr(
+        "concat('k', id) AS user_id",
+        "id AS balance",
+        "id AS seq",
+        "false AS deleted",
+        "1 AS validFrom",
+        "CAST(NULL AS BIGINT) AS validUntil",
+        "'changes.json' AS _sourceFile",
+        "id AS _sourcePosition",
+        "CAST(0 AS BIGINT) AS _chunk",
+        "CAST(0 AS INT) AS _seg",
+    )
+
+    def row_groups(size: int | None, name: str) -> list[int]:
+        written = write_segments(
+            frame.coalesce(1),
+            stored_columns(table),
+            str(tmp_path / name),
+            1,
+            Storage(spark),
+            primary_key=table.primary_key,
+            shuffle=False,
+            row_group_bytes=size,
+        )
+        metadata = pq.read_metadata(written[(0, 0)].open_locations[0].removeprefix("file:"))
+        assert all(metadata.row_group(0).column(i).has_offset_index for i in range(3))
+        return [metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)]
+
+    assert row_groups(None, "ingestion") == [60_000]
+    small = row_groups(256 * 1024, "small")
+    assert len(small) > 1 and sum(small) == 60_000
