@@ -30,6 +30,7 @@ TOML layout (every key optional)::
     direct_lookups = true        # plain key lookups on local files: pyarrow, no Spark job
     direct_lookup_max_rows = 1000000
     direct_lookup_warm_s = 0.5   # reading new files of looked-up tables before they are visible
+    warm_up = true               # a started broker reads a row of every table before callers do
     [spark.conf]
     "spark.sql.shuffle.partitions" = "8"
 

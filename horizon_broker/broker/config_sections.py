@@ -188,8 +188,15 @@ class SparkConfig(Section):
         True,
         description="Answer plain primary-key lookups over local segment files with pyarrow, "
         "without a Spark job (footers' key and validity statistics prune row groups; sorted key "
-        "columns pick the files; large row groups are decoded once and kept). Embedded Spark "
-        "only; anything else runs on Spark.",
+        "columns pick the files; large row groups are decoded once and kept, or when too large "
+        "to keep read by pages with DuckDB). Embedded Spark only; anything else runs on Spark.",
+    )
+    warm_up: bool = Field(
+        True,
+        description="Once a broker that started its own Spark answers queries, read one row of "
+        "every table in the background (as the broker, the result cache bypassed), so its "
+        "callers' first queries do not pay for the cold session's first views and jobs (a "
+        "broker taking over from a failed one answers at once).",
     )
     direct_lookup_max_rows: int = Field(
         1_000_000,

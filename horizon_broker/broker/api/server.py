@@ -32,6 +32,7 @@ from horizon_broker.broker.api.listen import bind, check_listen_policy
 from horizon_broker.broker.api.offload import Offload
 from horizon_broker.broker.api.query_service import QueryServicer
 from horizon_broker.broker.api.startup import BackgroundStart, StartingDoor, StartupClock
+from horizon_broker.broker.api.warm_up import start_warm_up
 from horizon_broker.broker.config import BrokerConfig, parse_listen
 from horizon_broker.broker.direct_lookup.reading import files_readable
 from horizon_broker.broker.engine import QueryEngine
@@ -139,6 +140,8 @@ class BrokerServer:
         self._start_observer(parts)
         self._start_console(parts)
         self._start_watchers()
+        if self._owns_spark and self.config.spark.warm_up:  # a given session is warm already
+            start_warm_up(self.engine, self._follower.tables(), self._stopped.is_set)
 
     def _start_follower(self, parts: ExitStack) -> None:
         """The Redis follower, unless one was given (it then stays the caller's to stop)."""

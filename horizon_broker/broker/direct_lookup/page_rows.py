@@ -5,7 +5,7 @@ about 40 ms, one of 32 MiB about 170 ms, and more memory than the row-group cach
 (:mod:`horizon_broker.broker.direct_lookup.row_group_cache`). DuckDB's Parquet reader applies
 the key filter first and decodes the other columns only where it matched, skipping whole pages
 by the page index that Spark's writer stores: the same lookups took 3-9 ms, whatever the group's
-size (``bench/runs/2026-11-30-direct-lookup-pages/``). So a row group too large to keep whole
+size (``bench/runs/2026-11-29-direct-lookup-pages/``). So a row group too large to keep whole
 is read here, and only its rows whose key is looked up come back; the caller applies the
 visibility rule and every predicate exactly as on any other rows.
 
