@@ -154,6 +154,21 @@ def test_a_group_read_by_pages_often_is_decoded_once_and_kept(tmp_path):
     assert cache.page_reads == 2 and cache.decodes == 1, "the third lookup decoded it"
 
 
+def test_lookups_spread_over_many_groups_never_make_them_hot(tmp_path):
+    """Hot is a rate: read by pages often *lately*, not ever (random keys over a large table
+    would otherwise decode every group in time, and churn the cache)."""
+    rows = [{"id": key, "v": key, "validFrom": 1, "validUntil": None} for key in range(1000)]
+    path = str(tmp_path / "spread.parquet")
+    pq.write_table(_versions(rows), path, row_group_size=200, write_page_index=True)
+    cache = RowGroupCache(min_rows=100, max_whole_bytes=100, promote_after=3, promote_window=4)
+    reader = DirectReader(row_groups=cache)
+    schema = pa.schema([("v", pa.int64())])
+    for key in [group * 200 for _ in range(4) for group in range(5)]:  # 4 reads of each group
+        lookup = KeyLookup("t", ("v",), (Predicate("id", (key,)),))
+        assert reader.read(lookup, [path], 10, schema).to_pylist() == [{"v": key}]
+    assert cache.decodes == 0 and cache.page_reads == 20
+
+
 def test_columns_whose_names_differ_only_in_case_are_left_to_pyarrow(tmp_path):
     path = _write(tmp_path / "cases.parquet", pa.table({"id": [1, 2], "ID": [3, 4]}))
     metadata = pq.read_metadata(path)

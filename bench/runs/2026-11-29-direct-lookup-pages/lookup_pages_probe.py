@@ -14,7 +14,7 @@ Per file and reader: lookups of random keys (one per call, ``SELECT *``) through
 kept whole (the behaviour before page reads); then the same keys again (warm). Prints p50 / p99
 of each, the groups decoded, the reads by pages.
 
-Run: .venv/bin/python bench/runs/2026-11-29-direct-lookup-pages/lookup_pages_probe.py [lookups]
+Run: PYTHONPATH=. .venv/bin/python bench/runs/2026-11-29-direct-lookup-pages/lookup_pages_probe.py [lookups]
 """
 
 from __future__ import annotations

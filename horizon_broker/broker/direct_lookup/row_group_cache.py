@@ -17,12 +17,16 @@ default, 8 MiB; decoded, about three times that: a wide table's compacted group)
 by pages, only the rows holding a lookup's integer key
 (:mod:`horizon_broker.broker.direct_lookup.page_rows`, about 5 ms at scale factor 1's lineitem,
 against 51 ms to decode its 8 MiB group whole, of which the budget keeps five). A group read by
-pages ``promote_after`` times and no larger than an eighth of the budget is hot: it is then
-decoded and kept like the others.
+pages ``promote_after`` times among the last ``PAGE_READS_WINDOW`` reads by pages (a rate, so
+that random lookups over many groups never make them all hot in time) and no larger than a sixth
+of the budget (decoded, about half of it at most) is hot: it is then decoded and kept like the
+others.
 """
 
 from __future__ import annotations
 
+import threading
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -41,9 +45,9 @@ LARGE_ROW_GROUP_ROWS = 50_000
 """Row groups of this many rows or more are kept (decoding a smaller one takes about a
 millisecond or less)."""
 PROMOTE_AFTER = 8
-"""Reads by pages of one row group after which it is decoded and kept (a hot group)."""
-PAGE_READS_KEPT = 4096
-"""Row groups whose reads by pages are counted (the least recently read forgotten first)."""
+"""Reads by pages of one row group, among the last :data:`PAGE_READS_WINDOW`, after which it is
+decoded and kept (a hot group)."""
+PAGE_READS_WINDOW = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,12 +88,15 @@ class RowGroupCache:
         min_rows: int = LARGE_ROW_GROUP_ROWS,
         max_whole_bytes: int | None = None,
         promote_after: int = PROMOTE_AFTER,
+        promote_window: int = PAGE_READS_WINDOW,
     ) -> None:
         self.min_rows = min_rows
         self.max_whole_bytes = max_bytes // 32 if max_whole_bytes is None else max_whole_bytes
-        self.max_promoted_bytes = max(self.max_whole_bytes, max_bytes // 8)
+        self.max_promoted_bytes = max(self.max_whole_bytes, max_bytes // 6)
         self.promote_after = promote_after
-        self._page_reads: Lru[tuple[str, int], list[int]] = Lru(PAGE_READS_KEPT)
+        self._recent_pages: deque[tuple[str, int]] = deque(maxlen=promote_window)
+        self._recent_counts: Counter[tuple[str, int]] = Counter()
+        self._recent_lock = threading.Lock()
         self.decodes = 0
         """Row groups decoded for the cache (a test probe: a kept row group leaves it flat)."""
         self.indexed = 0
@@ -117,17 +124,23 @@ class RowGroupCache:
         return (rows >= self.min_rows) & (stored_bytes > self.max_whole_bytes)
 
     def hot(self, path: str, index: int, stored_bytes: int) -> bool:
-        """Whether row group ``index`` of ``path``, read by pages, is now kept or should be:
-        it is, or this is its :attr:`promote_after`-th read by pages and it is small enough
-        (each call counts one read)."""
+        """Whether row group ``index`` of ``path``, read by pages, is kept or now should be: it
+        is, or it is small enough and this read (counted) makes :attr:`promote_after` among the
+        last :data:`PAGE_READS_WINDOW` reads by pages."""
         key = (path, index)
         if self._groups.get(key) is not None:
             return True
         if stored_bytes > self.max_promoted_bytes:
             return False
-        count = self._page_reads.get_or_load(key, lambda: [0])
-        count[0] += 1
-        return count[0] >= self.promote_after
+        with self._recent_lock:
+            if len(self._recent_pages) == self._recent_pages.maxlen:
+                oldest = self._recent_pages[0]
+                self._recent_counts[oldest] -= 1
+                if not self._recent_counts[oldest]:
+                    del self._recent_counts[oldest]
+            self._recent_pages.append(key)
+            self._recent_counts[key] += 1
+            return self._recent_counts[key] >= self.promote_after
 
     def group(self, path: str, index: int, decode: Callable[[], pa.Table]) -> pa.Table:
         """Row group ``index`` of the file at ``path``, every column (``decode`` reads it when
