@@ -1,11 +1,11 @@
 """The rows of a few large row groups that hold a lookup's integer keys, read page by page.
 
-pyarrow decodes a row group whole: a compacted lineitem row group of 8 MiB (250,000 rows) took
-about 40 ms, one of 32 MiB about 170 ms, and more memory than the row-group cache can keep
-(:mod:`horizon_broker.broker.direct_lookup.row_group_cache`). DuckDB's Parquet reader applies
-the key filter first and decodes the other columns only where it matched, skipping whole pages
-by the page index that Spark's writer stores: the same lookups took 3-9 ms, whatever the group's
-size (``bench/runs/2026-11-29-direct-lookup-pages/``). So a row group too large to keep whole
+pyarrow decodes a row group whole: a lookup in scale factor 1's lineitem took about 37 ms in
+row groups of 8 MiB (250,000 rows), 146 ms in groups of 32 MiB, and more memory than the
+row-group cache can keep (:mod:`horizon_broker.broker.direct_lookup.row_group_cache`). DuckDB's
+Parquet reader applies the key filter first and decodes the other columns only where it matched,
+skipping whole pages by the page index that Spark's writer stores: the same lookups took 7-8 ms,
+whatever the group's size (``bench/runs/2026-11-29-direct-lookup-pages/``). So a row group too large to keep whole
 is read here, and only its rows whose key is looked up come back; the caller applies the
 visibility rule and every predicate exactly as on any other rows.
 

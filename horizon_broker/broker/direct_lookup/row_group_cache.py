@@ -15,8 +15,8 @@ column, and filters only the rows that hold the key.
 A group larger than ``max_whole_bytes`` uncompressed as its footer says (1/32 of the budget by
 default, 8 MiB; decoded, about three times that: a wide table's compacted group) is read instead
 by pages, only the rows holding a lookup's integer key
-(:mod:`horizon_broker.broker.direct_lookup.page_rows`, about 5 ms at scale factor 1's lineitem,
-against 51 ms to decode its 8 MiB group whole, of which the budget keeps five). A group read by
+(:mod:`horizon_broker.broker.direct_lookup.page_rows`, about 8 ms at scale factor 1's lineitem,
+against 37 ms to decode its 8 MiB group whole, of which the budget keeps five). A group read by
 pages ``promote_after`` times among the last ``PAGE_READS_WINDOW`` reads by pages (a rate, so
 that random lookups over many groups never make them all hot in time) and no larger than a sixth
 of the budget (decoded, about half of it at most) is hot: it is then decoded and kept like the
@@ -48,6 +48,7 @@ PROMOTE_AFTER = 8
 """Reads by pages of one row group, among the last :data:`PAGE_READS_WINDOW`, after which it is
 decoded and kept (a hot group)."""
 PAGE_READS_WINDOW = 64
+"""The recent reads by pages a group's heat is counted over."""
 
 
 @dataclass(frozen=True, slots=True)
