@@ -355,6 +355,7 @@ class Readers:
             kind = "lwm"
         started = time.monotonic()
         broker = client.current
+        call = None
         try:
             # Half the reads skip the result cache: a hit is then checked against answers Spark
             # computed (a repeat served only from the cache would prove nothing).
@@ -363,6 +364,7 @@ class Readers:
             result = call.result()
             broker = call.address  # the broker that answered (another if the first went away)
         except Exception as error:  # every failure is recorded for the checker
+            broker = getattr(call, "address", broker)  # the broker that failed it (the last)
             code = getattr(getattr(error, "code", None), "value", None) or type(error).__name__
             return [Read(name, table, sql, kind, started, time.monotonic(), error=str(code),
                          message=str(error)[:500], window=window, broker=broker)]  # fmt: skip
