@@ -77,7 +77,7 @@ COMPACTED_ROW_GROUP_BYTES = 32 * 1024 * 1024
 """Row groups of compacted segments. Spark scans a compacted scale-factor-1 lineitem in 8 MiB
 groups (ingestion's) 1.3-1.6x slower than in 32 MiB ones (TPC-H Q06 / Q19), and the broker's key
 lookups read such groups by pages, not whole (:mod:`horizon_broker.broker.direct_lookup.page_rows`).
-Ingestion keeps 8 MiB: its own lookups of earlier versions decode the group that holds a key."""
+The updater reads a segment it rewrites whole, whatever its groups."""
 
 
 @dataclass(frozen=True, slots=True)

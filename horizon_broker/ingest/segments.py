@@ -38,9 +38,10 @@ OPEN_ROWS = "open"
 CLOSED_ROWS = "closed"
 _OPEN_DIR = f"/{ROWS_DIR_COLUMN}={OPEN_ROWS}/"
 ROW_GROUP_BYTES = 8 * 1024 * 1024
-"""Row groups of ingestion's segments: small enough that a key lookup that decodes whole the
-row group holding its key (the updater's, the key index's) stays cheap. Compaction writes larger
-ones (:data:`horizon_broker.compaction.run.COMPACTED_ROW_GROUP_BYTES`)."""
+"""Row groups of ingestion's segments and key index files (a batch's resolution decodes whole the
+index row groups that may hold its keys, so those stay small). Compaction writes larger ones
+(:data:`horizon_broker.compaction.run.COMPACTED_ROW_GROUP_BYTES`); larger ingestion segments,
+for Spark's scans before a compaction, are not measured yet."""
 CONCURRENT_WRITERS = 16
 """Segment (or key index) files one Spark task keeps open at once (see
 :func:`keep_row_order_in_partitioned_writes`)."""
