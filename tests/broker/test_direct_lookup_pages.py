@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from horizon_broker.broker.direct_lookup.direct_read import DirectReader
+from horizon_broker.broker.direct_lookup.file_sets import Footer
 from horizon_broker.broker.direct_lookup.page_rows import read_key_rows
 from horizon_broker.broker.direct_lookup.row_group_cache import RowGroupCache
 from horizon_broker.broker.spark.failures import UnreadableFiles
@@ -171,10 +172,12 @@ def test_lookups_spread_over_many_groups_never_make_them_hot(tmp_path):
 
 def test_columns_whose_names_differ_only_in_case_are_left_to_pyarrow(tmp_path):
     path = _write(tmp_path / "cases.parquet", pa.table({"id": [1, 2], "ID": [3, 4]}))
-    metadata = pq.read_metadata(path)
-    assert read_key_rows(path, metadata, (0,), ["id", "ID"], "id", [1]) is None
+    assert (
+        read_key_rows(path, Footer.of(pq.read_metadata(path)), (0,), ["id", "ID"], "id", [1])
+        is None
+    )
     other = _write(tmp_path / "plain.parquet", pa.table({"id": [1, 2], "Name": ["a", "b"]}))
-    found = read_key_rows(other, pq.read_metadata(other), (0,), ["Name"], "id", [2])
+    found = read_key_rows(other, Footer.of(pq.read_metadata(other)), (0,), ["Name"], "id", [2])
     assert found is not None and found.to_pylist() == [{"Name": "b"}]
 
 

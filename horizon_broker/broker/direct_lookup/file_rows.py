@@ -54,7 +54,8 @@ def read_file(
     run: list[int] = []
     paged: list[int] = []
     for group in plan.row_groups:
-        rows, stored = metadata.row_group(group).num_rows, metadata.row_group(group).total_byte_size
+        group_metadata = metadata.row_group(group)
+        rows, stored = group_metadata.num_rows, group_metadata.total_byte_size
         if not cache.keeps(rows):
             run.append(group)
             continue
@@ -101,7 +102,7 @@ def _read_by_pages(
         columns = list(dict.fromkeys([*plan.outputs, *plan.filters.values()]))
         values = lookup_values(key.values).tolist()  # type: ignore[arg-type]
         rows = read_key_rows(
-            path, plan.footer.metadata, plan.row_groups, columns, plan.filters[key.column], values
+            path, plan.footer, plan.row_groups, columns, plan.filters[key.column], values
         )
         if rows is not None:
             try:

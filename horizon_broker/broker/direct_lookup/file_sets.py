@@ -102,6 +102,11 @@ class SchemaParts:
         signature = tuple((item.name, str(item.type)) for item in schema)
         return SchemaParts(fields, leaves, signature)
 
+    @property
+    def case_twins(self) -> bool:
+        """Whether two top-level columns' names differ only in case."""
+        return len(self.fields) < len(self.signature)
+
 
 SCHEMAS_KEPT = 1_024
 """Distinct file schemas whose :class:`SchemaParts` are shared (a table has a few)."""

@@ -15,7 +15,8 @@ a DuckDB error) returns None, and the caller decodes the row group with pyarrow 
 >>> import pyarrow as pa, pyarrow.parquet as pq, tempfile, os
 >>> path = os.path.join(tempfile.mkdtemp(), "f.parquet")
 >>> pq.write_table(pa.table({"id": [1, 2, 3, 2], "v": ["a", "b", "c", "d"]}), path)
->>> read_key_rows(path, pq.read_metadata(path), (0,), ["id", "v"], "id", [2]).to_pydict()
+>>> footer = Footer.of(pq.read_metadata(path))
+>>> read_key_rows(path, footer, (0,), ["id", "v"], "id", [2]).to_pydict()
 {'id': [2, 2], 'v': ['b', 'd']}
 """
 
@@ -27,6 +28,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from horizon_broker.broker.direct_lookup.file_sets import Footer
 from horizon_broker.broker.direct_lookup.reading import local_path
 
 MEMORY_LIMIT = "512MB"
@@ -39,25 +41,24 @@ _database: list[Any] = []
 
 def read_key_rows(
     path: str,
-    metadata: Any,
+    footer: Footer,
     row_groups: Sequence[int],
     columns: Sequence[str],
     key: str,
     values: Sequence[int],
 ) -> pa.Table | None:
-    """The rows of ``row_groups`` of the file at ``path`` (footer ``metadata``) whose integer
+    """The rows of ``row_groups`` of the file at ``path`` (its ``footer``) whose integer
     column ``key`` is one of ``values``, columns ``columns`` (the file's names), in file order;
     None when DuckDB cannot read them exactly as pyarrow would (the caller decodes the groups).
     A file that cannot be read also gives None: pyarrow's read then names the problem."""
-    names = metadata.schema.to_arrow_schema().names
-    if len({name.lower() for name in names}) != len(names):
+    if footer.schema.case_twins:
         return None  # DuckDB binds names without case: it could pick the other column
     database = _duckdb()
     if database is None:
         return None
     import duckdb
 
-    sql = _key_rows_sql(columns, key, values, _row_ranges(metadata, row_groups))
+    sql = _key_rows_sql(columns, key, values, _row_ranges(footer.metadata, row_groups))
     with _lock:
         cursor = database.cursor()
     try:

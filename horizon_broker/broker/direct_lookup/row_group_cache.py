@@ -129,7 +129,7 @@ class RowGroupCache:
         is, or it is small enough and this read (counted) makes :attr:`promote_after` among the
         last :data:`PAGE_READS_WINDOW` reads by pages."""
         key = (path, index)
-        if self._groups.get(key) is not None:
+        if key in self._groups:  # the read that follows counts the hit
             return True
         if stored_bytes > self.max_promoted_bytes:
             return False
