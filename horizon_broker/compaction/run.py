@@ -51,7 +51,12 @@ from horizon_broker.ingest.logged_numbers import logged_segments_of_table
 from horizon_broker.ingest.resolve import segment_schema, stored_columns
 from horizon_broker.ingest.retention import kept_rows
 from horizon_broker.ingest.schema_follow import follow_schema
-from horizon_broker.ingest.segments import describe_segment, footer_summaries, write_segments
+from horizon_broker.ingest.segments import (
+    SEGMENT_ROW_GROUP_BYTES,
+    describe_segment,
+    footer_summaries,
+    write_segments,
+)
 from horizon_broker.ingest.storage import Storage
 from horizon_broker.ingest.table import TableDefinition
 from horizon_broker.locks.client import DEFAULT_LEASE_S, JobLocks, LockClient
@@ -73,11 +78,9 @@ class CompactionKilled(Internal):
 
 
 UNION_PARTITIONING = "spark.sql.unionOutputPartitioning"
-COMPACTED_ROW_GROUP_BYTES = 32 * 1024 * 1024
-"""Row groups of compacted segments. Spark scans a compacted scale-factor-1 lineitem in 8 MiB
-groups (ingestion's) 1.3-1.6x slower than in 32 MiB ones (TPC-H Q06 / Q19), and the broker's key
-lookups read such groups by pages, not whole (:mod:`horizon_broker.broker.direct_lookup.page_rows`).
-The updater reads a segment it rewrites whole, whatever its groups."""
+COMPACTED_ROW_GROUP_BYTES = SEGMENT_ROW_GROUP_BYTES
+"""Row groups of compacted segments: ingestion's size (why: its docstring), a name of its own so
+``bench.tpch --compaction-row-group-mib`` can probe another."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,8 +29,8 @@ from horizon_broker.ingest.driver_rows.batch import driver_can_take
 from horizon_broker.ingest.segments import (
     CLOSED_ROWS,
     OPEN_ROWS,
-    ROW_GROUP_BYTES,
     ROWS_DIR_COLUMN,
+    SEGMENT_ROW_GROUP_BYTES,
     WrittenSegment,
     collect_written,
     is_open_file,
@@ -109,7 +109,7 @@ class DriverRewrite:
             for name, part in ((OPEN_ROWS, open_rows), (CLOSED_ROWS, closed_rows)):
                 if part.num_rows:
                     rows_dir = os.path.join(base, f"{ROWS_DIR_COLUMN}={name}")
-                    writer.write(rows_dir, part, ROW_GROUP_BYTES, plain)
+                    writer.write(rows_dir, part, SEGMENT_ROW_GROUP_BYTES, plain)
             if kept:
                 for path in closed_paths:
                     files.copy_into(path, os.path.join(base, f"{ROWS_DIR_COLUMN}={CLOSED_ROWS}"))

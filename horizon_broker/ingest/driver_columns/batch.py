@@ -42,10 +42,11 @@ from horizon_broker.ingest.resolve import PLAIN_RESOLUTION_COLUMNS, SOURCE_FILE,
 from horizon_broker.ingest.segments import (
     CHUNK_DIR_COLUMN,
     CLOSED_ROWS,
+    KEY_INDEX_ROW_GROUP_BYTES,
     OPEN_ROWS,
-    ROW_GROUP_BYTES,
     ROWS_DIR_COLUMN,
     SEGMENT_DIR_COLUMN,
+    SEGMENT_ROW_GROUP_BYTES,
     WrittenSegment,
     collect_written,
     plain_segment_columns,
@@ -179,7 +180,10 @@ class ColumnarBatch:
                 runs.append(rows.select(schema.names).cast(schema))
                 entries = pa.concat_tables([entries, kept], promote_options="permissive")
             path = writer.write_runs(
-                os.path.join(directory, f"{INDEX_PARTITION_DIR}={kp}"), runs, ROW_GROUP_BYTES, plain
+                os.path.join(directory, f"{INDEX_PARTITION_DIR}={kp}"),
+                runs,
+                KEY_INDEX_ROW_GROUP_BYTES,
+                plain,
             )
             level_cache.remember(path, table, entries)
 
@@ -233,7 +237,7 @@ class ColumnarBatch:
         writes outside the GIL); returns the files' paths."""
 
         def write(part: tuple[str, Any]) -> str:
-            return writer.write(part[0], part[1], ROW_GROUP_BYTES, plain)
+            return writer.write(part[0], part[1], SEGMENT_ROW_GROUP_BYTES, plain)
 
         with ThreadPoolExecutor(max_workers=self.workers) as pool:
             return list(pool.map(write, parts))
