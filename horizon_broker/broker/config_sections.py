@@ -196,7 +196,8 @@ class SparkConfig(Section):
         description="Once a broker that started its own Spark answers queries, read one row of "
         "every table in the background (as the broker, the result cache bypassed), so its "
         "callers' first queries do not pay for the cold session's first views and jobs (a "
-        "broker taking over from a failed one answers at once).",
+        "broker taking over from a failed one answers at once); again after the broker replaced "
+        "a Spark session that died.",
     )
     direct_lookup_max_rows: int = Field(
         1_000_000,

@@ -102,6 +102,16 @@ def broker_process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerP
         redis.close()
 
 
+def _warmed_after_restart(log: Path) -> set[str]:
+    """The tables the broker's log says it warmed up after its last Spark restart."""
+    text = log.read_text(errors="replace")
+    _, restarted, after = text.rpartition("the Spark engine was restarted")
+    if not restarted:
+        return set()
+    return {line.split("warm-up of table ", 1)[1].split()[0] for line in after.splitlines()
+            if "warm-up of table " in line and " took " in line}  # fmt: skip
+
+
 def test_a_killed_spark_jvm_is_replaced_and_the_broker_answers_again(broker_process):
     target = broker_process.target
     assert broker_process.process is not None
@@ -126,3 +136,5 @@ def test_a_killed_spark_jvm_is_replaced_and_the_broker_answers_again(broker_proc
     replacement = jvm_of(broker_process.process.pid)
     assert replacement is not None and replacement != jvm
     assert broker_process.process.poll() is None  # the broker itself never stopped
+    # The new session is cold: the broker read a row of every table on it, as at its start.
+    assert _wait_for(lambda: _warmed_after_restart(broker_process.log) == {"accounts", "big"}, 120)

@@ -140,7 +140,13 @@ class BrokerServer:
         self._start_observer(parts)
         self._start_console(parts)
         self._start_watchers()
-        if self._owns_spark and self.config.spark.warm_up:  # a given session is warm already
+        if self._owns_spark:  # a given session is warm already
+            self._warm_up()
+
+    def _warm_up(self) -> None:
+        """Read a row of every table on a new session of the broker's own, in the background
+        (at the start, and after the supervisor replaced a session that died)."""
+        if self.config.spark.warm_up and self.engine is not None:
             start_warm_up(self.engine, self._follower.tables(), self._stopped.is_set)
 
     def _start_follower(self, parts: ExitStack) -> None:
@@ -206,6 +212,7 @@ class BrokerServer:
             probe_interval_s=self.config.spark.probe_interval_s,
             probe_timeout_s=self.config.spark.probe_timeout_s,
             on_restart=self.engine.use_spark,
+            on_answering=self._warm_up,
         )
         self.engine.supervisor = self.supervisor
         self._follower.add_preparer(self.engine.direct.prepare)

@@ -109,15 +109,19 @@ class SparkSupervisor:
         probe_timeout_s: float = 10.0,
         on_restart: Callable[[Any], None] = lambda spark: None,
         on_health: Callable[[bool], None] = lambda up: None,
+        on_answering: Callable[[], None] = lambda: None,
     ) -> None:
         """``create`` makes a new session (None: the session is not the broker's to replace;
-        a dead one is only reported)."""
+        a dead one is only reported). ``on_restart`` adopts a new session before it is probed;
+        ``on_answering`` runs once it has answered a probe (a new session is cold: the broker
+        warms it up then)."""
         self._spark = spark
         self._create = create
         self._probe_interval_s = probe_interval_s
         self._probe_timeout_s = probe_timeout_s
         self._on_restart = on_restart
         self._on_health = on_health
+        self._on_answering = on_answering
         self._up = True
         self._wake = threading.Event()
         self._run_a_job = False
@@ -220,6 +224,10 @@ class SparkSupervisor:
                 self.restarts,
             )
             self._set_up(True)
+            try:
+                self._on_answering()
+            except Exception:
+                log.exception("after the Spark engine's restart")
 
     def _set_up(self, up: bool) -> None:
         if up != self._up:
