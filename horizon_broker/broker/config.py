@@ -31,6 +31,7 @@ TOML layout (every key optional)::
     direct_lookup_max_rows = 1000000
     direct_lookup_warm_s = 0.5   # reading new files of looked-up tables before they are visible
     warm_up = true               # a started broker reads a row of every table before callers do
+    keep_views_s = 5.0           # idle, it builds the views of tables whose timeline moved
     [spark.conf]
     "spark.sql.shuffle.partitions" = "8"
 

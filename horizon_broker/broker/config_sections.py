@@ -199,6 +199,14 @@ class SparkConfig(Section):
         "broker taking over from a failed one answers at once); again after the broker replaced "
         "a Spark session that died.",
     )
+    keep_views_s: float = Field(
+        5.0,
+        ge=0,
+        description="While a broker that started its own Spark runs no query, build the views "
+        "of every table at its newest state this often (0: never), so the first queries of an "
+        "idle broker (one taking over from a failed one) do not build them for a timeline "
+        "that moved since its last query.",
+    )
     direct_lookup_max_rows: int = Field(
         1_000_000,
         ge=0,

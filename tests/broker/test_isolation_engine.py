@@ -9,6 +9,7 @@ import os
 import signal
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -77,8 +78,18 @@ def _wait_for(condition, timeout: float) -> bool:  # type: ignore[no-untyped-def
     return False
 
 
+@dataclass
+class OwnSpark:
+    """A broker process with a Spark of its own, the server that publishes its tables, and
+    where their files go."""
+
+    broker: BrokerProcess
+    server: ServerClient
+    root: Path
+
+
 @pytest.fixture(scope="module")
-def broker_process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+def own_spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OwnSpark]:
     tmp = tmp_path_factory.mktemp("engine")
     redis = RedisProcess().start()
     server = ServerClient(redis.url, "srv-a")
@@ -95,11 +106,16 @@ def broker_process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerP
     section = '[spark]\nmaster = "local[1]"\nprobe_interval_s = 0.5\nprobe_timeout_s = 5.0\n'
     broker = BrokerProcess(tmp, redis.url, section)
     try:
-        yield broker.start()
+        yield OwnSpark(broker.start(), server, tmp / "segments")
     finally:
         broker.stop()
         server.close()
         redis.close()
+
+
+@pytest.fixture(scope="module")
+def broker_process(own_spark: OwnSpark) -> BrokerProcess:
+    return own_spark.broker
 
 
 def _warmed_after_restart(log: Path) -> set[str]:
@@ -138,3 +154,18 @@ def test_a_killed_spark_jvm_is_replaced_and_the_broker_answers_again(broker_proc
     assert broker_process.process.poll() is None  # the broker itself never stopped
     # The new session is cold: the broker read a row of every table on it, as at its start.
     assert _wait_for(lambda: _warmed_after_restart(broker_process.log) == {"accounts", "big"}, 120)
+
+
+def test_an_idle_broker_builds_the_views_of_a_table_whose_timeline_moved(own_spark: OwnSpark):
+    table, server = UpsertTable("moved", own_spark.root), own_spark.server
+    server.register_table(table.desc)
+    server.announce([table.p0, table.p1])
+    server.report("moved", {0: (LWM, LWM), 1: (LWM, LWM)})
+
+    def kept() -> int:
+        log = own_spark.broker.log.read_text(errors="replace")
+        return log.count("views of table moved kept at generation")
+
+    assert _wait_for(lambda: kept() == 1, 60), "the new table's views were never built"
+    server.announce([table.o0])  # the timeline moves while no query runs
+    assert _wait_for(lambda: kept() == 2, 60), "the moved table's views were not built again"

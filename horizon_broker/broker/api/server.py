@@ -32,6 +32,7 @@ from horizon_broker.broker.api.listen import bind, check_listen_policy
 from horizon_broker.broker.api.offload import Offload
 from horizon_broker.broker.api.query_service import QueryServicer
 from horizon_broker.broker.api.startup import BackgroundStart, StartingDoor, StartupClock
+from horizon_broker.broker.api.view_keeper import start_view_keeper
 from horizon_broker.broker.api.warm_up import start_warm_up
 from horizon_broker.broker.config import BrokerConfig, parse_listen
 from horizon_broker.broker.direct_lookup.reading import files_readable
@@ -140,8 +141,10 @@ class BrokerServer:
         self._start_observer(parts)
         self._start_console(parts)
         self._start_watchers()
-        if self._owns_spark:  # a given session is warm already
+        if self._owns_spark:  # a given session is warm already, and its views the caller's
             self._warm_up()
+            if self.config.spark.keep_views_s > 0:
+                start_view_keeper(self.engine, self.config.spark.keep_views_s, self._stopped)
 
     def _warm_up(self) -> None:
         """Read a row of every table on a new session of the broker's own, in the background
