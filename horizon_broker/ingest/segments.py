@@ -38,11 +38,13 @@ OPEN_ROWS = "open"
 CLOSED_ROWS = "closed"
 _OPEN_DIR = f"/{ROWS_DIR_COLUMN}={OPEN_ROWS}/"
 SEGMENT_ROW_GROUP_BYTES = 32 * 1024 * 1024
-"""Row groups of segment files, ingestion's and compaction's alike. Spark scans scale factor 1's
-lineitem in 8 MiB groups 1.3-1.6x slower than in 32 MiB ones (TPC-H Q06 / Q19), and the broker's
-key lookups read a group too large to keep by pages, not whole
-(:mod:`horizon_broker.broker.direct_lookup.page_rows`). The updater reads a segment it rewrites
-whole, whatever its groups."""
+"""Row groups of segment files, ingestion's and compaction's alike. Spark scans a compacted scale
+factor 1 lineitem in 8 MiB groups 1.3-1.6x slower than in 32 MiB ones (TPC-H Q06 / Q19); before
+a compaction, lineitem's scan time fell to plain Spark's with them (Q01 74 / 77 ms against 329 /
+50), though the queries' total did not move (three files a key partition cost it,
+``bench/runs/2026-11-30-tpch-sf1-ingest-32mib/``). The broker's key lookups read a group too
+large to keep by pages, not whole (:mod:`horizon_broker.broker.direct_lookup.page_rows`); the
+updater reads a segment it rewrites whole, whatever its groups."""
 KEY_INDEX_ROW_GROUP_BYTES = 8 * 1024 * 1024
 """Row groups of key index files written on the driver: a batch's resolution decodes whole the
 index row groups that may hold its keys, so these stay small."""
