@@ -40,8 +40,9 @@ _OPEN_DIR = f"/{ROWS_DIR_COLUMN}={OPEN_ROWS}/"
 SEGMENT_ROW_GROUP_BYTES = 32 * 1024 * 1024
 """Row groups of segment files, ingestion's and compaction's alike. Spark scans a compacted scale
 factor 1 lineitem in 8 MiB groups 1.3-1.6x slower than in 32 MiB ones (TPC-H Q06 / Q19); before
-a compaction, lineitem's scan time fell to plain Spark's with them (Q01 74 / 77 ms against 329 /
-50), though the queries' total did not move (three files a key partition cost it,
+a compaction, lineitem's scan time came near plain Spark's with them (Q18 110 / 97 ms against
+232 / 62, Q21 302 / 211 against 449 / 170), though the queries' total did not move (three files a
+key partition cost it,
 ``bench/runs/2026-11-30-tpch-sf1-ingest-32mib/``). The broker's key lookups read a group too
 large to keep by pages, not whole (:mod:`horizon_broker.broker.direct_lookup.page_rows`); the
 updater reads a segment it rewrites whole, whatever its groups."""
