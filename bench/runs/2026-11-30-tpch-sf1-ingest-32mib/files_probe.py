@@ -1,6 +1,8 @@
-"""Horizon's files before compaction (three per key partition) against the same rows merged
-into four files a table (sorted by key, the product's writer and row-group size) and plain's
-four, in one Spark: is the gap the number of files?
+"""Horizon's files before compaction (three per key partition) against the same rows in one file
+a key partition (``per_partition``: a partition's three files as one, sorted by key: the layout
+merging them as they are written would give), in four files a table sorted by key across the
+table (``merged``: key ranges, which also helps joins on the key), and plain's four, in one
+Spark, the product's writer and row-group size: is the gap the number of files?
 
 Run: ``PYTHONPATH=. python bench/runs/2026-11-30-tpch-sf1-ingest-32mib/files_probe.py
 bench/results/tpch-sf1/tpch_plans_before.md 9``
@@ -8,8 +10,10 @@ bench/results/tpch-sf1/tpch_plans_before.md 9``
 
 from __future__ import annotations
 
+import re
 import shutil
 import sys
+from collections import defaultdict
 from pathlib import Path
 
 import pyarrow as pa
@@ -32,18 +36,46 @@ KEYS = {
     "customer": ["c_custkey"],
     "part": ["p_partkey"],
 }
-merged = {}
+PARTITIONS = {"lineitem": 4, "orders": 4, "customer": 2, "part": 2}
+
+
+def key_partition(path: str, partitions: int) -> int:
+    """The key partition of a segment file: its root partition modulo the table's partitions
+    (each batch numbers its segments from the next free root; an overwrite's ``_seg`` is
+    32,768 plus its root). Checked on lineitem: no key is in two of the groups it makes."""
+    seg = int(re.search(r"_seg=(\d+)", path).group(1))  # type: ignore[union-attr]
+    return (seg - 32_768 if seg >= 32_768 else seg) % partitions
+
+
+merged: dict[str, list[str]] = {}
+per_partition: dict[str, list[str]] = {}
 for (side, table), paths in files.items():
     if side != "horizon":
         continue
-    rows = [pq.read_table(path.removeprefix("file:")) for path in paths]
-    whole = pa.concat_tables(rows).sort_by([(key, "ascending") for key in KEYS[table]])
+    order = [(key, "ascending") for key in KEYS[table]]
     writer = Writer("TIMESTAMP_MICROS")
-    parts = 4 if whole.num_rows > 100_000 else 2
-    step = -(-whole.num_rows // parts)
+    groups = defaultdict(list)
+    for path in paths:
+        local = path.removeprefix("file:")
+        groups[key_partition(local, PARTITIONS[table])].append(pq.read_table(local))
+    whole = pa.concat_tables([rows for group in groups.values() for rows in group])
     plain = plain_segment_columns(whole.schema.names, KEYS[table])
+    per_partition[table] = [
+        writer.write(
+            str(out / "per_partition" / table),
+            pa.concat_tables(group).sort_by(order),
+            SEGMENT_ROW_GROUP_BYTES,
+            plain,
+        )
+        for group in groups.values()
+    ]
+    whole = whole.sort_by(order)
+    parts = PARTITIONS[table]
+    step = -(-whole.num_rows // parts)
     merged[table] = [
-        writer.write(str(out / table), whole.slice(i * step, step), SEGMENT_ROW_GROUP_BYTES, plain)
+        writer.write(
+            str(out / "merged" / table), whole.slice(i * step, step), SEGMENT_ROW_GROUP_BYTES, plain
+        )
         for i in range(parts)
     ]
 spark = create_spark_session(master="local[2]", app_name="files-probe")
@@ -51,6 +83,7 @@ spark.sparkContext.setLogLevel("ERROR")
 variants = {
     "plain": {table: paths for (side, table), paths in files.items() if side == "plain"},
     "horizon": {table: paths for (side, table), paths in files.items() if side == "horizon"},
+    "per_partition": per_partition,
     "merged": merged,
 }
 sessions = {}
