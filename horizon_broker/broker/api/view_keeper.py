@@ -24,11 +24,17 @@ log = logging.getLogger(__name__)
 
 
 def refresh_views(
-    engine: Any, tables: Sequence[str], stopped: Callable[[], bool] = lambda: False
+    engine: Any,
+    tables: Sequence[str],
+    stopped: Callable[[], bool] = lambda: False,
+    failed: dict[str, int] | None = None,
 ) -> list[str]:
     """Build the views of each of ``tables`` at its newest state where ``engine`` has none;
-    returns the tables whose views were built. Stops between tables when a query starts."""
+    returns the tables whose views were built. Stops between tables when a query starts.
+    ``failed`` (table -> generation) records a state whose views could not be built (a file
+    gone), which is not tried again until the table's timeline moves."""
     built = []
+    failed = {} if failed is None else failed
     for table in tables:
         if stopped() or engine.queries.running():
             break
@@ -36,6 +42,9 @@ def refresh_views(
             state = engine.follower.view(table)
         except HorizonError:  # no state to build from: the table's next query says why
             continue
+        if failed.get(table) == int(state.generation):
+            continue
+        failed.pop(table, None)
         views = engine.views
         before = views.builds
         started = time.perf_counter()
@@ -44,6 +53,7 @@ def refresh_views(
                 pass
         except Exception as error:  # best effort: a query building them reports the error
             log.info("keeping the views of table %s failed: %s", table, error)
+            failed[table] = int(state.generation)
             continue
         if views.builds > before:
             built.append(table)
@@ -58,13 +68,15 @@ def start_view_keeper(engine: Any, interval_s: float, stopped: threading.Event) 
     """:func:`refresh_views` of every table every ``interval_s`` while no query runs, on a
     daemon thread of its own (started) that ends once ``stopped`` is set."""
 
+    failed: dict[str, int] = {}
+
     def keep() -> None:
         while not stopped.wait(interval_s):
             supervisor = engine.supervisor
             if engine.queries.running() or (supervisor is not None and not supervisor.up):
                 continue
             try:
-                refresh_views(engine, engine.follower.tables(), stopped.is_set)
+                refresh_views(engine, engine.follower.tables(), stopped.is_set, failed)
             except Exception:  # the keeper must outlive any one pass
                 log.exception("keeping the views failed")
 
