@@ -166,6 +166,8 @@ def test_an_idle_broker_builds_the_views_of_a_table_whose_timeline_moved(own_spa
         log = own_spark.broker.log.read_text(errors="replace")
         return log.count("views of table moved kept at generation")
 
-    assert _wait_for(lambda: kept() == 1, 60), "the new table's views were never built"
+    assert _wait_for(lambda: kept() >= 1, 60), "the new table's views were never built"
+    time.sleep(6)  # a pass between the announcement and the report builds twice: let it settle
+    built = kept()
     server.announce([table.o0])  # the timeline moves while no query runs
-    assert _wait_for(lambda: kept() == 2, 60), "the moved table's views were not built again"
+    assert _wait_for(lambda: kept() > built, 60), "the moved table's views were not built again"
