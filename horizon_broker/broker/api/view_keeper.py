@@ -73,8 +73,8 @@ def start_view_keeper(engine: Any, interval_s: float, stopped: threading.Event) 
     def keep() -> None:
         while not stopped.wait(interval_s):
             supervisor = engine.supervisor
-            if engine.queries.running() or (supervisor is not None and not supervisor.up):
-                continue
+            if supervisor is not None and not supervisor.up:
+                continue  # a pass stops at once while a query runs (refresh_views)
             try:
                 refresh_views(engine, engine.follower.tables(), stopped.is_set, failed)
             except Exception:  # the keeper must outlive any one pass
