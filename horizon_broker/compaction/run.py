@@ -55,6 +55,7 @@ from horizon_broker.ingest.segments import (
     SEGMENT_ROW_GROUP_BYTES,
     describe_segment,
     footer_summaries,
+    union_keeps_partitions,
     write_segments,
 )
 from horizon_broker.ingest.storage import Storage
@@ -77,7 +78,6 @@ class CompactionKilled(Internal):
     """Raised at an injected kill point (tests only)."""
 
 
-UNION_PARTITIONING = "spark.sql.unionOutputPartitioning"
 COMPACTED_ROW_GROUP_BYTES = SEGMENT_ROW_GROUP_BYTES
 """Row groups of compacted segments: ingestion's size (why: its docstring), a name of its own so
 ``bench.tpch --compaction-row-group-mib`` can probe another."""
@@ -443,26 +443,19 @@ class Compactor:
         for frame in frames[1:]:
             rows = rows.union(frame)
         self.spark.sparkContext.setJobDescription(f"compact {table.name}")
-        # Spark gives a union of single-partition children their partitioning, one partition
-        # for all targets (one task, one core); read once when the write is planned.
-        previous = self.spark.conf.get(UNION_PARTITIONING, None)
-        self.spark.conf.set(UNION_PARTITIONING, "false")
         try:
-            return write_segments(
-                rows,
-                columns,
-                directory,
-                len(targets),
-                self.storage,
-                primary_key=table.primary_key,
-                shuffle=False,
-                row_group_bytes=COMPACTED_ROW_GROUP_BYTES,
-            )
+            with union_keeps_partitions(self.spark):
+                return write_segments(
+                    rows,
+                    columns,
+                    directory,
+                    len(targets),
+                    self.storage,
+                    primary_key=table.primary_key,
+                    shuffle=False,
+                    row_group_bytes=COMPACTED_ROW_GROUP_BYTES,
+                )
         finally:
-            if previous is None:
-                self.spark.conf.unset(UNION_PARTITIONING)
-            else:
-                self.spark.conf.set(UNION_PARTITIONING, previous)
             self.spark.sparkContext.setJobDescription(None)
 
     def _describe(

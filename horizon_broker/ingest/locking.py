@@ -21,7 +21,7 @@ from horizon_broker.ingest.updater import Target, UpdatePlan, current_segments, 
 from horizon_broker.locks.client import DEFAULT_LEASE_S, JobLocks, LockClient, LockRenewer
 from horizon_broker.locks.rules import PublishGuard
 from horizon_broker.timeline.interval import Interval
-from horizon_broker.timeline.segment import Segment
+from horizon_broker.timeline.segment import Segment, SegmentId
 from horizon_broker.watermark.server import ServerClient
 
 
@@ -82,29 +82,53 @@ def locked_update_plan(
     announced: Callable[[], Sequence[Segment]],
     allocate: Callable[[Interval, str, int], list[int]],
     *,
+    server: str = "",
     attempts: int = 5,
 ) -> UpdatePlan:
     """Plan an updater run and lock what it rewrites and writes: the segments covering the
     targets are locked, then looked up again until they are still the newest of their root ranges
-    once locked (a compaction may publish over them meanwhile).
+    once locked (a compaction may publish over them meanwhile); so are the small segments the
+    plan merges into the rewrites.
 
     While the updater holds them, no compaction can publish over them: it would need their locks.
     """
+    locked: set[SegmentId] = set()
     for _ in range(attempts):
         segments = announced()
         covering = current_segments(segments, table, targets)
-        locks.lock(covering.values())
+        locks.lock(s for s in covering.values() if s.id not in locked)
+        locked.update(s.id for s in covering.values())
         again = current_segments(announced(), table, targets)
-        if {t: s.id for t, s in again.items()} == {t: s.id for t, s in covering.items()}:
-            plan = plan_updates(targets, table, segments, allocate)
-            for key, number in plan.new_partition.items():
-                segment = plan.current[key]
-                locks.lock_partitions(segment.interval, segment.version, [number])
-            return plan
+        if {t: s.id for t, s in again.items()} != {t: s.id for t, s in covering.items()}:
+            continue
+        plan = plan_updates(targets, table, segments, allocate, server=server)
+        # The small segments a rewrite merges are locked too, and must still be the newest of
+        # their root ranges once locked.
+        merged = [s for s in plan.segments if s.id not in locked]
+        locks.lock(merged)
+        locked.update(s.id for s in merged)
+        if merged and not _still_newest(merged, table, announced()):
+            continue
+        for key, number in plan.new_partition.items():
+            first = plan.inputs[key][0]
+            locks.lock_partitions(first.interval, first.version, [number])
+        return plan
     raise LockConflict(
         f"table {table.name!r}: the segments the updater must rewrite kept changing under it "
         f"({attempts} attempts); compactions are replacing them faster than it can lock them"
     )
+
+
+def _still_newest(
+    segments: Sequence[Segment], table: TableDefinition, announced: Sequence[Segment]
+) -> bool:
+    """Whether each segment is still the newest of its root range."""
+    expected = {(s.interval.start_ms, int(s.root_start)): s.id for s in segments}  # type: ignore[arg-type]
+    try:
+        found = current_segments(announced, table, list(expected))
+    except Internal:  # one was withdrawn meanwhile
+        return False
+    return {target: segment.id for target, segment in found.items()} == expected
 
 
 class UpdateSuperseded(LockConflict):

@@ -19,8 +19,9 @@ a compaction) turns what it wrote into the :class:`Segment` it announces with
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -102,6 +103,26 @@ def keep_row_order_in_partitioned_writes(session: Any) -> None:
     """
     session.conf.set("spark.sql.optimizer.plannedWrite.enabled", "false")
     session.conf.set("spark.sql.maxConcurrentOutputFileWriters", str(CONCURRENT_WRITERS))
+
+
+UNION_PARTITIONING = "spark.sql.unionOutputPartitioning"
+
+
+@contextmanager
+def union_keeps_partitions(session: Any) -> Iterator[None]:
+    """Plan writes whose union of one-partition children (a coalesced read per output
+    segment) stays one partition per child: Spark otherwise gives such a union its
+    children's partitioning, one partition for all of them (one task, one core). The setting
+    is read when a write is planned."""
+    previous = session.conf.get(UNION_PARTITIONING, None)
+    session.conf.set(UNION_PARTITIONING, "false")
+    try:
+        yield
+    finally:
+        if previous is None:
+            session.conf.unset(UNION_PARTITIONING)
+        else:
+            session.conf.set(UNION_PARTITIONING, previous)
 
 
 def plain_encoded(columns: Sequence[str]) -> dict[str, str]:

@@ -22,6 +22,7 @@ Example::
     storage_root = "/data/horizon"  # any Hadoop URI Spark can write, e.g. s3a://bucket/horizon
     out_of_order = "store"          # or "drop"
     update_cadence = 1              # apply validUntil updates once N batches have some pending
+    rewrite_target_rows = 2000000   # rewrites merge small neighbours up to this size (0: never)
     checkpoint_interval = 100       # checkpoint the commit log every N finished transactions
     gc_grace = "10m"                # keep replaced segments' files this long
     transaction_column = "txn"      # optional: changes sharing a value commit together
@@ -154,6 +155,8 @@ class TableDefinition:
     """Per-column merge strategies (:mod:`horizon_broker.ingest.partial_upsert`); None: every
     record is a whole row."""
     column_defaults: tuple[tuple[str, str], ...] = ()  # fills a batch's null or missing values
+    rewrite_target_rows: int = 2_000_000
+    """The updater merges small segments into its rewrites up to this many rows (0: never)."""
 
     @property
     def column_names(self) -> tuple[str, ...]:
@@ -348,6 +351,13 @@ class TableFile(BaseModel):
         ge=1,
         description="Apply superseded versions' validUntil once N batches have some pending.",
     )
+    rewrite_target_rows: int = Field(
+        2_000_000,
+        ge=0,
+        description="The updater merges a segment it rewrites with the adjacent small segments "
+        "(a quarter of this or less) into one of at most this many rows, so batches' small "
+        "files do not pile up between compactions; 0: each segment is rewritten alone.",
+    )
     checkpoint_interval: int = Field(
         100,
         ge=1,
@@ -446,6 +456,7 @@ class TableFile(BaseModel):
             storage_root=absolute_root(self.storage_root),
             out_of_order=self.out_of_order,
             update_cadence=self.update_cadence,
+            rewrite_target_rows=self.rewrite_target_rows,
             checkpoint_interval=self.checkpoint_interval,
             gc_grace_ms=duration_ms(self.gc_grace),
             transaction_column=self.transaction_column,

@@ -4,10 +4,11 @@ The updater rewrites every segment an update is for (:mod:`horizon_broker.ingest
 is two or three jobs whatever the size, about 0.5 to 1 s for one updated row, on the path of
 every batch that updates a key, and for large rewrites Spark's row-by-row join, sort and write
 cost four to five times what pyarrow's columnar ones do on the same machine. When the table lets
-batches run on the driver (``driver_batch_rows``, local storage), no segment to rewrite is over
+batches run on the driver (``driver_batch_rows``, local storage), no rewrite (a segment, or the
+small ones it merges, :mod:`horizon_broker.ingest.rewrite_groups`) is over
 :data:`DRIVER_SEGMENT_ROWS` rows or :data:`DRIVER_SEGMENT_BYTES`, and there are at most
-:data:`DRIVER_UPDATE_ROWS` updates, pyarrow reads the updates once, and then, a few segments at
-a time, reads each segment, joins its rows with its updates on (key, ``validFrom``), applies
+:data:`DRIVER_UPDATE_ROWS` updates, pyarrow reads the updates once, and then, a few rewrites at
+a time, reads each one's rows, joins them with its updates on (key, ``validFrom``), applies
 them as the Spark join does (``coalesce(validUntil, new validUntil)``), drops the history
 retention lets go, and writes the rewrite with :mod:`horizon_broker.ingest.segment_files`: open versions by key,
 closed ones by ``validFrom``. A segment's closed files are kept as they are (copied into the
@@ -38,15 +39,15 @@ from horizon_broker.ingest.segments import (
 )
 from horizon_broker.ingest.storage import Storage
 from horizon_broker.ingest.table import TableDefinition
-from horizon_broker.ingest.updater import Target, UpdatePlan
+from horizon_broker.ingest.updater import REWRITE_TARGET_BYTES, Target, UpdatePlan
 from horizon_broker.timeline.segment import Segment
 from horizon_broker.watermark.catalog import VALID_FROM, VALID_UNTIL
 
 DRIVER_SEGMENT_ROWS = 2_000_000
-"""Rows of the largest segment to rewrite up to which the driver rewrites them (one segment is
-in memory per worker at a time)."""
-DRIVER_SEGMENT_BYTES = 128 * 1024 * 1024
-"""Bytes (Parquet, on disk) of the largest segment the driver rewrites: a wide table's rows
+"""Rows of the largest rewrite (the segments it merges together) up to which the driver
+rewrites them (one rewrite is in memory per worker at a time)."""
+DRIVER_SEGMENT_BYTES = REWRITE_TARGET_BYTES
+"""Bytes (Parquet, on disk) of the largest rewrite the driver takes: a wide table's rows
 take several times that in memory, and a join and a sort copy them."""
 DRIVER_UPDATE_ROWS = 5_000_000
 """Pending updates up to which the driver applies them (they are in memory for the whole run;
@@ -67,7 +68,7 @@ class DriverRewrite:
     """(chunk start, root start) of each planned rewrite -> its pending updates: key columns,
     ``validFrom`` and the new ``validUntil`` (Arrow, typed like the segment's key columns)."""
     segment_files: dict[Target, list[str]]
-    """(chunk start, root start) of each planned rewrite -> the local files of its segment."""
+    """(chunk start, root start) of each planned rewrite -> the local files of its segments."""
     horizon: int | None
     timestamp_type: str
     workers: int
@@ -215,16 +216,17 @@ def may_take(
     local = storage.local_path(root) is not None
     if not driver_can_take(table, {"spark.sql.session.timeZone": timezone}, local):
         return False
-    return driver_can_hold(plan.current.values())
+    return driver_can_hold(plan.inputs.values())
 
 
-def driver_can_hold(segments: Iterable[Segment]) -> bool:
-    """Whether every segment is small enough to rewrite in the driver's memory (one of unknown
-    size is not)."""
+def driver_can_hold(groups: Iterable[Sequence[Segment]]) -> bool:
+    """Whether every rewrite (its segments together) is small enough for the driver's memory
+    (one with a segment of unknown size is not)."""
     return all(
-        0 < segment.row_count <= DRIVER_SEGMENT_ROWS
-        and 0 < segment.size_bytes <= DRIVER_SEGMENT_BYTES
-        for segment in segments
+        all(segment.row_count > 0 and segment.size_bytes > 0 for segment in group)
+        and sum(segment.row_count for segment in group) <= DRIVER_SEGMENT_ROWS
+        and sum(segment.size_bytes for segment in group) <= DRIVER_SEGMENT_BYTES
+        for group in groups
     )
 
 
@@ -245,8 +247,8 @@ def prepare(
     import pyarrow.parquet as pq
 
     segment_files = {
-        key: [storage.local_path(path) for path in segment.location]
-        for key, segment in plan.current.items()
+        key: [storage.local_path(path) for segment in group for path in segment.location]
+        for key, group in plan.inputs.items()
     }
     update_files = [files.local_parquet_files(storage, path) for path in resolutions]
     if any(p is None for paths in segment_files.values() for p in paths) or any(
@@ -275,8 +277,8 @@ def prepare(
     except (pa.ArrowInvalid, pa.ArrowTypeError):
         return None
     # Each update to the rewrite of the segment it is for (a compacted segment covers several
-    # root partitions): a segment joins its own updates only.
-    rewrite_of = {target: index for index, target in enumerate(sorted(plan.current))}
+    # root partitions, a rewrite may merge several segments): a rewrite joins its own updates.
+    rewrite_of = {target: index for index, target in enumerate(sorted(plan.inputs))}
     targets = pa.table(
         {
             "_i_chunk": pa.array([chunk for chunk, _ in plan.targets], pa.int64()),

@@ -49,6 +49,7 @@ def run_updater(protocol: CommitProtocol) -> int:
             lambda interval, version, count: server.client.allocate_overwrite_partitions(
                 table.name, interval, version, count
             ),
+            server=server.server_id,
         )
         allow_partial_cluster_keys(server.spark)
         horizon = retention_horizon(protocol)
@@ -80,19 +81,19 @@ def run_updater(protocol: CommitProtocol) -> int:
         # Overwrite partition numbers are allocated per time chunk: two chunks' rewrites can
         # share one, so a rewrite is found by its chunk and number.
         rewrites = []
-        for key, old in sorted(plan.current.items()):
+        for key, replaced in sorted(plan.inputs.items()):
             item = written.get((key[0], plan.new_partition[key]))
             if item is None:
-                raise Internal(f"the rewrite of segment {old} wrote no file")
-            rewrites.append((old, item))
+                raise Internal(f"the rewrite of segment {replaced[0]} wrote no file")
+            rewrites.append((replaced, item))
         summaries = footer_summaries(server.storage, [item for _, item in rewrites])
         # Every committed batch's updates are pending or applied, and all pending ones are
         # applied now: the rewrites hold every update up to the last commit.
         add = [
-            updater.overwrite_segment(old, item, summary, server.server_id, table, state.high)
-            for (old, item), summary in zip(rewrites, summaries, strict=True)
+            updater.overwrite_segment(replaced, item, summary, server.server_id, table, state.high)
+            for (replaced, item), summary in zip(rewrites, summaries, strict=True)
         ]
-        remove = [old for old, _ in rewrites]
+        remove = [old for replaced, _ in rewrites for old in replaced]
         body = {
             "kind": UPDATE,
             "applied": applied,

@@ -12,7 +12,7 @@ of a segment is applied in one rewrite.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -20,18 +20,24 @@ from horizon_broker._core.errors import Internal
 from horizon_broker.ingest.bucketing import BUCKET_COLUMN, bucket_layout
 from horizon_broker.ingest.local_frames import local_frame
 from horizon_broker.ingest.resolve import segment_schema, stored_columns
+from horizon_broker.ingest.rewrite_groups import rewrite_groups
 from horizon_broker.ingest.segments import (
     FooterSummary,
     WrittenSegment,
     describe_segment,
+    union_keeps_partitions,
     write_segments,
 )
 from horizon_broker.ingest.storage import Storage
 from horizon_broker.ingest.table import TableDefinition
 from horizon_broker.timeline.interval import Interval
-from horizon_broker.timeline.segment import Segment
+from horizon_broker.timeline.segment import Segment, SegmentId
+from horizon_broker.timeline.timeline import Timeline
 from horizon_broker.watermark.catalog import VALID_FROM, VALID_UNTIL
 
+REWRITE_TARGET_BYTES = 128 * 1024 * 1024
+"""Bytes (Parquet, on disk) up to which a rewrite merges small segments (the table's
+``rewrite_target_rows`` bounds its rows): what the driver rewrites in memory."""
 BROADCAST_UPDATES = 1_000_000
 """Pending updates (narrow rows: key, segment, two timestamps) small enough to broadcast."""
 
@@ -45,15 +51,23 @@ class UpdatePlan:
     """Which physical segments the targeted logical segments are now, and what replaces them.
 
     A compacted segment covers several root partitions, so several targets can share one
-    rewrite; rewrites are keyed by ``(chunk start, root start)`` of the segment they rewrite.
+    rewrite, and a rewrite may merge adjacent small segments no update is for
+    (:mod:`horizon_broker.ingest.rewrite_groups`); rewrites are keyed by ``(chunk start, root
+    start)`` of the first segment they rewrite.
     """
 
-    current: dict[Target, Segment]
-    """(chunk start, root start) -> the segment to rewrite."""
+    inputs: dict[Target, tuple[Segment, ...]]
+    """(chunk start, root start) -> the segments one rewrite replaces, in root order (a
+    gap-free run of one chunk and major version)."""
     new_partition: dict[Target, int]
     """(chunk start, root start) -> the overwrite partition number of its rewrite."""
     targets: dict[Target, Target]
     """Each targeted (chunk start, root partition) -> the key of the rewrite that covers it."""
+
+    @property
+    def segments(self) -> list[Segment]:
+        """Every segment the plan rewrites."""
+        return [segment for group in self.inputs.values() for segment in group]
 
 
 def current_segments(
@@ -91,28 +105,47 @@ def plan_updates(
     table: TableDefinition,
     announced: Sequence[Segment],
     allocate: Callable[[Interval, str, int], list[int]],
+    *,
+    server: str = "",
 ) -> UpdatePlan:
     """Find the segments to rewrite (``(chunk start, root partition)`` targets, found in the
-    pending updates) and reserve their overwrite partition numbers."""
+    pending updates), group them with the small segments of ``server`` around them
+    (:func:`horizon_broker.ingest.rewrite_groups.rewrite_groups`, up to the table's
+    ``rewrite_target_rows``) and reserve the rewrites' overwrite partition numbers."""
     covering = current_segments(announced, table, targets)
-    current: dict[Target, Segment] = {}
-    target_keys: dict[Target, Target] = {}
-    for target, segment in sorted(covering.items()):
-        key = (segment.interval.start_ms, int(segment.root_start))  # type: ignore[arg-type]
-        current[key] = segment
-        target_keys[target] = key
+    groups = rewrite_groups(
+        visible_segments(table.name, announced),
+        list({segment.id: segment for segment in covering.values()}.values()),
+        server=server,
+        target_rows=table.rewrite_target_rows,
+        target_bytes=REWRITE_TARGET_BYTES,
+    )
+    inputs: dict[Target, tuple[Segment, ...]] = {}
+    group_of: dict[SegmentId, Target] = {}
+    for group in groups:
+        key = (group[0].interval.start_ms, int(group[0].root_start))  # type: ignore[arg-type]
+        inputs[key] = group
+        group_of.update((segment.id, key) for segment in group)
+    target_keys = {target: group_of[segment.id] for target, segment in sorted(covering.items())}
     new_partition: dict[Target, int] = {}
     by_chunk: dict[int, list[Target]] = {}
-    for key in sorted(current):
+    for key in sorted(inputs):
         by_chunk.setdefault(key[0], []).append(key)
     for _chunk, keys in sorted(by_chunk.items()):
         by_version: dict[str, list[Target]] = {}
         for key in keys:
-            by_version.setdefault(current[key].version, []).append(key)
+            by_version.setdefault(inputs[key][0].version, []).append(key)
         for version, same in sorted(by_version.items()):
-            numbers = allocate(current[same[0]].interval, version, len(same))
+            numbers = allocate(inputs[same[0]][0].interval, version, len(same))
             new_partition.update(zip(same, numbers, strict=True))
-    return UpdatePlan(current=current, new_partition=new_partition, targets=target_keys)
+    return UpdatePlan(inputs=inputs, new_partition=new_partition, targets=target_keys)
+
+
+def visible_segments(table: str, announced: Iterable[Segment]) -> list[Segment]:
+    """The segments a query reads now."""
+    timeline = Timeline(table)
+    timeline.add_all(announced)
+    return list(timeline.visible_segments())
 
 
 def rewrite_segments(
@@ -141,8 +174,7 @@ def rewrite_segments(
     from pyspark.sql import functions as F
 
     cores = max(1, int(spark.sparkContext.defaultParallelism))
-    layout = bucket_layout(sorted(plan.current), max(1, min(len(plan.current), 2 * cores)))
-    files = sorted({path for segment in plan.current.values() for path in segment.location})
+    layout = bucket_layout(sorted(plan.inputs), max(1, min(len(plan.inputs), 2 * cores)))
     # Each row learns its segment from its file: a broadcast join on the path, as Spark's
     # ``_metadata.file_path`` spells it (the URI form), costs far less than parsing it per row.
     mapping_rows = sorted(
@@ -153,7 +185,8 @@ def rewrite_segments(
                 plan.new_partition[(chunk, root)],
                 layout.values[(chunk, root)],
             )
-            for (chunk, root), segment in plan.current.items()
+            for (chunk, root), group in plan.inputs.items()
+            for segment in group
             for path in segment.location
         }
     )
@@ -165,9 +198,7 @@ def rewrite_segments(
     columns = stored_columns(table)
     unmapped = F.raise_error(F.concat(F.lit("a segment row from an unplanned file: "), "_file"))
     data = (
-        spark.read.schema(segment_schema(table))
-        .parquet(*files)
-        .select(*columns, F.col("_metadata.file_path").alias("_file"))
+        _segment_rows(spark, plan, table, columns)
         .join(F.broadcast(mapping), on="_file", how="left")
         .withColumn("_seg", F.when(F.col("_seg").isNull(), unmapped).otherwise(F.col("_seg")))
     )
@@ -199,15 +230,48 @@ def rewrite_segments(
     applied = joined.withColumn(VALID_UNTIL, F.coalesce(F.col(VALID_UNTIL), F.col("_newUntil")))
     if keep is not None:
         applied = applied.filter(keep)
-    return write_segments(
-        applied,
-        columns,
-        directory,
-        len(plan.current),
-        storage,
-        primary_key=table.primary_key,
-        shuffle=False,
+    with union_keeps_partitions(spark):
+        return write_segments(
+            applied,
+            columns,
+            directory,
+            len(plan.inputs),
+            storage,
+            primary_key=table.primary_key,
+            shuffle=False,
+        )
+
+
+def _segment_rows(
+    spark: Any, plan: UpdatePlan, table: TableDefinition, columns: Sequence[str]
+) -> Any:
+    """``columns`` of every row of the segments the plan rewrites, and ``_file``, the path of
+    the file it came from. A rewrite of one segment reads its files as Spark splits them; a
+    rewrite that merges several reads them in one task (coalesced, not shuffled), which writes
+    its one open and one closed file: split, the merge would leave a file per task that read
+    part of it, which is what it is there to avoid."""
+    from pyspark.sql import functions as F
+
+    schema = segment_schema(table)
+
+    def read(paths: list[str]) -> Any:
+        return (
+            spark.read.schema(schema)
+            .parquet(*paths)
+            .select(*columns, F.col("_metadata.file_path").alias("_file"))
+        )
+
+    alone = sorted(
+        {path for group in plan.inputs.values() if len(group) == 1 for path in group[0].location}
     )
+    frames = [read(alone)] if alone else []
+    for _, group in sorted(plan.inputs.items()):
+        if len(group) > 1:
+            frames.append(read(sorted({p for s in group for p in s.location})).coalesce(1))
+    rows = frames[0]
+    for frame in frames[1:]:
+        rows = rows.union(frame)
+    return rows
 
 
 def join_broadcast_updates(data: Any, updates: Any, primary_key: Sequence[str]) -> Any:
@@ -237,26 +301,30 @@ def join_broadcast_updates(data: Any, updates: Any, primary_key: Sequence[str]) 
 
 
 def overwrite_segment(
-    old: Segment,
+    replaced: Sequence[Segment],
     written: WrittenSegment,
     summary: FooterSummary,
     server_id: str,
     table: TableDefinition,
     applied_through: int,
 ) -> Segment:
-    """The description of a rewrite of ``old`` (retention may have dropped some rows): same root
-    range, next minor version, every update committed up to ``applied_through`` applied."""
-    # A rewrite changes validUntil and drops rows: the old bound of validFrom still holds.
-    summary = replace(summary, max_valid_from=old.max_valid_from)
+    """The description of a rewrite of the gap-free run ``replaced`` (one segment, or several
+    merged; retention may have dropped some rows): their root range, the next minor version,
+    every update committed up to ``applied_through`` applied."""
+    first, last = replaced[0], replaced[-1]
+    # A rewrite changes validUntil and drops rows: the old bounds of validFrom still hold.
+    bounds = [segment.max_valid_from for segment in replaced]
+    max_valid_from = None if None in bounds else max(b for b in bounds if b is not None)
+    summary = replace(summary, max_valid_from=max_valid_from)
     return describe_segment(
         written,
         summary,
         table=table.name,
-        interval=old.interval,
-        version=old.version,
+        interval=first.interval,
+        version=first.version,
         server=server_id,
-        core_partitions=old.core_partitions,
-        root_range=old.root_range,
-        minor_version=old.minor_version + 1,
+        core_partitions=max(segment.core_partitions for segment in replaced),
+        root_range=(first.root_range[0], last.root_range[1]),
+        minor_version=max(segment.minor_version for segment in replaced) + 1,
         applied_through=applied_through,
     )

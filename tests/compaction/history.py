@@ -17,7 +17,13 @@ from tests.ingest.conftest import (
     stamp,
 )
 
-__all__ = ["assert_every_snapshot_answers_the_replay", "batch", "churn", "churned"]
+__all__ = [
+    "assert_every_snapshot_answers_the_replay",
+    "batch",
+    "churn",
+    "churned",
+    "fragmented_table",
+]
 
 SCHEMA = "user_id string, balance bigint, seq bigint, deleted boolean"
 
@@ -37,11 +43,18 @@ def churn(job: IngestJob, spark: Any, log: list, rounds: int, start: int = 0) ->
         batch(job, spark, changes, log)
 
 
+def fragmented_table(root: Path, **overrides: Any) -> TableDefinition:
+    """The accounts table whose updater rewrites each segment alone, so that batches leave
+    the small segments a compaction merges (merged into the rewrites, a tiny table keeps
+    about one segment: :mod:`horizon_broker.ingest.rewrite_groups`)."""
+    return accounts_table(root, **{"rewrite_target_rows": 0, **overrides})
+
+
 def churned(
     spark: Any, server: Any, tmp_path: Path, rounds: int
 ) -> tuple[TableDefinition, ServerClient, IngestJob, list]:
     """The accounts table after ``rounds`` of :func:`churn` by server ``s1``, and its changelog."""
-    table = accounts_table(tmp_path)
+    table = fragmented_table(tmp_path)
     client = server("s1")
     job = IngestJob(spark, table, client).start()
     log: list = []

@@ -30,10 +30,10 @@ from tests.compaction.history import (
     batch,
     churn,
     churned,
+    fragmented_table,
 )
 from tests.ingest.conftest import (
     Change,
-    accounts_table,
     assert_broker_sees,
     broker_view,
     segment_rows,
@@ -180,7 +180,7 @@ def test_an_abandoned_update_whose_replace_ran_keeps_the_rewrites_a_compaction_t
     """The updater's replace ran (its server died before finishing, as after a lost reply); a
     compaction then took its rewrites in. The restart abandons the update, but its rewrites stay
     announced (overshadowed, the compaction's fallback) and so keep their files."""
-    table = accounts_table(tmp_path)
+    table = fragmented_table(tmp_path)
     client = server("s1")
     log: list = []
     churn(IngestJob(spark, table, client).start(), spark, log, rounds=4)
@@ -238,7 +238,7 @@ def test_a_batch_whose_announce_failed_is_rolled_forward_before_the_next_batch(
     """Redis never ran the announce (the request was lost on every try): the batch is committed
     but not announced. The next batch must announce it first: otherwise the updater closes the
     old versions of its keys while its new ones stay unannounced, and neither is readable."""
-    table = accounts_table(tmp_path)
+    table = fragmented_table(tmp_path)
     client = server("s1")
     job = IngestJob(spark, table, make_server(proxy.url, "s1", retry_timeout_s=0.3)).start()
     log: list = []

@@ -15,8 +15,13 @@ from horizon_broker.ingest.job import IngestJob, SimulatedCrash
 from horizon_broker.locks.client import JobLocks, LockClient
 from horizon_broker.locks.rules import STREAMING_INGESTION_PRIORITY
 from horizon_broker.timeline.timeline import Timeline
-from tests.compaction.history import assert_every_snapshot_answers_the_replay, churn, churned
-from tests.ingest.conftest import Change, accounts_table, assert_broker_sees, broker_view
+from tests.compaction.history import (
+    assert_every_snapshot_answers_the_replay,
+    churn,
+    churned,
+    fragmented_table,
+)
+from tests.ingest.conftest import Change, assert_broker_sees, broker_view
 from tests.watermark.conftest import segment, table_descriptor
 
 
@@ -108,7 +113,7 @@ def test_a_server_that_died_after_announcing_restarts_after_its_segments_were_co
 ):
     """The batch was announced, then a major compaction took it in and its inputs were collected
     while the server was down: rolling the batch forward must not announce them again."""
-    table = accounts_table(tmp_path)
+    table = fragmented_table(tmp_path)
     client = server("s1")
     log: list = []
     churn(IngestJob(spark, table, client).start(), spark, log, rounds=3)

@@ -26,10 +26,10 @@ from tests.compaction.history import (
     batch,
     churn,
     churned,
+    fragmented_table,
 )
 from tests.ingest.conftest import (
     Change,
-    accounts_table,
     assert_broker_sees,
     broker_view,
     replay,
@@ -189,7 +189,7 @@ def _update_cut_short_before_its_publish(
 ) -> tuple[TableDefinition, ServerClient, IngestJob, list]:
     """Server s1 after ``rounds`` of churn, then an updater run that committed its rewrite and
     died before announcing it; the changelog includes that batch's updates."""
-    table = accounts_table(tmp_path)
+    table = fragmented_table(tmp_path)
     client = server("s1")
     log: list = []
     churn(IngestJob(spark, table, client).start(), spark, log, rounds=rounds)

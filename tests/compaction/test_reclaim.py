@@ -5,10 +5,14 @@ from __future__ import annotations
 from horizon_broker.compaction.reclaim import ReclaimSettings, reclaim
 from horizon_broker.compaction.run import Compactor
 from horizon_broker.ingest.job import IngestJob
-from tests.compaction.history import assert_every_snapshot_answers_the_replay, churn, churned
+from tests.compaction.history import (
+    assert_every_snapshot_answers_the_replay,
+    churn,
+    churned,
+    fragmented_table,
+)
 from tests.ingest.conftest import (
     Change,
-    accounts_table,
     broker_view,
     replay,
     segment_rows,
@@ -19,7 +23,7 @@ from tests.ingest.conftest import (
 def test_history_of_segments_that_stopped_changing_is_reclaimed_in_bounded_steps(
     spark, server, follower, tmp_path
 ):
-    table = accounts_table(tmp_path)
+    table = fragmented_table(tmp_path)
     client = server("s1")
     job = IngestJob(spark, table, client).start()
     log: list = []

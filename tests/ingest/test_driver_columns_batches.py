@@ -48,14 +48,16 @@ from tests.ingest.test_pipeline import frame
 def test_batches_resolved_as_columns_store_what_spark_stores(
     spark: Any, server: Any, follower: Any, tmp_path: Path
 ) -> None:
+    # Each segment rewritten alone, so that the closed files a rewrite keeps add up (below).
+    alone = {"update_cadence": 2, "rewrite_target_rows": 0}
     columns = IngestJob(
         spark,
-        accounts_table(tmp_path / "c", name="as_columns", driver_batch_rows=1, update_cadence=2),
+        accounts_table(tmp_path / "c", name="as_columns", driver_batch_rows=1, **alone),
         server("columnar-driver"),
     ).start()
     on_spark = IngestJob(
         spark,
-        accounts_table(tmp_path / "s", name="on_spark", driver_batch_rows=0, update_cadence=2),
+        accounts_table(tmp_path / "s", name="on_spark", driver_batch_rows=0, **alone),
         server("columnar-spark"),
     ).start()
     bases: dict[str, list[tuple[int, int]]] = {"as_columns": [], "on_spark": []}
