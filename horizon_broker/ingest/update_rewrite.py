@@ -99,10 +99,14 @@ class DriverRewrite:
             kept = bool(open_paths) and closed_files_stay(closed_paths, self.horizon)
             opened = [pq.ParquetFile(path).read() for path in open_paths]
             closed = [] if kept else [pq.ParquetFile(path).read() for path in closed_paths]
-            schema = (opened or closed)[0].schema
+            # A merge's segments may have been written under different schema versions (a
+            # column added since, a type widened): both sides take every column, newest type.
+            schema = pa.unify_schemas(
+                [part.schema for part in (*opened, *closed)], promote_options="permissive"
+            )
             open_rows, closed_rows = applied(
-                _concatenated(opened) if opened else schema.empty_table(),
-                _concatenated(closed) if closed else schema.empty_table(),
+                _concatenated([schema.empty_table(), *opened]),
+                _concatenated([schema.empty_table(), *closed]),
                 self.updates[key], self.table, self.horizon, open_sorted=len(opened) == 1,
             )  # fmt: skip
             base = os.path.join(local, f"_chunk={key[0]}", f"_seg={plan.new_partition[key]}")

@@ -113,13 +113,19 @@ def plan_updates(
     (:func:`horizon_broker.ingest.rewrite_groups.rewrite_groups`, up to the table's
     ``rewrite_target_rows``) and reserve the rewrites' overwrite partition numbers."""
     covering = current_segments(announced, table, targets)
+    rewritten = list({segment.id: segment for segment in covering.values()}.values())
     groups = rewrite_groups(
         visible_segments(table.name, announced),
-        list({segment.id: segment for segment in covering.values()}.values()),
+        rewritten,
         server=server,
         target_rows=table.rewrite_target_rows,
         target_bytes=REWRITE_TARGET_BYTES,
     )
+    starts = [(group[0].interval.start_ms, group[0].root_start) for group in groups]
+    if len(set(starts)) < len(starts):
+        # A segment to rewrite that queries do not read (a newer major version that fell back)
+        # starts where a visible run does: each segment is rewritten alone then.
+        groups = [(segment,) for segment in rewritten]
     inputs: dict[Target, tuple[Segment, ...]] = {}
     group_of: dict[SegmentId, Target] = {}
     for group in groups:
@@ -246,10 +252,13 @@ def _segment_rows(
     spark: Any, plan: UpdatePlan, table: TableDefinition, columns: Sequence[str]
 ) -> Any:
     """``columns`` of every row of the segments the plan rewrites, and ``_file``, the path of
-    the file it came from. A rewrite of one segment reads its files as Spark splits them; a
-    rewrite that merges several reads them in one task (coalesced, not shuffled), which writes
-    its one open and one closed file: split, the merge would leave a file per task that read
-    part of it, which is what it is there to avoid."""
+    the file it came from.
+
+    A rewrite of up to :data:`REWRITE_TARGET_BYTES`, or one that merges segments, is read in one
+    task (its files coalesced, not shuffled), which writes its one open and one closed file:
+    read as Spark splits it, a rewrite leaves a file per task that read part of it (Spark splits
+    small files apart to keep every core busy), so a segment's files grew by one a rewrite and a
+    merge would not merge. A larger segment is read as Spark splits it, for the cores."""
     from pyspark.sql import functions as F
 
     schema = segment_schema(table)
@@ -261,12 +270,16 @@ def _segment_rows(
             .select(*columns, F.col("_metadata.file_path").alias("_file"))
         )
 
-    alone = sorted(
-        {path for group in plan.inputs.values() if len(group) == 1 for path in group[0].location}
+    def whole(group: tuple[Segment, ...]) -> bool:
+        size = sum(segment.size_bytes for segment in group)
+        return len(group) > 1 or 0 < size <= REWRITE_TARGET_BYTES
+
+    split = sorted(
+        {p for group in plan.inputs.values() if not whole(group) for p in group[0].location}
     )
-    frames = [read(alone)] if alone else []
+    frames = [read(split)] if split else []
     for _, group in sorted(plan.inputs.items()):
-        if len(group) > 1:
+        if whole(group):
             frames.append(read(sorted({p for s in group for p in s.location})).coalesce(1))
     rows = frames[0]
     for frame in frames[1:]:

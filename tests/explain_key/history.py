@@ -121,8 +121,9 @@ def _accounts(spark: Any, history: History) -> None:
 
 
 def _ledger(spark: Any, history: History) -> None:
+    # Each segment rewritten alone: merged into L2's rewrite, L1's would lose its history too.
     table = accounts_table(history.root / "store", name="ledger", key_partitions=1,
-                           retention_ms=1)  # fmt: skip
+                           retention_ms=1, rewrite_target_rows=0)  # fmt: skip
     job = IngestJob(spark, table, _client(history, "s3"))
     history.keys["kept"] = "L1"
     _batch(spark, job, [Change("L1", 1, 1)])
@@ -136,7 +137,7 @@ def _ledger(spark: Any, history: History) -> None:
 def compact_ledger(spark: Any, history: History) -> None:
     """The ledger's minor compaction, which drops what retention let go."""
     table = accounts_table(history.root / "store", name="ledger", key_partitions=1,
-                           retention_ms=1)  # fmt: skip
+                           retention_ms=1, rewrite_target_rows=0)  # fmt: skip
     report = Compactor(spark, table, _client(history, "compactor-l")).compact()
     assert report.outcome == "published", report
 

@@ -120,5 +120,12 @@ def _segment(rows: int, size: int) -> Segment:
 def test_the_updater_rewrites_on_the_driver_only_segments_it_can_hold(
     rows: int, size: int, held: bool
 ) -> None:
-    assert driver_can_hold([_segment(10, 1_000), _segment(rows, size)]) is held
+    assert driver_can_hold([(_segment(10, 1_000),), (_segment(rows, size),)]) is held
     assert driver_can_hold([]) is True
+
+
+def test_a_merged_rewrite_is_held_on_the_driver_by_its_segments_together() -> None:
+    half = (DRIVER_SEGMENT_ROWS // 2, DRIVER_SEGMENT_BYTES // 2)
+    assert driver_can_hold([(_segment(*half), _segment(*half))]) is True
+    assert driver_can_hold([(_segment(*half), _segment(*half), _segment(1, 1))]) is False
+    assert driver_can_hold([(_segment(1, 1), _segment(0, 1))]) is False  # one of unknown size

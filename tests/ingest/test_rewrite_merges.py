@@ -49,8 +49,12 @@ def test_batches_small_segments_are_merged_into_the_rewrites_and_every_snapshot_
     assert all(s.root_end - s.root_start == 1 for s in alone)
     wide = [s for s in merged if s.root_end - s.root_start > 1]
     assert wide and all(s.minor_version >= 1 for s in wide)
-    # A merge is read and written by one task: one open file, at most one closed one.
-    assert all(len(s.open_files) == 1 and len(s.location) <= 2 for s in wide)
+    # A merge's open versions are one file (one task on Spark, one sort on the driver).
+    assert all(len(s.open_files) == 1 for s in wide)
+    if driver_batch_rows == 0:
+        # On Spark a small rewrite is read whole by one task, merged or not: one open file, at
+        # most one closed one (the driver keeps a few closed files as they were, by design).
+        assert all(len(s.location) <= 2 for s in [*wide, *alone])
 
 
 def test_an_updater_never_merges_another_servers_segments(
