@@ -21,7 +21,7 @@ from horizon_broker.ingest.updater import Target, UpdatePlan, current_segments, 
 from horizon_broker.locks.client import DEFAULT_LEASE_S, JobLocks, LockClient, LockRenewer
 from horizon_broker.locks.rules import PublishGuard
 from horizon_broker.timeline.interval import Interval
-from horizon_broker.timeline.segment import Segment, SegmentId
+from horizon_broker.timeline.segment import Segment
 from horizon_broker.watermark.server import ServerClient
 
 
@@ -92,22 +92,20 @@ def locked_update_plan(
 
     While the updater holds them, no compaction can publish over them: it would need their locks.
     """
-    locked: set[SegmentId] = set()
     for _ in range(attempts):
         segments = announced()
         covering = current_segments(segments, table, targets)
-        locks.lock(s for s in covering.values() if s.id not in locked)
-        locked.update(s.id for s in covering.values())
+        locks.lock(covering.values())
         again = current_segments(announced(), table, targets)
         if {t: s.id for t, s in again.items()} != {t: s.id for t, s in covering.items()}:
             continue
         plan = plan_updates(targets, table, segments, allocate, server=server)
         # The small segments a rewrite merges are locked too, and must still be the newest of
         # their root ranges once locked.
-        merged = [s for s in plan.segments if s.id not in locked]
+        rewritten = {s.id for s in covering.values()}
+        merged = [s for s in plan.segments if s.id not in rewritten]
         locks.lock(merged)
-        locked.update(s.id for s in merged)
-        if merged and not _still_newest(merged, table, announced()):
+        if merged and _not_newest(merged, merged, table, announced()):
             continue
         for key, number in plan.new_partition.items():
             first = plan.inputs[key][0]
@@ -119,16 +117,25 @@ def locked_update_plan(
     )
 
 
-def _still_newest(
-    segments: Sequence[Segment], table: TableDefinition, announced: Sequence[Segment]
-) -> bool:
-    """Whether each segment is still the newest of its root range."""
-    expected = {(s.interval.start_ms, int(s.root_start)): s.id for s in segments}  # type: ignore[arg-type]
+def _not_newest(
+    segments: Sequence[Segment],
+    allowed: Sequence[Segment],
+    table: TableDefinition,
+    announced: Sequence[Segment],
+) -> list[Segment]:
+    """Those of ``segments`` whose root range's newest segment is none of ``allowed`` (all of
+    them when one's root range has no segment left)."""
+    targets = [(s.interval.start_ms, int(s.root_start)) for s in segments]  # type: ignore[arg-type]
+    ids = {s.id for s in allowed}
     try:
-        found = current_segments(announced, table, list(expected))
-    except Internal:  # one was withdrawn meanwhile
-        return False
-    return {target: segment.id for target, segment in found.items()} == expected
+        found = current_segments(announced, table, targets)
+    except Internal:
+        return list(segments)
+    return [
+        s
+        for s, target in zip(segments, targets, strict=True)
+        if target not in found or found[target].id not in ids
+    ]
 
 
 class UpdateSuperseded(LockConflict):
@@ -145,20 +152,9 @@ def check_still_current(
     newest of its root range (or its rewrite must be, when the replace took effect before a
     crash). Otherwise a compaction published over it while the server was down, and the rewrite
     would be a second minor version of the same root range."""
-    targets = [(s.interval.start_ms, int(s.root_start)) for s in replaced]  # type: ignore[arg-type]
-    if not targets:
+    if not replaced:
         return
-    allowed = {s.id for s in (*replaced, *rewrites)}
-    try:
-        found = current_segments(announced, table, targets)
-    except Internal:
-        found = {}
-    stale = [
-        str(s)
-        for s in replaced
-        if found.get((s.interval.start_ms, s.root_start)) is None
-        or found[(s.interval.start_ms, s.root_start)].id not in allowed
-    ]
+    stale = [str(s) for s in _not_newest(replaced, [*replaced, *rewrites], table, announced)]
     if stale:
         raise UpdateSuperseded(
             f"table {table.name!r}: an unpublished update of segment(s) {', '.join(stale[:3])} "

@@ -87,7 +87,6 @@ def _packed(
         group.clear()
 
     for segment in segments:
-        needed = segment.id in must
         sized = segment.row_count > 0 and segment.size_bytes > 0
         small = (
             sized
@@ -95,13 +94,16 @@ def _packed(
             and segment.row_count * SMALL_SHARE <= target_rows
             and segment.size_bytes * SMALL_SHARE <= target_bytes
         )
-        if not (needed or small):
+        if segment.id not in must and not small:
+            close()
+            continue
+        if not sized:  # a segment to rewrite of unknown size goes alone
+            close()
+            group.append(segment)
             close()
             continue
         joins = (
-            sized
-            and group
-            and all(member.size_bytes > 0 and member.row_count > 0 for member in group)
+            group
             and group[-1].root_end == segment.root_start
             and sum(member.row_count for member in group) + segment.row_count <= target_rows
             and sum(member.size_bytes for member in group) + segment.size_bytes <= target_bytes

@@ -19,23 +19,14 @@ from horizon_broker.ingest.rewrite_groups import SMALL_SHARE, rewrite_groups
 from horizon_broker.timeline.interval import Interval
 from horizon_broker.timeline.segment import Segment
 from horizon_broker.timeline.timeline import Timeline
+from tests.compaction.test_plan import DAY, first
 
-DAY = 86_400_000
 TARGET_ROWS = 1_000
 TARGET_BYTES = 10_000
 
 
 def seg(partition: int, rows: int, *, day: int = 0, server: str = "s", **extra) -> Segment:
-    return Segment(
-        table="t",
-        interval=Interval(day * DAY, (day + 1) * DAY),
-        version="v",
-        partition=partition,
-        row_count=rows,
-        size_bytes=rows * 10,
-        server=server,
-        **extra,
-    )
+    return first(partition, day, rows, rows * 10, server=server, **extra)
 
 
 def ranges(groups: list[tuple[Segment, ...]]) -> list[tuple[int, int]]:
